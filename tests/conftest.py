@@ -1,0 +1,31 @@
+"""Shared test setup: Qt offscreen, and no test may leave a thread or child process behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+# Before anything can import Qt: tests never need a display.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Tests must not see a developer's scripted GPUs by accident.
+os.environ.pop("MPTUNE_FAKE_NVML", None)
+os.environ.pop("MPTUNE_TEST_FAULT", None)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    """Fail a test that leaves a thread or a child process running."""
+    threads_before = set(threading.enumerate())
+    yield
+    me = psutil.Process()
+    children = [c for c in me.children(recursive=True) if c.is_running()
+                and c.status() != psutil.STATUS_ZOMBIE]
+    threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    for child in children:  # clean up so that one failure does not cascade
+        child.kill()
+    assert not children, f"test left child processes running: {children}"
+    assert not threads, f"test left threads running: {[t.name for t in threads]}"

@@ -1,0 +1,89 @@
+"""The status decision, on scripted facts (no worker, no TensorFlow)."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+from tuner.trials.outcome import WorkerFacts, classify
+from tuner.trials.result import TrialStatus
+
+
+def facts(**kwargs) -> WorkerFacts:
+    values = {"result": None, "error": None, "user_model": False}
+    values.update(kwargs)
+    return WorkerFacts(**values)
+
+
+def ok_result(**kwargs) -> dict:
+    result = {"losses": [2.0, 1.5], "loss_scales": [None, None], "skipped_flags": [False, False],
+              "weights_finite": True}
+    result.update(kwargs)
+    return result
+
+
+def test_ok() -> None:
+    assert classify(facts(result=ok_result())) == (TrialStatus.OK, None)
+
+
+def test_oom_error_event() -> None:
+    status, error = classify(facts(error={"oom": True, "message": "OOM when allocating",
+                                          "exception": "ResourceExhaustedError"}))
+    assert status is TrialStatus.OOM
+    assert error is not None and error.exception == "ResourceExhaustedError"
+
+
+def test_over_memory_limit_wins_over_anything_else() -> None:
+    status, error = classify(facts(result=ok_result(), over_memory_limit=True,
+                                   memory_limit_mb=100))
+    assert status is TrialStatus.OOM and "100 MB" in error.message
+
+
+def test_timeout() -> None:
+    status, error = classify(facts(timed_out=True, timeout_s=5))
+    assert status is TrialStatus.TIMEOUT and "5 s" in error.message
+
+
+def test_user_error_keeps_location() -> None:
+    status, error = classify(facts(error={"user_code": True, "message": "build_model() failed",
+                                          "location": "m.py:3"}))
+    assert status is TrialStatus.USER_ERROR and error.location == "m.py:3"
+
+
+def test_any_exception_with_a_user_model_is_a_user_error() -> None:
+    status, _ = classify(facts(error={"message": "ValueError: shapes"}, user_model=True))
+    assert status is TrialStatus.USER_ERROR
+
+
+def test_exception_with_builtin_model_is_a_crash() -> None:
+    status, _ = classify(facts(error={"message": "KeyError: x"}, user_model=False))
+    assert status is TrialStatus.CRASHED
+
+
+def test_death_without_result_is_a_crash_with_the_log() -> None:
+    status, error = classify(facts(returncode=-signal.SIGKILL, log_tail="Segmentation fault"))
+    assert status is TrialStatus.CRASHED
+    assert "SIGKILL" in error.message and error.traceback == "Segmentation fault"
+
+
+def test_non_finite_last_loss_diverged() -> None:
+    status, _ = classify(facts(result=ok_result(losses=[1.0, None], nonfinite_steps=1)))
+    assert status is TrialStatus.DIVERGED
+    status, _ = classify(facts(result=ok_result(losses=[1.0, math.inf])))
+    assert status is TrialStatus.DIVERGED
+
+
+def test_non_finite_weights_diverged() -> None:
+    status, error = classify(facts(result=ok_result(weights_finite=False)))
+    assert status is TrialStatus.DIVERGED and "fixed loss scale" in error.message
+
+
+def test_loss_scale_at_floor_still_overflowing_diverged() -> None:
+    result = ok_result(loss_scales=[2.0, 1.0], skipped_flags=[True, True])
+    status, error = classify(facts(result=result))
+    assert status is TrialStatus.DIVERGED and "collapsed" in error.message
+
+
+def test_a_recovered_skip_is_fine() -> None:
+    result = ok_result(loss_scales=[32768.0, 16384.0], skipped_flags=[True, False])
+    assert classify(facts(result=result))[0] is TrialStatus.OK

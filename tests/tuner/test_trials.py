@@ -1,0 +1,266 @@
+"""Real trials: TensorFlow on the CPU, tiny models, a few steps each, one worker per trial."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
+
+pytestmark = pytest.mark.slow
+
+TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
+
+
+def trial(model: str, policy: str = "float32", batch_size: int = 16, loss_scale: str | None = None,
+          **kwargs) -> TrialResult:
+    values = {"steps": 4, "warmup_steps": 1, "device": "cpu", "timeout_s": 120.0}
+    values.update(kwargs)
+    return run_trial(TrialSpec.create(model, policy, batch_size, loss_scale, **values))
+
+
+def write_model(tmp_path: Path, body: str, name: str = "user_model.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_ok_trial_reports_every_figure() -> None:
+    events: list[dict] = []
+    spec = TrialSpec.create("builtin:cnn:image_size=16,filters=8,dense=16", "float32", 16,
+                            steps=5, warmup_steps=2, device="cpu")
+    result = run_trial(spec, events.append)
+    assert result.status is TrialStatus.OK, result.error
+    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.step_time_ms["p50"] <= result.step_time_ms["p90"]
+    assert result.peak_memory_mb and result.memory_kind == "cpu_rss"
+    assert len(result.losses) == 5 == result.steps_completed
+    assert all(math.isfinite(v) for v in result.losses)
+    assert result.loss_scales == (None,) * 5
+    t = result.timings
+    assert t.total_s >= t.startup_s + t.build_s + t.warmup_s + t.measure_s - 1e-6
+    assert 0 < t.measured_share < 1
+    assert result.device == "cpu" and result.versions["tensorflow"]
+    kinds = [e["type"] for e in events]
+    assert kinds.index("started") < kinds.index("result")
+    steps = [e for e in events if e["type"] == "step"]
+    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measure"] * 5
+
+
+@pytest.mark.parametrize("model", ["builtin:mlp", "builtin:transformer:seq_len=16,vocab=64"])
+def test_other_builtins_train(model: str) -> None:
+    result = trial(model, "mixed_bfloat16", batch_size=8)
+    assert result.status is TrialStatus.OK, result.error
+
+
+def test_same_seed_gives_the_same_losses_across_policies() -> None:
+    f32 = trial(TINY_MLP, "float32", steps=3)
+    f16 = trial(TINY_MLP, "mixed_float16", steps=3)
+    assert f16.status is TrialStatus.OK
+    # Same weights and data: the first loss agrees to float16 precision.
+    assert f16.losses[0] == pytest.approx(f32.losses[0], rel=1e-2)
+    assert f16.loss_scales[0] == 32768.0
+
+
+def test_dynamic_loss_scale_trace_and_skipped_steps() -> None:
+    # A huge initial scale overflows float16 gradients: steps are skipped and the scale halves.
+    result = trial(TINY_MLP, "mixed_float16", loss_scale="dynamic:1e30:1000", steps=6,
+                   warmup_steps=0)
+    assert result.status is TrialStatus.OK, result.error
+    assert result.skipped_steps >= 1
+    scales = [s for s in result.loss_scales if s is not None]
+    assert scales[0] < 1e30 and scales == sorted(scales, reverse=True)
+
+
+def test_fixed_loss_scale_overflow_diverges() -> None:
+    result = trial(TINY_MLP, "mixed_float16", loss_scale="fixed:1e12", steps=4)
+    assert result.status is TrialStatus.DIVERGED
+    assert result.nonfinite_steps >= 1
+    assert "inf/NaN" in result.error.message or "not finite" in result.error.message
+
+
+def test_dynamic_scale_collapsing_to_one_diverges(tmp_path: Path) -> None:
+    # Activations past float16's range (65504): every step overflows, whatever the scale.
+    model = write_model(tmp_path, """
+        import keras
+
+        def build_model():
+            inputs = keras.Input((8,))
+            x = keras.layers.Dense(8)(inputs)
+            x = keras.layers.Lambda(lambda t: t * 1e6)(x)
+            outputs = keras.layers.Dense(1, dtype="float32")(x)
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer="sgd", loss="mse")
+            return model
+    """)
+    result = trial(model, "mixed_float16", loss_scale="dynamic:4", steps=5, warmup_steps=0)
+    assert result.status is TrialStatus.DIVERGED, result
+    assert result.loss_scales[-1] <= 1.0  # Keras 3 keeps halving below 1
+
+
+def test_injected_oom_is_reported_as_oom(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "oom@3")
+    result = trial(TINY_MLP)
+    assert result.status is TrialStatus.OOM
+    assert result.error.exception == "ResourceExhaustedError"
+    assert "OOM when allocating" in result.error.message
+
+
+def test_cpu_memory_limit_is_oom() -> None:
+    result = trial(TINY_MLP, memory_limit_mb=50)
+    assert result.status is TrialStatus.OOM
+    assert "50 MB" in result.error.message
+
+
+def test_worker_killed_mid_trial_is_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "crash@3")
+    result = trial(TINY_MLP)
+    assert result.status is TrialStatus.CRASHED
+    assert "SIGKILL" in result.error.message
+
+
+def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "hang@4")  # warm-up 1 + 2 measured, then stuck
+    events: list[dict] = []
+    spec = TrialSpec.create(TINY_MLP, "float32", 16, steps=10, warmup_steps=1, device="cpu",
+                            timeout_s=25)
+    result = run_trial(spec, events.append)
+    assert result.status is TrialStatus.TIMEOUT
+    assert result.steps_completed == 2 and len(result.losses) == 2
+    assert result.timings.total_s >= 25
+    assert any(e["type"] == "memory" for e in events)
+
+
+def test_user_prints_do_not_break_the_channel(tmp_path: Path) -> None:
+    model = write_model(tmp_path, """
+        import sys
+        import keras
+
+        print('{"type": "result", "samples_per_second": 1e9}')
+        print("not json at all", file=sys.stderr)
+
+        def build_model():
+            print("building...")
+            inputs = keras.Input((4,))
+            return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    """)
+    result = trial(model, steps=3)
+    assert result.status is TrialStatus.OK, result.error
+    assert result.samples_per_second < 1e9
+
+
+def test_make_dataset_and_user_compile_are_used(tmp_path: Path) -> None:
+    model = write_model(tmp_path, """
+        import numpy as np
+        import tensorflow as tf
+        import keras
+
+        def build_model():
+            inputs = keras.Input((6,))
+            outputs = keras.layers.Dense(3, activation="softmax", dtype="float32")(
+                keras.layers.Dense(8)(inputs))
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=keras.optimizers.SGD(0.1),
+                          loss="sparse_categorical_crossentropy")
+            return model
+
+        def make_dataset(batch_size):
+            x = np.ones((64, 6), np.float32)
+            y = np.zeros((64,), np.int32)
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    """)
+    result = trial(model, "mixed_float16", batch_size=16, steps=6)
+    assert result.status is TrialStatus.OK, result.error
+    assert result.losses[-1] < result.losses[0]  # SGD on constant data learns it
+    assert not any("float16" in w and "output" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("body, fragment, line", [
+    ("""
+     def build_model():
+         raise RuntimeError("no weights here")
+     """, "build_model() failed: RuntimeError: no weights here", 3),
+    ("""
+     def build_model():
+         return 42
+     """, "returned int, not a keras.Model", None),
+    ("""
+     import keras
+     import numpy as np
+
+     def build_model():
+         inputs = keras.Input((8,))
+         return keras.Model(inputs, keras.layers.Dense(1)(inputs))
+
+     def make_dataset(batch_size):
+         return np.zeros((64, 5), np.float32), np.zeros((64, 1), np.float32)
+     """, "ValueError", None),
+    ("""
+     import keras
+
+     raise ImportError("missing dependency foo")
+
+     def build_model():
+         pass
+     """, "importing", 4),
+])
+def test_user_errors_name_the_problem(tmp_path: Path, body: str, fragment: str,
+                                      line: int | None) -> None:
+    model = write_model(tmp_path, body)
+    result = trial(model)
+    assert result.status is TrialStatus.USER_ERROR
+    assert fragment in result.error.message
+    if line is not None:
+        assert result.error.location == f"{model}:{line}"
+
+
+def test_float16_output_is_warned_and_cast(tmp_path: Path) -> None:
+    model = write_model(tmp_path, """
+        import keras
+
+        def build_model():
+            inputs = keras.Input((16,))
+            x = keras.layers.Dense(12)(inputs)
+            return keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(x))
+    """)
+    result = trial(model, "mixed_float16")
+    assert result.status is TrialStatus.OK, result.error
+    assert any("output is float16" in w for w in result.warnings)
+    assert any("dense" in w and "units=12" in w for w in result.warnings)
+
+
+@pytest.fixture(scope="module")
+def saved_keras_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("saved") / "tiny.keras"
+    script = textwrap.dedent(f"""
+        import keras
+        inputs = keras.Input((8,))
+        x = keras.layers.Dense(16, activation="relu")(inputs)
+        outputs = keras.layers.Dense(2, activation="softmax")(x)
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=keras.optimizers.RMSprop(0.01), loss="categorical_crossentropy")
+        model.save({str(path)!r})
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    return str(path)
+
+
+def test_saved_keras_model_is_rebuilt_under_the_policy(saved_keras_model: str) -> None:
+    result = trial(saved_keras_model, "mixed_float16", steps=3)
+    assert result.status is TrialStatus.OK, result.error
+    # It was saved in float32; rebuilt under mixed_float16 its softmax becomes float16.
+    assert any("output is float16" in w for w in result.warnings)
+    assert result.loss_scales[0] == 32768.0
+
+
+def test_gpu_requested_without_one_is_a_clear_error() -> None:
+    result = trial(TINY_MLP, device="gpu:0")
+    assert result.status is TrialStatus.USER_ERROR
+    assert "sees no GPU" in result.error.message

@@ -1,0 +1,37 @@
+"""Errors that reach the user as one line.
+
+Anything raised as :class:`MptuneError` is the user's input being wrong (a missing file, a bad
+flag, a model file without ``build_model``): the CLI prints ``mptune: <message>`` and exits with
+:data:`EXIT_BAD_INPUT`. Everything else is a bug in mptune and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+#: Exit status for a run that worked.
+EXIT_OK = 0
+#: Exit status for a trial that ran but did not end ``ok`` (oom, diverged, timeout, crashed).
+EXIT_TRIAL_FAILED = 1
+#: Exit status for bad input: a wrong flag, a broken model file, a corrupt config.
+EXIT_BAD_INPUT = 2
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+
+
+class MptuneError(Exception):
+    """A problem with the user's input, worded for the user.
+
+    Args:
+        message: one line naming the problem.
+        location: ``file:line`` in the user's code where there is one.
+    """
+
+    #: The CLI's exit status for this error.
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, location: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}" if self.location else self.message

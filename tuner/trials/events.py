@@ -1,0 +1,95 @@
+"""The worker's event channel: JSON lines with a ``type`` field.
+
+The worker writes one JSON object per line to a dedicated pipe (not stdout, where the user's
+model code may print). :class:`EventReader` turns the bytes back into events; a line it cannot
+parse is logged and counted, never fatal, and a partial last line is tried once at the end.
+
+Event types, in the order a worker sends them:
+
+* ``started``: ``pid``, ``import_s`` (interpreter start and TensorFlow import), ``versions``
+* ``phase``: ``phase`` (``build``, ``warmup``, ``measure``), ``t`` (seconds since start)
+* ``warning``: ``code``, ``message`` (model checks: a float16 output, widths not multiples of 8)
+* ``step``: ``phase``, ``step``, ``loss``, ``loss_scale``, ``skipped``, ``nonfinite``, ``time_ms``
+* ``result``: the measured figures (see :mod:`tuner.trials.runner`)
+* ``error``: ``exception``, ``message``, ``location``, ``phase``, ``oom``, ``user_code``,
+  ``traceback``
+
+The parent adds ``memory`` events (``rss_mb`` of the worker, sampled) for live plots.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+Event = dict[str, Any]
+
+
+def encode_event(event: Event) -> bytes:
+    """One event as a JSON line; NaN and infinity become strings JSON can carry."""
+    if "type" not in event:
+        raise ValueError("an event needs a 'type'")
+    return (json.dumps(_encode_floats(event), separators=(",", ":")) + "\n").encode()
+
+
+def _encode_floats(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _encode_floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode_floats(v) for v in value]
+    return value
+
+
+def as_float(value: Any) -> float | None:
+    """Read a float an event carries, including the ``"nan"``/``"inf"`` spellings."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return float(value)  # "nan", "inf", "-inf"
+    return float(value)
+
+
+class EventReader:
+    """Incremental decoder for the event channel.
+
+    Feed it bytes as they arrive; it returns the complete events. Bad lines are logged at
+    WARNING and counted in :attr:`bad_lines`.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.bad_lines = 0
+
+    def feed(self, data: bytes) -> list[Event]:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return [event for line in lines if (event := self._parse(line)) is not None]
+
+    def close(self) -> list[Event]:
+        """End of stream: parse a last line that had no newline, if it is whole."""
+        rest, self._buffer = self._buffer, b""
+        event = self._parse(rest) if rest.strip() else None
+        return [event] if event is not None else []
+
+    def _parse(self, line: bytes) -> Event | None:
+        if not line.strip():
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self._reject(line, "not JSON")
+            return None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            self._reject(line, "no 'type' field")
+            return None
+        return event
+
+    def _reject(self, line: bytes, why: str) -> None:
+        self.bad_lines += 1
+        logger.warning("ignored a worker event line (%s): %r", why, line[:200])

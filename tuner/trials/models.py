@@ -1,0 +1,185 @@
+"""Model sources, read without TensorFlow.
+
+A model spec is one of:
+
+* ``builtin:NAME`` or ``builtin:NAME:key=value,key=value``: a built-in workload with
+  deterministic synthetic data (:data:`BUILTINS` lists them and their size parameters);
+* a ``.py`` file defining ``build_model()`` (and optionally ``make_dataset(batch_size)``);
+* a saved ``.keras`` model, rebuilt under each trial's policy.
+
+:func:`parse_model_spec` catches what can be caught before a worker starts (a missing file, a
+syntax error, no ``build_model``, an unknown built-in or parameter) so that bad input costs
+milliseconds and gives one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tuner.errors import MptuneError
+
+SourceKind = Literal["builtin", "python", "keras"]
+
+
+@dataclass(frozen=True)
+class BuiltinWorkload:
+    """A built-in model: what it is, and its size parameters with defaults."""
+
+    name: str
+    description: str
+    params: dict[str, int]
+
+
+#: The built-in workloads. Defaults are sized for a CPU trial to take seconds; raise them to
+#: load a real GPU (e.g. ``builtin:cnn:image_size=128,filters=64``).
+BUILTINS: dict[str, BuiltinWorkload] = {
+    w.name: w
+    for w in (
+        BuiltinWorkload(
+            "mlp",
+            "A dense classifier on synthetic tabular data (matmul-bound).",
+            {"features": 64, "width": 256, "depth": 3, "classes": 10},
+        ),
+        BuiltinWorkload(
+            "cnn",
+            "The MNIST-style convnet from the Keras and TensorFlow guides, on synthetic images.",
+            {"image_size": 28, "channels": 1, "filters": 32, "dense": 128, "classes": 10},
+        ),
+        BuiltinWorkload(
+            "transformer",
+            "A small transformer text classifier (embedding, attention, feed-forward).",
+            {"seq_len": 64, "vocab": 2000, "embed_dim": 64, "heads": 2, "ff_dim": 128,
+             "layers": 1, "classes": 2},
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A parsed model spec.
+
+    Attributes:
+        spec: the text the user gave.
+        kind: ``builtin``, ``python`` or ``keras``.
+        name: the built-in's name, or the file's name.
+        path: the absolute file path (files only).
+        params: a built-in's parameters, defaults filled in.
+        has_make_dataset: a Python file defines ``make_dataset``.
+    """
+
+    spec: str
+    kind: SourceKind
+    name: str
+    path: str | None = None
+    params: dict[str, int] = field(default_factory=dict)
+    has_make_dataset: bool = False
+
+    @property
+    def is_user_code(self) -> bool:
+        return self.kind != "builtin"
+
+
+def parse_model_spec(spec: str) -> ModelSource:
+    """Check a model spec and say what it is.
+
+    Raises:
+        MptuneError: naming the problem (and ``file:line`` for a syntax error).
+    """
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        return _parse_builtin(spec)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise MptuneError(f"model file not found: {spec}")
+    if path.is_dir():
+        raise MptuneError(
+            f"{spec} is a directory: give a .py file with build_model(), a .keras file, "
+            f"or builtin:{{{','.join(BUILTINS)}}}"
+        )
+    if not os.access(path, os.R_OK):
+        raise MptuneError(f"cannot read model file {spec}: permission denied")
+    suffix = path.suffix.lower()
+    if suffix == ".py":
+        return _parse_python(spec, path.resolve())
+    if suffix == ".keras":
+        if not zipfile.is_zipfile(path):
+            raise MptuneError(f"{spec} is not a saved Keras model (a .keras file is a zip archive)")
+        return ModelSource(spec, "keras", path.name, path=str(path.resolve()))
+    if suffix in (".h5", ".hdf5"):
+        raise MptuneError(
+            f"{spec}: legacy HDF5 models are not supported; save it with model.save('m.keras')"
+        )
+    raise MptuneError(
+        f"unsupported model file {spec}: give a .py file with build_model() or a .keras file"
+    )
+
+
+def _parse_builtin(spec: str) -> ModelSource:
+    _, _, rest = spec.partition(":")
+    name, _, arg_text = rest.partition(":")
+    workload = BUILTINS.get(name)
+    if workload is None:
+        raise MptuneError(f"unknown built-in model {name!r}: choose one of "
+                          + ", ".join(f"builtin:{n}" for n in BUILTINS))
+    params = dict(workload.params)
+    for item in filter(None, (a.strip() for a in arg_text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise MptuneError(f"malformed parameter {item!r} in {spec}: write key=value")
+        if key not in params:
+            raise MptuneError(f"builtin:{name} has no parameter {key!r}: it takes "
+                              + ", ".join(params))
+        try:
+            number = int(value)
+        except ValueError:
+            raise MptuneError(f"parameter {key} in {spec} must be a whole number, "
+                              f"not {value!r}") from None
+        if number < 1:
+            raise MptuneError(f"parameter {key} in {spec} must be at least 1, not {number}")
+        params[key] = number
+    return ModelSource(spec, "builtin", name, params=params)
+
+
+def _parse_python(spec: str, path: Path) -> ModelSource:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise MptuneError(f"{spec} is not UTF-8 text: {exc.reason}") from None
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise MptuneError(f"syntax error: {exc.msg}", location=f"{spec}:{exc.lineno}") from None
+    names = _top_level_names(tree)
+    if "build_model" not in names:
+        raise MptuneError(f"{spec} defines no build_model(): mptune calls build_model() to "
+                          "get the model (and make_dataset(batch_size) for data, if defined)")
+    return ModelSource(spec, "python", path.name, path=str(path),
+                       has_make_dataset="make_dataset" in names)
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Names bound at module level: functions, classes, assignments and imports."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return {"build_model", "make_dataset"} | names  # cannot tell: let it run
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):
+            # Definitions behind a version check or an optional import still count.
+            inner = ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[])
+            inner.body = [n for n in inner.body if isinstance(n, ast.stmt)]
+            names |= _top_level_names(inner)
+    return names

@@ -1,0 +1,102 @@
+"""The one place that decides how a trial ended.
+
+Like Optuna's ``_run_trial``, the facts are gathered first (what the worker reported, whether
+the parent had to kill it) and a single function maps them to a :class:`TrialStatus`. The
+worker never decides a status: it reports what happened.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.trials.result import TrialError, TrialStatus
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    """What the parent knows when the worker is gone.
+
+    Attributes:
+        result: the worker's ``result`` event, if one arrived.
+        error: the worker's ``error`` event, if one arrived.
+        user_model: the model came from the user's file (so an exception is theirs to fix).
+        timed_out: the parent killed the worker at its time limit.
+        over_memory_limit: the parent saw the worker's memory pass the limit and killed it.
+        memory_limit_mb: that limit, for the message.
+        returncode: the worker's exit status (negative: killed by that signal).
+        log_tail: the end of the worker's stdout/stderr, for a crash with no error event.
+    """
+
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    user_model: bool
+    timed_out: bool = False
+    timeout_s: float | None = None
+    over_memory_limit: bool = False
+    memory_limit_mb: float | None = None
+    returncode: int | None = None
+    log_tail: str = ""
+
+
+def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
+    """Map what happened to a status and, unless ``ok``, the reason."""
+    if facts.over_memory_limit:
+        return TrialStatus.OOM, TrialError(
+            f"worker memory passed the limit of {facts.memory_limit_mb:.0f} MB")
+    if facts.timed_out:
+        return TrialStatus.TIMEOUT, TrialError(f"killed at the time limit of {facts.timeout_s:g} s")
+    if facts.error is not None:
+        return _classify_error(facts.error, facts.user_model)
+    if facts.result is None:
+        return TrialStatus.CRASHED, TrialError(
+            _death_message(facts.returncode), traceback=facts.log_tail or None)
+    return _classify_result(facts.result)
+
+
+def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatus, TrialError]:
+    reason = TrialError(
+        message=str(error.get("message") or error.get("exception") or "unknown error"),
+        location=error.get("location"),
+        exception=error.get("exception"),
+        traceback=error.get("traceback"),
+    )
+    if error.get("oom"):
+        return TrialStatus.OOM, reason
+    # A user's model owns every exception in its trial (shapes, its layers, its data); with a
+    # built-in model an exception is mptune's own bug, reported as a crash.
+    if error.get("user_code") or user_model:
+        return TrialStatus.USER_ERROR, reason
+    return TrialStatus.CRASHED, reason
+
+
+def _classify_result(result: dict[str, Any]) -> tuple[TrialStatus, TrialError | None]:
+    losses = [math.nan if v is None else float(v) for v in result.get("losses", [])]
+    if losses and not math.isfinite(losses[-1]):
+        return TrialStatus.DIVERGED, TrialError(
+            f"the loss is not finite at the last step ({result.get('nonfinite_steps', 0)} "
+            "non-finite steps)")
+    if result.get("weights_finite") is False:
+        return TrialStatus.DIVERGED, TrialError(
+            "weights hold inf/NaN after training: a step overflowed and was applied "
+            "(a fixed loss scale never skips such a step)")
+    scales = [s for s in result.get("loss_scales", []) if s is not None]
+    skipped = result.get("skipped_flags", [])
+    if scales and scales[-1] <= 1.0 and skipped and skipped[-1]:
+        return TrialStatus.DIVERGED, TrialError(
+            "the dynamic loss scale collapsed to 1 and steps still overflow")
+    return TrialStatus.OK, None
+
+
+def _death_message(returncode: int | None) -> str:
+    if returncode is None:
+        return "the worker ended without a result"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the worker was killed by {name} without a result"
+    return f"the worker exited with status {returncode} without a result"

@@ -1,0 +1,146 @@
+"""How a trial ended: :class:`TrialStatus` and the frozen :class:`TrialResult`."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.trials.spec import TrialSpec
+
+
+class TrialStatus(str, enum.Enum):
+    """The outcome of a trial. :func:`tuner.trials.outcome.classify` is the only code that
+    decides it."""
+
+    OK = "ok"
+    OOM = "oom"  #: ResourceExhaustedError, or over the memory limit
+    DIVERGED = "diverged"  #: non-finite loss/weights, or the loss scale at its floor still overflowing
+    USER_ERROR = "user_error"  #: an exception raised by the user's model, data or code
+    TIMEOUT = "timeout"  #: killed at its time limit
+    CRASHED = "crashed"  #: the worker died without a result, or mptune itself failed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where a trial's wall time went, in seconds.
+
+    ``startup_s`` is process start and the TensorFlow import; ``build_s`` loading the model,
+    making the data and compiling; ``warmup_s`` the untimed first steps (tracing, autotuning);
+    ``measure_s`` the timed steps; ``total_s`` everything, as the parent saw it.
+    """
+
+    startup_s: float | None = None
+    build_s: float | None = None
+    warmup_s: float | None = None
+    measure_s: float | None = None
+    total_s: float | None = None
+
+    @property
+    def measured_share(self) -> float | None:
+        """Measured steps as a share of the trial's wall time."""
+        if not self.measure_s or not self.total_s:
+            return None
+        return self.measure_s / self.total_s
+
+
+@dataclass(frozen=True)
+class TrialError:
+    """Why a trial did not end ``ok``: one line for the user, details for ``--verbose``."""
+
+    message: str
+    location: str | None = None  #: ``file:line`` in the user's code, where there is one
+    exception: str | None = None  #: the exception's class name
+    traceback: str | None = None  #: the worker's traceback or log tail
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """Everything one trial measured. Frozen: it crosses threads and goes into storage.
+
+    ``losses`` and ``loss_scales`` hold the measured steps only (warm-up excluded);
+    ``loss_scales`` entries are ``None`` when no loss scaling was applied.
+    """
+
+    spec: TrialSpec
+    status: TrialStatus
+    samples_per_second: float | None = None
+    step_time_ms: dict[str, float] = field(default_factory=dict)  #: p50, p90, mean
+    peak_memory_mb: float | None = None
+    memory_kind: str | None = None  #: "gpu" (TensorFlow allocator peak) or "cpu_rss"
+    losses: tuple[float, ...] = ()
+    loss_scales: tuple[float | None, ...] = ()
+    skipped_steps: int = 0
+    nonfinite_steps: int = 0
+    steps_completed: int = 0  #: measured steps that finished
+    timings: Timings = field(default_factory=Timings)
+    error: TrialError | None = None
+    warnings: tuple[str, ...] = ()
+    device: str | None = None  #: what the worker ran on, e.g. "cpu" or "gpu:0 (NVIDIA A100)"
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data; non-finite floats become ``None`` (JSON has no NaN)."""
+        data = {
+            "status": self.status.value,
+            "samples_per_second": self.samples_per_second,
+            "step_time_ms": dict(self.step_time_ms),
+            "peak_memory_mb": self.peak_memory_mb,
+            "memory_kind": self.memory_kind,
+            "losses": list(self.losses),
+            "loss_scales": list(self.loss_scales),
+            "skipped_steps": self.skipped_steps,
+            "nonfinite_steps": self.nonfinite_steps,
+            "steps_completed": self.steps_completed,
+            "timings": {**dataclasses.asdict(self.timings),
+                        "measured_share": self.timings.measured_share},
+            "error": dataclasses.asdict(self.error) if self.error else None,
+            "warnings": list(self.warnings),
+            "device": self.device,
+            "versions": dict(self.versions),
+            "spec": self.spec.to_dict(),
+        }
+        return _json_safe(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        """Inverse of :meth:`to_dict` (a stored non-finite loss comes back as NaN)."""
+        timings = {k: v for k, v in data.get("timings", {}).items() if k != "measured_share"}
+        error = data.get("error")
+        return cls(
+            spec=TrialSpec.from_dict(data["spec"]),
+            status=TrialStatus(data["status"]),
+            samples_per_second=data.get("samples_per_second"),
+            step_time_ms=dict(data.get("step_time_ms") or {}),
+            peak_memory_mb=data.get("peak_memory_mb"),
+            memory_kind=data.get("memory_kind"),
+            losses=tuple(math.nan if v is None else float(v) for v in data.get("losses", ())),
+            loss_scales=tuple(data.get("loss_scales", ())),
+            skipped_steps=int(data.get("skipped_steps", 0)),
+            nonfinite_steps=int(data.get("nonfinite_steps", 0)),
+            steps_completed=int(data.get("steps_completed", 0)),
+            timings=Timings(**timings),
+            error=TrialError(**error) if error else None,
+            warnings=tuple(data.get("warnings", ())),
+            device=data.get("device"),
+            versions=dict(data.get("versions") or {}),
+        )
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

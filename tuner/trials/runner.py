@@ -1,0 +1,271 @@
+"""Run one trial in a child process and collect its result.
+
+The worker (:mod:`tuner.worker`) is a fresh Python process per trial: TensorFlow's precision
+policy is global state, an out-of-memory error is not safely recoverable in-process, and a crash
+must cost one trial, not the session. The worker reads its spec from stdin and writes JSON-line
+events to a dedicated pipe; its stdout and stderr (TensorFlow's logs, the user's prints) go to
+a log file whose tail is kept when something goes wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuner.trials.events import Event, EventReader, as_float
+from tuner.trials.models import ModelSource, parse_model_spec
+from tuner.trials.outcome import WorkerFacts, classify
+from tuner.trials.result import Timings, TrialResult
+from tuner.trials.spec import TrialSpec
+
+logger = logging.getLogger(__name__)
+
+EventCallback = Callable[[Event], None]
+
+#: How often the parent samples the worker's resident memory (live plots, the CPU limit).
+MEMORY_SAMPLE_INTERVAL_S = 0.25
+_LOG_TAIL_CHARS = 4000
+
+
+class TrialCancelled(Exception):
+    """The caller asked the running trial to stop; the worker has been killed."""
+
+
+def run_trial(
+    spec: TrialSpec,
+    on_event: EventCallback | None = None,
+    *,
+    cancel: threading.Event | None = None,
+    source: ModelSource | None = None,
+) -> TrialResult:
+    """Run ``spec`` in a worker process and return its result. Never raises for a trial that
+    fails: the failure is the result's status.
+
+    Args:
+        spec: the trial.
+        on_event: called (on this thread) with each worker event as it arrives, plus
+            ``memory`` samples of the worker's resident memory.
+        cancel: set it from another thread to stop the trial; the worker is killed at once.
+        source: the already-parsed model source, to skip parsing it again.
+
+    Raises:
+        MptuneError: the model spec is bad (missing file, syntax error, ...); no worker ran.
+        TrialCancelled: ``cancel`` was set.
+    """
+    source = source or parse_model_spec(spec.model)
+    return _WorkerRun(spec, source, on_event, cancel).run()
+
+
+def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment: quiet TensorFlow, the chosen device, our package importable."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["KERAS_BACKEND"] = "tensorflow"
+    env["PYTHONUNBUFFERED"] = "1"
+    if spec.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+    elif spec.device.startswith("gpu:"):
+        index = int(spec.device.split(":")[1])
+        visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class _WorkerRun:
+    """One worker process from spawn to result: the state of a single :func:`run_trial`."""
+
+    def __init__(self, spec: TrialSpec, source: ModelSource,
+                 on_event: EventCallback | None, cancel: threading.Event | None) -> None:
+        self.spec = spec
+        self.source = source
+        self.on_event = on_event
+        self.cancel = cancel
+        self.reader = EventReader()
+        self.started: Event | None = None
+        self.started_at: float | None = None
+        self.result: Event | None = None
+        self.error: Event | None = None
+        self.warnings: list[str] = []
+        self.steps: list[Event] = []
+        self.timed_out = False
+        self.over_memory_limit = False
+        self.peak_rss_mb: float | None = None
+
+    def run(self) -> TrialResult:
+        read_fd, write_fd = os.pipe()
+        log = tempfile.NamedTemporaryFile(prefix="mptune-worker-", suffix=".log", delete=False)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,), env=worker_environment(self.spec),
+                start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
+            )
+        finally:
+            os.close(write_fd)
+            log.close()
+        try:
+            payload = {"spec": self.spec.to_dict(), "source": _source_dict(self.source)}
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps(payload).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # it died at once; the log says why
+            self._pump(proc, read_fd, t0)
+        finally:
+            _kill_group(proc)
+            os.close(read_fd)
+            returncode = proc.wait()
+            log_tail = _read_tail(log.name)
+            os.unlink(log.name)
+        total_s = time.monotonic() - t0
+        facts = WorkerFacts(
+            result=self.result, error=self.error, user_model=self.source.is_user_code,
+            timed_out=self.timed_out, timeout_s=self.spec.timeout_s,
+            over_memory_limit=self.over_memory_limit, memory_limit_mb=self.spec.memory_limit_mb,
+            returncode=returncode, log_tail=log_tail,
+        )
+        status, error = classify(facts)
+        return self._assemble(status, error, total_s)
+
+    def _pump(self, proc: subprocess.Popen[bytes], read_fd: int, t0: float) -> None:
+        deadline = t0 + self.spec.timeout_s
+        next_sample = t0
+        with selectors.DefaultSelector() as selector:
+            selector.register(read_fd, selectors.EVENT_READ)
+            while True:
+                now = time.monotonic()
+                if self.cancel is not None and self.cancel.is_set():
+                    _kill_group(proc)
+                    raise TrialCancelled(self.spec.describe())
+                if now >= deadline:
+                    self.timed_out = True
+                    return
+                if now >= next_sample:
+                    next_sample = now + MEMORY_SAMPLE_INTERVAL_S
+                    if self._sample_memory(proc, now - t0):
+                        return
+                if selector.select(timeout=min(MEMORY_SAMPLE_INTERVAL_S, deadline - now)):
+                    data = os.read(read_fd, 1 << 16)
+                    if not data:  # the worker closed the channel: it is done or dead
+                        for event in self.reader.close():
+                            self._handle(event, t0)
+                        return
+                    for event in self.reader.feed(data):
+                        self._handle(event, t0)
+
+    def _handle(self, event: Event, t0: float) -> None:
+        kind = event["type"]
+        if kind == "started":
+            self.started, self.started_at = event, time.monotonic() - t0
+        elif kind == "step":
+            self.steps.append(event)
+        elif kind == "warning":
+            self.warnings.append(str(event.get("message", "")))
+        elif kind == "result":
+            self.result = event
+        elif kind == "error":
+            self.error = event
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _sample_memory(self, proc: subprocess.Popen[bytes], t: float) -> bool:
+        """Record the worker's RSS; True when it passed the CPU memory limit."""
+        rss_mb = _rss_mb(proc.pid)
+        if rss_mb is None:
+            return False
+        self.peak_rss_mb = max(self.peak_rss_mb or 0.0, rss_mb)
+        if self.on_event is not None:
+            self.on_event({"type": "memory", "t": t, "rss_mb": rss_mb})
+        limit = self.spec.memory_limit_mb
+        on_cpu = self.started is not None and str(self.started.get("device", "")).startswith("cpu")
+        if limit is not None and on_cpu and rss_mb > limit:
+            self.over_memory_limit = True
+            return True
+        return False
+
+    def _assemble(self, status: Any, error: Any, total_s: float) -> TrialResult:
+        res = self.result or {}
+        measured = [s for s in self.steps if s.get("phase") == "measure"]
+        worker_t = (self.started or {}).get("timings", {})
+        timings = Timings(
+            startup_s=self.started_at,
+            build_s=res.get("build_s", worker_t.get("build_s")),
+            warmup_s=res.get("warmup_s"),
+            measure_s=res.get("measure_s"),
+            total_s=total_s,
+        )
+        if self.result is not None:
+            losses = tuple(as_float(v) for v in res.get("losses", []))
+            scales = tuple(as_float(v) for v in res.get("loss_scales", []))
+        else:  # timed out or died: keep what the steps already told us
+            losses = tuple(as_float(s.get("loss")) for s in measured)
+            scales = tuple(as_float(s.get("loss_scale")) for s in measured)
+        return TrialResult(
+            spec=self.spec,
+            status=status,
+            samples_per_second=res.get("samples_per_second"),
+            step_time_ms=dict(res.get("step_time_ms") or {}),
+            peak_memory_mb=res.get("peak_memory_mb", self.peak_rss_mb),
+            memory_kind=res.get("memory_kind", "cpu_rss" if self.peak_rss_mb else None),
+            losses=tuple(v if v is not None else float("nan") for v in losses),
+            loss_scales=scales,
+            skipped_steps=int(res.get("skipped_steps", sum(bool(s.get("skipped")) for s in measured))),
+            nonfinite_steps=int(res.get("nonfinite_steps",
+                                        sum(bool(s.get("nonfinite")) for s in measured))),
+            steps_completed=len(losses),
+            timings=timings,
+            error=error,
+            warnings=tuple(self.warnings),
+            device=(self.started or {}).get("device"),
+            versions=dict((self.started or {}).get("versions") or {}),
+        )
+
+
+def _source_dict(source: ModelSource) -> dict[str, Any]:
+    return {"spec": source.spec, "kind": source.kind, "name": source.name, "path": source.path,
+            "params": dict(source.params), "has_make_dataset": source.has_make_dataset}
+
+
+def _rss_mb(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the worker and anything it started (it leads its own process group)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _read_tail(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _LOG_TAIL_CHARS))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,10 @@
+"""Entry point of a trial worker: ``python -m tuner.worker --channel-fd N``."""
+
+from __future__ import annotations
+
+import sys
+
+from tuner.worker.main import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

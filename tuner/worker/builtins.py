@@ -1,0 +1,111 @@
+"""The built-in workloads: small Keras 3 models with deterministic, learnable synthetic data.
+
+Labels come from a fixed random "teacher" applied to the inputs, so the loss falls during a
+trial and loss curves from different policies can be compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from tuner.trials.models import BUILTINS
+
+_TEACHER_SEED = 1234
+
+
+def build(name: str, params: dict[str, int]) -> keras.Model:
+    """Build the named workload under the current global dtype policy."""
+    builder = {"mlp": _mlp, "cnn": _cnn, "transformer": _transformer}[name]
+    return builder(**{**BUILTINS[name].params, **params})
+
+
+LOSS = "sparse_categorical_crossentropy"
+
+
+def make_batches(name: str, params: dict[str, int], batch_size: int, n_batches: int,
+                 seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_batches`` batches of inputs and integer labels, the same for every policy."""
+    p = {**BUILTINS[name].params, **params}
+    rng = np.random.default_rng(seed)
+    teacher = np.random.default_rng(_TEACHER_SEED)
+    n = batch_size * n_batches
+    if name == "mlp":
+        x = rng.standard_normal((n, p["features"]), dtype=np.float32)
+        w = teacher.standard_normal((p["features"], p["classes"]), dtype=np.float32)
+        y = np.argmax(x @ w, axis=1)
+    elif name == "cnn":
+        shape = (n, p["image_size"], p["image_size"], p["channels"])
+        x = rng.random(shape, dtype=np.float32)
+        # Label by which coarse region is brightest, so the convnet has something to learn.
+        w = teacher.standard_normal((p["channels"] * 16, p["classes"]), dtype=np.float32)
+        pooled = _coarse_pool(x, 4).reshape(n, -1)
+        y = np.argmax((pooled - pooled.mean(axis=1, keepdims=True)) @ w, axis=1)
+    else:
+        x = rng.integers(0, p["vocab"], size=(n, p["seq_len"]), dtype=np.int32)
+        low = (x < p["vocab"] // 2).sum(axis=1)
+        y = np.minimum(low * p["classes"] // (p["seq_len"] + 1), p["classes"] - 1)
+    y = y.astype(np.int32)
+    return [(x[i * batch_size:(i + 1) * batch_size], y[i * batch_size:(i + 1) * batch_size])
+            for i in range(n_batches)]
+
+
+def sample_bytes(name: str, params: dict[str, int]) -> int:
+    """Bytes of one input sample, to size the data pool."""
+    p = {**BUILTINS[name].params, **params}
+    if name == "mlp":
+        return 4 * p["features"]
+    if name == "cnn":
+        return 4 * p["image_size"] ** 2 * p["channels"]
+    return 4 * p["seq_len"]
+
+
+def _coarse_pool(x: np.ndarray, cells: int) -> np.ndarray:
+    n, h, w, c = x.shape
+    hs, ws = max(1, h // cells), max(1, w // cells)
+    x = x[:, : hs * cells, : ws * cells, :]
+    return x.reshape(n, cells, hs, cells, ws, c).mean(axis=(2, 4))
+
+
+def _output(x: Any, classes: int) -> Any:
+    # The guides' advice: compute the logits in the policy's dtype, the softmax in float32.
+    x = keras.layers.Dense(classes, name="logits")(x)
+    return keras.layers.Activation("softmax", dtype="float32", name="predictions")(x)
+
+
+def _mlp(features: int, width: int, depth: int, classes: int) -> keras.Model:
+    inputs = keras.Input((features,), name="features")
+    x = inputs
+    for i in range(depth):
+        x = keras.layers.Dense(width, activation="relu", name=f"dense_{i}")(x)
+    return keras.Model(inputs, _output(x, classes), name="builtin_mlp")
+
+
+def _cnn(image_size: int, channels: int, filters: int, dense: int, classes: int) -> keras.Model:
+    inputs = keras.Input((image_size, image_size, channels), name="image")
+    x = keras.layers.Conv2D(filters, 3, activation="relu", name="conv_1")(inputs)
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Conv2D(filters * 2, 3, activation="relu", name="conv_2")(x)
+    x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(dense, activation="relu", name="dense")(x)
+    return keras.Model(inputs, _output(x, classes), name="builtin_cnn")
+
+
+def _transformer(seq_len: int, vocab: int, embed_dim: int, heads: int, ff_dim: int,
+                 layers: int, classes: int) -> keras.Model:
+    inputs = keras.Input((seq_len,), dtype="int32", name="tokens")
+    tokens = keras.layers.Embedding(vocab, embed_dim, name="token_embedding")(inputs)
+    positions = keras.layers.Embedding(seq_len, embed_dim, name="position_embedding")(
+        keras.ops.arange(seq_len))
+    x = tokens + positions
+    for i in range(layers):
+        attn = keras.layers.MultiHeadAttention(heads, embed_dim // heads, name=f"attention_{i}")(x, x)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attn)
+        ff = keras.layers.Dense(ff_dim, activation="relu", name=f"ff_in_{i}")(x)
+        ff = keras.layers.Dense(embed_dim, name=f"ff_out_{i}")(ff)
+        x = keras.layers.LayerNormalization(epsilon=1e-6)(x + ff)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, _output(x, classes), name="builtin_transformer")

@@ -1,0 +1,278 @@
+"""Loading the user's model (a ``.py`` file or a ``.keras`` file) and their data."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import keras
+import numpy as np
+
+from tuner.trials.models import ModelSource
+from tuner.worker.usercode import UserCodeError, call_user
+
+#: Upper bound for the synthetic/cached data pool held in memory.
+_POOL_BYTES = 256 * 2**20
+_POOL_BATCHES = 8
+
+Batch = tuple[Any, Any]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the trial, and what the user compiled it with (if they did)."""
+
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer | None
+    loss: Any
+    jit_compile: Any = "auto"
+    module: ModuleType | None = None
+
+
+def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
+    """Load a user model under ``policy`` (already set as the global policy)."""
+    if source.kind == "python":
+        return _load_python(source)
+    return _load_keras_file(source, policy)
+
+
+def _load_python(source: ModelSource) -> LoadedModel:
+    assert source.path is not None
+    directory = os.path.dirname(source.path)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)  # let the file import its neighbours
+    spec = importlib.util.spec_from_file_location("mptune_user_model", source.path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    loader = spec.loader
+    call_user(lambda: loader.exec_module(module), f"importing {source.spec}", source.path,
+              source.spec)
+    build = getattr(module, "build_model", None)
+    if not callable(build):
+        raise UserCodeError(f"{source.spec}: build_model is not a function")
+    model = call_user(build, "build_model()", source.path, source.spec)
+    _check_is_model(model, "build_model()")
+    optimizer, loss, jit = _compiled_with(model)
+    return LoadedModel(model, optimizer, loss, jit, module)
+
+
+def _check_is_model(model: Any, what: str) -> None:
+    if isinstance(model, keras.Model):
+        return
+    module = type(model).__module__
+    if module.startswith(("tf_keras", "keras.src.legacy", "tensorflow.python.keras")):
+        raise UserCodeError(f"{what} returned a tf_keras (Keras 2) model: mptune needs a "
+                            "Keras 3 model (import keras, not tf.keras with TF_USE_LEGACY_KERAS)")
+    raise UserCodeError(f"{what} returned {type(model).__name__}, not a keras.Model")
+
+
+def _compiled_with(model: keras.Model) -> tuple[Any, Any, Any]:
+    """The user's optimizer (a fresh copy, loss scaling unwrapped) and loss, if compiled."""
+    optimizer = getattr(model, "optimizer", None)
+    if not getattr(model, "compiled", False) or optimizer is None:
+        return None, None, "auto"
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        optimizer = optimizer.inner_optimizer
+    config = optimizer.get_config()
+    config["loss_scale_factor"] = None  # the trial decides loss scaling
+    fresh = type(optimizer).from_config(config)
+    return fresh, model.loss, getattr(model, "jit_compile", "auto")
+
+
+def _load_keras_file(source: ModelSource, policy: str) -> LoadedModel:
+    original = call_user(lambda: keras.saving.load_model(source.path),
+                         f"loading {source.spec}", None)
+    _check_is_model(original, f"loading {source.spec}")
+    optimizer, loss, jit = _compiled_with(original)
+    config = keras.saving.serialize_keras_object(original)
+    _retarget_dtype_policies(config, policy)
+    model = call_user(lambda: keras.saving.deserialize_keras_object(config),
+                      f"rebuilding {source.spec} under {policy}", None)
+    model.set_weights(original.get_weights())
+    return LoadedModel(model, optimizer, loss, jit)
+
+
+def _retarget_dtype_policies(config: Any, policy: str) -> None:
+    """Point every layer that used the model's usual dtype policy at ``policy``.
+
+    A saved model records a policy per layer. Layers on the model's most common policy get the
+    trial's; a layer the author pinned to another (a float32 softmax) keeps its own.
+    """
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            dtype = node.get("dtype")
+            if isinstance(dtype, dict) and "Policy" in str(dtype.get("class_name", "")):
+                found.append(dtype)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    names = [d.get("config", {}).get("name") for d in found]
+    if not names:
+        return
+    usual = collections.Counter(names).most_common(1)[0][0]
+    for dtype in found:
+        if dtype.get("config", {}).get("name") == usual:
+            dtype["config"]["name"] = policy
+
+
+def user_batches(source: ModelSource, loaded: LoadedModel, batch_size: int, n_batches: int,
+                 seed: int) -> list[Batch]:
+    """Batches from the user's ``make_dataset(batch_size)``, or synthesised from the model."""
+    make = getattr(loaded.module, "make_dataset", None) if loaded.module else None
+    if callable(make):
+        data = call_user(lambda: make(batch_size), f"make_dataset({batch_size})", source.path,
+                         source.spec)
+        return _batches_from_user_data(data, batch_size, n_batches, source)
+    return synthesise_batches(loaded.model, loaded.loss, batch_size, n_batches, seed)
+
+
+def _batches_from_user_data(data: Any, batch_size: int, n_batches: int,
+                            source: ModelSource) -> list[Batch]:
+    import tensorflow as tf
+
+    what = f"make_dataset({batch_size}) in {source.spec}"
+    if isinstance(data, tf.data.Dataset):
+        batches = []
+        iterator = iter(data)
+        for _ in range(n_batches):
+            try:
+                element = call_user(lambda: next(iterator), what, source.path, source.spec)
+            except UserCodeError as exc:
+                if isinstance(exc.__cause__, StopIteration):
+                    break
+                raise
+            batches.append(_as_batch(element, what))
+        if not batches:
+            raise UserCodeError(f"{what} returned an empty dataset")
+        _check_batch_size(batches[0], batch_size, what)
+        return batches
+    if isinstance(data, (tuple, list)) and len(data) in (2, 3):
+        x, y = data[0], data[1]
+        n = _leading_dim(x)
+        if n is None or n != _leading_dim(y):
+            raise UserCodeError(f"{what} returned x and y with different sample counts")
+        count = max(1, min(n_batches, n // batch_size))
+        if n < batch_size:
+            raise UserCodeError(f"{what} returned {n} samples, fewer than one batch of {batch_size}")
+        return [(_slice(x, i * batch_size, batch_size), _slice(y, i * batch_size, batch_size))
+                for i in range(count)]
+    raise UserCodeError(f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
+                        "(x, y) batches or a tuple (x, y) of arrays")
+
+
+def _as_batch(element: Any, what: str) -> Batch:
+    if isinstance(element, (tuple, list)) and len(element) >= 2:
+        return element[0], element[1]
+    raise UserCodeError(f"{what} yields {type(element).__name__}: yield (x, y) pairs")
+
+
+def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
+    n = _leading_dim(batch[0])
+    if n is not None and n != batch_size:
+        raise UserCodeError(f"{what} yields batches of {n} samples, not {batch_size}: "
+                            "batch the dataset with the batch_size argument")
+
+
+def _leading_dim(value: Any) -> int | None:
+    if isinstance(value, dict):
+        value = next(iter(value.values()), None)
+    elif isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
+        value = value[0]
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
+
+
+def _slice(value: Any, start: int, size: int) -> Any:
+    if isinstance(value, dict):
+        return {k: v[start:start + size] for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
+        return [v[start:start + size] for v in value]
+    return value[start:start + size]
+
+
+def pool_size(sample_bytes: int, batch_size: int) -> int:
+    """How many distinct batches to keep: up to 8, within a 256 MB pool."""
+    return max(1, min(_POOL_BATCHES, _POOL_BYTES // max(1, sample_bytes * batch_size)))
+
+
+def synthesise_batches(model: keras.Model, loss: Any, batch_size: int, n_batches: int,
+                       seed: int) -> list[Batch]:
+    """Random inputs shaped like the model's inputs, targets shaped for its loss."""
+    inputs = getattr(model, "inputs", None)
+    outputs = getattr(model, "outputs", None)
+    if not inputs or not outputs:
+        raise UserCodeError("the model has no known input shape, so mptune cannot make data for "
+                            "it: start it with keras.Input(...) or define make_dataset(batch_size)")
+    rng = np.random.default_rng(seed)
+    vocab = _smallest_vocabulary(model)
+    loss_name = _loss_name(loss)
+    batches = []
+    for _ in range(n_batches):
+        xs = [_random_like(t, batch_size, rng, vocab) for t in inputs]
+        ys = [_target_like(t, batch_size, rng, loss_name) for t in outputs]
+        batches.append((xs[0] if len(xs) == 1 else xs, ys[0] if len(ys) == 1 else ys))
+    return batches
+
+
+def _shape(tensor: Any, batch_size: int) -> tuple[int, ...]:
+    dims = tuple(tensor.shape)[1:]
+    if any(d is None for d in dims):
+        raise UserCodeError(f"input {getattr(tensor, 'name', '')!r} has a variable dimension "
+                            f"{tuple(tensor.shape)}: define make_dataset(batch_size)")
+    return (batch_size, *dims)
+
+
+def _random_like(tensor: Any, batch_size: int, rng: np.random.Generator, vocab: int) -> np.ndarray:
+    shape = _shape(tensor, batch_size)
+    if "int" in str(tensor.dtype):
+        return rng.integers(0, vocab, size=shape).astype(str(tensor.dtype))
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def _target_like(tensor: Any, batch_size: int, rng: np.random.Generator, loss_name: str) -> np.ndarray:
+    shape = _shape(tensor, batch_size)
+    classes = shape[-1] if len(shape) > 1 else 1
+    if "sparse_categorical" in loss_name:
+        return rng.integers(0, max(classes, 1), size=shape[:-1]).astype(np.int32)
+    if "categorical" in loss_name:
+        labels = rng.integers(0, max(classes, 1), size=shape[:-1])
+        return np.eye(classes, dtype=np.float32)[labels]
+    if "binary" in loss_name or "hinge" in loss_name:
+        return rng.integers(0, 2, size=shape).astype(np.float32)
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def _loss_name(loss: Any) -> str:
+    if loss is None:
+        return "mean_squared_error"
+    if isinstance(loss, str):
+        return loss.lower()
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
+    return str(name).lower()
+
+
+def _smallest_vocabulary(model: keras.Model) -> int:
+    dims = [layer.input_dim for layer in _all_layers(model)
+            if isinstance(layer, keras.layers.Embedding)]
+    return min(dims) if dims else 100
+
+
+def _all_layers(model: Any) -> list[Any]:
+    layers = []
+    for layer in getattr(model, "layers", []):
+        layers.append(layer)
+        if hasattr(layer, "layers"):
+            layers.extend(_all_layers(layer))
+    return layers
