@@ -70,7 +70,100 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument("--json", action="store_true", help="print the result as JSON")
     trial.set_defaults(handler=_cmd_trial)
 
+    tune = sub.add_parser("tune", help="search for the best setup and recommend it",
+                          description="Search precision policy, batch size and loss scale with "
+                                      "short trials, and recommend the best numerically safe "
+                                      "setup. Every trial is stored; re-running with the same "
+                                      "--study (or --resume NAME) continues.")
+    tune.add_argument("--model", default="builtin:cnn", metavar="SPEC",
+                      help="as for trial (default builtin:cnn)")
+    tune.add_argument("--objective", default="speed", choices=("speed", "memory", "balanced"),
+                      help="speed: samples/s; memory: least memory per sample within 80%% of "
+                           "the fastest; balanced: the same within 95%% (default speed)")
+    tune.add_argument("--budget-minutes", type=_positive_float, metavar="M",
+                      help="start no trial that would end past this")
+    tune.add_argument("--max-trials", type=_positive_int, metavar="N")
+    tune.add_argument("--policies", type=_policies, metavar="P[,P...]",
+                      help="policies to try (default: the hardware advice)")
+    tune.add_argument("--batch-sizes", type=_batch_sizes, metavar="LIST|RANGE",
+                      help="16,32,64 or 8-1024 (default 8-1024, powers of two)")
+    tune.add_argument("--start-batch", type=_positive_int, default=64, metavar="N",
+                      help="batch size of the float32 baseline (default 64)")
+    tune.add_argument("--loss-scales", type=_loss_scales, metavar="S[,S...]",
+                      help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
+                           "fixed:1024,fixed:128)")
+    tune.add_argument("--loss-tolerance", type=_fraction, default=0.05, metavar="F",
+                      help="largest loss gap to float32 (default 0.05)")
+    tune.add_argument("--measure-seconds", type=_positive_float, default=2.0, metavar="S",
+                      help="measuring time per trial (default 2)")
+    tune.add_argument("--device", default="auto", metavar="DEV", help="auto, cpu or gpu:N")
+    tune.add_argument("--storage", metavar="URL",
+                      help="Optuna storage URL (default: SQLite in the user data directory)")
+    group = tune.add_mutually_exclusive_group()
+    group.add_argument("--study", metavar="NAME", help="session name; an existing one continues")
+    group.add_argument("--resume", metavar="NAME", help="continue this existing session")
+    tune.add_argument("--out", metavar="FILE", help="also write the tuned config (JSON) here")
+    tune.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    tune.set_defaults(handler=_cmd_tune)
+
+    sessions = sub.add_parser("sessions", help="list stored tuning sessions")
+    sessions.add_argument("--storage", metavar="URL")
+    sessions.add_argument("--json", action="store_true")
+    sessions.set_defaults(handler=_cmd_sessions)
+
+    show = sub.add_parser("show", help="show a stored session: trials and recommendation")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("--storage", metavar="URL")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(handler=_cmd_show)
+
+    export = sub.add_parser("export", help="export a tuned setup: JSON config, snippet or script",
+                            description="Export the recommendation of a stored session (or a "
+                                        "tuned config file) as a versioned JSON config, a "
+                                        "paste-ready snippet, or a runnable training script.")
+    export.add_argument("source", metavar="SESSION_OR_FILE",
+                        help="a session name (see mptune sessions) or a tuned config .json file")
+    export.add_argument("--format", default="json", choices=("json", "snippet", "script"))
+    export.add_argument("--keras", default="3", choices=("3", "2"),
+                        help="Keras 3, or 2 for tf_keras (snippet only; default 3)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--storage", metavar="URL")
+    export.set_defaults(handler=_cmd_export)
     return parser
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text) if text.strip() not in ("0", "0.0") else 0.0
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 1, not {text}")
+    return value
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    from tuner.search.space import parse_policies
+
+    try:
+        return parse_policies(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _batch_sizes(text: str) -> tuple[tuple[int, ...], bool]:
+    from tuner.search.space import parse_batch_sizes
+
+    try:
+        return parse_batch_sizes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _loss_scales(text: str) -> tuple:
+    from tuner.search.space import parse_loss_scales
+
+    try:
+        return parse_loss_scales(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -155,6 +248,147 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     if args.verbose and result.error.traceback:
         print(result.error.traceback, file=sys.stderr)
     return EXIT_BAD_INPUT if result.status is TrialStatus.USER_ERROR else EXIT_TRIAL_FAILED
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from tuner.console import TuneProgress, output_console, render_recommendation, trials_table
+    from tuner.hardware import detect
+    from tuner.search.session import TuningSession
+    from tuner.search.space import SearchSettings, SearchSpace
+    from tuner.search.tune import hardware_prior, tune
+
+    parse_model_spec_or_fail(args.model)
+    profile = detect()
+    try:
+        settings = SearchSettings(
+            objective=args.objective, max_trials=args.max_trials,
+            budget_minutes=args.budget_minutes, loss_tolerance=args.loss_tolerance,
+            measure_seconds=args.measure_seconds, device=args.device)
+        space_args: dict = {"policies": args.policies or hardware_prior(profile),
+                            "start_batch": args.start_batch}
+        if args.batch_sizes:
+            space_args["batch_sizes"], space_args["refine"] = args.batch_sizes
+        if args.loss_scales:
+            space_args["loss_scales"] = args.loss_scales
+        space = SearchSpace(**space_args)
+    except ValueError as exc:
+        raise MptuneError(str(exc)) from None
+    progress = TuneProgress()
+    try:
+        with progress:
+            result = tune(args.model, space=space, settings=settings, storage=args.storage,
+                          study=args.resume or args.study, resume=bool(args.resume),
+                          on_event=progress.on_event, profile=profile)
+    except KeyboardInterrupt:
+        if progress.session:
+            print(f"mptune: interrupted; finished trials are kept in session {progress.session} "
+                  f"(continue with: mptune tune --resume {progress.session}"
+                  + (f" --storage {args.storage}" if args.storage else "") + ")",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        raise
+    rec = result.recommendation.to_dict()
+    if args.out:
+        from tuner.export import config_from_session
+
+        config_from_session(TuningSession.load(result.session, args.storage)).save(args.out)
+    if args.json:
+        print(json.dumps({**rec, "session": result.session}, indent=2))
+        return EXIT_OK
+    console = output_console()
+    session = TuningSession.load(result.session, args.storage)
+    console.print(trials_table(session.trials(), f"Session {result.session}"))
+    console.print(f"\nRecommendation ({result.ran} trials run now, {result.recalled} from the "
+                  "stored session):", highlight=False)
+    console.print(render_recommendation(rec), highlight=False, markup=False)
+    if args.out:
+        console.print(f"\nTuned config written to {args.out}", highlight=False)
+    return EXIT_OK
+
+
+def parse_model_spec_or_fail(spec: str) -> None:
+    """Check the model spec before detecting hardware or opening storage."""
+    from tuner.trials.models import parse_model_spec
+
+    parse_model_spec(spec)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from tuner.console import output_console
+    from tuner.search.session import list_sessions
+
+    sessions = list_sessions(args.storage)
+    if args.json:
+        print(json.dumps([s.__dict__ for s in sessions], indent=2))
+        return EXIT_OK
+    if not sessions:
+        print("no stored sessions (run mptune tune)")
+        return EXIT_OK
+    table = Table()
+    for column in ("session", "model", "created", "trials", "recommendation"):
+        table.add_column(column)
+    for s in sessions:
+        table.add_row(s.name, s.model or "", s.created or "", str(s.trials),
+                      s.recommendation or "none yet")
+    output_console().print(table)
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from tuner.console import output_console, render_recommendation, trials_table
+    from tuner.search.session import TuningSession
+
+    session = TuningSession.load(args.name, args.storage)
+    attrs = session.attrs
+    trials = session.trials()
+    rec = attrs.get("recommendation")
+    if args.json:
+        print(json.dumps({
+            "session": session.name, "model": attrs.get("model"), "created": attrs.get("created"),
+            "settings": attrs.get("settings"), "space": attrs.get("space"),
+            "hardware": attrs.get("hardware"),
+            "trials": [{"number": t.number, "stage": t.stage, "state": t.state, "note": t.note,
+                        "result": t.result.to_dict() if t.result else None} for t in trials],
+            "recommendation": rec}, indent=2))
+        return EXIT_OK
+    console = output_console()
+    console.print(f"Session {session.name}: {attrs.get('model')}, created "
+                  f"{attrs.get('created')}", highlight=False)
+    console.print(trials_table(trials))
+    if rec:
+        console.print("\nRecommendation:")
+        console.print(render_recommendation(rec), highlight=False, markup=False)
+    else:
+        console.print("\nNo recommendation yet: the search did not finish "
+                      f"(continue with mptune tune --resume {session.name}).", highlight=False)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from tuner.export import TunedConfig, config_from_session, render
+    from tuner.export.config import write_atomic
+    from tuner.search.session import TuningSession
+
+    if args.source.lower().endswith(".json") or os.path.isfile(args.source):
+        config = TunedConfig.load(args.source)
+    else:
+        config = config_from_session(TuningSession.load(args.source, args.storage))
+    text = render(config, args.format, args.keras)
+    if not args.output:
+        sys.stdout.write(text)
+        return EXIT_OK
+    target = Path(args.output)
+    write_atomic(target, text)
+    if args.format == "script":
+        target.chmod(target.stat().st_mode | 0o111)
+    flavour = "" if args.format == "json" else f" for Keras {args.keras}"
+    print(f"wrote the {args.format}{flavour} to {target}", file=sys.stderr)
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from types import TracebackType
 
 from rich.console import Console
 from rich.status import Status
+from rich.table import Table
 
 from tuner.trials.events import Event
 from tuner.trials.result import TrialResult
@@ -108,3 +109,124 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
+
+class TuneProgress:
+    """A progress bar for ``mptune tune``: trials done/planned, the current trial, time left.
+
+    Rich draws it only on a terminal; elsewhere each finished trial is printed as one line, so
+    a log of a headless run still shows the search advancing.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("trials"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+            console=self.console, transient=True, disable=not self.console.is_terminal)
+        self.task = self.progress.add_task("starting", total=None)
+        self.session: str | None = None
+        self.current = ""
+        self._last_step = 0.0
+
+    def __enter__(self) -> TuneProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.stop()
+
+    def on_event(self, event: dict) -> None:
+        kind = event["type"]
+        if kind == "session":
+            self.session = event["name"]
+        elif kind == "plan":
+            self.progress.update(self.task, completed=event["done"], total=event["planned"])
+        elif kind == "trial_started":
+            spec = TrialSpec.from_dict(event["spec"])
+            self.current = f"#{event['number']} {spec.describe()}"
+            self.progress.update(self.task, description=f"{self.current}: starting")
+        elif kind == "worker":
+            inner = event["event"]
+            if inner["type"] == "step" and time.monotonic() - self._last_step > 0.2:
+                self._last_step = time.monotonic()
+                self.progress.update(self.task, description=(
+                    f"{self.current}: {inner.get('phase')} step {inner.get('step')}"))
+        elif kind == "trial_finished":
+            result = TrialResult.from_dict(event["result"])
+            self.progress.advance(self.task)
+            line = f"trial #{event['number']} {result.spec.describe():28s} " + _result_cell(result)
+            if self.console.is_terminal:
+                self.progress.console.print(line, highlight=False)
+            else:
+                self.console.print(line, highlight=False, soft_wrap=True)
+
+
+def _result_cell(result: TrialResult) -> str:
+    if result.ok:
+        return (f"{result.samples_per_second:,.0f} samples/s, "
+                f"{_fmt(result.peak_memory_mb, ',.0f')} MB")
+    reason = result.error.message if result.error else ""
+    return f"{result.status.value}: {reason[:90]}"
+
+
+def output_console() -> Console:
+    """stdout; 120 columns when it is not a terminal, so logged tables are not squeezed."""
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
+def trials_table(trials: list, title: str = "Trials") -> Table:
+    """The session's trials as a table (``StoredTrial`` items)."""
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("#", "right"), ("stage", "left"), ("policy", "left"),
+                          ("batch", "right"), ("loss scale", "left"), ("samples/s", "right"),
+                          ("p50 ms", "right"), ("peak MB", "right"), ("skipped", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("status", overflow="fold")
+    for t in trials:
+        r = t.result
+        if r is None:
+            table.add_row(str(t.number), t.stage, "", "", "", "", "", "", "",
+                          f"failed: {t.note or 'no result'}")
+            continue
+        status = r.status.value if r.ok else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
+        table.add_row(str(t.number), t.stage, r.spec.policy, str(r.spec.batch_size),
+                      str(r.spec.loss_scale), _fmt(r.samples_per_second, ",.0f"),
+                      _fmt(r.step_time_ms.get("p50"), ".2f"), _fmt(r.peak_memory_mb, ",.0f"),
+                      str(r.skipped_steps), status)
+    return table
+
+
+def render_recommendation(rec: dict) -> str:
+    """The recommendation and its evidence as aligned lines."""
+    spread = rec.get("samples_per_second_spread") or [None, None]
+    rows = [
+        ("setup", f"{rec['policy']}, batch size {rec['batch_size']}, loss scale "
+                  f"{rec['loss_scale']}"),
+        ("throughput", f"{rec['samples_per_second']:,.0f} samples/s (measured "
+                       f"{_fmt(spread[0], ',.0f')}-{_fmt(spread[1], ',.0f')})"),
+        ("vs float32", f"{_fmt(rec.get('speedup_vs_float32'), '.2f')}x the best float32 setup, "
+                       f"{_fmt(rec.get('speedup_vs_baseline'), '.2f')}x float32 at the start"),
+        ("memory", f"{_fmt(rec.get('peak_memory_mb'), ',.0f')} MB peak"
+                   + (f", {rec['memory_saving']:.0%} less than float32 at this batch size"
+                      if rec.get("memory_saving") is not None else "")),
+        ("loss gap", f"{rec['loss_gap']:.2%} to float32" if rec.get("loss_gap") is not None
+         else "n/a"),
+        ("evidence", "trials " + ", ".join(f"#{n}" for n in rec.get("trials", []))),
+        ("why", rec["reason"]),
+    ]
+    for alt in rec.get("alternatives", []):
+        verdict = alt["rejected"] or f"{_fmt(alt.get('speedup_vs_float32'), '.2f')}x float32"
+        rows.append(("alternative", f"{alt['policy']} b{alt['batch_size']} {alt['loss_scale']}: "
+                                    f"{_fmt(alt.get('samples_per_second'), ',.0f')} samples/s, "
+                                    f"{verdict}"))
+    for item in rec.get("not_tried", []):
+        rows.append(("not tried", f"{item['what']}: {item['why']}"))
+    for note in rec.get("notes", []):
+        rows.append(("note", note))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

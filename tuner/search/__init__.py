@@ -1,0 +1,1 @@
+"""The search: stored sessions (Optuna studies), mptune's strategy, and the recommendation."""

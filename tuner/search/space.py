@@ -1,0 +1,165 @@
+"""What a search may try: policies, batch sizes, loss scales, and its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.policies import POLICIES, check_policy
+from tuner.trials.spec import LossScale
+
+#: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
+#: dynamic default, a dynamic scale that starts lower and grows sooner, and two fixed scales.
+DEFAULT_LOSS_SCALES = ("dynamic", "dynamic:1024:500", "fixed:1024", "fixed:128")
+DEFAULT_BATCH_RANGE = (8, 1024)
+DEFAULT_START_BATCH = 64
+OBJECTIVES = ("speed", "memory", "balanced")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The setups a search may try.
+
+    Attributes:
+        policies: the policies to try, most promising first.
+        batch_sizes: the batch sizes allowed, ascending; the ladder walks powers of two in it
+            and may refine between them.
+        loss_scales: float16 loss-scale candidates for the loss-scale stage.
+        start_batch: where the ladders start (the float32 baseline's batch size).
+        refine: whether batch sizes between the ladder's rungs may be tried.
+    """
+
+    policies: tuple[str, ...] = POLICIES
+    batch_sizes: tuple[int, ...] = ()
+    loss_scales: tuple[LossScale, ...] = tuple(LossScale.parse(s) for s in DEFAULT_LOSS_SCALES)
+    start_batch: int = DEFAULT_START_BATCH
+    refine: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.policies:
+            raise ValueError("the search space has no policy")
+        for policy in self.policies:
+            check_policy(policy)
+        if not self.batch_sizes:
+            object.__setattr__(self, "batch_sizes", ladder_range(*DEFAULT_BATCH_RANGE))
+        object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
+        if self.batch_sizes[0] < 1:
+            raise ValueError("batch sizes must be at least 1")
+        if self.start_batch not in self.batch_sizes:
+            closest = min(self.batch_sizes, key=lambda b: (abs(b - self.start_batch), b))
+            object.__setattr__(self, "start_batch", closest)
+
+    def rungs(self) -> tuple[int, ...]:
+        """The ladder's rungs: the explicit list, or the powers of two in the range."""
+        return self.batch_sizes
+
+
+def ladder_range(low: int, high: int) -> tuple[int, ...]:
+    """Powers of two from ``low`` to ``high`` (both rounded into the ladder)."""
+    sizes = []
+    b = 1
+    while b <= high:
+        if b >= low:
+            sizes.append(b)
+        b *= 2
+    return tuple(sizes) or (low,)
+
+
+def parse_batch_sizes(text: str) -> tuple[tuple[int, ...], bool]:
+    """``16,32,64`` (exactly these, no refinement) or ``8-1024`` (powers of two between, with
+    refinement).
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    text = text.strip()
+    try:
+        if "-" in text and "," not in text:
+            low_text, high_text = text.split("-", 1)
+            low, high = int(low_text), int(high_text)
+            if low < 1 or high < low:
+                raise ValueError
+            return ladder_range(low, high), True
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"malformed batch sizes {text!r}: write a list (16,32,64) or a "
+                         "range (8-1024)") from None
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"malformed batch sizes {text!r}: sizes must be at least 1")
+    return tuple(sorted(set(sizes))), False
+
+
+def parse_policies(text: str) -> tuple[str, ...]:
+    """``float32,mixed_float16``: policies in the given order.
+
+    Raises:
+        ValueError: for an unknown policy.
+    """
+    policies = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    for policy in policies:
+        check_policy(policy)
+    if not policies:
+        raise ValueError("no policy given")
+    return policies
+
+
+def parse_loss_scales(text: str) -> tuple[LossScale, ...]:
+    """``dynamic,fixed:128``.
+
+    Raises:
+        ValueError: for a malformed loss scale.
+    """
+    scales = tuple(LossScale.parse(part) for part in text.split(",") if part.strip())
+    if not scales:
+        raise ValueError("no loss scale given")
+    return tuple(dict.fromkeys(scales))
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a search runs: objective, budgets, tolerances, trial length.
+
+    Attributes:
+        objective: ``speed`` (samples/s), ``memory`` (least peak memory per sample among setups
+            within ``memory_throughput_floor`` of the fastest) or ``balanced`` (the same with a
+            floor of 95%).
+        max_trials: at most this many trials (finished ones of a resumed session count).
+        budget_minutes: stop starting trials when the next would end past this.
+        loss_tolerance: the largest relative loss gap to float32 a candidate may show.
+        memory_headroom: the share of device memory kept free.
+        measure_seconds: measuring time per trial.
+        warmup_steps: warm-up steps per trial.
+        min_steps: measured steps at least, so the numerical guard has a window to compare.
+        guard_steps: the window of measured steps the loss gap is computed over (its last
+            quarter), the same for both trials compared.
+        noise_floor: relative differences below this are never called a win.
+        device: the device trials run on.
+        timeout_s: per trial.
+    """
+
+    objective: str = "speed"
+    max_trials: int | None = None
+    budget_minutes: float | None = None
+    loss_tolerance: float = 0.05
+    memory_headroom: float = 0.10
+    measure_seconds: float = 2.0
+    warmup_steps: int = 5
+    min_steps: int = 20
+    guard_steps: int = 40
+    noise_floor: float = 0.03
+    device: str = "auto"
+    timeout_s: float = 300.0
+    seed: int = 0
+    memory_throughput_floor: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}: choose one of "
+                             + ", ".join(OBJECTIVES))
+        if self.max_trials is not None and self.max_trials < 1:
+            raise ValueError(f"--max-trials must be at least 1, not {self.max_trials}")
+        if self.budget_minutes is not None and not self.budget_minutes > 0:
+            raise ValueError(f"--budget-minutes must be positive, not {self.budget_minutes}")
+        if not 0 <= self.loss_tolerance:
+            raise ValueError("the loss tolerance must be 0 or more")
+        if not 0 <= self.memory_headroom < 1:
+            raise ValueError("the memory headroom must be between 0 and 1")

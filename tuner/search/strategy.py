@@ -1,0 +1,523 @@
+"""mptune's search strategy, driven through a stored session.
+
+The order of work (DESIGN.md, "Search, in outline"):
+
+1. a float32 baseline at the starting batch size;
+2. every other policy at that batch size; a policy that is clearly behind on both speed and
+   memory is abandoned there;
+3. per remaining policy, a batch-size ladder up the rungs: stop at OOM, at the memory budget,
+   or when throughput stops growing; go down when the first step up does not pay; refine
+   between the last fit and the first OOM when throughput was still growing;
+4. for mixed_float16, the loss-scale candidates at its chosen batch size;
+5. the numerical guard: each policy's best setup against float32 at the same batch size, seed
+   and data (a float32 trial at that batch is run if there is none);
+6. the leading setups are measured again, and the recommendation never calls a winner inside
+   the noise.
+
+Every trial goes through :class:`Evaluator`, which recalls a finished trial of the session
+instead of running it again (so a resumed search continues where it stopped) and enforces the
+trial and time budgets.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.errors import MptuneError
+from tuner.policies import FLOAT32, MIXED_FLOAT16
+from tuner.search.session import TuningSession
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.trials.models import ModelSource
+from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.runner import TrialCancelled, run_trial
+from tuner.trials.spec import LossScale, TrialSpec
+
+logger = logging.getLogger(__name__)
+
+SearchEvent = dict[str, Any]
+TrialRunner = Callable[..., TrialResult]
+
+#: A policy is abandoned at the starting batch when it is this much slower than the best...
+ABANDON_SLOWER = 0.25
+#: ...and does not use at least this much less memory per sample.
+ABANDON_MEMORY = 0.05
+#: Re-measure a runner-up whose figure is within this of the leader's.
+REMEASURE_WITHIN = 0.15
+
+
+class BudgetExhausted(Exception):
+    """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A trial result with its number in the session."""
+
+    number: int
+    result: TrialResult
+
+    @property
+    def speed(self) -> float:
+        """Effective samples/s: a step the loss scaler skipped trained nothing."""
+        r = self.result
+        if not r.samples_per_second:
+            return 0.0
+        applied = 1 - r.skipped_steps / r.steps_completed if r.steps_completed else 1.0
+        return r.samples_per_second * applied
+
+    @property
+    def memory_per_sample(self) -> float:
+        peak = self.result.peak_memory_mb
+        return peak / self.result.spec.batch_size if peak else math.inf
+
+
+@dataclass
+class Candidate:
+    """A setup that may be recommended, with every measurement of it."""
+
+    policy: str
+    batch_size: int
+    loss_scale: LossScale
+    runs: list[Measured] = field(default_factory=list)
+    loss_gap: float | None = None
+    guard_trial: int | None = None
+    rejected: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        return (self.policy, self.batch_size, str(self.loss_scale))
+
+    @property
+    def speed(self) -> float:
+        return statistics.median(r.speed for r in self.runs)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        speeds = [r.speed for r in self.runs]
+        return min(speeds), max(speeds)
+
+    @property
+    def relative_spread(self) -> float:
+        low, high = self.spread
+        return (high - low) / self.speed if self.speed else 0.0
+
+    @property
+    def memory_per_sample(self) -> float:
+        return statistics.median(r.memory_per_sample for r in self.runs)
+
+    @property
+    def peak_memory_mb(self) -> float | None:
+        peaks = [r.result.peak_memory_mb for r in self.runs if r.result.peak_memory_mb]
+        return statistics.median(peaks) if peaks else None
+
+    def simplicity(self) -> tuple[int, int, int]:
+        """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
+        return (self.policy != FLOAT32, self.loss_scale.kind == "fixed", self.batch_size)
+
+
+@dataclass
+class SearchOutcome:
+    """What a search found: candidates, rejections, notes; the recommendation is made from it."""
+
+    candidates: list[Candidate]
+    baseline: Measured | None
+    abandoned: dict[str, str]
+    notes: list[str]
+    stopped_early: str | None
+    measured: dict[tuple[str, int, str], list[Measured]]
+
+
+class Evaluator:
+    """Runs trials for the strategy, or recalls them from the session."""
+
+    def __init__(self, session: TuningSession, source: ModelSource, settings: SearchSettings,
+                 on_event: Callable[[SearchEvent], None] | None = None,
+                 cancel: threading.Event | None = None, runner: TrialRunner = run_trial,
+                 memory_budget_mb: float | None = None) -> None:
+        self.session = session
+        self.source = source
+        self.settings = settings
+        self.on_event = on_event or (lambda event: None)
+        self.cancel = cancel
+        self.runner = runner
+        self.memory_budget_mb = memory_budget_mb
+        self.started = time.monotonic()
+        self.trial_seconds: list[float] = []
+        self.known: dict[tuple[str, int, str], list[Measured]] = {}
+        self.closed_trials = 0
+        for stored in session.trials():
+            self.closed_trials += 1
+            if stored.result is not None:
+                spec = stored.result.spec
+                key = (spec.policy, spec.batch_size, str(spec.loss_scale))
+                self.known.setdefault(key, []).append(Measured(stored.number, stored.result))
+        self.recalled = sum(len(v) for v in self.known.values())
+        self.ran = 0
+
+    def spec(self, policy: str, batch_size: int, loss_scale: LossScale) -> TrialSpec:
+        s = self.settings
+        return TrialSpec(
+            model=self.source.spec, policy=policy, batch_size=batch_size, loss_scale=loss_scale,
+            warmup_steps=s.warmup_steps, measure_seconds=s.measure_seconds,
+            min_steps=max(s.min_steps, s.guard_steps), seed=s.seed, timeout_s=s.timeout_s,
+            device=s.device)
+
+    def measure(self, policy: str, batch_size: int, loss_scale: LossScale, stage: str,
+                repeat: int = 0) -> Measured:
+        """The ``repeat``-th measurement of a setup (0: the first), run only if not stored."""
+        key = (policy, batch_size, str(loss_scale))
+        known = self.known.get(key, [])
+        if len(known) > repeat:
+            return known[repeat]
+        self._check_budget()
+        spec = self.spec(policy, batch_size, loss_scale)
+        trial = self.session.start_trial(spec, stage)
+        self.on_event({"type": "trial_started", "number": trial.number, "stage": stage,
+                       "spec": spec.to_dict()})
+        t0 = time.monotonic()
+        try:
+            result = self.runner(spec, lambda e: self.on_event(
+                {"type": "worker", "number": trial.number, "event": e}),
+                cancel=self.cancel, source=self.source)
+        except (KeyboardInterrupt, TrialCancelled):
+            self.session.abandon_trial(trial, "stopped by the user")
+            raise
+        except BaseException:
+            self.session.abandon_trial(trial, "mptune failed while running this trial")
+            raise
+        self.trial_seconds.append(time.monotonic() - t0)
+        number = self.session.finish_trial(trial, result)
+        self.ran += 1
+        self.closed_trials += 1
+        measured = Measured(number, result)
+        self.known.setdefault(key, []).append(measured)
+        self.on_event({"type": "trial_finished", "number": number, "stage": stage,
+                       "result": result.to_dict()})
+        return measured
+
+    def _check_budget(self) -> None:
+        s = self.settings
+        if s.max_trials is not None and self.closed_trials >= s.max_trials:
+            raise BudgetExhausted(f"the limit of {s.max_trials} trials was reached")
+        if s.budget_minutes is not None:
+            typical = statistics.median(self.trial_seconds) if self.trial_seconds else 0.0
+            elapsed = time.monotonic() - self.started
+            if elapsed + typical > s.budget_minutes * 60:
+                raise BudgetExhausted(f"the time budget of {s.budget_minutes:g} min was reached")
+
+    def over_memory_budget(self, m: Measured) -> bool:
+        peak = m.result.peak_memory_mb
+        return self.memory_budget_mb is not None and peak is not None and peak > self.memory_budget_mb
+
+
+class Search:
+    """One search over a space: call :meth:`run` for the outcome.
+
+    Args:
+        evaluator: runs and recalls trials.
+        space: what to try.
+        settings: objective, tolerances.
+    """
+
+    def __init__(self, evaluator: Evaluator, space: SearchSpace, settings: SearchSettings) -> None:
+        self.ev = evaluator
+        self.space = space
+        self.settings = settings
+        self.abandoned: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.baseline: Measured | None = None
+        self.planned = 0
+
+    # -- progress ---------------------------------------------------------------------------
+    def _plan(self, remaining: int) -> None:
+        """Tell listeners how many trials are done and about how many are left."""
+        done = self.ev.closed_trials
+        self.planned = done + max(0, remaining)
+        if self.settings.max_trials is not None:
+            self.planned = min(self.planned, self.settings.max_trials)
+        self.ev.on_event({"type": "plan", "done": done, "planned": self.planned})
+
+    def _stage(self, name: str, message: str) -> None:
+        self.ev.on_event({"type": "stage", "stage": name, "message": message})
+
+    # -- the search -------------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        stopped = None
+        try:
+            self._search()
+        except BudgetExhausted as exc:
+            stopped = str(exc)
+            self.notes.append(f"stopped early: {exc}; the recommendation uses the trials so far")
+        candidates = self._finalists_after_guard(allow_new_trials=stopped is None)
+        if stopped is None:
+            try:
+                self._remeasure(candidates)
+            except BudgetExhausted as exc:
+                stopped = str(exc)
+                self.notes.append(f"stopped before re-measuring: {exc}")
+        return SearchOutcome(candidates, self.baseline, dict(self.abandoned), self.notes,
+                             stopped, dict(self.ev.known))
+
+    def _search(self) -> None:
+        start = self.space.start_batch
+        policies = list(self.space.policies)
+        first = FLOAT32 if FLOAT32 in policies else policies[0]
+        self._plan(len(policies) + 3 * len(policies) + 4)
+        self._stage("baseline", f"{first} at batch size {start}")
+        self.baseline = self._first_trial(first, start)
+
+        self._stage("policies", f"each policy at batch size {start}")
+        at_start = {first: self.baseline}
+        for policy in policies:
+            if policy not in at_start:
+                at_start[policy] = self.ev.measure(policy, start, LossScale.default_for(policy),
+                                                   "policies")
+        self._abandon_laggards(at_start)
+
+        alive = [p for p in policies if p not in self.abandoned]
+        self._plan(3 * len(alive) + (3 if MIXED_FLOAT16 in alive else 0) + 2)
+        for policy in alive:
+            self._stage("batch", f"batch-size ladder for {policy}")
+            self._ladder(policy, at_start[policy])
+            alive_left = alive[alive.index(policy) + 1:]
+            self._plan(3 * len(alive_left) + (3 if MIXED_FLOAT16 in alive else 0) + 2)
+
+        if MIXED_FLOAT16 in alive and self.pick(MIXED_FLOAT16) is not None:
+            self._loss_scale_stage()
+
+    def _first_trial(self, policy: str, batch_size: int) -> Measured:
+        m = self.ev.measure(policy, batch_size, LossScale.default_for(policy), "baseline")
+        if m.result.status is TrialStatus.USER_ERROR:
+            err = m.result.error
+            where = f"{err.location}: " if err and err.location else ""
+            raise MptuneError(f"the model fails in its own code, so no search can run: "
+                              f"{where}{err.message if err else 'unknown error'}")
+        return m
+
+    def usable(self, policy: str) -> list[Measured]:
+        """Every setup of ``policy`` that ran ok within the memory budget (first runs)."""
+        return [runs[0] for key, runs in self.ev.known.items()
+                if key[0] == policy and runs[0].result.ok
+                and not self.ev.over_memory_budget(runs[0])]
+
+    def pick(self, policy: str) -> Candidate | None:
+        """The policy's best setup for the objective, from what was measured."""
+        chosen = choose(self.usable(policy), self.settings)
+        if chosen is None:
+            return None
+        spec = chosen.result.spec
+        return Candidate(spec.policy, spec.batch_size, spec.loss_scale, [chosen])
+
+    def _abandon_laggards(self, at_start: dict[str, Measured]) -> None:
+        usable = {p: m for p, m in at_start.items() if m.result.ok}
+        for policy, m in at_start.items():
+            if not m.result.ok:
+                self.abandoned[policy] = (f"{m.result.status.value} at batch size "
+                                          f"{m.result.spec.batch_size}: "
+                                          f"{m.result.error.message if m.result.error else ''}")
+        if not usable:
+            return
+        fastest = max(m.speed for m in usable.values())
+        leanest = min(m.memory_per_sample for m in usable.values())
+        for policy, m in usable.items():
+            if policy == FLOAT32:
+                continue  # the baseline and the guard's reference is never dropped
+            slower = m.speed < (1 - ABANDON_SLOWER) * fastest
+            no_memory_gain = m.memory_per_sample >= (1 - ABANDON_MEMORY) * leanest \
+                if math.isfinite(leanest) else True
+            if slower and (no_memory_gain or self.settings.objective == "speed"):
+                self.abandoned[policy] = (
+                    f"clearly behind at batch size {m.result.spec.batch_size}: "
+                    f"{m.speed / fastest:.2f}x the fastest policy's throughput"
+                    + ("" if not no_memory_gain else " and no memory saving"))
+
+    def _ladder(self, policy: str, first: Measured) -> None:
+        rungs = self.space.rungs()
+        scale = LossScale.default_for(policy)
+        stage = "batch"
+        start_index = rungs.index(first.result.spec.batch_size)
+        best = first
+        failed_at: int | None = None
+        growth = 0.0
+        for b in rungs[start_index + 1:]:
+            m = self.ev.measure(policy, b, scale, stage)
+            if not m.result.ok or self.ev.over_memory_budget(m):
+                failed_at = b
+                why = ("over the memory budget" if m.result.ok else m.result.status.value)
+                self.notes.append(f"{policy}: batch size {b} {why}; larger batches skipped")
+                break
+            gain = m.speed / best.speed - 1 if best.speed else math.inf
+            if gain < self.settings.noise_floor:
+                if m.speed > best.speed:
+                    best = m
+                break
+            best, growth = m, gain
+        if best is first and start_index > 0:
+            # Going up did not pay: see whether a smaller batch is faster.
+            for b in reversed(rungs[:start_index]):
+                m = self.ev.measure(policy, b, scale, stage)
+                if not m.result.ok:
+                    break
+                if m.speed < best.speed * (1 + self.settings.noise_floor):
+                    break
+                best = m
+        if (self.space.refine and failed_at is not None and growth > 0.10
+                and best.result.spec.batch_size < failed_at):
+            middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
+            if best.result.spec.batch_size < middle < failed_at:
+                self.ev.measure(policy, middle, scale, "refine")
+
+    def _loss_scale_stage(self) -> None:
+        cand = self.pick(MIXED_FLOAT16)
+        assert cand is not None
+        others = [s for s in self.space.loss_scales if str(s) != str(cand.loss_scale)]
+        if not others:
+            return
+        self._stage("loss-scale", f"loss scales for mixed_float16 at batch size {cand.batch_size}")
+        for scale in others:
+            m = self.ev.measure(MIXED_FLOAT16, cand.batch_size, scale, "loss-scale")
+            r = m.result
+            if not r.ok:
+                self.notes.append(f"mixed_float16 with loss scale {scale}: {r.status.value}"
+                                  + (f" ({r.error.message})" if r.error else ""))
+                continue
+            if r.skipped_steps > 0.1 * max(1, r.steps_completed):
+                self.notes.append(f"mixed_float16 with loss scale {scale}: {r.skipped_steps} of "
+                                  f"{r.steps_completed} steps skipped")
+
+    # -- guard and noise --------------------------------------------------------------------
+    def _finalists_after_guard(self, allow_new_trials: bool) -> list[Candidate]:
+        finalists = [c for p in self.space.policies if (c := self.pick(p)) is not None]
+        for cand in finalists:
+            if cand.policy == FLOAT32:
+                cand.loss_gap = 0.0
+                continue
+            reference = self._float32_at(cand.batch_size, allow_new_trials)
+            if reference is None:
+                cand.rejected = ("not compared with float32 at the same batch size "
+                                 "(budget reached)")
+                continue
+            mine = cand.runs[0]
+            if not reference.result.ok:
+                # float32 does not fit (or fails) where the mixed policy runs: compare the two
+                # at the largest batch where both ran; precision, not batch size, is on trial.
+                pair = self._common_batch(cand, allow_new_trials)
+                if pair is None:
+                    cand.rejected = (f"float32 at batch size {cand.batch_size} "
+                                     f"{reference.result.status.value} and no smaller batch to "
+                                     "compare at")
+                    continue
+                mine, reference = pair
+                self.notes.append(
+                    f"{cand.policy} was compared with float32 at batch size "
+                    f"{reference.result.spec.batch_size}: float32 does not run at batch size "
+                    f"{cand.batch_size}")
+            cand.guard_trial = reference.number
+            gap = loss_gap(mine.result, reference.result, self.settings.guard_steps)
+            cand.loss_gap = gap
+            if gap is None or gap > self.settings.loss_tolerance:
+                cand.rejected = (f"loss gap to float32 {_pct(gap)} over the tolerance "
+                                 f"{self.settings.loss_tolerance:.0%}" if gap is not None
+                                 else "no comparable loss window")
+        return finalists
+
+    def _common_batch(self, cand: Candidate,
+                      allow_new_trials: bool) -> tuple[Measured, Measured] | None:
+        """The candidate's setup and float32 at the largest smaller batch where float32 ran."""
+        fits = sorted(b for (p, b, s), runs in self.ev.known.items()
+                      if p == FLOAT32 and s == "none" and b < cand.batch_size and runs[0].result.ok)
+        if not fits:
+            return None
+        batch = fits[-1]
+        key = (cand.policy, batch, str(cand.loss_scale))
+        if key in self.ev.known:
+            mine = self.ev.known[key][0]
+        elif allow_new_trials:
+            try:
+                mine = self.ev.measure(cand.policy, batch, cand.loss_scale, "guard")
+            except BudgetExhausted:
+                return None
+        else:
+            return None
+        if not mine.result.ok:
+            return None
+        return mine, self.ev.known[(FLOAT32, batch, "none")][0]
+
+    def _float32_at(self, batch_size: int, allow_new_trials: bool) -> Measured | None:
+        key = (FLOAT32, batch_size, "none")
+        if key in self.ev.known:
+            return self.ev.known[key][0]
+        oom_below = [runs[0] for (p, b, s), runs in self.ev.known.items()
+                     if p == FLOAT32 and b <= batch_size
+                     and runs[0].result.status is TrialStatus.OOM]
+        if oom_below:  # it will not fit a larger batch either
+            return min(oom_below, key=lambda m: m.result.spec.batch_size)
+        if not allow_new_trials:
+            return None
+        self._stage("guard", f"float32 reference at batch size {batch_size}")
+        try:
+            return self.ev.measure(FLOAT32, batch_size, LossScale("none"), "guard")
+        except BudgetExhausted:
+            return None
+
+    def _remeasure(self, candidates: list[Candidate]) -> None:
+        viable = [c for c in candidates if c.rejected is None]
+        if not viable:
+            return
+        viable.sort(key=lambda c: c.speed, reverse=True)
+        leader = viable[0]
+        contenders = [leader] + [c for c in viable[1:]
+                                 if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1]
+        self._stage("remeasure", "measuring the leading setups again")
+        for cand in contenders:
+            policy, batch, scale = cand.policy, cand.batch_size, cand.loss_scale
+            measured = self.ev.measure(policy, batch, scale, "remeasure", repeat=1)
+            if measured.number not in [r.number for r in cand.runs]:
+                if measured.result.ok:
+                    cand.runs.append(measured)
+                else:
+                    cand.rejected = f"re-measurement {measured.result.status.value}"
+
+
+def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
+    """Relative gap between two trials' mean loss over the last quarter of their first
+    ``window`` common measured steps (same seed, same data: step k saw the same batch)."""
+    n = min(len(candidate.losses), len(reference.losses), window)
+    if n < 4:
+        return None
+    tail = slice(n - max(1, n // 4), n)
+    a = candidate.losses[tail]
+    b = reference.losses[tail]
+    if not all(math.isfinite(v) for v in a + b):
+        return math.inf
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
+
+
+def _multiple_of_8(value: int) -> int:
+    return max(8, int(round(value / 8)) * 8)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else ("inf" if math.isinf(value) else f"{value:.1%}")
+
+
+def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
+    """The best of ``setups`` for the objective: the fastest (``speed``), or the least memory
+    per sample among those within the throughput floor of the fastest (``memory``: 80%,
+    ``balanced``: 95%)."""
+    if not setups:
+        return None
+    fastest = max(setups, key=lambda m: m.speed)
+    if settings.objective == "speed":
+        return fastest
+    floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
+    eligible = [m for m in setups if m.speed >= floor * fastest.speed]
+    return min(eligible, key=lambda m: (m.memory_per_sample, -m.speed))

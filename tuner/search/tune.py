@@ -1,0 +1,107 @@
+"""``mptune tune`` as a function: hardware, prior, session, search, recommendation."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tuner.search.recommend import Recommendation, recommend
+from tuner.search.session import TuningSession
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.strategy import Evaluator, Search, SearchEvent, SearchOutcome, TrialRunner
+from tuner.trials.models import parse_model_spec
+from tuner.trials.runner import run_trial
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What ``tune`` returns: the session's name, the recommendation and the search outcome."""
+
+    session: str
+    recommendation: Recommendation
+    outcome: SearchOutcome
+    ran: int  #: trials run now
+    recalled: int  #: trials taken from the stored session
+
+
+def default_study_name(model: str) -> str:
+    """``<model>-<date>-<time>``, e.g. ``cnn-20261122-170102``."""
+    base = model.split(":")[1] if model.startswith("builtin:") else model.rsplit("/", 1)[-1]
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", base.rsplit(".", 1)[0] if "." in base else base)
+    return f"{base or 'model'}-{datetime.now():%Y%m%d-%H%M%S}"
+
+
+def hardware_prior(profile: Any) -> tuple[str, ...]:
+    """The policies to try, most promising first, from the hardware advice."""
+    return tuple(a.policy for a in profile.advice)
+
+
+def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None:
+    """The device's memory less the headroom: the GPU's for a GPU, RAM for a CPU."""
+    gpus = list(getattr(profile, "gpus", ()) or ())
+    if device != "cpu" and gpus:
+        index = int(device.split(":")[1]) if device.startswith("gpu:") else 0
+        gpu = next((g for g in gpus if g.index == index), gpus[0])
+        total = gpu.memory_total_mb
+    else:
+        total = getattr(profile.cpu, "ram_total_mb", None)
+    return total * (1 - headroom) if total else None
+
+
+def tune(model: str, *, space: SearchSpace | None = None,
+         settings: SearchSettings | None = None, storage: str | None = None,
+         study: str | None = None, resume: bool = False,
+         on_event: Callable[[SearchEvent], None] | None = None,
+         cancel: threading.Event | None = None, runner: TrialRunner = run_trial,
+         profile: Any = None) -> TuneResult:
+    """Search for the best setup of ``model`` on this machine, storing every trial.
+
+    Args:
+        model: the model spec (see :mod:`tuner.trials.models`).
+        space: what to try; ``None``: the hardware prior's policies and the default ladder.
+        settings: objective, budgets, tolerances.
+        storage: Optuna storage URL; ``None`` for the default SQLite file.
+        study: the session name; an existing session of that name is continued.
+        resume: the session must exist already.
+        on_event: called with search events (``plan``, ``stage``, ``trial_started``,
+            ``worker``, ``trial_finished``, ``recommendation``).
+        cancel: set it to stop the running trial and end the search.
+        runner: runs one trial (tests pass scripted outcomes).
+        profile: the hardware profile; ``None`` detects it.
+
+    Raises:
+        MptuneError: bad model spec, unreachable storage, a model that fails in its own code.
+        NoViableSetup: every setup failed.
+        TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
+    """
+    source = parse_model_spec(model)
+    if profile is None:
+        from tuner.hardware import detect
+
+        profile = detect()
+    settings = settings or SearchSettings()
+    space = space or SearchSpace(policies=hardware_prior(profile))
+    name = study or default_study_name(model)
+    session = TuningSession.create(name, storage, {
+        "model": model,
+        "space": {"policies": list(space.policies), "batch_sizes": list(space.batch_sizes),
+                  "loss_scales": [str(s) for s in space.loss_scales],
+                  "start_batch": space.start_batch},
+        "settings": dataclasses.asdict(settings),
+        "hardware": profile.to_dict(),
+    }, resume=resume)
+    session.fail_orphans()
+    emit = on_event or (lambda event: None)
+    emit({"type": "session", "name": session.name, "model": model})
+    evaluator = Evaluator(session, source, settings, emit, cancel, runner,
+                          memory_budget_mb(profile, settings.device, settings.memory_headroom))
+    outcome = Search(evaluator, space, settings).run()
+    rec = recommend(outcome, space, settings, profile.to_dict())
+    session.set_attr("recommendation", rec.to_dict())
+    emit({"type": "recommendation", "recommendation": rec.to_dict()})
+    return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
