@@ -29,3 +29,8 @@ def no_leftovers() -> Iterator[None]:
         child.kill()
     assert not children, f"test left child processes running: {children}"
     assert not threads, f"test left threads running: {[t.name for t in threads]}"
+
+# Test helper modules (tests/tuner/tests_support.py) import by name.
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tuner"))

@@ -1,0 +1,164 @@
+"""Every export format executed with TensorFlow for a few steps, and apply_config in use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests_support import make_config
+from tuner.export import render
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_keras3_snippets_train(tmp_path: Path) -> None:
+    """Each loss-scale kind, pasted before a tiny model, trains two steps as tuned."""
+    checks = []
+    for policy, scale, expected in (("mixed_bfloat16", "none", "Adam"),
+                                    ("mixed_float16", "dynamic:1024:500", "LossScaleOptimizer"),
+                                    ("mixed_float16", "fixed:128", "Adam")):
+        snippet = render(make_config(policy=policy, loss_scale=scale, batch_size=8), "snippet")
+        checks.append(snippet + textwrap.dedent(f"""
+            import numpy as np
+            inputs = keras.Input((4,))
+            x = keras.layers.Dense(8)(inputs)
+            outputs = keras.layers.Activation("linear", dtype="float32")(keras.layers.Dense(1)(x))
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
+            history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
+                                batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            assert type(model.optimizer).__name__ == {expected!r}, type(model.optimizer)
+            assert model.dtype_policy.name == {policy!r}
+            if {scale!r}.startswith("fixed"):
+                assert model.optimizer.loss_scale_factor == 128
+            if {scale!r}.startswith("dynamic"):
+                assert float(model.optimizer.dynamic_scale.numpy()) == 1024.0
+            assert np.isfinite(history.history["loss"][-1])
+            print("ok", {policy!r}, {scale!r})
+        """))
+    # One process, one snippet after another: each sets its own policy before building.
+    proc = python("\n".join(f"exec({c!r})" for c in checks), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("ok ") == 3
+
+
+@pytest.mark.parametrize("scale, expected", [("fixed:64", "LossScaleOptimizer"),
+                                             ("dynamic:1024:500", "LossScaleOptimizer")])
+def test_keras2_snippets_train_with_tf_keras(tmp_path: Path, scale: str, expected: str) -> None:
+    snippet = render(make_config(policy="mixed_float16", loss_scale=scale, batch_size=8),
+                     "snippet", "2")
+    code = "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n" + snippet + textwrap.dedent(f"""
+        import numpy as np
+        assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+        inputs = tf.keras.Input((4,))
+        x = tf.keras.layers.Dense(8)(inputs)
+        outputs = tf.keras.layers.Activation("linear", dtype="float32")(tf.keras.layers.Dense(1)(x))
+        model = tf.keras.Model(inputs, outputs)
+        model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
+        history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
+                            batch_size=BATCH_SIZE, epochs=1, verbose=0)
+        opt = model.optimizer
+        assert {expected!r} in type(opt).__name__, type(opt)
+        assert opt.dynamic is {scale.startswith("dynamic")!r}
+        assert float(opt.loss_scale) == {1024.0 if scale.startswith("dynamic") else 64.0!r}
+        assert np.isfinite(history.history["loss"][-1])
+        print("ok")
+    """)
+    proc = python(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ok" in proc.stdout
+
+
+def run_script(config, tmp_path: Path) -> str:
+    script = tmp_path / "train_tuned.py"
+    script.write_text(render(config, "script"))
+    proc = subprocess.run([sys.executable, str(script), "--max-steps", "3"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "final loss" in proc.stdout
+    return proc.stdout
+
+
+def test_script_for_a_builtin_model(tmp_path: Path) -> None:
+    out = run_script(make_config(policy="mixed_float16", loss_scale="dynamic"), tmp_path)
+    assert "after 3 steps (mixed_float16, batch 16, loss scale dynamic)" in out
+
+
+@pytest.mark.parametrize("with_dataset", [True, False])
+def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
+    model = tmp_path / "my model's file.py"  # a path that needs escaping
+    model.write_text(textwrap.dedent("""
+        import numpy as np
+        import tensorflow as tf
+        import keras
+
+        def build_model():
+            inputs = keras.Input((6,))
+            outputs = keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(8)(inputs))
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=keras.optimizers.SGD(0.1),
+                          loss="sparse_categorical_crossentropy")
+            return model
+    """) + (textwrap.dedent("""
+        def make_dataset(batch_size):
+            x = np.ones((64, 6), np.float32)
+            y = np.zeros((64,), np.int32)
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    """) if with_dataset else ""))
+    run_script(make_config(model=str(model), policy="mixed_float16", loss_scale="fixed:128",
+                           batch_size=8), tmp_path)
+
+
+def test_script_for_a_saved_keras_model(tmp_path: Path) -> None:
+    saved = tmp_path / "tiny.keras"
+    proc = python(textwrap.dedent(f"""
+        import keras
+        inputs = keras.Input((5,))
+        model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(8)(inputs)))
+        model.compile(optimizer="adam", loss="mse")
+        model.save({str(saved)!r})
+    """), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_script(make_config(model=str(saved), policy="mixed_bfloat16", batch_size=4), tmp_path)
+
+
+def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
+    fixed = tmp_path / "fixed.json"
+    make_config(policy="mixed_float16", loss_scale="fixed:256", batch_size=32).save(fixed)
+    dynamic = tmp_path / "dynamic.json"
+    make_config(policy="mixed_float16", loss_scale="dynamic").save(dynamic)
+    proc = python(textwrap.dedent(f"""
+        import warnings
+        import keras
+        from tuner import apply_config
+        from tuner.export.apply import HardwareMismatchWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tuned = apply_config({str(fixed)!r})
+        assert keras.mixed_precision.global_policy().name == "mixed_float16"
+        assert tuned.batch_size == 32
+        opt = tuned.wrap_optimizer(keras.optimizers.Adam())
+        assert type(opt).__name__ == "Adam" and opt.loss_scale_factor == 256
+        assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
+        # The config says "Test CPU": this machine is another, so the user is told.
+        assert any(issubclass(w.category, HardwareMismatchWarning) and "Test CPU" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+        tuned = apply_config({str(dynamic)!r}, warn_on_mismatch=False)
+        opt = tuned.wrap_optimizer(keras.optimizers.SGD())
+        assert type(opt).__name__ == "LossScaleOptimizer" and tuned.compile_kwargs() == {{}}
+        print("applied")
+    """), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "applied" in proc.stdout

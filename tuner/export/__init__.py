@@ -1,0 +1,59 @@
+"""Exporting a tuned setup: the versioned JSON config, snippets, scripts, and ``apply_config``.
+
+``apply_config`` (in :mod:`tuner.export.apply`) runs in the user's training process and imports
+Keras; it is loaded lazily so that importing this package stays TensorFlow-free.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from tuner import __version__
+from tuner.export.config import (SCHEMA, SCHEMA_VERSION, ConfigError, Evidence,
+                                 HardwareFingerprint, Setup, TunedConfig)
+from tuner.export.render import FORMATS, render
+
+if TYPE_CHECKING:
+    from tuner.search.session import TuningSession
+
+__all__ = ["FORMATS", "SCHEMA", "SCHEMA_VERSION", "ConfigError", "Evidence",
+           "HardwareFingerprint", "Setup", "TunedConfig", "config_from_session", "render"]
+
+
+def config_from_session(session: TuningSession) -> TunedConfig:
+    """The tuned config of a finished session.
+
+    Raises:
+        ConfigError: the session has no recommendation yet.
+    """
+    from tuner.hardware import HardwareProfile
+
+    attrs = session.attrs
+    rec = attrs.get("recommendation")
+    if not isinstance(rec, dict):
+        raise ConfigError(f"session {session.name} has no recommendation yet: finish it with "
+                          f"mptune tune --resume {session.name}")
+    profile = HardwareProfile.from_dict(attrs["hardware"])
+    spread = rec.get("samples_per_second_spread")
+    return TunedConfig(
+        setup=Setup(rec["policy"], int(rec["batch_size"]), rec["loss_scale"]),
+        model=str(attrs.get("model", "")),
+        evidence=Evidence(
+            samples_per_second=rec.get("samples_per_second"),
+            samples_per_second_spread=tuple(spread) if spread else None,
+            baseline_samples_per_second=rec.get("baseline_samples_per_second"),
+            speedup_vs_float32=rec.get("speedup_vs_float32"),
+            memory_saving=rec.get("memory_saving"),
+            peak_memory_mb=rec.get("peak_memory_mb"),
+            loss_gap=rec.get("loss_gap"),
+            skipped_steps=int(rec.get("skipped_steps") or 0),
+            reason=rec.get("reason", ""),
+            trials=tuple(rec.get("trials", ())),
+        ),
+        hardware=HardwareFingerprint.from_profile(profile, rec.get("device") or "cpu"),
+        versions=dict(rec.get("versions") or {}),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        mptune_version=__version__,
+        session=session.name,
+    )

@@ -1,0 +1,324 @@
+"""The tuned config: a versioned JSON schema, validated field by field.
+
+A config file is data. Loading one parses JSON and checks types and values; nothing in it is
+ever executed, imported or evaluated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import MptuneError
+from tuner.policies import check_policy
+from tuner.trials.spec import LossScale
+
+SCHEMA = "mptune.config"
+SCHEMA_VERSION = 1
+
+
+class ConfigError(MptuneError):
+    """A config file that is missing, not JSON, of another schema, or has a bad field."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The tuned setup: what a training script applies."""
+
+    policy: str
+    batch_size: int
+    loss_scale: str  #: LossScale's written form: none, dynamic[:I[:G]], fixed:N
+
+    @property
+    def scale(self) -> LossScale:
+        return LossScale.parse(self.loss_scale)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why this setup: the figures behind it (see docs/search.md)."""
+
+    samples_per_second: float | None = None
+    samples_per_second_spread: tuple[float, float] | None = None
+    baseline_samples_per_second: float | None = None
+    speedup_vs_float32: float | None = None
+    memory_saving: float | None = None
+    peak_memory_mb: float | None = None
+    loss_gap: float | None = None
+    skipped_steps: int = 0
+    reason: str = ""
+    trials: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class HardwareFingerprint:
+    """The machine the setup was measured on, to warn when it is applied elsewhere."""
+
+    device: str
+    gpu_name: str | None = None
+    compute_capability: str | None = None
+    gpu_memory_total_mb: float | None = None
+    cpu_model: str | None = None
+    cpu_flags: tuple[str, ...] = ()
+    digest: str = ""
+
+    @classmethod
+    def from_profile(cls, profile: Any, device: str) -> HardwareFingerprint:
+        """The fingerprint of ``profile`` (a :class:`~tuner.hardware.HardwareProfile`) for the
+        device the trials ran on (``cpu`` or ``gpu:N ...``)."""
+        gpu = None
+        if device.startswith("gpu") and profile.gpus:
+            index = int(device.split(":")[1].split()[0]) if ":" in device else 0
+            gpu = next((g for g in profile.gpus if g.index == index), profile.gpus[0])
+        cc = gpu.compute_capability if gpu else None
+        values = {
+            "device": "gpu" if gpu else "cpu",
+            "gpu_name": gpu.name if gpu else None,
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+            "gpu_memory_total_mb": gpu.memory_total_mb if gpu else None,
+            "cpu_model": profile.cpu.model,
+            "cpu_flags": tuple(profile.cpu.flags),
+        }
+        return cls(**values, digest=_digest(values))
+
+    def mismatches(self, other: HardwareFingerprint) -> list[str]:
+        """Differences that matter, worded for a warning."""
+        found = []
+        if self.device != other.device:
+            found.append(f"tuned on {self.device}, running on {other.device}")
+        if self.device == "gpu" and other.device == "gpu":
+            if self.gpu_name != other.gpu_name:
+                found.append(f"GPU {self.gpu_name} vs {other.gpu_name}")
+            if self.compute_capability != other.compute_capability:
+                found.append(f"compute capability {self.compute_capability} vs "
+                             f"{other.compute_capability}")
+        if self.device == "cpu" and other.device == "cpu":
+            if self.cpu_model != other.cpu_model:
+                found.append(f"CPU {self.cpu_model} vs {other.cpu_model}")
+            lost = sorted(set(self.cpu_flags) - set(other.cpu_flags))
+            if lost:
+                found.append(f"this CPU lacks {', '.join(lost)}")
+        return found
+
+
+def _digest(values: dict[str, Any]) -> str:
+    ident = {k: values[k] for k in ("device", "gpu_name", "compute_capability", "cpu_model",
+                                    "cpu_flags")}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """Everything ``mptune export --format json`` writes."""
+
+    setup: Setup
+    model: str
+    evidence: Evidence
+    hardware: HardwareFingerprint
+    versions: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+    mptune_version: str = ""
+    session: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        evidence = asdict(self.evidence)
+        evidence["trials"] = list(self.evidence.trials)
+        if self.evidence.samples_per_second_spread is not None:
+            evidence["samples_per_second_spread"] = list(self.evidence.samples_per_second_spread)
+        hardware = asdict(self.hardware)
+        hardware["cpu_flags"] = list(self.hardware.cpu_flags)
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "created": self.created,
+            "mptune_version": self.mptune_version,
+            "session": self.session,
+            "model": self.model,
+            "setup": asdict(self.setup),
+            "evidence": evidence,
+            "hardware": hardware,
+            "versions": dict(self.versions),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "config") -> TunedConfig:
+        """Validate and build; every problem names its field.
+
+        Raises:
+            ConfigError: naming the file (``source``) and the field.
+        """
+        v = _Validator(source)
+        root = v.obj(data, "the top level")
+        schema = root.get("schema")
+        if schema != SCHEMA:
+            raise ConfigError(f"{source}: not an mptune config (field schema is {schema!r}, "
+                              f"expected {SCHEMA!r})")
+        version = root.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ConfigError(f"{source}: field schema_version must be an integer, got "
+                              f"{version!r}")
+        if version > SCHEMA_VERSION:
+            raise ConfigError(f"{source}: schema version {version} is newer than this mptune "
+                              f"understands ({SCHEMA_VERSION}); upgrade mptune")
+        if version < 1:
+            raise ConfigError(f"{source}: field schema_version must be at least 1, got {version}")
+        s = v.obj(root.get("setup"), "setup")
+        policy = v.string(s.get("policy"), "setup.policy")
+        try:
+            check_policy(policy)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: field setup.policy: {exc}") from None
+        loss_scale = v.string(s.get("loss_scale"), "setup.loss_scale")
+        try:
+            loss_scale = str(LossScale.parse(loss_scale))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: field setup.loss_scale: {exc}") from None
+        setup = Setup(policy, v.positive_int(s.get("batch_size"), "setup.batch_size"), loss_scale)
+        e = v.obj(root.get("evidence", {}), "evidence")
+        spread = e.get("samples_per_second_spread")
+        evidence = Evidence(
+            samples_per_second=v.number(e.get("samples_per_second"), "evidence.samples_per_second"),
+            samples_per_second_spread=(
+                tuple(v.number(x, "evidence.samples_per_second_spread", False)
+                      for x in v.pair(spread, "evidence.samples_per_second_spread"))
+                if spread is not None else None),
+            baseline_samples_per_second=v.number(e.get("baseline_samples_per_second"),
+                                                 "evidence.baseline_samples_per_second"),
+            speedup_vs_float32=v.number(e.get("speedup_vs_float32"), "evidence.speedup_vs_float32"),
+            memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving"),
+            peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb"),
+            loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap"),
+            skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
+            reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True),
+            trials=tuple(v.count(t, "evidence.trials") for t in v.array(e.get("trials", []),
+                                                                        "evidence.trials")),
+        )
+        h = v.obj(root.get("hardware"), "hardware")
+        device = v.string(h.get("device"), "hardware.device")
+        if device not in ("cpu", "gpu"):
+            raise ConfigError(f"{source}: field hardware.device must be 'cpu' or 'gpu', got "
+                              f"{device!r}")
+        hardware = HardwareFingerprint(
+            device=device,
+            gpu_name=v.optional_string(h.get("gpu_name"), "hardware.gpu_name"),
+            compute_capability=v.optional_string(h.get("compute_capability"),
+                                                 "hardware.compute_capability"),
+            gpu_memory_total_mb=v.number(h.get("gpu_memory_total_mb"),
+                                         "hardware.gpu_memory_total_mb"),
+            cpu_model=v.optional_string(h.get("cpu_model"), "hardware.cpu_model"),
+            cpu_flags=tuple(v.string(f, "hardware.cpu_flags") for f in
+                            v.array(h.get("cpu_flags", []), "hardware.cpu_flags")),
+            digest=v.string(h.get("digest", ""), "hardware.digest", allow_empty=True),
+        )
+        versions = v.obj(root.get("versions", {}), "versions")
+        return cls(
+            setup=setup,
+            model=v.string(root.get("model"), "model"),
+            evidence=evidence,
+            hardware=hardware,
+            versions={str(k): v.string(x, f"versions.{k}") for k, x in versions.items()},
+            created=v.string(root.get("created", ""), "created", allow_empty=True),
+            mptune_version=v.string(root.get("mptune_version", ""), "mptune_version",
+                                    allow_empty=True),
+            session=v.optional_string(root.get("session"), "session"),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> TunedConfig:
+        """Read and validate a config file.
+
+        Raises:
+            ConfigError: missing, unreadable, not JSON, or a bad field.
+        """
+        name = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {name}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {name}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name} is not valid JSON (line {exc.lineno}, column "
+                              f"{exc.colno}: {exc.msg})") from None
+        return cls.from_dict(data, source=name)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically: a crash leaves the old file or the new one, never half of one."""
+        write_atomic(Path(path), self.to_json())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class _Validator:
+    """Type checks that name the field and the file."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, field_name: str, expected: str, value: Any) -> ConfigError:
+        shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
+        return ConfigError(f"{self.source}: field {field_name} must be {expected}, got {shown}")
+
+    def obj(self, value: Any, name: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(name, "an object", value)
+        return value
+
+    def array(self, value: Any, name: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(name, "a list", value)
+        return value
+
+    def pair(self, value: Any, name: str) -> list[Any]:
+        if not isinstance(value, list) or len(value) != 2:
+            raise self.fail(name, "a list of two numbers", value)
+        return value
+
+    def string(self, value: Any, name: str, allow_empty: bool = False) -> str:
+        if not isinstance(value, str) or (not value and not allow_empty):
+            raise self.fail(name, "a non-empty string" if not allow_empty else "a string", value)
+        return value
+
+    def optional_string(self, value: Any, name: str) -> str | None:
+        return None if value is None else self.string(value, name, allow_empty=True)
+
+    def number(self, value: Any, name: str, optional: bool = True) -> float | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise self.fail(name, "a finite number" + (" or null" if optional else ""), value)
+        return float(value)
+
+    def positive_int(self, value: Any, name: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(name, "a positive integer", value)
+        return value
+
+    def count(self, value: Any, name: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(name, "a whole number of 0 or more", value)
+        return value

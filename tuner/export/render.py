@@ -1,0 +1,105 @@
+"""Rendering a tuned config as JSON, a paste-ready snippet, or a runnable training script.
+
+The snippet and script come from Jinja2 templates in ``assets/templates``. Every value written
+into generated code goes through the ``pyrepr`` filter (Python's ``repr``), so a path with
+quotes, spaces, backslashes or non-ASCII characters comes out as a correct Python literal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+
+from tuner import __version__
+from tuner.export.config import ConfigError, TunedConfig
+from tuner.trials.models import parse_model_spec
+from tuner.trials.spec import LossScale
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "assets" / "templates"
+FORMATS = ("json", "snippet", "script")
+KERAS_VERSIONS = ("3", "2")
+
+Format = Literal["json", "snippet", "script"]
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                             autoescape=False, undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["pyrepr"] = _pyrepr
+    env.filters["oneline"] = _oneline
+    return env
+
+
+def _oneline(value: Any) -> str:
+    """Free text for a comment: every kind of line break (``\\r`` too) becomes a space."""
+    return " ".join(str(value).splitlines())
+
+
+def _pyrepr(value: Any) -> str:
+    if isinstance(value, (str, int, float, bool, type(None), tuple, list, dict)):
+        return repr(value)
+    raise TypeError(f"cannot write {type(value).__name__} into generated code")
+
+
+def render(config: TunedConfig, fmt: str, keras: str = "3") -> str:
+    """The config in format ``fmt`` for Keras ``keras`` (3, or 2 meaning tf_keras).
+
+    Raises:
+        ConfigError: an unknown format or Keras version, or a combination not offered.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if keras not in KERAS_VERSIONS:
+        raise ConfigError(f"unknown Keras version {keras!r}: choose 3 or 2")
+    if fmt == "json":
+        return config.to_json()
+    if fmt == "script" and keras == "2":
+        raise ConfigError("the script export is Keras 3 only; use --format snippet --keras 2")
+    template = f"snippet_keras{keras}.py.j2" if fmt == "snippet" else "script_keras3.py.j2"
+    return _environment().get_template(template).render(**_context(config))
+
+
+def _context(config: TunedConfig) -> dict[str, Any]:
+    setup = config.setup
+    scale = LossScale.parse(setup.loss_scale)
+    evidence = config.evidence
+    summary = []
+    if evidence.speedup_vs_float32 is not None:
+        summary.append(f"{evidence.speedup_vs_float32:.2f}x the best float32 setup")
+    if evidence.samples_per_second is not None:
+        summary.append(f"{evidence.samples_per_second:,.0f} samples/s")
+    if evidence.loss_gap is not None:
+        summary.append(f"loss gap {evidence.loss_gap:.1%} to float32")
+    source_kind, builtin_name, builtin_params = _model_kind(config.model)
+    return {
+        "config": config,
+        "policy": setup.policy,
+        "batch_size": setup.batch_size,
+        "loss_scale": str(scale),
+        "scale_kind": scale.kind,
+        "initial_scale": scale.effective_initial_scale,
+        "growth_steps": scale.effective_growth_steps,
+        "fixed_value": scale.value,
+        "evidence_summary": ", ".join(summary) or "no figures recorded",
+        "reason": evidence.reason,
+        "device": config.hardware.gpu_name or config.hardware.cpu_model or config.hardware.device,
+        "model": config.model,
+        "model_kind": source_kind,
+        "builtin_name": builtin_name,
+        "builtin_params": builtin_params,
+        "mptune_version": __version__,
+        "created": config.created,
+        "session": config.session,
+    }
+
+
+def _model_kind(model: str) -> tuple[str, str | None, dict[str, int]]:
+    if model.startswith("builtin:"):
+        source = parse_model_spec(model)
+        return "builtin", source.name, dict(source.params)
+    if model.lower().endswith(".keras"):
+        return "keras", None, {}
+    return "python", None, {}
