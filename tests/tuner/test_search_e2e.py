@@ -171,3 +171,40 @@ def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
                 "speedup_vs_float32", "memory_saving", "reason", "trials"):
         assert key in rec
     assert rec["policy"] == "float32" and rec["speedup_vs_float32"] == pytest.approx(1.0)
+
+
+def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner", "tune", "--model", TINY, "--policies", "float32",
+         "--batch-sizes", "8,16,32", "--start-batch", "8", "--measure-seconds", "0.3",
+         "--device", "cpu", "--storage", storage, "--study", "interrupted"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and proc.stdout is not None
+    for line in proc.stderr:  # the first trial is done, the second is running
+        if line.startswith("trial #0"):
+            break
+    import psutil
+
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; finished trials are kept in session interrupted" in err
+    assert "mptune tune --resume interrupted" in err
+    assert "Traceback" not in err
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive, f"trial workers left running: {alive}"
+    trials = TuningSession.load("interrupted", storage).trials()
+    assert trials[0].result is not None and trials[0].result.ok
+    stopped = [t for t in trials if t.result is None]
+    assert all(t.note == "stopped by the user" for t in stopped)
+
+
+def test_unreachable_storage_from_the_cli(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tuner", "sessions", "--storage",
+                           f"sqlite:///{tmp_path}/no/such/dir/s.db"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mptune: error: cannot open session storage")

@@ -98,7 +98,8 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
     f32_same_ok = f32_same[0].result if f32_same and f32_same[0].result.ok else None
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
     memory_saving = None
-    if f32_same_ok and f32_same_ok.peak_memory_mb and chosen.peak_memory_mb:
+    if chosen.policy != FLOAT32 and f32_same_ok and f32_same_ok.peak_memory_mb \
+            and chosen.peak_memory_mb:
         memory_saving = 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
     first = chosen.runs[0].result
     notes = list(outcome.notes) + ([tie_note] if tie_note else [])
@@ -121,7 +122,7 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=_reason(chosen, f32_best, viable, outcome, hardware),
+        reason=_reason(chosen, f32_best, viable, outcome, hardware, tie_note),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(_alternative(c, f32_best) for c in outcome.candidates
@@ -172,10 +173,13 @@ def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str
 
 
 def _reason(chosen: Candidate, f32: Candidate | None, viable: list[Candidate],
-            outcome: SearchOutcome, hardware: dict[str, Any] | None) -> str:
+            outcome: SearchOutcome, hardware: dict[str, Any] | None,
+            tie_note: str | None = None) -> str:
     device = chosen.runs[0].result.device
     hw = _hardware_phrase(hardware, device)
     because = f" ({hw})" if hw else ""
+    if tie_note:
+        return tie_note[0].upper() + tie_note[1:] + f"{because}."
     if chosen.policy == FLOAT32:
         others = [c for c in viable if c.policy != FLOAT32]
         rel = ", ".join(f"{c.policy} reached {c.speed / chosen.speed:.2f}x" for c in others

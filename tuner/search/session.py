@@ -77,6 +77,27 @@ def _redact(url: str) -> str:
     return url
 
 
+class PlannedSampler(optuna.samplers.BaseSampler):
+    """The Optuna sampler of a session: the strategy has already chosen the setup, and Optuna
+    asks for it. (An enqueued trial would do the same, but a process that dies between
+    enqueueing and asking leaves a stray WAITING trial that a later ask would pick up.)"""
+
+    def __init__(self) -> None:
+        self.planned: dict[str, Any] = {}
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
+        return self.planned[param_name]
+
+
 @dataclass(frozen=True)
 class StoredTrial:
     """One finished (or failed) trial of a session, as stored."""
@@ -91,9 +112,11 @@ class StoredTrial:
 class TuningSession:
     """A stored tuning session (an Optuna study) and the trials in it."""
 
-    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage) -> None:
+    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
+                 sampler: PlannedSampler | None = None) -> None:
         self.study = study
         self.storage = storage
+        self.sampler = sampler
 
     @property
     def name(self) -> str:
@@ -117,9 +140,10 @@ class TuningSession:
         exists = name in optuna.get_all_study_names(storage)
         if resume and not exists:
             raise MptuneError(f"no session named {name!r} to resume (see mptune sessions)")
+        sampler = PlannedSampler()
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    load_if_exists=True)
-        session = cls(study, storage)
+                                    load_if_exists=True, sampler=sampler)
+        session = cls(study, storage, sampler)
         if not exists:
             for key, value in attrs.items():
                 study.set_user_attr(key, value)
@@ -171,7 +195,9 @@ class TuningSession:
 
     def start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         """Record a trial as running (Optuna's ask) before its worker starts."""
-        self.study.enqueue_trial({"policy": spec.policy, "batch_size": spec.batch_size})
+        if self.sampler is None:
+            raise RuntimeError("a session opened with load() is read-only")
+        self.sampler.planned = {"policy": spec.policy, "batch_size": spec.batch_size}
         trial = self.study.ask(DISTRIBUTIONS)
         trial.set_user_attr("spec", spec.to_dict())
         trial.set_user_attr("loss_scale", str(spec.loss_scale))
@@ -198,9 +224,9 @@ class TuningSession:
     def trials(self) -> list[StoredTrial]:
         """Every closed trial, oldest first."""
         stored = []
-        for trial in self.study.get_trials(deepcopy=False):
-            if trial.state == TrialState.RUNNING:
-                continue
+        for trial in self.study.get_trials(deepcopy=False,
+                                           states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                   TrialState.PRUNED)):
             stored.append(_stored(trial))
         return stored
 
