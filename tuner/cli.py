@@ -129,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     export.add_argument("--storage", metavar="URL")
     export.set_defaults(handler=_cmd_export)
+
+    gui = sub.add_parser("gui", help="open the desktop application",
+                         description="Open mptune's window: hardware, live tuning with plots, "
+                                     "recommendation and export.")
+    gui.set_defaults(handler=_cmd_gui)
     return parser
 
 
@@ -389,6 +394,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     flavour = "" if args.format == "json" else f" for Keras {args.keras}"
     print(f"wrote the {args.format}{flavour} to {target}", file=sys.stderr)
     return EXIT_OK
+
+
+def _cmd_gui(args: argparse.Namespace) -> int:
+    try:
+        from app.main import run
+    except ImportError as exc:
+        raise MptuneError(f"the desktop application needs PySide6 and pyqtgraph: {exc}") from None
+    return run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,121 @@
+"""The one bridge between the engine and the GUI.
+
+The search runs on a named background thread; trials run in their own worker processes under
+it. Engine events are queued from that thread and handed to the GUI thread in batches by a
+QTimer, so a model that reports thousands of steps a second costs the event loop one signal per
+tick, not one per step. Widgets never hold engine objects: they get plain dicts.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from tuner.errors import MptuneError
+from tuner.trials.runner import TrialCancelled
+
+logger = logging.getLogger(__name__)
+
+#: How often queued engine events reach the GUI.
+DRAIN_INTERVAL_MS = 50
+
+
+class EngineBridge(QObject):
+    """Runs :func:`tuner.search.tune.tune` off the GUI thread and re-emits its events.
+
+    Signals:
+        eventsReady(list): engine events (dicts with a ``type``), in order, on the GUI thread.
+        finished(str, str): ``("done" | "stopped" | "failed", message)`` when the search ends.
+    """
+
+    eventsReady = Signal(list)
+    finished = Signal(str, str)
+
+    def __init__(self, parent: QObject | None = None, tune_function: Any = None) -> None:
+        super().__init__(parent)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self._outcome: tuple[str, str] | None = None
+        self._tune = tune_function
+        self._timer = QTimer(self)
+        self._timer.setInterval(DRAIN_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_drain)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, **tune_kwargs: Any) -> None:
+        """Start a search with :func:`~tuner.search.tune.tune`'s keyword arguments."""
+        if self.running:
+            raise RuntimeError("a search is already running")
+        self._cancel.clear()
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, kwargs=tune_kwargs,
+                                        name="mptune-search", daemon=True)
+        self._thread.start()
+        self._timer.start()
+
+    def stop(self) -> None:
+        """Ask the search to stop: the running trial's worker is killed at once."""
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the search thread (after :meth:`stop`); True when it has ended."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def feed(self, events: list[dict[str, Any]]) -> None:
+        """Queue events as if the engine sent them (replaying a recorded session)."""
+        with self._lock:
+            self._queue.extend(events)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def _enqueue(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._queue.append(event)
+
+    def _run(self, **tune_kwargs: Any) -> None:
+        tune = self._tune
+        if tune is None:
+            from tuner.search.tune import tune
+        try:
+            result = tune(on_event=self._enqueue, cancel=self._cancel, **tune_kwargs)
+            outcome = ("done", f"session {result.session}: {result.ran} trials run, "
+                               f"{result.recalled} recalled")
+        except (TrialCancelled, KeyboardInterrupt):
+            outcome = ("stopped", "stopped: finished trials are kept in the session")
+        except MptuneError as exc:
+            outcome = ("failed", str(exc))
+        except Exception as exc:  # noqa: BLE001 - the GUI must survive an engine bug
+            logger.exception("search failed")
+            outcome = ("failed", f"internal error: {type(exc).__name__}: {exc}")
+        with self._lock:
+            self._outcome = outcome
+
+    def _on_drain(self) -> None:
+        with self._lock:
+            events = list(self._queue)
+            self._queue.clear()
+            outcome = self._outcome
+            if outcome is not None:
+                self._outcome = None
+        if events:
+            self.eventsReady.emit(events)
+        if outcome is not None:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            self._timer.stop()
+            self.finished.emit(*outcome)
+        elif not self.running and not self._queue:
+            self._timer.stop()

@@ -1,0 +1,28 @@
+"""Start the desktop application: ``mptune gui`` or ``python -m app``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Open the window and run the event loop; returns the exit status."""
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from app.qt_main_window import QtMainWindow
+
+    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    app.setApplicationName("mptune")
+    app.setOrganizationName("mptune")
+    app.setWindowIcon(QIcon(str(ASSETS / "mptune.svg")))
+    style = ASSETS / "style.qss"
+    if style.exists():
+        app.setStyleSheet(style.read_text(encoding="utf-8"))
+    window = QtMainWindow()
+    window.show()
+    return int(app.exec())

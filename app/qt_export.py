@@ -1,0 +1,105 @@
+"""The export dialog: JSON, snippet or script, for Keras 3 or 2, previewed, copied or saved."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout,
+                               QLabel, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout,
+                               QWidget)
+
+from app.highlighter import PythonHighlighter
+from tuner.export import ConfigError, TunedConfig, render
+from tuner.export.config import write_atomic
+
+FORMATS = {"JSON config": "json", "Snippet (paste into your script)": "snippet",
+           "Training script": "script"}
+SUFFIX = {"json": ".json", "snippet": ".py", "script": ".py"}
+
+
+class QtExportDialog(QDialog):
+    """Preview and save one tuned config in any format."""
+
+    def __init__(self, config: TunedConfig, parent: QWidget | None = None,
+                 fmt: str = "json") -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Export the tuned setup")
+        self.config = config
+        self.resize(820, 620)
+        layout = QVBoxLayout(self)
+        row = QHBoxLayout()
+        self.format = QComboBox()
+        self.format.addItems(list(FORMATS))
+        self.format.setCurrentIndex(list(FORMATS.values()).index(fmt))
+        self.keras = QComboBox()
+        self.keras.addItem("Keras 3", "3")
+        self.keras.addItem("Keras 2 (tf_keras)", "2")
+        row.addWidget(QLabel("Format"))
+        row.addWidget(self.format, 1)
+        row.addWidget(QLabel("For"))
+        row.addWidget(self.keras)
+        layout.addLayout(row)
+        self.preview = QPlainTextEdit()
+        self.preview.setReadOnly(True)
+        self.preview.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.highlighter = PythonHighlighter(self.preview.document())
+        layout.addWidget(self.preview, 1)
+        self.problem = QLabel()
+        self.problem.setObjectName("problem")
+        layout.addWidget(self.problem)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.copy_button = QPushButton("Copy")
+        self.save_button = QPushButton("Save...")
+        buttons.addButton(self.copy_button, QDialogButtonBox.ButtonRole.ActionRole)
+        buttons.addButton(self.save_button, QDialogButtonBox.ButtonRole.ActionRole)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.copy_button.clicked.connect(self._on_copy)
+        self.save_button.clicked.connect(self._on_save)
+        self.format.currentIndexChanged.connect(self._on_changed)
+        self.keras.currentIndexChanged.connect(self._on_changed)
+        self._on_changed()
+
+    @property
+    def fmt(self) -> str:
+        return FORMATS[self.format.currentText()]
+
+    def text(self) -> str:
+        return self.preview.toPlainText()
+
+    def _on_changed(self) -> None:
+        try:
+            text = render(self.config, self.fmt, self.keras.currentData())
+        except ConfigError as exc:
+            self.preview.setPlainText("")
+            self.problem.setText(str(exc))
+            self.copy_button.setEnabled(False)
+            self.save_button.setEnabled(False)
+            return
+        self.problem.setText("")
+        self.preview.setPlainText(text)
+        self.copy_button.setEnabled(True)
+        self.save_button.setEnabled(True)
+
+    def _on_copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.text())
+
+    def _on_save(self) -> None:
+        default = {"json": "tuned.json", "snippet": "tuned_snippet.py",
+                   "script": "train_tuned.py"}[self.fmt]
+        path, _ = QFileDialog.getSaveFileName(self, "Save", default)
+        if path:
+            try:
+                self.save_to(path)
+            except OSError as exc:
+                QMessageBox.warning(self, "Not saved", f"Could not write {path}: {exc}")
+
+    def save_to(self, path: str | os.PathLike[str]) -> Path:
+        """Write the previewed text (a script is made executable)."""
+        target = Path(path)
+        write_atomic(target, self.text())
+        if self.fmt == "script":
+            target.chmod(target.stat().st_mode | 0o111)
+        return target

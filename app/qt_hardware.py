@@ -1,0 +1,79 @@
+"""The hardware panel: GPU cards, the CPU, versions, and the verdict in one sentence."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+
+from app.tooltips import TOOLTIPS
+
+
+def _na(value: Any, fmt: str = "{}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+class QtHardwarePanel(QWidget):
+    """Shows a hardware profile (the dict of ``HardwareProfile.to_dict``)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self.verdict = QLabel("Reading the hardware...")
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self._layout.addWidget(self.verdict)
+        self._cards: list[QWidget] = []
+        self.profile: dict[str, Any] | None = None
+
+    def set_profile(self, profile: dict[str, Any]) -> None:
+        self.profile = profile
+        for card in self._cards:
+            card.deleteLater()
+        self._cards = []
+        self.verdict.setText(f"<b>{html.escape(profile['verdict'])}</b>")
+        for gpu in profile["gpus"]:
+            self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
+        if not profile["gpus"]:
+            self._add_card(f"<b>No NVIDIA GPU</b><br>{html.escape(str(profile['gpu_unavailable_reason']))}"
+                           "<br>mptune tunes on the CPU.", TOOLTIPS["no_gpu"])
+        cpu = profile["cpu"]
+        flags = ", ".join(cpu["flags"]) or "none of the relevant ones"
+        self._add_card(
+            f"<b>CPU</b> {html.escape(_na(cpu['model']))} ({cpu['arch']})<br>"
+            f"{_na(cpu['physical_cores'])} cores / {_na(cpu['logical_cores'])} threads, "
+            f"{_na(cpu['ram_total_mb'], '{:,.0f}')} MB RAM<br>instruction sets: {flags}",
+            TOOLTIPS["cpu_flags"])
+        sw = profile["software"]
+        build = (f", built with CUDA {_na(sw['tf_cuda_version'])} / cuDNN "
+                 f"{_na(sw['tf_cudnn_version'])}" if sw.get("tf_is_cuda_build") else "")
+        self._add_card(f"<b>Software</b> Python {sw['python']}, TensorFlow "
+                       f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}", None)
+
+    @staticmethod
+    def _gpu_text(gpu: dict[str, Any], profile: dict[str, Any]) -> str:
+        units = gpu.get("units") or {}
+        return (f"<b>GPU {gpu['index']}: {html.escape(_na(gpu['name']))}</b><br>"
+                f"compute capability {_na(gpu['compute_capability'])} "
+                f"({units.get('architecture', 'unknown')}): {units.get('summary', 'n/a')}<br>"
+                f"memory {_na(gpu['memory_used_mb'], '{:,.0f}')} / "
+                f"{_na(gpu['memory_total_mb'], '{:,.0f}')} MB used<br>"
+                f"driver {_na(profile['driver_version'])}, CUDA "
+                f"{_na(profile['cuda_driver_version'])}")
+
+    def _add_card(self, text: str, tooltip: str | None) -> None:
+        card = QFrame()
+        card.setObjectName("card")
+        card.setFrameShape(QFrame.Shape.StyledPanel)
+        layout = QVBoxLayout(card)
+        label = QLabel(text)
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(label)
+        if tooltip:
+            card.setToolTip(tooltip)
+        self._layout.addWidget(card)
+        self._cards.append(card)

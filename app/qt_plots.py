@@ -1,0 +1,274 @@
+"""The four live plots: memory, throughput, loss scale and loss.
+
+They draw from data the main window hands them (plain numbers), on a timer; long series stay
+fluid through pyqtgraph's downsampling and clip-to-view.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+import pyqtgraph.exporters
+from PySide6.QtGui import QPainter
+from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtWidgets import QGridLayout, QWidget
+
+from tuner.policies import POLICIES
+
+POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
+pg.setConfigOptions(antialias=True, background="w", foreground="#222")
+
+
+def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
+    widget = pg.PlotWidget(title=title)
+    item = widget.getPlotItem()
+    item.setLabel("left", left)
+    item.setLabel("bottom", bottom)
+    item.showGrid(x=True, y=True, alpha=0.2)
+    item.setDownsampling(auto=True, mode="peak")
+    item.setClipToView(True)
+    widget.setMinimumSize(220, 160)
+    return widget
+
+
+class _Series:
+    """A growing (x, y) series kept in numpy arrays that double as they fill."""
+
+    def __init__(self) -> None:
+        self.x = np.empty(1024)
+        self.y = np.empty(1024)
+        self.n = 0
+
+    def extend(self, xs: list[float], ys: list[float]) -> None:
+        need = self.n + len(xs)
+        if need > len(self.x):
+            size = max(need, 2 * len(self.x))
+            self.x = np.resize(self.x, size)
+            self.y = np.resize(self.y, size)
+        self.x[self.n:need] = xs
+        self.y[self.n:need] = ys
+        self.n = need
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[:self.n], self.y[:self.n]
+
+
+class QtLivePlots(QWidget):
+    """Memory over time, throughput per batch size, loss scale per step, loss per step."""
+
+    PLOTS = ("memory", "throughput", "loss_scale", "loss")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.memory = _plot("Memory", "MB", "seconds")
+        self.throughput = _plot("Throughput", "samples/s", "batch size")
+        self.loss_scale = _plot("Loss scale (float16)", "scale", "step")
+        self.loss = _plot("Loss", "loss", "step")
+        self.throughput.getPlotItem().setLogMode(x=True, y=False)
+        self.throughput.getPlotItem().getViewBox().setDefaultPadding(0.12)  # edge points show
+        # Batch sizes as ticks (the ladder's powers of two), not 7*10^1.
+        self.throughput.getPlotItem().getAxis("bottom").setTicks(
+            [[(math.log10(2**k), str(2**k)) for k in range(0, 17)]])
+        self.loss_scale.getPlotItem().setLogMode(x=False, y=True)
+        for i, plot in enumerate((self.memory, self.throughput, self.loss_scale, self.loss)):
+            grid.addWidget(plot, i // 2, i % 2)
+            plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt",
+                                         brush=pg.mkBrush(255, 255, 255, 110))
+
+        self._memory = _Series()
+        self.memory_curve = self.memory.plot(pen=pg.mkPen("#6366f1", width=1), name="memory")
+        self.memory_peaks = pg.ScatterPlotItem(symbol="t", size=10, brush="#ef4444",
+                                               name="trial peak")
+        self.memory.addItem(self.memory_peaks)
+        self.budget_line = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen("#ef4444", style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.budget_line.setVisible(False)
+        # The budget does not stretch the view: far above a small model's memory it would flatten
+        # the curve; the title says its value, and the line shows when memory comes close.
+        self.memory.getPlotItem().addItem(self.budget_line, ignoreBounds=True)
+
+        # Plot data items (not bare scatter items) so that the log x axis transforms them.
+        self.throughput_points = {
+            p: self.throughput.plot([], [], pen=None, symbol="o", symbolSize=9,
+                                    symbolBrush=POLICY_COLOURS[p], symbolPen=None, name=p)
+            for p in POLICIES}
+        self.best_point = self.throughput.plot([], [], pen=None, symbol="star", symbolSize=18,
+                                               symbolBrush="#dc2626", symbolPen=None, name="best")
+        self.baseline_line = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen("#3b82f6", style=pg.QtCore.Qt.PenStyle.DotLine),
+            label="float32 baseline", labelOpts={"position": 0.15, "color": "#3b82f6"})
+        self.baseline_line.setVisible(False)
+        self.throughput.addItem(self.baseline_line)
+
+        self._scale = _Series()
+        self.scale_curve = self.loss_scale.plot(pen=pg.mkPen("#10b981", width=1), name="scale")
+        self.skipped_points = pg.ScatterPlotItem(symbol="x", size=10, brush="#ef4444",
+                                                 pen="#ef4444", name="skipped (overflow)")
+        self.loss_scale.addItem(self.skipped_points)
+        self._skipped: list[tuple[float, float]] = []
+
+        self._loss = _Series()
+        self.loss_curve = self.loss.plot(pen=pg.mkPen("#f59e0b", width=1), name="this trial")
+        self.baseline_loss_curve = self.loss.plot(
+            pen=pg.mkPen("#3b82f6", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            name="float32 baseline")
+        self._points: dict[str, list[tuple[float, float]]] = {p: [] for p in POLICIES}
+        self._peaks: list[tuple[float, float]] = []
+        self._best: tuple[list[int], list[float]] = ([], [])
+        # Which plots have new data; redraw() paints one of them per call, in turn, so a busy
+        # stream of events never costs the event loop more than one plot's paint at a time.
+        self._dirty: set[str] = set(self.PLOTS)
+        self._turn = 0
+
+    # -- feeding -----------------------------------------------------------------------------
+    def add_memory(self, times: list[float], values_mb: list[float]) -> None:
+        self._memory.extend(times, values_mb)
+        self._dirty.add("memory")
+
+    def mark_peak(self, t: float, peak_mb: float) -> None:
+        self._peaks.append((t, peak_mb))
+        self._dirty.add("memory")
+
+    def set_budget(self, budget_mb: float | None) -> None:
+        if budget_mb:
+            self.budget_line.setValue(budget_mb)
+        self.budget_line.setVisible(bool(budget_mb))
+        self.memory.getPlotItem().setTitle(
+            f"Memory (budget {budget_mb:,.0f} MB)" if budget_mb else "Memory")
+
+    def add_throughput(self, policy: str, batch_size: int, samples_per_second: float) -> None:
+        self._points[policy].append((batch_size, samples_per_second))
+        self._dirty.add("throughput")
+
+    def set_best(self, batch_size: int | None, samples_per_second: float | None) -> None:
+        self._best = ([batch_size], [samples_per_second]) if batch_size and samples_per_second \
+            else ([], [])
+        self._dirty.add("throughput")
+
+    def set_baseline(self, samples_per_second: float | None) -> None:
+        if samples_per_second:
+            self.baseline_line.setValue(samples_per_second)
+        self.baseline_line.setVisible(bool(samples_per_second))
+
+    def start_trial(self, scaled: bool = True) -> None:
+        """A new trial: its loss curve starts empty, and so does the loss-scale curve when the
+        trial scales its loss (otherwise the last scaled trial's trace stays in view)."""
+        if scaled:
+            self._scale.clear()
+            self._skipped = []
+            self._dirty.add("loss_scale")
+        self._loss.clear()
+        self._dirty.add("loss")
+
+    def add_steps(self, steps: list[dict[str, Any]]) -> None:
+        """Step events of the current trial (measured and warm-up, numbered in order)."""
+        base = self._loss.n
+        xs = list(range(base + 1, base + len(steps) + 1))
+        self._loss.extend(xs, [_finite(s.get("loss")) for s in steps])
+        scales = [(x, s.get("loss_scale")) for x, s in zip(xs, steps)
+                  if s.get("loss_scale") is not None]
+        if scales:
+            self._scale.extend([x for x, _ in scales], [float(v) for _, v in scales])
+        self._skipped += [(x, float(s["loss_scale"])) for x, s in zip(xs, steps)
+                          if s.get("skipped") and s.get("loss_scale")]
+        self._dirty.add("loss")
+        if scales:
+            self._dirty.add("loss_scale")
+
+    def show_trial_curves(self, losses: list[float], scales: list[float | None],
+                          skipped: list[bool] | None = None) -> None:
+        """Replace the step curves with a stored trial's (a row picked in the table)."""
+        self.start_trial()
+        steps = [{"loss": l, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
+                 for i, (l, s) in enumerate(zip(losses, scales))]
+        self.add_steps(steps)
+
+    def set_baseline_losses(self, losses: list[float]) -> None:
+        self.baseline_loss_curve.setData(np.arange(1, len(losses) + 1),
+                                         np.array([_finite(v) for v in losses]))
+
+    def clear(self) -> None:
+        self._memory.clear()
+        self._peaks = []
+        self._points = {p: [] for p in POLICIES}
+        self.set_best(None, None)
+        self.set_baseline(None)
+        self.baseline_loss_curve.setData([], [])
+        self.start_trial()
+
+    # -- drawing (called on a timer) ---------------------------------------------------------
+    def redraw(self, everything: bool = False) -> None:
+        """Paint the next plot with new data (or, ``everything``, all of them)."""
+        for _ in range(len(self.PLOTS)):
+            name = self.PLOTS[self._turn % len(self.PLOTS)]
+            self._turn += 1
+            if name in self._dirty:
+                self._dirty.discard(name)
+                getattr(self, f"_draw_{name}")()
+                if not everything:
+                    return
+
+    def _draw_memory(self) -> None:
+        self.memory_curve.setData(*self._memory.view())
+        self.memory_peaks.setData(*zip(*self._peaks)) if self._peaks else \
+            self.memory_peaks.setData([], [])
+
+    def _draw_throughput(self) -> None:
+        for policy, points in self._points.items():
+            xs, ys = zip(*points) if points else ((), ())
+            self.throughput_points[policy].setData(list(xs), list(ys))
+        self.best_point.setData(*self._best)
+
+    def _draw_loss_scale(self) -> None:
+        self.scale_curve.setData(*self._scale.view())
+        self.skipped_points.setData(*(zip(*self._skipped) if self._skipped else ([], [])))
+
+    def _draw_loss(self) -> None:
+        self.loss_curve.setData(*self._loss.view())
+
+    def save(self, path: str) -> list[str]:
+        """Save each plot as PNG or SVG (by the extension); returns the files written."""
+        stem, dot, ext = path.rpartition(".")
+        if not dot or ext.lower() not in ("png", "svg"):
+            stem, ext = path, "png"
+        written = []
+        for name, plot in (("memory", self.memory), ("throughput", self.throughput),
+                           ("loss_scale", self.loss_scale), ("loss", self.loss)):
+            target = f"{stem}-{name}.{ext.lower()}"
+            if ext.lower() == "svg":
+                _render_svg(plot, target)
+            else:
+                pg.exporters.ImageExporter(plot.getPlotItem()).export(target)
+            written.append(target)
+        return written
+
+
+def _render_svg(widget: QWidget, path: str) -> None:
+    """The widget as vector SVG through Qt's own generator (pyqtgraph's SVGExporter cannot
+    parse the paths Qt 6.12 writes)."""
+    generator = QSvgGenerator()
+    generator.setFileName(path)
+    generator.setSize(widget.size())
+    generator.setViewBox(widget.rect())
+    generator.setTitle("mptune plot")
+    painter = QPainter(generator)
+    try:
+        widget.render(painter)
+    finally:
+        painter.end()
+
+
+def _finite(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan

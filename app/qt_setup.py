@@ -1,0 +1,238 @@
+"""The setup panel: which model, what to search, how long; remembered between runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QHBoxLayout, QLabel, QLineEdit, QSpinBox, QVBoxLayout, QWidget)
+
+from app.tooltips import TOOLTIPS
+from tuner.errors import MptuneError
+from tuner.policies import POLICIES
+from tuner.search.space import (DEFAULT_LOSS_SCALES, OBJECTIVES, SearchSettings, SearchSpace,
+                                ladder_range, parse_loss_scales)
+from tuner.trials.models import BUILTINS, parse_model_spec
+
+_OPEN_FILE = "Open a model file..."
+
+
+class QtSetupPanel(QWidget):
+    """Model choice (checked at once), search space, objective, trial length, budget, storage.
+
+    Signals:
+        validityChanged(bool): whether the setup can start a search.
+    """
+
+    validityChanged = Signal(bool)
+
+    def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        form = QFormLayout(self)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+
+        self.model = QComboBox()
+        self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model.setMinimumContentsLength(16)
+        for name, workload in BUILTINS.items():
+            self.model.addItem(f"builtin:{name}", f"builtin:{name}")
+            self.model.setItemData(self.model.count() - 1, workload.description,
+                                   role=3)  # Qt.ToolTipRole
+        self.model.addItem(_OPEN_FILE, None)
+        self.model.activated.connect(self._on_model_activated)
+        self.model_problem = QLabel()
+        self.model_problem.setObjectName("problem")
+        self.model_problem.setWordWrap(True)
+        self.model_description = QLabel()
+        self.model_description.setWordWrap(True)
+        form.addRow("Model", self.model)
+        form.addRow("", self.model_description)
+        form.addRow("", self.model_problem)
+
+        policies = QWidget()
+        row = QVBoxLayout(policies)  # one per line: the panel stays narrow
+        row.setContentsMargins(0, 0, 0, 0)
+        self.policy_boxes: dict[str, QCheckBox] = {}
+        for policy in POLICIES:
+            box = QCheckBox(policy)
+            box.setChecked(True)
+            box.setToolTip(TOOLTIPS["policy"])
+            box.toggled.connect(self._revalidate)
+            self.policy_boxes[policy] = box
+            row.addWidget(box)
+        form.addRow("Policies", policies)
+
+        batches = QWidget()
+        row = QHBoxLayout(batches)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.batch_min = QSpinBox()
+        self.batch_max = QSpinBox()
+        for box, value in ((self.batch_min, 8), (self.batch_max, 1024)):
+            box.setRange(1, 1 << 16)
+            box.setValue(value)
+            box.setToolTip(TOOLTIPS["batch_size"])
+            box.valueChanged.connect(self._revalidate)
+        row.addWidget(self.batch_min)
+        row.addWidget(QLabel("to"))
+        row.addWidget(self.batch_max)
+        form.addRow("Batch sizes", batches)
+
+        self.loss_scales = QLineEdit(",".join(DEFAULT_LOSS_SCALES))
+        self.loss_scales.setToolTip(TOOLTIPS["loss_scale"])
+        self.loss_scales.textChanged.connect(self._revalidate)
+        form.addRow("Loss scales", self.loss_scales)
+
+        self.objective = QComboBox()
+        self.objective.addItems(OBJECTIVES)
+        self.objective.setToolTip(TOOLTIPS["objective"])
+        form.addRow("Objective", self.objective)
+
+        self.measure_seconds = QDoubleSpinBox()
+        self.measure_seconds.setRange(0.2, 60.0)
+        self.measure_seconds.setValue(2.0)
+        self.measure_seconds.setSuffix(" s")
+        self.measure_seconds.setToolTip(TOOLTIPS["measure_seconds"])
+        form.addRow("Trial length", self.measure_seconds)
+
+        self.budget_minutes = QSpinBox()
+        self.budget_minutes.setRange(0, 24 * 60)
+        self.budget_minutes.setSpecialValueText("no limit")
+        self.budget_minutes.setSuffix(" min")
+        self.max_trials = QSpinBox()
+        self.max_trials.setRange(0, 10000)
+        self.max_trials.setSpecialValueText("no limit")
+        form.addRow("Time budget", self.budget_minutes)
+        form.addRow("Max trials", self.max_trials)
+
+        self.storage = QLineEdit()
+        self.storage.setPlaceholderText("default: SQLite in the user data directory")
+        form.addRow("Storage", self.storage)
+
+        self._valid = False
+        self._load()
+        self._on_model_changed()
+
+    # -- the model ---------------------------------------------------------------------------
+    def model_spec(self) -> str | None:
+        return self.model.currentData()
+
+    def set_model(self, spec: str) -> None:
+        """Select ``spec`` (adding a file to the list) and check it."""
+        index = self.model.findData(spec)
+        if index < 0:
+            self.model.insertItem(self.model.count() - 1, Path(spec).name, spec)
+            index = self.model.count() - 2
+            self.model.setItemData(index, spec, role=3)
+        self.model.setCurrentIndex(index)
+        self._on_model_changed()
+
+    def _on_model_activated(self, index: int) -> None:
+        if self.model.itemData(index) is None:  # "Open a model file..."
+            path, _ = QFileDialog.getOpenFileName(self, "Open a model", "",
+                                                  "Keras models (*.py *.keras)")
+            if path:
+                self.set_model(path)
+            else:
+                self.model.setCurrentIndex(0)
+                self._on_model_changed()
+            return
+        self._on_model_changed()
+
+    def _on_model_changed(self) -> None:
+        spec = self.model_spec()
+        if spec and spec.startswith("builtin:"):
+            self.model_description.setText(BUILTINS[spec.split(":")[1]].description)
+        else:
+            self.model_description.setText(spec or "")
+        self._revalidate()
+
+    # -- validation --------------------------------------------------------------------------
+    def problem(self) -> str | None:
+        """What stops a search from starting, in one line; None when it can start."""
+        spec = self.model_spec()
+        if not spec:
+            return "choose a model"
+        try:
+            parse_model_spec(spec)
+        except MptuneError as exc:
+            return str(exc)
+        if not any(box.isChecked() for box in self.policy_boxes.values()):
+            return "choose at least one policy"
+        if self.batch_min.value() > self.batch_max.value():
+            return "the smallest batch size is above the largest"
+        try:
+            parse_loss_scales(self.loss_scales.text())
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _revalidate(self) -> None:
+        problem = self.problem()
+        self.model_problem.setText(problem or "")
+        self.model_problem.setVisible(bool(problem))
+        valid = problem is None
+        if valid != self._valid:
+            self._valid = valid
+            self.validityChanged.emit(valid)
+
+    @property
+    def valid(self) -> bool:
+        return self._valid
+
+    def apply_advice(self, advice: list[dict[str, Any]]) -> None:
+        """Order nothing, but keep the policies the hardware advice lists checked."""
+        advised = {a["policy"] for a in advice}
+        for policy, box in self.policy_boxes.items():
+            if not self.settings.contains("policies"):
+                box.setChecked(policy in advised)
+
+    # -- what the engine gets ----------------------------------------------------------------
+    def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
+        """Keyword arguments for :func:`tuner.search.tune.tune`."""
+        checked = [p for p in advice_order if self.policy_boxes[p].isChecked()]
+        checked += [p for p in POLICIES if self.policy_boxes[p].isChecked() and p not in checked]
+        space = SearchSpace(policies=tuple(checked),
+                            batch_sizes=ladder_range(self.batch_min.value(), self.batch_max.value()),
+                            loss_scales=parse_loss_scales(self.loss_scales.text()))
+        settings = SearchSettings(
+            objective=self.objective.currentText(),
+            measure_seconds=self.measure_seconds.value(),
+            budget_minutes=self.budget_minutes.value() or None,
+            max_trials=self.max_trials.value() or None)
+        return {"model": self.model_spec(), "space": space, "settings": settings,
+                "storage": self.storage.text().strip() or None}
+
+    # -- QSettings ---------------------------------------------------------------------------
+    def save(self) -> None:
+        s = self.settings
+        s.setValue("model", self.model_spec() or "")
+        s.setValue("policies", ",".join(p for p, b in self.policy_boxes.items() if b.isChecked()))
+        s.setValue("batch_min", self.batch_min.value())
+        s.setValue("batch_max", self.batch_max.value())
+        s.setValue("loss_scales", self.loss_scales.text())
+        s.setValue("objective", self.objective.currentText())
+        s.setValue("measure_seconds", self.measure_seconds.value())
+        s.setValue("budget_minutes", self.budget_minutes.value())
+        s.setValue("max_trials", self.max_trials.value())
+        s.setValue("storage", self.storage.text())
+
+    def _load(self) -> None:
+        s = self.settings
+        model = str(s.value("model", "") or "")
+        if model and (model.startswith("builtin:") or Path(model).exists()):
+            self.set_model(model)
+        if s.contains("policies"):
+            chosen = set(str(s.value("policies")).split(","))
+            for policy, box in self.policy_boxes.items():
+                box.setChecked(policy in chosen)
+        self.batch_min.setValue(int(s.value("batch_min", 8)))
+        self.batch_max.setValue(int(s.value("batch_max", 1024)))
+        self.loss_scales.setText(str(s.value("loss_scales", ",".join(DEFAULT_LOSS_SCALES))))
+        self.objective.setCurrentText(str(s.value("objective", "speed")))
+        self.measure_seconds.setValue(float(s.value("measure_seconds", 2.0)))
+        self.budget_minutes.setValue(int(s.value("budget_minutes", 0)))
+        self.max_trials.setValue(int(s.value("max_trials", 0)))
+        self.storage.setText(str(s.value("storage", "") or ""))

@@ -1,0 +1,153 @@
+"""The table of trials: sortable, one row per trial, selecting a row shows its curves."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from PySide6.QtCore import (QAbstractTableModel, QModelIndex, QPersistentModelIndex,
+                            QSortFilterProxyModel, Qt, Signal)
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+
+from app.tooltips import TOOLTIPS
+
+COLUMNS = ("#", "stage", "policy", "batch", "loss scale", "samples/s", "step p50 ms",
+           "peak MB", "skipped", "loss gap", "status")
+_TIPS = {"policy": TOOLTIPS["policy"], "loss scale": TOOLTIPS["loss_scale"],
+         "batch": TOOLTIPS["batch_size"], "skipped": TOOLTIPS["skipped"],
+         "loss gap": TOOLTIPS["loss_gap"]}
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+class TrialsModel(QAbstractTableModel):
+    """Rows are plain dicts: ``number``, ``stage`` and ``result`` (a TrialResult dict)."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.rows: list[dict[str, Any]] = []
+        self.loss_gaps: dict[int, float] = {}
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation != Qt.Orientation.Horizontal:
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return _TIPS.get(COLUMNS[section])
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        column = COLUMNS[index.column()]
+        value = self._value(row, column)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(column, value)
+        if role == Qt.ItemDataRole.UserRole:  # what sorting compares
+            return value if value is not None else -math.inf
+        if role == Qt.ItemDataRole.ToolTipRole and column == "status":
+            error = row["result"].get("error") or {}
+            return error.get("message")
+        if role == Qt.ItemDataRole.TextAlignmentRole and column not in ("stage", "policy",
+                                                                       "loss scale", "status"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _value(self, row: dict[str, Any], column: str) -> Any:
+        r = row["result"]
+        spec = r["spec"]
+        return {
+            "#": row["number"], "stage": row.get("stage", ""), "policy": spec["policy"],
+            "batch": spec["batch_size"], "loss scale": spec["loss_scale"],
+            "samples/s": r.get("samples_per_second"),
+            "step p50 ms": (r.get("step_time_ms") or {}).get("p50"),
+            "peak MB": r.get("peak_memory_mb"), "skipped": r.get("skipped_steps"),
+            "loss gap": self.loss_gaps.get(row["number"]),
+            "status": r["status"] if r["status"] == "ok" else
+            f"{r['status']}: {(r.get('error') or {}).get('message', '')}",
+        }[column]
+
+    @staticmethod
+    def _text(column: str, value: Any) -> str:
+        if value is None:
+            return ""
+        if column == "samples/s":
+            return f"{value:,.0f}"
+        if column in ("step p50 ms",):
+            return f"{value:.2f}"
+        if column == "peak MB":
+            return f"{value:,.0f}"
+        if column == "loss gap":
+            return f"{value:.2%}"
+        return str(value)
+
+    def add(self, number: int, stage: str, result: dict[str, Any]) -> None:
+        for i, row in enumerate(self.rows):
+            if row["number"] == number:  # a replayed or reloaded trial replaces its row
+                self.rows[i] = {"number": number, "stage": stage, "result": result}
+                self.dataChanged.emit(self.index(i, 0), self.index(i, len(COLUMNS) - 1))
+                return
+        self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows))
+        self.rows.append({"number": number, "stage": stage, "result": result})
+        self.endInsertRows()
+
+    def set_loss_gaps(self, gaps: dict[int, float]) -> None:
+        self.loss_gaps = dict(gaps)
+        if self.rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1,
+                                                               len(COLUMNS) - 1))
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self.rows = []
+        self.loss_gaps = {}
+        self.endResetModel()
+
+
+class QtTrialsTable(QTableView):
+    """The trials, sortable by any column.
+
+    Signals:
+        trialSelected(dict): the selected row's trial (``number``, ``stage``, ``result``).
+    """
+
+    trialSelected = Signal(dict)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.trials = TrialsModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.trials)
+        self.proxy.setSortRole(Qt.ItemDataRole.UserRole)
+        self.setModel(self.proxy)
+        self.setSortingEnabled(True)
+        self.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setAlternatingRowColors(True)
+        self.verticalHeader().setVisible(False)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.selectionModel().selectionChanged.connect(self._on_selection)
+
+    def _on_selection(self) -> None:
+        rows = self.selectionModel().selectedRows()
+        if rows:
+            source = self.proxy.mapToSource(rows[0])
+            self.trialSelected.emit(self.trials.rows[source.row()])
+
+    def select_number(self, number: int) -> None:
+        for i, row in enumerate(self.trials.rows):
+            if row["number"] == number:
+                self.selectRow(self.proxy.mapFromSource(self.trials.index(i, 0)).row())
+                return

@@ -1,0 +1,84 @@
+"""Hardware sampling on a named background thread at a steady interval.
+
+The sampler reads GPU memory through the NVML backend (or system memory through psutil) every
+``interval`` seconds, scheduling each sample from the start time so the period does not drift,
+and keeps only the latest snapshot; the GUI redraws from it on a QTimer. Nothing here waits on
+the GUI, and the GUI never waits on NVML.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from tuner.hardware.nvml import NvmlBackend, NvmlUnavailable, backend_from_env
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading: seconds since the sampler started, memory in MiB per device."""
+
+    t: float
+    gpu_used_mb: tuple[float | None, ...]
+    gpu_total_mb: tuple[float | None, ...]
+    system_used_mb: float
+
+
+class HardwareSampler:
+    """Samples memory at a fixed interval until stopped."""
+
+    def __init__(self, interval: float = 0.5, backend: NvmlBackend | None = None) -> None:
+        self.interval = interval
+        self._backend = backend
+        self._latest: Sample | None = None
+        self._history: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mptune-sampler", daemon=True)
+        self.samples_taken = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self._latest
+
+    def history_since(self, index: int) -> list[Sample]:
+        """Samples from ``index`` on (the caller keeps its own count)."""
+        with self._lock:
+            return self._history[index:]
+
+    def _run(self) -> None:
+        backend = self._backend if self._backend is not None else backend_from_env()
+        count = 0
+        try:
+            backend.init()
+            count = backend.device_count()
+        except (NvmlUnavailable, Exception):  # noqa: BLE001 - no GPU is a state, not an error
+            count = 0
+        start = time.monotonic()
+        tick = 0
+        try:
+            while not self._stop.is_set():
+                readings = [backend.memory(i) for i in range(count)]
+                sample = Sample(time.monotonic() - start,
+                                tuple(r[0] for r in readings), tuple(r[1] for r in readings),
+                                psutil.virtual_memory().used / 2**20)
+                with self._lock:
+                    self._latest = sample
+                    self._history.append(sample)
+                    self.samples_taken += 1
+                tick += 1
+                # Sleep to the next multiple of the interval: the period does not drift.
+                self._stop.wait(max(0.0, start + tick * self.interval - time.monotonic()))
+        finally:
+            backend.shutdown()

@@ -1,0 +1,71 @@
+"""Widgets fed a recorded real search's events: fast, no TensorFlow, no worker."""
+
+from __future__ import annotations
+
+import math
+
+from app.qt_plots import QtLivePlots
+
+
+def test_replayed_search_fills_table_plots_and_recommendation(make_window, qtbot,
+                                                                recorded_events) -> None:
+    window = make_window()
+    window.bridge.feed(recorded_events)
+    qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
+    finished = [e for e in recorded_events if e["type"] == "trial_finished"]
+    assert window.table.trials.rowCount() == len(finished)
+    rec = window.recommendation.recommendation
+    assert rec == next(e for e in recorded_events if e["type"] == "recommendation")[
+        "recommendation"]
+    window.plots.redraw(everything=True)
+    ok = [e for e in finished if e["result"]["status"] == "ok"]
+    plotted = sum(len(item.xData) for item in window.plots.throughput_points.values()
+                  if item.xData is not None)
+    assert plotted == len(ok)
+    assert window.plots.baseline_line.isVisible()
+    assert window.plots.memory_curve.getData()[0] is not None
+    assert "Setup" in window.recommendation.summary.text()
+    assert window.session_name == "recorded"
+
+
+def test_sorting_and_selecting_a_trial_shows_its_curves(make_window, qtbot,
+                                                         recorded_events) -> None:
+    window = make_window()
+    window.bridge.feed(recorded_events)
+    qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
+    table = window.table
+    table.sortByColumn(5, table.horizontalHeader().sortIndicatorOrder().DescendingOrder)
+    first = table.proxy.index(0, 5).data()
+    second = table.proxy.index(1, 5).data()
+    assert float(first.replace(",", "")) >= float(second.replace(",", ""))
+    selected = []
+    table.trialSelected.connect(selected.append)
+    table.selectRow(0)
+    assert selected and selected[0]["result"]["losses"]
+    window.plots.redraw(everything=True)
+    xs, ys = window.plots.loss_curve.getData()
+    assert len(xs) == len(selected[0]["result"]["losses"])
+
+
+def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.start_trial()
+    plots.add_steps([{"loss": 1.0, "loss_scale": 32768.0, "skipped": True},
+                     {"loss": 0.9, "loss_scale": 16384.0, "skipped": False},
+                     {"loss": math.inf, "loss_scale": 16384.0, "skipped": True}])
+    plots.redraw(everything=True)
+    xs, ys = plots.scale_curve.getData()  # the plot's y axis is logarithmic
+    assert [round(10 ** y) for y in ys] == [32768, 16384, 16384]
+    assert plots.skipped_points.data.size == 2
+
+
+def test_plots_save_png_and_svg(qtbot, tmp_path) -> None:
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.resize(800, 600)
+    plots.add_memory([0, 1, 2], [100, 120, 110])
+    plots.redraw(everything=True)
+    files = plots.save(str(tmp_path / "plots.svg")) + plots.save(str(tmp_path / "plots.png"))
+    assert len(files) == 8
+    assert all((tmp_path / f).stat().st_size > 0 for f in files)
