@@ -77,6 +77,8 @@ class QtMainWindow(QMainWindow):
         self._memory_budget: float | None = None
         self._sample_index = 0
         self.finished_status: str | None = None
+        # A stopped search can be resumed: Start then continues the same stored session.
+        self._resumable: tuple[str, str] | None = None  # (session, model)
 
         self.hardware = QtHardwarePanel()
         self.setup = QtSetupPanel(self.settings)
@@ -207,6 +209,12 @@ class QtMainWindow(QMainWindow):
         self.start_action.setEnabled(can_start)
         self.stop_button.setEnabled(running)
         self.stop_action.setEnabled(running)
+        resumable = (self._resumable is not None
+                     and self._resumable[1] == self.setup.model_spec())
+        self.start_button.setText("Resume" if resumable else "Start")
+        self.start_button.setToolTip(
+            f"Continue session {self._resumable[0]}: finished trials are not run again (F5)"
+            if resumable and self._resumable else "Start the search (F5)")
         self.setup.setEnabled(not running)
         self.export_action.setEnabled(self.recommendation.recommendation is not None)
 
@@ -223,6 +231,11 @@ class QtMainWindow(QMainWindow):
             self.status.setText(str(exc))
             return
         self.storage = arguments["storage"]
+        resume = self._resumable is not None and self._resumable[1] == arguments["model"]
+        if resume:
+            assert self._resumable is not None
+            arguments.update(study=self._resumable[0], resume=True)
+        self._resumable = None
         self.table.trials.clear()
         self.plots.clear()
         self.plots.set_budget(self._memory_budget)
@@ -322,6 +335,8 @@ class QtMainWindow(QMainWindow):
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status
+        if status == "stopped" and self.session_name:
+            self._resumable = (self.session_name, self.setup.model_spec() or "")
         done = self.table.trials.rowCount()
         self.progress.setRange(0, max(1, done if status == "done" else self.progress.maximum()))
         self.progress.setValue(done)

@@ -203,30 +203,8 @@ def trials_table(trials: list, title: str = "Trials") -> Table:
 
 def render_recommendation(rec: dict) -> str:
     """The recommendation and its evidence as aligned lines."""
-    spread = rec.get("samples_per_second_spread") or [None, None]
-    rows = [
-        ("setup", f"{rec['policy']}, batch size {rec['batch_size']}, loss scale "
-                  f"{rec['loss_scale']}"),
-        ("throughput", f"{rec['samples_per_second']:,.0f} samples/s (measured "
-                       f"{_fmt(spread[0], ',.0f')}-{_fmt(spread[1], ',.0f')})"),
-        ("vs float32", f"{_fmt(rec.get('speedup_vs_float32'), '.2f')}x the best float32 setup, "
-                       f"{_fmt(rec.get('speedup_vs_baseline'), '.2f')}x float32 at the start"),
-        ("memory", f"{_fmt(rec.get('peak_memory_mb'), ',.0f')} MB peak"
-                   + (f", {rec['memory_saving']:.0%} less than float32 at this batch size"
-                      if rec.get("memory_saving") is not None else "")),
-        ("loss gap", f"{rec['loss_gap']:.2%} to float32" if rec.get("loss_gap") is not None
-         else "n/a"),
-        ("evidence", "trials " + ", ".join(f"#{n}" for n in rec.get("trials", []))),
-        ("why", rec["reason"]),
-    ]
-    for alt in rec.get("alternatives", []):
-        verdict = alt["rejected"] or f"{_fmt(alt.get('speedup_vs_float32'), '.2f')}x float32"
-        rows.append(("alternative", f"{alt['policy']} b{alt['batch_size']} {alt['loss_scale']}: "
-                                    f"{_fmt(alt.get('samples_per_second'), ',.0f')} samples/s, "
-                                    f"{verdict}"))
-    for item in rec.get("not_tried", []):
-        rows.append(("not tried", f"{item['what']}: {item['why']}"))
-    for note in rec.get("notes", []):
-        rows.append(("note", note))
+    from tuner.search.recommend import evidence_rows
+
+    rows = evidence_rows(rec)
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return "\n".join(f"{name.lower():<{width}}  {value}" for name, value in rows)

@@ -118,3 +118,29 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
     gone, alive = psutil.wait_procs(workers, timeout=2)
     assert not alive
     assert window.start_button.isEnabled() and not window.stop_button.isEnabled()
+
+
+def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
+    calls: list[dict] = []
+
+    def fake_tune(on_event, cancel, **kwargs):
+        """Stands in for tune(): opens a session, runs until stopped."""
+        calls.append(kwargs)
+        on_event({"type": "session", "name": kwargs.get("study") or "first-session",
+                  "model": kwargs["model"]})
+        cancel.wait(30)
+        raise KeyboardInterrupt
+
+    window = make_window(tune_function=fake_tune)
+    window.setup.set_model("builtin:mlp")
+    window.start_search()
+    qtbot.waitUntil(lambda: window.session_name == "first-session", timeout=5_000)
+    with qtbot.waitSignal(window.bridge.finished, timeout=5_000) as finished:
+        window.stop_button.click()
+    assert finished.args[0] == "stopped"
+    assert window.start_button.text() == "Resume"
+    with qtbot.waitSignal(window.bridge.eventsReady, timeout=5_000):
+        window.start_button.click()
+    assert calls[1]["study"] == "first-session" and calls[1]["resume"] is True
+    with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
+        window.stop_search()

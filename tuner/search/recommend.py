@@ -230,3 +230,37 @@ def _no_viable_message(outcome: SearchOutcome) -> str:
     reasons += [f"{_label(c)}: {c.rejected}" for c in outcome.candidates if c.rejected]
     shown = "; ".join(reasons[:6]) + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else "")
     return "no viable setup: " + (shown or "no trial finished")
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def evidence_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
+    """A recommendation (``Recommendation.to_dict``) as labelled lines of plain text, the same
+    for the CLI and the GUI."""
+    spread = rec.get("samples_per_second_spread") or [None, None]
+    rows = [
+        ("Setup", f"{rec['policy']}, batch size {rec['batch_size']}, loss scale "
+                  f"{rec['loss_scale']}"),
+        ("Throughput", f"{rec['samples_per_second']:,.0f} samples/s (measured "
+                       f"{_fmt(spread[0], ',.0f')} to {_fmt(spread[1], ',.0f')})"),
+        ("Against float32", f"{_fmt(rec.get('speedup_vs_float32'), '.2f')}x the best float32 "
+                            f"setup, {_fmt(rec.get('speedup_vs_baseline'), '.2f')}x float32 at "
+                            "the starting batch size"),
+        ("Memory", f"{_fmt(rec.get('peak_memory_mb'), ',.0f')} MB peak"
+                   + (f", {rec['memory_saving']:.0%} less than float32 at this batch size"
+                      if rec.get("memory_saving") is not None else "")),
+        ("Loss gap", f"{rec['loss_gap']:.2%} to float32" if rec.get("loss_gap") is not None
+         else "n/a"),
+        ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.get("trials", []))),
+        ("Why", rec["reason"]),
+    ]
+    for alt in rec.get("alternatives", []):
+        verdict = alt["rejected"] or f"{_fmt(alt.get('speedup_vs_float32'), '.2f')}x float32"
+        rows.append(("Alternative", f"{alt['policy']} b{alt['batch_size']} {alt['loss_scale']}: "
+                                    f"{_fmt(alt.get('samples_per_second'), ',.0f')} samples/s, "
+                                    f"{verdict}"))
+    rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.get("not_tried", [])]
+    rows += [("Note", note) for note in rec.get("notes", [])]
+    return rows
