@@ -214,3 +214,16 @@ def test_batch_size_parsing() -> None:
     assert parse_batch_sizes("24,8,16") == ((8, 16, 24), False)
     with pytest.raises(ValueError, match="malformed batch sizes"):
         parse_batch_sizes("64-8")
+
+
+def test_a_relative_model_path_is_stored_absolute(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "net.py").write_text("def build_model():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
+    result = tune("net.py", settings=SearchSettings(max_trials=2),
+                  storage=f"sqlite:///{tmp_path / 's.db'}", study="rel", runner=machine,
+                  profile=FakeProfile())
+    assert all(spec.model == str(tmp_path / "net.py") for spec in machine.calls)
+    session = TuningSession.load(result.session, f"sqlite:///{tmp_path / 's.db'}")
+    assert session.attrs["model"] == str(tmp_path / "net.py")

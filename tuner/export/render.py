@@ -72,7 +72,7 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     if evidence.samples_per_second is not None:
         summary.append(f"{evidence.samples_per_second:,.0f} samples/s")
     if evidence.loss_gap is not None:
-        summary.append(f"loss gap {evidence.loss_gap:.1%} to float32")
+        summary.append(f"loss gap {evidence.loss_gap:.2%} to float32")
     source_kind, builtin_name, builtin_params = _model_kind(config.model)
     return {
         "config": config,

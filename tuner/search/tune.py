@@ -80,6 +80,10 @@ def tune(model: str, *, space: SearchSpace | None = None,
         TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
     """
     source = parse_model_spec(model)
+    # A model file is stored by its absolute path: the session, its exports and a resumed search
+    # must find it from any working directory.
+    model = source.path or model
+    source = parse_model_spec(model)
     if profile is None:
         from tuner.hardware import detect
 
