@@ -15,8 +15,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QPushButton, QScrollArea, QSplitter, QTabWidget, QToolBar,
-                               QVBoxLayout, QWidget)
+                               QPushButton, QScrollArea, QSizePolicy, QSplitter, QTabWidget,
+                               QToolBar, QVBoxLayout, QWidget)
 
 from app.bridge import EngineBridge
 from app.qt_export import QtExportDialog
@@ -156,6 +156,7 @@ class QtMainWindow(QMainWindow):
         self.progress.setValue(0)
         self.status = QLabel("Ready")
         self.status.setMinimumWidth(100)
+        self.status.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         toolbar.addWidget(self.start_button)
         toolbar.addWidget(self.stop_button)
         toolbar.addWidget(self.progress)

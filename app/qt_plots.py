@@ -80,7 +80,9 @@ class QtLivePlots(QWidget):
         self.loss_scale.getPlotItem().setLogMode(x=False, y=True)
         for i, plot in enumerate((self.memory, self.throughput, self.loss_scale, self.loss)):
             grid.addWidget(plot, i // 2, i % 2)
-            plot.getPlotItem().addLegend(offset=(-5, 5), labelTextSize="8pt",
+            # Throughput peaks top right (large batch, high rate): its legend goes bottom right.
+            offset = (-5, -5) if plot is self.throughput else (-5, 5)
+            plot.getPlotItem().addLegend(offset=offset, labelTextSize="8pt",
                                          brush=pg.mkBrush(255, 255, 255, 110))
 
         self._memory = _Series()
@@ -218,8 +220,8 @@ class QtLivePlots(QWidget):
 
     def _draw_memory(self) -> None:
         self.memory_curve.setData(*self._memory.view())
-        self.memory_peaks.setData(*zip(*self._peaks)) if self._peaks else \
-            self.memory_peaks.setData([], [])
+        xs, ys = zip(*self._peaks) if self._peaks else ((), ())
+        self.memory_peaks.setData(list(xs), list(ys))
 
     def _draw_throughput(self) -> None:
         for policy, points in self._points.items():

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 
 from tuner.errors import MptuneError
