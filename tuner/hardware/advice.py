@@ -1,99 +1,133 @@
 """Which precision policies are worth trying on this machine, in order, and why.
 
-This is a prior, not a verdict: the search measures every policy it is given. The rules follow
-the hardware tables in :mod:`tuner.hardware.capability` and, for CPUs, what was measured on this
-project's machines (docs/benchmarks.md): without bfloat16/float16 units mixed precision ran 2-4x
-slower than float32 on a small CNN.
+This is a prior, not a verdict: the search measures every policy it is given, in this order.
+The GPU rules follow :mod:`tuner.hardware.capability` (Tensor Core generations) and the
+TensorFlow mixed precision guide. The CPU rules follow what oneDNN, TensorFlow's CPU kernel
+library, accelerates, and what was measured on this project's machines (docs/benchmarks.md):
+without bfloat16/float16 units mixed precision ran 2-4x slower than float32 on a small CNN.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuner.hardware.profile import CpuInfo, GpuInfo, PolicyAdvice
+from tuner.hardware.profile import (
+    ARM_HALF_FLAGS,
+    BF16_MATRIX_FLAGS,
+    BF16_VECTOR_FLAGS,
+    FP16_FLAGS,
+    CpuInfo,
+    GpuInfo,
+    PolicyAdvice,
+)
 from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16
 
 
 def advise(gpus: Sequence[GpuInfo], cpu: CpuInfo) -> tuple[PolicyAdvice, ...]:
-    """Every policy, most promising first, each with a one-sentence reason. Only the first GPU
-    counts: it is the one trials run on by default."""
+    """Every policy in :data:`tuner.policies.POLICIES`, most promising first.
+
+    Args:
+        gpus: the GPUs NVML found; only the first counts, since trials run on GPU 0.
+        cpu: the CPU; it decides when there is no GPU.
+
+    Returns:
+        Three :class:`PolicyAdvice`, each with a one-sentence reason.
+    """
     if gpus:
         return _gpu_advice(gpus[0])
     return _cpu_advice(cpu)
 
 
 def _gpu_advice(gpu: GpuInfo) -> tuple[PolicyAdvice, ...]:
-    cc = gpu.compute_capability
-    name = gpu.name or f"GPU {gpu.index}"
-    if cc is None:
+    units = gpu.units
+    cc = gpu.capability_text
+    if units is None:
+        name = gpu.name or f"GPU {gpu.index}"
         return (
-            PolicyAdvice(FLOAT32, f"{name}: compute capability unknown, so float32 is the safe "
-                                  "baseline"),
-            PolicyAdvice(MIXED_FLOAT16, "float16 pays on GPUs with Tensor Cores (7.0 and newer)"),
-            PolicyAdvice(MIXED_BFLOAT16, "bfloat16 pays on Ampere (8.0) and newer"),
+            PolicyAdvice(FLOAT32, f"{name}'s compute capability is unknown, so float32 is the "
+                                  "safe baseline"),
+            PolicyAdvice(MIXED_FLOAT16, "float16 pays on GPUs with Tensor Cores (compute "
+                                        "capability 7.0 and newer)"),
+            PolicyAdvice(MIXED_BFLOAT16, "bfloat16 pays on GPUs with bfloat16 Tensor Cores "
+                                         "(compute capability 8.0 and newer)"),
         )
-    text = f"{cc[0]}.{cc[1]}"
-    if cc >= (8, 0):
+    where = f"compute capability {cc} ({units.architecture})"
+    if units.bf16_tensor_cores:
+        # float16 goes first: on the same Tensor Cores it is as fast or a little faster, and
+        # its loss scaling is what the search exists to tune; bfloat16 is the simpler setup.
         return (
-            PolicyAdvice(MIXED_FLOAT16, f"compute capability {text} has float16 Tensor Cores: "
-                                        "usually the fastest, with dynamic loss scaling"),
-            PolicyAdvice(MIXED_BFLOAT16, f"compute capability {text} has bfloat16 Tensor Cores: "
-                                         "as fast as float16 on most layers and needs no loss "
-                                         "scaling"),
-            PolicyAdvice(FLOAT32, f"the baseline; on {text} TensorFlow already runs float32 "
-                                  "matmuls as TF32 on Tensor Cores"),
+            PolicyAdvice(MIXED_FLOAT16, f"{where} has float16 Tensor Cores: usually the fastest "
+                                        "policy there, but it needs loss scaling, which the "
+                                        "search tunes"),
+            PolicyAdvice(MIXED_BFLOAT16, f"{where} has bfloat16 Tensor Cores too: about as fast "
+                                         "as float16 and needs no loss scaling"),
+            PolicyAdvice(FLOAT32, f"the baseline; TF32 already speeds float32 matmuls on "
+                                  f"{cc} Tensor Cores"),
         )
-    if cc >= (7, 0):
+    if units.fp16_tensor_cores:
         return (
-            PolicyAdvice(MIXED_FLOAT16, f"compute capability {text} has float16 Tensor Cores: "
-                                        "mixed_float16 should be 2-3x faster than float32"),
-            PolicyAdvice(FLOAT32, "the baseline"),
-            PolicyAdvice(MIXED_BFLOAT16, f"compute capability {text} has no bfloat16 Tensor "
-                                         "Cores: bfloat16 is emulated and slow"),
+            PolicyAdvice(MIXED_FLOAT16, f"{where} has float16 Tensor Cores: mixed_float16 is "
+                                        "typically 2-3x faster than float32 on matmul-heavy "
+                                        "models"),
+            PolicyAdvice(FLOAT32, "the baseline, and the fallback where float16 diverges"),
+            PolicyAdvice(MIXED_BFLOAT16, f"{where} has no bfloat16 Tensor Cores: bfloat16 is "
+                                         "emulated and usually slower than float32"),
         )
     return (
-        PolicyAdvice(FLOAT32, f"compute capability {text} has no Tensor Cores: float32 is "
-                              "usually fastest"),
-        PolicyAdvice(MIXED_FLOAT16, "no Tensor Cores: mixed_float16 can halve activation "
-                                    "memory, but rarely speeds training up"),
-        PolicyAdvice(MIXED_BFLOAT16, f"compute capability {text} has no bfloat16 units: "
-                                     "emulated, slow"),
+        PolicyAdvice(FLOAT32, f"{where} has no Tensor Cores: float32 is usually fastest"),
+        PolicyAdvice(MIXED_FLOAT16, "mixed_float16 can halve activation memory, but without "
+                                    "Tensor Cores it rarely speeds training up"),
+        PolicyAdvice(MIXED_BFLOAT16, f"{where} has no bfloat16 units: bfloat16 is emulated "
+                                     "and slow"),
     )
 
 
 def _cpu_advice(cpu: CpuInfo) -> tuple[PolicyAdvice, ...]:
     flags = set(cpu.flags)
-    bf16_matrix = "amx_bf16" in flags
-    bf16_vector = bool(flags & {"avx512_bf16", "bf16"})
-    fp16_units = bool(flags & {"amx_fp16", "avx512_fp16"})
-    f32 = PolicyAdvice(FLOAT32, "no NVIDIA GPU: training runs on the CPU, where float32 is the "
-                                "baseline")
+    bf16_matrix = bool(flags & BF16_MATRIX_FLAGS)
+    bf16_vector = sorted(flags & BF16_VECTOR_FLAGS)
+    fp16_units = sorted(flags & FP16_FLAGS)
+    arm_half = sorted(flags & ARM_HALF_FLAGS)
+
     if bf16_matrix:
-        bf16 = PolicyAdvice(MIXED_BFLOAT16, "this CPU has AMX bfloat16 matrix units: oneDNN "
-                                            "runs bfloat16 matmuls and convolutions much faster "
-                                            "than float32")
+        order = [
+            PolicyAdvice(MIXED_BFLOAT16, "this CPU has AMX bfloat16 tile units (amx_bf16): "
+                                         "oneDNN runs bfloat16 matmuls and convolutions on them, "
+                                         "several times faster than float32"),
+            PolicyAdvice(FLOAT32, "the CPU baseline, which AMX bfloat16 units usually beat"),
+        ]
     elif bf16_vector:
-        names = ", ".join(sorted(flags & {"avx512_bf16", "bf16"}))
-        bf16 = PolicyAdvice(MIXED_BFLOAT16, f"this CPU has {names}, which may make bfloat16 "
-                                            "matmuls and convolutions faster through oneDNN; "
-                                            "measure")
+        order = [
+            PolicyAdvice(FLOAT32, "no NVIDIA GPU and no AMX units: float32 is the CPU baseline "
+                                  "and often the fastest"),
+            PolicyAdvice(MIXED_BFLOAT16, f"{', '.join(bf16_vector)} may make bfloat16 matmuls "
+                                         "and convolutions faster through oneDNN; measure"),
+        ]
     else:
-        bf16 = PolicyAdvice(MIXED_BFLOAT16, "no bfloat16 units on this CPU: bfloat16 is "
-                                            "converted in software, measured about 4x slower "
-                                            "than float32 on a small CNN")
+        order = [
+            PolicyAdvice(FLOAT32, "no bf16/AMX units on this CPU: mixed precision measured 2-4x "
+                                  "slower than float32 on a small CNN, so float32 is expected "
+                                  "to be fastest"),
+            PolicyAdvice(MIXED_BFLOAT16, "no bfloat16 units on this CPU: bfloat16 is converted "
+                                         "in software, usually the slowest policy"),
+        ]
+
     if fp16_units:
-        names = ", ".join(sorted(flags & {"amx_fp16", "avx512_fp16"}))
-        fp16 = PolicyAdvice(MIXED_FLOAT16, f"this CPU has {names}: float16 arithmetic in "
-                                           "hardware; measure")
+        fp16 = PolicyAdvice(MIXED_FLOAT16, f"this CPU has {', '.join(fp16_units)} (float16 "
+                                           "arithmetic in hardware), which may make "
+                                           "mixed_float16 faster through oneDNN; measure")
+    elif arm_half:
+        fp16 = PolicyAdvice(MIXED_FLOAT16, f"this CPU has {', '.join(arm_half)} half-precision "
+                                           "arithmetic, but TensorFlow's CPU kernels seldom use "
+                                           "it for training; measure")
     else:
-        fp16 = PolicyAdvice(MIXED_FLOAT16, "no float16 units on this CPU: mixed_float16 measured "
-                                           "2-4x slower than float32 on a small CNN")
-    if bf16_matrix:
-        order = [bf16, f32, fp16]
-    elif fp16_units and not bf16_vector:
-        order = [fp16, f32, bf16]
-    elif bf16_vector:
-        order = [f32, bf16, fp16]
-    else:
-        order = [f32, fp16, bf16]
+        fp16 = PolicyAdvice(MIXED_FLOAT16, "no float16 units on this CPU: mixed_float16 "
+                                           "measured about 4x slower than float32 on a small "
+                                           "CNN")
+    # mixed_float16's usual place: last where bfloat16 has units, else between float32 and a
+    # bfloat16 converted in software (which CPUs do worst). Float16 units lift it one place.
+    order.insert(2 if bf16_matrix or bf16_vector else 1, fp16)
+    if fp16_units:
+        at = order.index(fp16)
+        order[at - 1], order[at] = order[at], order[at - 1]
     return tuple(order)

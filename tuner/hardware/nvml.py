@@ -9,8 +9,11 @@ selects the fake for the CLI and the GUI: a key of :data:`SCENARIOS` or a JSON s
 from __future__ import annotations
 
 import abc
+import copy
 import json
+import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +22,31 @@ from typing import Any, TypeVar
 from tuner.hardware.capability import units_for
 from tuner.hardware.profile import GpuInfo
 
+logger = logging.getLogger(__name__)
+
+#: The environment variable that swaps the real NVML for a scripted machine.
 FAKE_ENV = "MPTUNE_FAKE_NVML"
+#: A scripted field value meaning "NVML answers Not Supported".
 NOT_SUPPORTED = "not_supported"
+#: A scripted field value meaning "NVML fails on this query".
+ERROR = "error"
+
+NO_DRIVER = "NVML library not found (no NVIDIA driver installed)"
+NO_GPU = "no NVIDIA GPU found by NVML"
+
 T = TypeVar("T")
 
 
 class NvmlUnavailable(Exception):
-    """NVML cannot be used here; the message is the reason, for the user."""
+    """NVML cannot be used here.
+
+    Attributes:
+        reason: why, in words for the user (also the exception's message).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class NvmlFieldError(Exception):
@@ -33,56 +54,104 @@ class NvmlFieldError(Exception):
 
 
 class NvmlBackend(abc.ABC):
-    """The NVML calls mptune needs."""
+    """The NVML calls mptune needs.
+
+    Call :meth:`init` first and :meth:`shutdown` last; the queries in between are used from one
+    thread at a time. Per-field failures are ``None``, never exceptions.
+    """
 
     @abc.abstractmethod
     def init(self) -> None:
-        """Start NVML. Raises :class:`NvmlUnavailable` with the reason."""
+        """Start NVML.
+
+        Raises:
+            NvmlUnavailable: the library is missing, no driver is loaded, or NVML fails to start.
+        """
 
     @abc.abstractmethod
     def shutdown(self) -> None:
-        """Stop NVML; safe to call when ``init`` failed."""
+        """Stop NVML; safe to call when :meth:`init` failed or was never called."""
 
     @abc.abstractmethod
-    def driver_version(self) -> str | None: ...
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver version, e.g. ``"550.90.07"``."""
 
     @abc.abstractmethod
     def cuda_driver_version(self) -> str | None:
-        """The CUDA version the driver supports, e.g. ``"12.4"``."""
+        """The newest CUDA version the driver supports, e.g. ``"12.4"``."""
 
     @abc.abstractmethod
-    def device_count(self) -> int: ...
+    def device_count(self) -> int:
+        """How many GPUs NVML sees.
+
+        Raises:
+            NvmlUnavailable: NVML cannot count them.
+        """
 
     @abc.abstractmethod
     def device(self, index: int) -> GpuInfo:
-        """Everything about GPU ``index``; unsupported fields are ``None``."""
+        """Everything about GPU ``index``; unsupported or failing fields are ``None``."""
 
     @abc.abstractmethod
     def memory(self, index: int) -> tuple[float | None, float | None]:
-        """``(used_mb, total_mb)`` of GPU ``index``: the cheap call a sampler repeats."""
+        """``(used_mb, total_mb)`` of GPU ``index``; ``(None, None)`` when it cannot be read.
+
+        The cheap call a background sampler repeats every half second; it never raises.
+        """
 
 
 def _field(query: Callable[[], T]) -> T | None:
-    """One NVML query; "not supported" and errors become ``None``."""
+    """One NVML query; "not supported", errors and odd values become ``None``."""
     try:
         return query()
-    except NvmlFieldError:
+    except Exception as exc:  # noqa: BLE001 - one field must never cost the whole GPU
+        logger.debug("NVML field unavailable: %s", exc)
         return None
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    # nvidia-ml-py returns str since 11.515; older versions returned bytes.
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _cuda_version_text(version: int) -> str:
+def cuda_version_text(version: int) -> str:
+    """NVML's CUDA driver version as people write it: ``12040`` -> ``"12.4"``."""
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
+def _free(total: float | None, used: float | None) -> float | None:
+    return total - used if total is not None and used is not None else None
+
+
+def _capability(value: Any) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        major, _, minor = value.partition(".")
+        return int(major), int(minor or 0)
+    return int(value[0]), int(value[1])
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _integer(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
 class PynvmlBackend(NvmlBackend):
-    """The real NVML, through ``pynvml``."""
+    """The real NVML, through ``pynvml`` (imported on the first :meth:`init`, not at import).
+
+    ``init``/``shutdown`` pairs nest like NVML's own, so a detector and a sampler may share
+    one backend.
+    """
 
     def __init__(self) -> None:
         self._nvml: Any = None
+        self._starts = 0
+        self._handles: dict[int, Any] = {}
+        self._lock = threading.Lock()
 
     def init(self) -> None:
         try:
@@ -92,34 +161,52 @@ class PynvmlBackend(NvmlBackend):
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound:
-            raise NvmlUnavailable("NVML library not found: no NVIDIA driver installed") from None
+            raise NvmlUnavailable(NO_DRIVER) from None
         except pynvml.NVMLError_DriverNotLoaded:
-            raise NvmlUnavailable("the NVIDIA driver is not loaded") from None
+            raise NvmlUnavailable("NVIDIA driver not loaded") from None
         except pynvml.NVMLError_NoPermission:
             raise NvmlUnavailable("no permission to use NVML") from None
-        except pynvml.NVMLError as exc:
-            raise NvmlUnavailable(f"NVML failed to initialise: {exc}") from None
-        self._nvml = pynvml
+        except Exception as exc:  # noqa: BLE001 - any NVMLError or loader error: same outcome
+            raise NvmlUnavailable(f"NVML failed to initialise: {_text(exc)}") from None
+        with self._lock:
+            self._nvml = pynvml
+            self._starts += 1
 
     def shutdown(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except self._nvml.NVMLError:
-                pass
-            self._nvml = None
+        with self._lock:
+            if self._starts == 0:
+                return
+            self._starts -= 1
+            if self._starts == 0:
+                self._handles.clear()
+            nvml = self._nvml
+        try:
+            nvml.nvmlShutdown()
+        except Exception as exc:  # noqa: BLE001 - nothing useful to do about it
+            logger.debug("nvmlShutdown failed: %s", exc)
 
     def _call(self, name: str, *args: Any) -> Any:
+        if self._nvml is None:
+            raise NvmlFieldError("NVML is not initialised")
         try:
+            # getattr inside the try: an old nvidia-ml-py may lack a newer function.
             return getattr(self._nvml, name)(*args)
-        except self._nvml.NVMLError as exc:
-            raise NvmlFieldError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and friends
+            raise NvmlFieldError(f"{name}: {_text(exc)}") from None
+
+    def _handle(self, index: int) -> Any:
+        # Handles stay valid until shutdown; caching them keeps the sampler's call to one.
+        handle = self._handles.get(index)
+        if handle is None:
+            handle = self._call("nvmlDeviceGetHandleByIndex", index)
+            self._handles[index] = handle
+        return handle
 
     def driver_version(self) -> str | None:
         return _field(lambda: _text(self._call("nvmlSystemGetDriverVersion")))
 
     def cuda_driver_version(self) -> str | None:
-        return _field(lambda: _cuda_version_text(int(self._call("nvmlSystemGetCudaDriverVersion"))))
+        return _field(lambda: cuda_version_text(int(self._call("nvmlSystemGetCudaDriverVersion"))))
 
     def device_count(self) -> int:
         try:
@@ -128,61 +215,69 @@ class PynvmlBackend(NvmlBackend):
             raise NvmlUnavailable(f"NVML could not count the GPUs: {exc}") from None
 
     def device(self, index: int) -> GpuInfo:
-        handle = self._call("nvmlDeviceGetHandleByIndex", index)
+        handle = _field(lambda: self._handle(index))
+        if handle is None:
+            return GpuInfo(index=index)
+        nvml = self._nvml
+        name = _field(lambda: _text(self._call("nvmlDeviceGetName", handle)))
         memory = _field(lambda: self._call("nvmlDeviceGetMemoryInfo", handle))
-        cc = _field(lambda: tuple(self._call("nvmlDeviceGetCudaComputeCapability", handle)))
-        power = _field(lambda: self._call("nvmlDeviceGetPowerManagementLimit", handle))
-        mig = _field(lambda: self._call("nvmlDeviceGetMigMode", handle))
+        cc = _field(lambda: _capability(self._call("nvmlDeviceGetCudaComputeCapability", handle)))
+        power_mw = _field(lambda: float(self._call("nvmlDeviceGetPowerManagementLimit", handle)))
+        # nvmlDeviceGetMigMode answers (current, pending); the current mode is what runs.
+        mig = _field(lambda: bool(self._call("nvmlDeviceGetMigMode", handle)[0]))
+        total = _field(lambda: memory.total / 2**20) if memory is not None else None
+        used = _field(lambda: memory.used / 2**20) if memory is not None else None
         return GpuInfo(
             index=index,
-            name=_field(lambda: _text(self._call("nvmlDeviceGetName", handle))),
+            name=name,
             uuid=_field(lambda: _text(self._call("nvmlDeviceGetUUID", handle))),
-            compute_capability=(int(cc[0]), int(cc[1])) if cc else None,
-            memory_total_mb=memory.total / 2**20 if memory else None,
-            memory_used_mb=memory.used / 2**20 if memory else None,
-            memory_free_mb=memory.free / 2**20 if memory else None,
-            power_limit_w=power / 1000 if power is not None else None,
+            compute_capability=cc,
+            memory_total_mb=total,
+            memory_used_mb=used,
+            memory_free_mb=_free(total, used),
+            power_limit_w=power_mw / 1000 if power_mw is not None else None,
             sm_clock_mhz=_field(lambda: int(self._call(
-                "nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_SM))),
+                "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_SM))),
             memory_clock_mhz=_field(lambda: int(self._call(
-                "nvmlDeviceGetMaxClockInfo", handle, self._nvml.NVML_CLOCK_MEM))),
-            mig_mode=bool(mig[0]) if mig else None,
-            units=units_for(cc) if cc else None,
+                "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_MEM))),
+            mig_mode=mig,
+            units=units_for(cc, name) if cc else None,
         )
 
     def memory(self, index: int) -> tuple[float | None, float | None]:
-        try:
-            handle = self._call("nvmlDeviceGetHandleByIndex", index)
-            info = self._call("nvmlDeviceGetMemoryInfo", handle)
-        except NvmlFieldError:
+        info = _field(lambda: self._call("nvmlDeviceGetMemoryInfo", self._handle(index)))
+        if info is None:
             return None, None
-        return info.used / 2**20, info.total / 2**20
+        return _field(lambda: info.used / 2**20), _field(lambda: info.total / 2**20)
 
 
-#: Ready-made fake machines (realistic figures from the vendors' specifications).
+def _gpu(name: str, cc: list[int], total: float, used: float, power: float | str, sm: int,
+         mem: int | str, mig: bool | str, uuid: str) -> dict[str, Any]:
+    return {"name": name, "uuid": uuid, "compute_capability": cc, "memory_total_mb": total,
+            "memory_used_mb": used, "power_limit_w": power, "sm_clock_mhz": sm,
+            "memory_clock_mhz": mem, "mig_mode": mig}
+
+
+#: Ready-made fake machines. Names, memory (MiB, as nvidia-smi shows it), power limits and
+#: maximum clocks follow the vendors' specifications for these boards.
 SCENARIOS: dict[str, dict[str, Any]] = {
     "pascal_6.1": {"driver": "535.183.01", "cuda": "12.2", "gpus": [
-        {"name": "NVIDIA GeForce GTX 1080", "compute_capability": [6, 1], "memory_total_mb": 8192,
-         "memory_used_mb": 312, "power_limit_w": 180, "sm_clock_mhz": 1885,
-         "memory_clock_mhz": 5005, "mig_mode": NOT_SUPPORTED}]},
+        _gpu("NVIDIA GeForce GTX 1080", [6, 1], 8192, 312, 180, 1911, 5005, NOT_SUPPORTED,
+             "GPU-6d2c3a4e-5b7f-4b1e-9a52-8f1c0e5d7a10")]},
     "volta_7.0": {"driver": "535.183.01", "cuda": "12.2", "gpus": [
-        {"name": "Tesla V100-SXM2-16GB", "compute_capability": [7, 0], "memory_total_mb": 16384,
-         "memory_used_mb": 410, "power_limit_w": 300, "sm_clock_mhz": 1530,
-         "memory_clock_mhz": 877, "mig_mode": NOT_SUPPORTED}]},
+        _gpu("Tesla V100-SXM2-16GB", [7, 0], 16160, 410, 300, 1530, 877, NOT_SUPPORTED,
+             "GPU-0f3b9c2d-7a4e-4c6e-8d31-2b9e4f6a1c70")]},
     "ampere_8.0": {"driver": "550.90.07", "cuda": "12.4", "gpus": [
-        {"name": "NVIDIA A100-SXM4-40GB", "compute_capability": [8, 0], "memory_total_mb": 40960,
-         "memory_used_mb": 620, "power_limit_w": 400, "sm_clock_mhz": 1410,
-         "memory_clock_mhz": 1215, "mig_mode": False}]},
+        _gpu("NVIDIA A100-SXM4-40GB", [8, 0], 40960, 620, 400, 1410, 1215, False,
+             "GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80")]},
     "hopper_9.0": {"driver": "560.35.03", "cuda": "12.6", "gpus": [
-        {"name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0], "memory_total_mb": 81559,
-         "memory_used_mb": 540, "power_limit_w": 700, "sm_clock_mhz": 1980,
-         "memory_clock_mhz": 2619, "mig_mode": False}]},
+        _gpu("NVIDIA H100 80GB HBM3", [9, 0], 81559, 540, 700, 1980, 2619, False,
+             "GPU-3c7d1e92-e61a-4f5a-a6b8-9d0e1c2b3a90")]},
+    # WSL2's NVML answers Not Supported for much of the board's state.
     "wsl2": {"driver": "556.12", "cuda": "12.5", "gpus": [
-        {"name": "NVIDIA GeForce RTX 3060", "compute_capability": [8, 6],
-         "memory_total_mb": 12288, "memory_used_mb": 1100, "uuid": NOT_SUPPORTED,
-         "power_limit_w": NOT_SUPPORTED, "sm_clock_mhz": 1777,
-         "memory_clock_mhz": NOT_SUPPORTED, "mig_mode": NOT_SUPPORTED}]},
-    "no_driver": {"init_error": "NVML library not found: no NVIDIA driver installed"},
+        _gpu("NVIDIA GeForce RTX 3060", [8, 6], 12288, 1100, NOT_SUPPORTED, 1777,
+             NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED)]},
+    "no_driver": {"init_error": NO_DRIVER},
     "no_gpus": {"driver": "550.90.07", "cuda": "12.4", "gpus": []},
 }
 
@@ -190,23 +285,39 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 class FakeNvmlBackend(NvmlBackend):
     """Scripted GPUs behind the same interface as :class:`PynvmlBackend`.
 
-    A scenario is a dict: ``driver``, ``cuda`` (versions), ``gpus`` (a list of dicts with the
-    :class:`GpuInfo` field names; ``compute_capability`` as ``[major, minor]``), and optionally
-    ``init_error`` (NVML fails to start with that reason) or ``count_error``. A GPU field whose
-    value is ``"not_supported"`` or ``"error"`` behaves as NVML answering so.
+    A scenario is a dict: ``driver`` and ``cuda`` (versions), ``gpus`` (a list of dicts with
+    :class:`~tuner.hardware.profile.GpuInfo`'s field names; ``compute_capability`` as
+    ``[major, minor]`` or ``"8.0"``), and optionally ``init_error`` (NVML fails to start with
+    that reason) or ``count_error``. Any field whose value is ``"not_supported"`` or ``"error"``
+    behaves as NVML answering so: it becomes ``None``.
+
+    Attributes:
+        scenario: the script (a private copy).
+        started: whether :meth:`init` succeeded and :meth:`shutdown` has not run since.
+        memory_calls: how often :meth:`memory` was called (tests check the sampler with it).
     """
 
     def __init__(self, scenario: dict[str, Any]) -> None:
-        self.scenario = scenario
+        self.scenario = copy.deepcopy(scenario)
         self.started = False
         self.memory_calls = 0
 
     @classmethod
     def from_json(cls, path: str | Path) -> FakeNvmlBackend:
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+        """A backend playing the JSON scenario file at ``path``.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: it is not JSON (TypeError: not a JSON object).
+        """
+        scenario = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(scenario, dict):
+            raise TypeError(f"{path}: a scenario is a JSON object, not {type(scenario).__name__}")
+        return cls(scenario)
 
     @classmethod
     def named(cls, name: str) -> FakeNvmlBackend:
+        """A backend playing ``SCENARIOS[name]``."""
         return cls(SCENARIOS[name])
 
     def init(self) -> None:
@@ -217,13 +328,14 @@ class FakeNvmlBackend(NvmlBackend):
     def shutdown(self) -> None:
         self.started = False
 
-    def _gpu(self, index: int) -> dict[str, Any]:
-        return dict(self.scenario.get("gpus", [])[index])
+    def _gpus(self) -> list[dict[str, Any]]:
+        gpus = self.scenario.get("gpus") or []
+        return gpus if isinstance(gpus, list) else []
 
     @staticmethod
     def _value(raw: dict[str, Any], key: str) -> Any:
         value = raw.get(key)
-        if value in (NOT_SUPPORTED, "error"):
+        if value in (NOT_SUPPORTED, ERROR):
             raise NvmlFieldError(f"{key}: {value}")
         return value
 
@@ -236,49 +348,69 @@ class FakeNvmlBackend(NvmlBackend):
     def device_count(self) -> int:
         if self.scenario.get("count_error"):
             raise NvmlUnavailable(f"NVML could not count the GPUs: {self.scenario['count_error']}")
-        return len(self.scenario.get("gpus", []))
+        return len(self._gpus())
 
     def device(self, index: int) -> GpuInfo:
-        raw = self._gpu(index)
-        cc = _field(lambda: self._value(raw, "compute_capability"))
-        total = _field(lambda: self._value(raw, "memory_total_mb"))
-        used = _field(lambda: self._value(raw, "memory_used_mb"))
-        cc_tuple = (int(cc[0]), int(cc[1])) if cc else None
+        raw = self._gpus()[index]
+        cc = _field(lambda: _capability(self._value(raw, "compute_capability")))
+        total = _field(lambda: _number(self._value(raw, "memory_total_mb")))
+        used = _field(lambda: _number(self._value(raw, "memory_used_mb")))
+        name = _field(lambda: self._value(raw, "name"))
+        mig = _field(lambda: self._value(raw, "mig_mode"))
         return GpuInfo(
             index=index,
-            name=_field(lambda: self._value(raw, "name")),
-            uuid=_field(lambda: self._value(raw, "uuid") or f"GPU-fake-{index:04d}"),
-            compute_capability=cc_tuple,
+            name=name,
+            uuid=_field(lambda: self._value(raw, "uuid")),
+            compute_capability=cc,
             memory_total_mb=total,
             memory_used_mb=used,
-            memory_free_mb=total - used if total is not None and used is not None else None,
-            power_limit_w=_field(lambda: self._value(raw, "power_limit_w")),
-            sm_clock_mhz=_field(lambda: self._value(raw, "sm_clock_mhz")),
-            memory_clock_mhz=_field(lambda: self._value(raw, "memory_clock_mhz")),
-            mig_mode=_field(lambda: self._value(raw, "mig_mode")),
-            units=units_for(cc_tuple) if cc_tuple else None,
+            memory_free_mb=_free(total, used),
+            power_limit_w=_field(lambda: _number(self._value(raw, "power_limit_w"))),
+            sm_clock_mhz=_field(lambda: _integer(self._value(raw, "sm_clock_mhz"))),
+            memory_clock_mhz=_field(lambda: _integer(self._value(raw, "memory_clock_mhz"))),
+            mig_mode=bool(mig) if mig is not None else None,
+            units=units_for(cc, name) if cc else None,
         )
 
     def memory(self, index: int) -> tuple[float | None, float | None]:
         self.memory_calls += 1
-        raw = self._gpu(index)
-        return (_field(lambda: self._value(raw, "memory_used_mb")),
-                _field(lambda: self._value(raw, "memory_total_mb")))
+        raw = _field(lambda: self._gpus()[index]) or {}
+        return (_field(lambda: _number(self._value(raw, "memory_used_mb"))),
+                _field(lambda: _number(self._value(raw, "memory_total_mb"))))
 
 
 def backend_from_env() -> NvmlBackend:
-    """The fake backend when ``MPTUNE_FAKE_NVML`` names a scenario or a JSON file, else NVML."""
+    """The backend the environment asks for.
+
+    Returns:
+        A :class:`FakeNvmlBackend` when ``MPTUNE_FAKE_NVML`` is a key of :data:`SCENARIOS` or a
+        JSON scenario file; else the real :class:`PynvmlBackend`. A value that is neither gives
+        a fake whose ``init`` fails with the reason, so detection reports the mistake instead
+        of raising.
+    """
     value = os.environ.get(FAKE_ENV, "").strip()
     if not value:
         return PynvmlBackend()
     if value in SCENARIOS:
         return FakeNvmlBackend.named(value)
-    return FakeNvmlBackend.from_json(value)
+    try:
+        return FakeNvmlBackend.from_json(value)
+    except (OSError, ValueError, TypeError) as exc:
+        return FakeNvmlBackend({"init_error": (
+            f"{FAKE_ENV}={value!r} is neither a built-in scenario nor a readable JSON scenario "
+            f"file: {exc}")})
 
 
 @dataclass(frozen=True)
 class GpuReading:
-    """What NVML said: the GPUs, or why there are none."""
+    """What NVML said: the GPUs, or why there are none.
+
+    Attributes:
+        gpus: every GPU, by index.
+        unavailable_reason: why ``gpus`` is empty; ``None`` when it is not.
+        driver_version: the NVIDIA driver version.
+        cuda_driver_version: the newest CUDA the driver supports.
+    """
 
     gpus: tuple[GpuInfo, ...]
     unavailable_reason: str | None
@@ -286,14 +418,28 @@ class GpuReading:
     cuda_driver_version: str | None
 
 
+def _shutdown(backend: NvmlBackend) -> None:
+    try:
+        backend.shutdown()
+    except Exception as exc:  # noqa: BLE001 - a failed shutdown must not undo the reading
+        logger.debug("NVML shutdown failed: %s", exc)
+
+
 def read_gpus(backend: NvmlBackend) -> GpuReading:
-    """Read every GPU; never raises: any NVML failure becomes the reason there are none."""
+    """Read every GPU, then shut the backend down.
+
+    Never raises: any NVML failure becomes the reason there are no GPUs; a GPU that fails
+    after it was counted is kept, with the fields that could be read.
+    """
     try:
         backend.init()
     except NvmlUnavailable as exc:
-        return GpuReading((), str(exc), None, None)
+        _shutdown(backend)
+        return GpuReading((), exc.reason, None, None)
     except Exception as exc:  # noqa: BLE001 - a broken NVML must not break detection
-        return GpuReading((), f"NVML failed: {type(exc).__name__}: {exc}", None, None)
+        _shutdown(backend)
+        return GpuReading((), f"NVML failed to initialise: {type(exc).__name__}: {exc}",
+                          None, None)
     try:
         driver, cuda = backend.driver_version(), backend.cuda_driver_version()
         count = backend.device_count()
@@ -301,13 +447,13 @@ def read_gpus(backend: NvmlBackend) -> GpuReading:
         for index in range(count):
             try:
                 gpus.append(backend.device(index))
-            except NvmlFieldError:
+            except Exception as exc:  # noqa: BLE001 - one bad board keeps its index
+                logger.debug("GPU %d unreadable: %s", index, exc)
                 gpus.append(GpuInfo(index=index))
-        reason = None if gpus else "no NVIDIA GPU found by NVML"
-        return GpuReading(tuple(gpus), reason, driver, cuda)
+        return GpuReading(tuple(gpus), None if gpus else NO_GPU, driver, cuda)
     except NvmlUnavailable as exc:
-        return GpuReading((), str(exc), None, None)
+        return GpuReading((), exc.reason, None, None)
     except Exception as exc:  # noqa: BLE001
         return GpuReading((), f"NVML failed: {type(exc).__name__}: {exc}", None, None)
     finally:
-        backend.shutdown()
+        _shutdown(backend)

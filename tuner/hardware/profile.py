@@ -1,19 +1,40 @@
-"""Frozen records of what detection found. They cross threads (the GUI's sampler) and
-processes (stored with sessions), so they are plain data with ``to_dict``/``from_dict``."""
+"""Frozen records of what detection found.
+
+They cross threads (the GUI's detector and sampler) and processes (stored with sessions, printed
+by ``mptune detect --json``), so they are plain data with ``to_dict``/``from_dict``. ``from_dict``
+ignores keys it does not know, so a profile stored by a newer mptune still loads.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.hardware.capability import CapabilityUnits
 
+#: The version of :meth:`HardwareProfile.to_dict`'s layout.
 SCHEMA = 1
+
+#: CPU flags that give bfloat16 or float16 arithmetic in hardware (see tuner.hardware.cpu).
+BF16_MATRIX_FLAGS = frozenset({"amx_bf16"})
+BF16_VECTOR_FLAGS = frozenset({"avx512_bf16", "bf16"})
+FP16_FLAGS = frozenset({"amx_fp16", "avx512_fp16"})
+#: Arm half-precision arithmetic: present on most aarch64 CPUs, seldom used by TensorFlow.
+ARM_HALF_FLAGS = frozenset({"fp16", "asimdhp"})
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One NVIDIA GPU as NVML reports it; a field NVML does not support is ``None``."""
+    """One NVIDIA GPU as NVML reports it; a field NVML does not support is ``None``.
+
+    Memory is in MiB (NVML's bytes / 2**20); clocks are the maximum clocks.
+    """
 
     index: int
     name: str | None = None
@@ -30,30 +51,54 @@ class GpuInfo:
 
     @property
     def capability_text(self) -> str | None:
+        """The compute capability as NVIDIA writes it, e.g. ``"8.0"``."""
         cc = self.compute_capability
         return f"{cc[0]}.{cc[1]}" if cc else None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["compute_capability"] = self.capability_text
-        data["units"] = self.units.to_dict() if self.units else None
-        return data
+        """Plain JSON-able data; ``compute_capability`` as ``"8.0"`` or ``None``."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "compute_capability": self.capability_text,
+            "memory_total_mb": self.memory_total_mb,
+            "memory_used_mb": self.memory_used_mb,
+            "memory_free_mb": self.memory_free_mb,
+            "power_limit_w": self.power_limit_w,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "memory_clock_mhz": self.memory_clock_mhz,
+            "mig_mode": self.mig_mode,
+            "units": self.units.to_dict() if self.units else None,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuInfo:
-        values = dict(data)
+        """Inverse of :meth:`to_dict`; also takes ``compute_capability`` as ``[8, 0]``."""
+        values = _known(cls, data)
         cc = values.get("compute_capability")
         if isinstance(cc, str):
-            major, minor = cc.split(".")
-            values["compute_capability"] = (int(major), int(minor))
+            major, _, minor = cc.partition(".")
+            values["compute_capability"] = (int(major), int(minor or 0))
+        elif isinstance(cc, (list, tuple)):
+            values["compute_capability"] = (int(cc[0]), int(cc[1]))
         units = values.get("units")
-        values["units"] = CapabilityUnits(**units) if isinstance(units, dict) else None
+        values["units"] = CapabilityUnits.from_dict(units) if isinstance(units, dict) else None
         return cls(**values)
 
 
 @dataclass(frozen=True)
 class CpuInfo:
-    """The CPU and the instruction sets that decide whether low precision can be fast."""
+    """The CPU and the instruction sets that decide whether low precision can be fast.
+
+    Attributes:
+        model: the marketing name, e.g. ``"AMD EPYC 9654"``; ``None`` when the OS does not say.
+        arch: ``platform.machine()``, e.g. ``"x86_64"`` or ``"aarch64"``.
+        physical_cores: psutil's count; ``None`` when it cannot tell (some containers).
+        logical_cores: hardware threads.
+        ram_total_mb: total RAM in MiB.
+        flags: only the relevant instruction sets present (see :mod:`tuner.hardware.cpu`).
+    """
 
     model: str | None
     arch: str
@@ -63,13 +108,25 @@ class CpuInfo:
     flags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["flags"] = list(self.flags)
-        return data
+        """Plain JSON-able data."""
+        return {
+            "model": self.model,
+            "arch": self.arch,
+            "physical_cores": self.physical_cores,
+            "logical_cores": self.logical_cores,
+            "ram_total_mb": self.ram_total_mb,
+            "flags": list(self.flags),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CpuInfo:
-        return cls(**{**data, "flags": tuple(data.get("flags", ()))})
+        """Inverse of :meth:`to_dict`."""
+        values = _known(cls, data)
+        for name in ("model", "physical_cores", "logical_cores", "ram_total_mb"):
+            values.setdefault(name, None)
+        values.setdefault("arch", "")
+        values["flags"] = tuple(values.get("flags") or ())
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -86,27 +143,68 @@ class SoftwareInfo:
     tf_cuda_compute_capabilities: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["tf_cuda_compute_capabilities"] = list(self.tf_cuda_compute_capabilities)
-        return data
+        """Plain JSON-able data."""
+        return {
+            "python": self.python,
+            "tensorflow": self.tensorflow,
+            "keras": self.keras,
+            "tf_keras": self.tf_keras,
+            "tf_cuda_version": self.tf_cuda_version,
+            "tf_cudnn_version": self.tf_cudnn_version,
+            "tf_is_cuda_build": self.tf_is_cuda_build,
+            "tf_cuda_compute_capabilities": list(self.tf_cuda_compute_capabilities),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SoftwareInfo:
-        return cls(**{**data, "tf_cuda_compute_capabilities":
-                      tuple(data.get("tf_cuda_compute_capabilities", ()))})
+        """Inverse of :meth:`to_dict`."""
+        values = _known(cls, data)
+        values.setdefault("python", "")
+        values["tf_cuda_compute_capabilities"] = tuple(
+            values.get("tf_cuda_compute_capabilities") or ())
+        return cls(**values)
 
 
 @dataclass(frozen=True)
 class PolicyAdvice:
-    """A policy worth trying and why, in one sentence."""
+    """A policy worth trying and why.
+
+    Attributes:
+        policy: one of :data:`tuner.policies.POLICIES`.
+        reason: one sentence, for people.
+    """
 
     policy: str
     reason: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data."""
+        return {"policy": self.policy, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PolicyAdvice:
+        """Inverse of :meth:`to_dict`."""
+        return cls(policy=str(data["policy"]), reason=str(data.get("reason", "")))
+
+
+def _flatten_parentheses(text: str) -> str:
+    # The reason goes inside the verdict's own parentheses; nested ones read badly.
+    return re.sub(r"\s*\(([^()]*)\)", r", \1", text)
+
 
 @dataclass(frozen=True)
 class HardwareProfile:
-    """Everything ``mptune detect`` reports."""
+    """Everything ``mptune detect`` reports.
+
+    Attributes:
+        gpus: every NVIDIA GPU NVML sees, by index; empty when none.
+        gpu_unavailable_reason: why ``gpus`` is empty (``None`` when it is not).
+        driver_version: the NVIDIA driver, e.g. ``"550.90.07"``.
+        cuda_driver_version: the newest CUDA the driver supports, e.g. ``"12.4"``.
+        cpu: the CPU.
+        software: Python, TensorFlow and Keras.
+        advice: every policy, most promising first (:func:`tuner.hardware.advice.advise`).
+    """
 
     gpus: tuple[GpuInfo, ...]
     gpu_unavailable_reason: str | None
@@ -118,47 +216,68 @@ class HardwareProfile:
 
     @property
     def verdict(self) -> str:
-        """One sentence: what this machine means for mixed precision."""
+        """One sentence: what this machine means for mixed precision (GPU 0 decides)."""
         if self.gpus:
-            gpu = self.gpus[0]
-            units = gpu.units
-            if units is None:
-                return f"{gpu.name or 'GPU'}: compute capability unknown; measure to know"
-            if units.bf16_tensor_cores:
-                return f"{units.summary}: mixed precision should pay here"
-            if units.fp16_tensor_cores:
-                return (f"{units.summary}: mixed_float16 should pay here; bfloat16 has no "
-                        "Tensor Cores")
-            return (f"{gpu.name or 'GPU'} has no Tensor Cores: float32 is expected to be "
-                    "fastest, mixed precision saves memory only")
+            verdict = self._gpu_verdict(self.gpus[0])
+            if self.software.tf_is_cuda_build is False:
+                # The advice is about the GPU, but a CPU-only TensorFlow never touches it.
+                verdict += "; but this TensorFlow is a CPU-only build, so trials run on the CPU"
+            return verdict
+        reason = self.gpu_unavailable_reason or "reason unknown"
+        head = (reason if reason.startswith("no NVIDIA GPU")
+                else f"no NVIDIA GPU found ({_flatten_parentheses(reason)})")
+        return f"{head}: {self._cpu_verdict()}"
+
+    @staticmethod
+    def _gpu_verdict(gpu: GpuInfo) -> str:
+        name = gpu.name or f"GPU {gpu.index}"
+        units = gpu.units
+        if units is None:
+            return f"{name}: compute capability unknown, so measure before trusting any policy"
+        if units.bf16_tensor_cores:
+            return f"{units.summary}: mixed precision should pay here"
+        if units.fp16_tensor_cores:
+            return (f"{units.summary}: mixed_float16 should pay here, mixed_bfloat16 has no "
+                    "Tensor Cores")
+        return (f"{name} has no Tensor Cores: float32 is expected to be fastest, and mixed "
+                "precision saves memory only")
+
+    def _cpu_verdict(self) -> str:
         flags = set(self.cpu.flags)
-        cpu_says = ("this CPU has bfloat16 units (" + ", ".join(
-            sorted(flags & {"amx_bf16", "avx512_bf16", "bf16"})) + "): measure whether "
-                    "mixed_bfloat16 pays") if flags & {"amx_bf16", "avx512_bf16", "bf16"} \
-            else "on this CPU float32 is expected to be fastest"
-        return f"no NVIDIA GPU found ({self.gpu_unavailable_reason}): {cpu_says}"
+        if flags & BF16_MATRIX_FLAGS:
+            return "this CPU's AMX bfloat16 units should make mixed_bfloat16 pay"
+        bf16 = sorted(flags & BF16_VECTOR_FLAGS)
+        if bf16:
+            return (f"on this CPU float32 is expected to be fastest, though {', '.join(bf16)} "
+                    "may make mixed_bfloat16 pay: measure")
+        fp16 = sorted(flags & FP16_FLAGS)
+        if fp16:
+            return f"this CPU's {', '.join(fp16)} may make mixed_float16 pay: measure"
+        return "on this CPU float32 is expected to be fastest"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data: the layout ``mptune detect --json`` prints (``schema`` 1)."""
         return {
-            "schema": SCHEMA,
             "gpus": [g.to_dict() for g in self.gpus],
             "gpu_unavailable_reason": self.gpu_unavailable_reason,
             "driver_version": self.driver_version,
             "cuda_driver_version": self.cuda_driver_version,
             "cpu": self.cpu.to_dict(),
             "software": self.software.to_dict(),
-            "advice": [asdict(a) for a in self.advice],
+            "advice": [a.to_dict() for a in self.advice],
             "verdict": self.verdict,
+            "schema": SCHEMA,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
+        """Inverse of :meth:`to_dict` (``verdict`` is recomputed, not read)."""
         return cls(
-            gpus=tuple(GpuInfo.from_dict(g) for g in data.get("gpus", ())),
+            gpus=tuple(GpuInfo.from_dict(g) for g in data.get("gpus") or ()),
             gpu_unavailable_reason=data.get("gpu_unavailable_reason"),
             driver_version=data.get("driver_version"),
             cuda_driver_version=data.get("cuda_driver_version"),
-            cpu=CpuInfo.from_dict(data["cpu"]),
-            software=SoftwareInfo.from_dict(data["software"]),
-            advice=tuple(PolicyAdvice(**a) for a in data.get("advice", ())),
+            cpu=CpuInfo.from_dict(data.get("cpu") or {}),
+            software=SoftwareInfo.from_dict(data.get("software") or {}),
+            advice=tuple(PolicyAdvice.from_dict(a) for a in data.get("advice") or ()),
         )

@@ -1,46 +1,85 @@
-"""``mptune detect``'s readable summary."""
+"""``mptune detect``'s readable summary: plain text, about 100 columns wide."""
 
 from __future__ import annotations
 
-from tuner.hardware.profile import HardwareProfile
+import textwrap
+
+from tuner.hardware.profile import GpuInfo, HardwareProfile
+
+WIDTH = 100
 
 
 def _na(value: object, fmt: str = "{}") -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
+def _on_off(value: bool | None) -> str:
+    return "n/a" if value is None else ("on" if value else "off")
+
+
+def _wrap(text: str, indent: str, first: str = "") -> list[str]:
+    # A hanging indent: continuation lines line up under the text, not under the label.
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+def _gpu_lines(gpu: GpuInfo) -> list[str]:
+    units = gpu.units
+    arch = f", {units.architecture}" if units else ""
+    head = (f"GPU {gpu.index}: {_na(gpu.name)} (compute capability {_na(gpu.capability_text)}"
+            f"{arch}): {units.summary if units else 'units unknown'}")
+    memory = (f"memory {_na(gpu.memory_used_mb, '{:,.0f}')} / "
+              f"{_na(gpu.memory_total_mb, '{:,.0f}')} MiB used")
+    board = (f"power limit {_na(gpu.power_limit_w, '{:.0f} W')}, max clocks SM "
+             f"{_na(gpu.sm_clock_mhz, '{} MHz')} / memory {_na(gpu.memory_clock_mhz, '{} MHz')}, "
+             f"MIG {_on_off(gpu.mig_mode)}")
+    indent = "       "
+    return _wrap(head, indent) + _wrap(memory, indent, indent) + _wrap(board, indent, indent)
+
+
 def render_text(profile: HardwareProfile) -> str:
+    """The profile as a few lines for people; missing fields read ``n/a``.
+
+    Args:
+        profile: what :func:`tuner.hardware.detect` found.
+
+    Returns:
+        GPUs (or why there are none), CPU, software, the numbered advice and the verdict,
+        without a trailing newline.
+    """
     lines: list[str] = []
     if profile.gpus:
         lines.append(f"NVIDIA driver {_na(profile.driver_version)}, CUDA "
                      f"{_na(profile.cuda_driver_version)}")
         for gpu in profile.gpus:
-            units = gpu.units.summary if gpu.units else "unknown units"
-            arch = f" {gpu.units.architecture}" if gpu.units else ""
-            lines.append(f"GPU {gpu.index}: {_na(gpu.name)} (compute capability "
-                         f"{_na(gpu.capability_text)}{arch}): {units}")
-            lines.append(f"       memory {_na(gpu.memory_used_mb, '{:,.0f}')} / "
-                         f"{_na(gpu.memory_total_mb, '{:,.0f}')} MB used, power limit "
-                         f"{_na(gpu.power_limit_w, '{:.0f} W')}, clocks SM "
-                         f"{_na(gpu.sm_clock_mhz, '{} MHz')} / memory "
-                         f"{_na(gpu.memory_clock_mhz, '{} MHz')}, MIG "
-                         f"{_na(None if gpu.mig_mode is None else ('on' if gpu.mig_mode else 'off'))}")
+            lines += _gpu_lines(gpu)
     else:
-        lines.append(f"GPU: none ({profile.gpu_unavailable_reason})")
+        lines += _wrap(f"GPU: none - {_na(profile.gpu_unavailable_reason)}", "     ")
     cpu = profile.cpu
-    lines.append(f"CPU: {_na(cpu.model)} ({cpu.arch}), {_na(cpu.physical_cores)} cores / "
-                 f"{_na(cpu.logical_cores)} threads, {_na(cpu.ram_total_mb, '{:,.0f}')} MB RAM")
-    lines.append(f"     instruction sets: {', '.join(cpu.flags) or 'none of the relevant ones'}")
+    lines += _wrap(f"CPU: {_na(cpu.model)} ({cpu.arch or 'n/a'}), {_na(cpu.physical_cores)} cores "
+                   f"/ {_na(cpu.logical_cores)} threads, {_na(cpu.ram_total_mb, '{:,.0f}')} MiB "
+                   "RAM", "     ")
+    lines += _wrap(f"instruction sets: {', '.join(cpu.flags) or 'none of the relevant ones'}",
+                   "     ", "     ")
     sw = profile.software
-    build = (f"built with CUDA {_na(sw.tf_cuda_version)}, cuDNN {_na(sw.tf_cudnn_version)}"
-             if sw.tf_is_cuda_build else "CPU-only build" if sw.tf_is_cuda_build is False
-             else "build info n/a")
-    lines.append(f"Software: Python {sw.python}, TensorFlow {_na(sw.tensorflow)} ({build}), "
-                 f"Keras {_na(sw.keras)}" + (f", tf_keras {sw.tf_keras}" if sw.tf_keras else ""))
+    if sw.tf_is_cuda_build:
+        build = f"built with CUDA {_na(sw.tf_cuda_version)}, cuDNN {_na(sw.tf_cudnn_version)}"
+    elif sw.tf_is_cuda_build is False:
+        build = "CPU-only build"
+    else:
+        build = "build info n/a"
+    tf_keras = f", tf_keras {sw.tf_keras}" if sw.tf_keras else ""
+    lines += _wrap(f"Software: Python {sw.python}, TensorFlow {_na(sw.tensorflow)} ({build}), "
+                   f"Keras {_na(sw.keras)}{tf_keras}", "          ")
+    if sw.tf_cuda_compute_capabilities:
+        kernels = ", ".join(sw.tf_cuda_compute_capabilities)
+        lines += _wrap(f"TensorFlow CUDA kernels for {kernels}", "          ", "          ")
     lines.append("")
     lines.append("Advice (most promising first):")
+    width = max((len(a.policy) for a in profile.advice), default=0) + 2
     for i, advice in enumerate(profile.advice, 1):
-        lines.append(f"  {i}. {advice.policy:15s} {advice.reason}")
+        label = f"  {i}. {advice.policy:<{width}}"
+        lines += _wrap(advice.reason, " " * len(label), label)
     lines.append("")
-    lines.append(f"Verdict: {profile.verdict}")
+    lines += _wrap(f"Verdict: {profile.verdict}", "         ")
     return "\n".join(lines)
