@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from tests_support import make_config
-from tuner.export import ConfigError, HardwareFingerprint, TunedConfig, render
+from tuner.export import ConfigError, HardwareFingerprint, Setup, TunedConfig, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +52,17 @@ def corrupt(mutate) -> dict:
 
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda d: d["setup"].pop("batch_size"), "field setup.batch_size must be a positive integer"),
-    (lambda d: d["setup"].update(batch_size="abc"), "setup.batch_size must be a positive integer, got 'abc'"),
+    (lambda d: d["setup"].update(batch_size="abc"),
+     "setup.batch_size must be a positive integer, got 'abc'"),
+    (lambda d: d["setup"].update(batch_size=True), "setup.batch_size"),
+    (lambda d: d["setup"].update(loss_scale=128), "field setup.loss_scale must be a non-empty"),
+    (lambda d: d.pop("model"), "field model must be a non-empty string"),
+    (lambda d: d["hardware"].update(cpu_flags="avx2"), "field hardware.cpu_flags must be a list"),
+    (lambda d: d["versions"].update(keras=3), "field versions.keras"),
+    (lambda d: d["evidence"].update(samples_per_second_spread=[1.0]),
+     "evidence.samples_per_second_spread must be a list of two numbers"),
+    (lambda d: d["evidence"].update(speedup_vs_float32=float("nan")),
+     "evidence.speedup_vs_float32 must be a finite number"),
     (lambda d: d["setup"].update(batch_size=0), "setup.batch_size"),
     (lambda d: d["setup"].update(policy="float64"), "field setup.policy: unknown policy"),
     (lambda d: d["setup"].update(loss_scale="fixed:-1"), "field setup.loss_scale: malformed"),
@@ -66,6 +78,62 @@ def test_corrupt_configs_name_the_field(mutate, fragment: str) -> None:
     with pytest.raises(ConfigError, match="^cfg.json: .*") as info:
         TunedConfig.from_dict(corrupt(mutate), source="cfg.json")
     assert fragment in str(info.value)
+
+
+def test_unknown_keys_are_ignored_within_version_1() -> None:
+    data = make_config().to_dict()
+    data["added_in_1_5"] = {"anything": [1, 2]}
+    assert TunedConfig.from_dict(data) == make_config()
+
+
+def test_setup_checks_and_canonicalises_itself() -> None:
+    assert Setup("mixed_float16", 8, " Dynamic:1024.0 ").loss_scale == "dynamic:1024"
+    assert Setup("mixed_float16", 8, "fixed:128.0") == Setup("mixed_float16", 8, "fixed:128")
+    with pytest.raises(ConfigError, match="field setup.policy: unknown policy 'float64'"):
+        Setup("float64", 8, "none")
+    with pytest.raises(ConfigError, match="field setup.batch_size must be a positive integer"):
+        Setup("float32", 0, "none")
+    with pytest.raises(ConfigError, match="field setup.loss_scale: malformed loss scale"):
+        Setup("float32", 8, "dynamic:0")
+
+
+def fake_profile(cpu_model: str = "Test CPU", gpu_names: tuple[str, ...] = ()) -> Any:
+    """The attributes of tuner.hardware's HardwareProfile that a fingerprint reads."""
+    gpus = tuple(SimpleNamespace(index=i, name=name, compute_capability=(8, i),
+                                 memory_total_mb=40960.0, memory_used_mb=100.0 * i)
+                 for i, name in enumerate(gpu_names))
+    return SimpleNamespace(gpus=gpus, cpu=SimpleNamespace(model=cpu_model, flags=("avx2", "fma")))
+
+
+def test_fingerprint_from_profile() -> None:
+    profile = fake_profile(gpu_names=("GPU Zero", "GPU One"))
+    on_cpu = HardwareFingerprint.from_profile(profile, "cpu")
+    assert (on_cpu.device, on_cpu.gpu_name, on_cpu.cpu_model) == ("cpu", None, "Test CPU")
+    second = HardwareFingerprint.from_profile(profile, "gpu:1 (GPU One)")
+    assert (second.device, second.gpu_name, second.compute_capability) == ("gpu", "GPU One",
+                                                                           "8.1")
+    assert second.gpu_memory_total_mb == 40960.0 and second.cpu_flags == ("avx2", "fma")
+    assert HardwareFingerprint.from_profile(profile, "gpu").gpu_name == "GPU Zero"
+    # No GPU here at all: a "gpu" device falls back to describing the CPU honestly.
+    assert HardwareFingerprint.from_profile(fake_profile(), "gpu:0 (x)").device == "cpu"
+    # The digest identifies the hardware: stable, 16 hex digits, different per device.
+    assert second.digest == HardwareFingerprint.from_profile(profile, "gpu:1").digest
+    assert len(second.digest) == 16 and int(second.digest, 16) >= 0
+    assert len({on_cpu.digest, second.digest,
+                HardwareFingerprint.from_profile(profile, "gpu:0").digest}) == 3
+
+
+def test_lazy_apply_config_keeps_keras_out() -> None:
+    code = ("import sys, tuner.export as e\n"
+            "from tuner.export.apply import apply_config, HardwareMismatchWarning\n"
+            "assert e.apply_config is apply_config\n"
+            "assert e.HardwareMismatchWarning is HardwareMismatchWarning\n"
+            "bad = {'keras', 'tensorflow', 'tf_keras'} & set(sys.modules)\n"
+            "assert not bad, bad\n"
+            "print('lazy-ok')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "lazy-ok" in proc.stdout
 
 
 def test_not_json_and_missing_files(tmp_path: Path) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import math
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,16 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests_support import make_config
-from tuner.export import render
+from tuner.export import HardwareFingerprint, render
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def python(code: str, cwd: Path, *args: str,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
 
 
 def test_keras3_snippets_train(tmp_path: Path) -> None:
@@ -53,31 +59,38 @@ def test_keras3_snippets_train(tmp_path: Path) -> None:
     assert proc.stdout.count("ok ") == 3
 
 
-@pytest.mark.parametrize("scale, expected", [("fixed:64", "LossScaleOptimizer"),
-                                             ("dynamic:1024:500", "LossScaleOptimizer")])
-def test_keras2_snippets_train_with_tf_keras(tmp_path: Path, scale: str, expected: str) -> None:
-    snippet = render(make_config(policy="mixed_float16", loss_scale=scale, batch_size=8),
-                     "snippet", "2")
-    code = "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n" + snippet + textwrap.dedent(f"""
-        import numpy as np
-        assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
-        inputs = tf.keras.Input((4,))
-        x = tf.keras.layers.Dense(8)(inputs)
-        outputs = tf.keras.layers.Activation("linear", dtype="float32")(tf.keras.layers.Dense(1)(x))
-        model = tf.keras.Model(inputs, outputs)
-        model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
-        history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
-                            batch_size=BATCH_SIZE, epochs=1, verbose=0)
-        opt = model.optimizer
-        assert {expected!r} in type(opt).__name__, type(opt)
-        assert opt.dynamic is {scale.startswith("dynamic")!r}
-        assert float(opt.loss_scale) == {1024.0 if scale.startswith("dynamic") else 64.0!r}
-        assert np.isfinite(history.history["loss"][-1])
-        print("ok")
-    """)
+def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
+    """Fixed and dynamic scaling the tf_keras way, in one process (TF starts once)."""
+    if importlib.util.find_spec("tf_keras") is None:
+        # Not a dependency of mptune: without it the snippets are only compiled (test_export).
+        pytest.skip("tf_keras is not installed")
+    checks = []
+    for scale, dynamic, value in (("fixed:64", False, 64.0), ("dynamic:1024:500", True, 1024.0)):
+        snippet = render(make_config(policy="mixed_float16", loss_scale=scale, batch_size=8),
+                         "snippet", "2")
+        checks.append(snippet + textwrap.dedent(f"""
+            import numpy as np
+            assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+            inputs = tf.keras.Input((4,))
+            x = tf.keras.layers.Dense(8)(inputs)
+            outputs = tf.keras.layers.Activation("linear", dtype="float32")(
+                tf.keras.layers.Dense(1)(x))
+            model = tf.keras.Model(inputs, outputs)
+            model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
+            history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
+                                batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            opt = model.optimizer
+            assert "LossScaleOptimizer" in type(opt).__name__, type(opt)
+            assert opt.dynamic is {dynamic!r}
+            assert float(opt.loss_scale) == {value!r}
+            assert np.isfinite(history.history["loss"][-1])
+            print("ok", {scale!r})
+        """))
+    code = "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n" + "\n".join(
+        f"exec({c!r})" for c in checks)
     proc = python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ok" in proc.stdout
+    assert proc.stdout.count("ok ") == 2
 
 
 def run_script(config, tmp_path: Path) -> str:
@@ -86,7 +99,9 @@ def run_script(config, tmp_path: Path) -> str:
     proc = subprocess.run([sys.executable, str(script), "--max-steps", "3"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "final loss" in proc.stdout
+    found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
+    assert found, proc.stdout[-2000:]
+    assert math.isfinite(float(found.group(1)))
     return proc.stdout
 
 
@@ -137,28 +152,66 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     fixed = tmp_path / "fixed.json"
     make_config(policy="mixed_float16", loss_scale="fixed:256", batch_size=32).save(fixed)
     dynamic = tmp_path / "dynamic.json"
-    make_config(policy="mixed_float16", loss_scale="dynamic").save(dynamic)
+    make_config(policy="mixed_float16", loss_scale="dynamic:1024:500").save(dynamic)
+    none = tmp_path / "none.json"
+    make_config(policy="mixed_bfloat16", loss_scale="none").save(none)
+    # Tuned on an H100; this process's NVML is scripted to be an A100 (MPTUNE_FAKE_NVML).
+    h100 = tmp_path / "h100.json"
+    dataclasses.replace(
+        make_config(policy="mixed_bfloat16"),
+        hardware=HardwareFingerprint(device="gpu", gpu_name="NVIDIA H100 80GB HBM3",
+                                     compute_capability="9.0", cpu_model="Test CPU")).save(h100)
     proc = python(textwrap.dedent(f"""
-        import warnings
+        import dataclasses, warnings
         import keras
         from tuner import apply_config
+        from tuner.export import HardwareFingerprint, TunedConfig
         from tuner.export.apply import HardwareMismatchWarning
+        from tuner.hardware import detect
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            tuned = apply_config({str(fixed)!r})
+        def applied(config, **kwargs):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                tuned = apply_config(config, **kwargs)
+            return tuned, [str(w.message) for w in caught
+                           if issubclass(w.category, HardwareMismatchWarning)]
+
+        # fixed: a copy of the optimizer with loss_scale_factor, and no wrapping by compile().
+        tuned, warned = applied({str(fixed)!r})
         assert keras.mixed_precision.global_policy().name == "mixed_float16"
-        assert tuned.batch_size == 32
+        assert tuned.batch_size == 32 and tuned.loss_scale == "fixed:256"
         opt = tuned.wrap_optimizer(keras.optimizers.Adam())
         assert type(opt).__name__ == "Adam" and opt.loss_scale_factor == 256
         assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
-        # The config says "Test CPU": this machine is another, so the user is told.
-        assert any(issubclass(w.category, HardwareMismatchWarning) and "Test CPU" in str(w.message)
-                   for w in caught), [str(w.message) for w in caught]
-        tuned = apply_config({str(dynamic)!r}, warn_on_mismatch=False)
-        opt = tuned.wrap_optimizer(keras.optimizers.SGD())
-        assert type(opt).__name__ == "LossScaleOptimizer" and tuned.compile_kwargs() == {{}}
+        # A CPU config: the scripted GPU does not matter, the CPU model does.
+        assert len(warned) == 1 and "CPU Test CPU vs" in warned[0], warned
+
+        # dynamic: a LossScaleOptimizer with the tuned initial scale and growth steps.
+        tuned, warned = applied({str(dynamic)!r}, warn_on_mismatch=False)
+        assert warned == []
+        opt = tuned.wrap_optimizer("sgd")
+        assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+        assert type(opt.inner_optimizer).__name__ == "SGD"
+        assert opt.dynamic_growth_steps == 500 and float(opt.initial_scale) == 1024.0
+        assert tuned.compile_kwargs() == {{}}
+
+        # none: the optimizer as given.
+        tuned, _ = applied({str(none)!r}, warn_on_mismatch=False)
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        base = keras.optimizers.Adam()
+        assert tuned.wrap_optimizer(base) is base
+        assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
+
+        # Another GPU than the tuned one is named; the same GPU is not a mismatch.
+        _, warned = applied({str(h100)!r})
+        assert len(warned) == 1, warned
+        assert "GPU NVIDIA H100 80GB HBM3 vs NVIDIA A100-SXM4-40GB" in warned[0], warned
+        assert "compute capability 9.0 vs 8.0" in warned[0], warned
+        here = HardwareFingerprint.from_profile(detect(), "gpu:0 (A100)")
+        same = dataclasses.replace(TunedConfig.load({str(h100)!r}), hardware=here)
+        _, warned = applied(same)
+        assert warned == [], warned
         print("applied")
-    """), tmp_path)
+    """), tmp_path, env={**os.environ, "MPTUNE_FAKE_NVML": "ampere_8.0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "applied" in proc.stdout

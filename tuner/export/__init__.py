@@ -7,7 +7,7 @@ Keras; it is loaded lazily so that importing this package stays TensorFlow-free.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tuner import __version__
 from tuner.export.config import (SCHEMA, SCHEMA_VERSION, ConfigError, Evidence,
@@ -15,10 +15,24 @@ from tuner.export.config import (SCHEMA, SCHEMA_VERSION, ConfigError, Evidence,
 from tuner.export.render import FORMATS, render
 
 if TYPE_CHECKING:
+    from tuner.export.apply import AppliedConfig, HardwareMismatchWarning, apply_config
     from tuner.search.session import TuningSession
 
-__all__ = ["FORMATS", "SCHEMA", "SCHEMA_VERSION", "ConfigError", "Evidence",
-           "HardwareFingerprint", "Setup", "TunedConfig", "config_from_session", "render"]
+__all__ = ["FORMATS", "SCHEMA", "SCHEMA_VERSION", "AppliedConfig", "ConfigError", "Evidence",
+           "HardwareFingerprint", "HardwareMismatchWarning", "Setup", "TunedConfig",
+           "apply_config", "config_from_session", "render"]
+
+#: Names served from :mod:`tuner.export.apply` on first use (PEP 562), so that importing this
+#: package never imports Keras.
+_LAZY = ("AppliedConfig", "HardwareMismatchWarning", "apply_config")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from tuner.export import apply
+
+        return getattr(apply, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def config_from_session(session: TuningSession) -> TunedConfig:

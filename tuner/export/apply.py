@@ -39,10 +39,19 @@ class AppliedConfig:
     config: TunedConfig
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
-        """``optimizer`` with the tuned loss scaling: a ``LossScaleOptimizer`` for dynamic
-        scaling, a copy with ``loss_scale_factor`` for a fixed scale, unchanged for none."""
+        """``optimizer`` with the tuned loss scaling.
+
+        Args:
+            optimizer: a Keras 3 optimizer, or its name (``"adam"``).
+
+        Returns:
+            A ``LossScaleOptimizer`` for dynamic scaling, a copy with ``loss_scale_factor`` set
+            for a fixed scale, or ``optimizer`` unchanged for none.
+        """
         import keras
 
+        if isinstance(optimizer, str):
+            optimizer = keras.optimizers.get(optimizer)  # "adam", as compile() would take it
         scale = LossScale.parse(self.loss_scale)
         if scale.kind == "dynamic":
             return keras.optimizers.LossScaleOptimizer(
@@ -85,15 +94,22 @@ def apply_config(path_or_config: str | os.PathLike[str] | TunedConfig, *,
 
 
 def _check_hardware(config: TunedConfig) -> None:
+    tuned = config.hardware
     try:
         from tuner.hardware import detect
 
-        device = "gpu:0" if config.hardware.device == "gpu" else "cpu"
-        here = HardwareFingerprint.from_profile(detect(), device)
+        profile = detect()
+        if tuned.device == "gpu" and profile.gpus:
+            # NVML lists every card, even those CUDA_VISIBLE_DEVICES hides from TensorFlow, so
+            # any local GPU like the tuned one counts; otherwise compare with the first.
+            candidates = [HardwareFingerprint.from_profile(profile, f"gpu:{g.index}")
+                          for g in profile.gpus]
+        else:
+            candidates = [HardwareFingerprint.from_profile(profile, tuned.device)]
     except Exception as exc:  # noqa: BLE001 - a failed check must not stop training
         logger.debug("hardware check skipped: %s", exc)
         return
-    differences = config.hardware.mismatches(here)
+    differences = min((tuned.mismatches(here) for here in candidates), key=len)
     if differences:
         warnings.warn(
             "this config was tuned on other hardware (" + "; ".join(differences)

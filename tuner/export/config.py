@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ from tuner.trials.spec import LossScale
 
 SCHEMA = "mptune.config"
 SCHEMA_VERSION = 1
+
+_GPU_DEVICE_RE = re.compile(r"^gpu(?::(\d+))?\b", re.IGNORECASE)
 
 
 class ConfigError(MptuneError):
@@ -34,6 +37,26 @@ class Setup:
     policy: str
     batch_size: int
     loss_scale: str  #: LossScale's written form: none, dynamic[:I[:G]], fixed:N
+
+    def __post_init__(self) -> None:
+        # A Setup built in code (from a session's recommendation, say) gets the same checks as
+        # one read from a file, and its loss scale is stored in the one canonical spelling so
+        # that equal setups compare and render equal.
+        try:
+            check_policy(self.policy)
+        except ValueError as exc:
+            raise ConfigError(f"field setup.policy: {exc}") from None
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
+                or self.batch_size < 1:
+            raise ConfigError("field setup.batch_size must be a positive integer, got "
+                              f"{self.batch_size!r}")
+        if not isinstance(self.loss_scale, str):
+            raise ConfigError(f"field setup.loss_scale must be a string, got {self.loss_scale!r}")
+        try:
+            canonical = str(LossScale.parse(self.loss_scale))
+        except ValueError as exc:
+            raise ConfigError(f"field setup.loss_scale: {exc}") from None
+        object.__setattr__(self, "loss_scale", canonical)
 
     @property
     def scale(self) -> LossScale:
@@ -73,9 +96,12 @@ class HardwareFingerprint:
         """The fingerprint of ``profile`` (a :class:`~tuner.hardware.HardwareProfile`) for the
         device the trials ran on (``cpu`` or ``gpu:N ...``)."""
         gpu = None
-        if device.startswith("gpu") and profile.gpus:
-            index = int(device.split(":")[1].split()[0]) if ":" in device else 0
-            gpu = next((g for g in profile.gpus if g.index == index), profile.gpus[0])
+        match = _GPU_DEVICE_RE.match(device.strip())
+        if match and profile.gpus:
+            # The worker reports "gpu:N (name)"; a bare "gpu" means the first one.
+            index = int(match.group(1) or 0)
+            gpu = next((g for g in profile.gpus if getattr(g, "index", None) == index),
+                       profile.gpus[0])
         cc = gpu.compute_capability if gpu else None
         values = {
             "device": "gpu" if gpu else "cpu",

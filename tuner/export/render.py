@@ -22,6 +22,7 @@ FORMATS = ("json", "snippet", "script")
 KERAS_VERSIONS = ("3", "2")
 
 Format = Literal["json", "snippet", "script"]
+KerasVersion = Literal["3", "2"]
 
 
 def _environment() -> jinja2.Environment:
@@ -39,13 +40,22 @@ def _oneline(value: Any) -> str:
 
 
 def _pyrepr(value: Any) -> str:
+    """A Python literal for ``value``: ``repr`` escapes quotes, backslashes, line breaks and
+    non-ASCII text correctly, which hand-written quoting in a template would not."""
     if isinstance(value, (str, int, float, bool, type(None), tuple, list, dict)):
         return repr(value)
     raise TypeError(f"cannot write {type(value).__name__} into generated code")
 
 
-def render(config: TunedConfig, fmt: str, keras: str = "3") -> str:
+def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
     """The config in format ``fmt`` for Keras ``keras`` (3, or 2 meaning tf_keras).
+
+    Args:
+        config: the tuned config.
+        fmt: ``json`` (the config file), ``snippet`` (paste-ready Python defining
+            ``BATCH_SIZE``, ``make_optimizer(base=None)`` and ``COMPILE_KWARGS``) or ``script``
+            (a runnable Keras 3 training script).
+        keras: ``3`` for Keras 3, ``2`` for tf_keras (snippet and json only).
 
     Raises:
         ConfigError: an unknown format or Keras version, or a combination not offered.
