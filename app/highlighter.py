@@ -22,7 +22,7 @@ class PythonHighlighter(QSyntaxHighlighter):
 
     def __init__(self, document: QTextDocument) -> None:
         super().__init__(document)
-        words = "|".join(keyword.kwlist + ["true", "false", "null"])
+        words = "|".join([*keyword.kwlist, "true", "false", "null"])
         self.rules = [
             (re.compile(rf"\b({words})\b"), _format("#7c3aed", bold=True)),
             (re.compile(r"\b\d+(\.\d+)?([eE][-+]?\d+)?\b"), _format("#b45309")),
@@ -31,7 +31,7 @@ class PythonHighlighter(QSyntaxHighlighter):
             (re.compile(r"#[^\n]*"), _format("#6b7280", italic=True)),
         ]
 
-    def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt's name
+    def highlightBlock(self, text: str) -> None:
         for pattern, fmt in self.rules:
             for match in pattern.finditer(text):
                 self.setFormat(match.start(), match.end() - match.start(), fmt)

@@ -38,8 +38,9 @@ class QtHardwarePanel(QWidget):
         for gpu in profile["gpus"]:
             self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
         if not profile["gpus"]:
-            self._add_card(f"<b>No NVIDIA GPU</b><br>{html.escape(str(profile['gpu_unavailable_reason']))}"
-                           "<br>mptune tunes on the CPU.", TOOLTIPS["no_gpu"])
+            reason = html.escape(str(profile["gpu_unavailable_reason"]))
+            self._add_card(f"<b>No NVIDIA GPU</b><br>{reason}<br>mptune tunes on the CPU.",
+                           TOOLTIPS["no_gpu"])
         cpu = profile["cpu"]
         flags = ", ".join(cpu["flags"]) or "none of the relevant ones"
         self._add_card(

@@ -178,8 +178,11 @@ def _top_level_names(tree: ast.Module) -> set[str]:
                 return {"build_model", "make_dataset"} | names  # cannot tell: let it run
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, (ast.If, ast.Try)):
-            # Definitions behind a version check or an optional import still count.
-            inner = ast.Module(body=list(ast.iter_child_nodes(node)), type_ignores=[])
-            inner.body = [n for n in inner.body if isinstance(n, ast.stmt)]
-            names |= _top_level_names(inner)
+            # Definitions behind a version check or an optional import still count, the
+            # fallback in an `except ImportError:` handler included.
+            body = [n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt)]
+            if isinstance(node, ast.Try):
+                for handler in node.handlers:
+                    body.extend(handler.body)
+            names |= _top_level_names(ast.Module(body=body, type_ignores=[]))
     return names

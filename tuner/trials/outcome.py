@@ -24,6 +24,7 @@ class WorkerFacts:
         error: the worker's ``error`` event, if one arrived.
         user_model: the model came from the user's file (so an exception is theirs to fix).
         timed_out: the parent killed the worker at its time limit.
+        timeout_s: that limit, for the message.
         over_memory_limit: the parent saw the worker's memory pass the limit and killed it.
         memory_limit_mb: that limit, for the message.
         returncode: the worker's exit status (negative: killed by that signal).

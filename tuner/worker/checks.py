@@ -21,7 +21,7 @@ _WIDTH_ATTRIBUTES = ("units", "filters", "output_dim", "key_dim")
 
 
 def low_precision_outputs(model: keras.Model, sample_x: Any) -> list[str]:
-    """The dtypes of outputs that are not float32 (empty when all are)."""
+    """The dtypes of outputs in float16 or bfloat16 (empty when there are none)."""
     outputs = getattr(model, "outputs", None)
     if outputs:
         dtypes = [str(o.dtype) for o in outputs]
@@ -42,7 +42,8 @@ def with_float32_output(model: keras.Model) -> keras.Model:
     return _Float32Output(model)
 
 
-class _Float32Output(keras.Model):
+# keras ships no type information, so keras.Model is Any to mypy.
+class _Float32Output(keras.Model):  # type: ignore[misc]
     """Wraps a subclassed model whose outputs are float16."""
 
     def __init__(self, inner: keras.Model) -> None:
@@ -82,10 +83,12 @@ def check_model(model: keras.Model, policy: str, batch_size: int,
     if policy != FLOAT32:
         narrow = narrow_layers(model)
         if narrow:
-            shown = ", ".join(narrow[:6]) + (f" and {len(narrow) - 6} more" if len(narrow) > 6 else "")
+            more = f" and {len(narrow) - 6} more" if len(narrow) > 6 else ""
+            shown = ", ".join(narrow[:6]) + more
             warnings.append(("not_multiple_of_8",
                              f"widths that are not multiples of 8 keep Tensor Cores idle: {shown}"))
         if batch_size % 8:
             warnings.append(("batch_not_multiple_of_8",
-                             f"batch size {batch_size} is not a multiple of 8 (Tensor Core advice)"))
+                             f"batch size {batch_size} is not a multiple of 8 "
+                             "(Tensor Core advice)"))
     return model, warnings

@@ -165,7 +165,8 @@ def _batches_from_user_data(data: Any, batch_size: int, n_batches: int,
             raise UserCodeError(f"{what} returned x and y with different sample counts")
         count = max(1, min(n_batches, n // batch_size))
         if n < batch_size:
-            raise UserCodeError(f"{what} returned {n} samples, fewer than one batch of {batch_size}")
+            raise UserCodeError(f"{what} returned {n} samples, fewer than one batch of "
+                                f"{batch_size}")
         return [(_slice(x, i * batch_size, batch_size), _slice(y, i * batch_size, batch_size))
                 for i in range(count)]
     raise UserCodeError(f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
@@ -241,7 +242,8 @@ def _random_like(tensor: Any, batch_size: int, rng: np.random.Generator, vocab: 
     return rng.standard_normal(shape, dtype=np.float32)
 
 
-def _target_like(tensor: Any, batch_size: int, rng: np.random.Generator, loss_name: str) -> np.ndarray:
+def _target_like(tensor: Any, batch_size: int, rng: np.random.Generator,
+                 loss_name: str) -> np.ndarray:
     shape = _shape(tensor, batch_size)
     classes = shape[-1] if len(shape) > 1 else 1
     if "sparse_categorical" in loss_name:
