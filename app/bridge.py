@@ -3,7 +3,8 @@
 The search runs on a named background thread; trials run in their own worker processes under
 it. Engine events are queued from that thread and handed to the GUI thread in batches by a
 QTimer, so a model that reports thousands of steps a second costs the event loop one signal per
-tick, not one per step. Widgets never hold engine objects: they get plain dicts.
+tick, not one per step. What it hands over are the engine's frozen event records
+(:mod:`tuner.search.events`): values, never live engine objects.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from tuner.errors import MptuneError
-from tuner.trials.runner import TrialCancelled
+from tuner import api
 
 logger = logging.getLogger(__name__)
 
@@ -25,24 +25,29 @@ DRAIN_INTERVAL_MS = 50
 
 
 class EngineBridge(QObject):
-    """Runs :func:`tuner.search.tune.tune` off the GUI thread and re-emits its events.
+    """Runs the engine's ``tune`` off the GUI thread and re-emits its events.
+
+    Args:
+        parent: the owning QObject.
+        engine: the engine's face (:mod:`tuner.api`, or a fake with a ``tune`` function).
 
     Signals:
-        eventsReady(list): engine events (dicts with a ``type``), in order, on the GUI thread.
+        eventsReady(list): search events (:data:`tuner.api.SearchEvent`), in order, on the GUI
+            thread.
         finished(str, str): ``("done" | "stopped" | "failed", message)`` when the search ends.
     """
 
     eventsReady = Signal(list)
     finished = Signal(str, str)
 
-    def __init__(self, parent: QObject | None = None, tune_function: Any = None) -> None:
+    def __init__(self, parent: QObject | None = None, engine: Any = api) -> None:
         super().__init__(parent)
-        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._queue: collections.deque[api.SearchEvent] = collections.deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self._outcome: tuple[str, str] | None = None
-        self._tune = tune_function
+        self._engine = engine
         self._timer = QTimer(self)
         self._timer.setInterval(DRAIN_INTERVAL_MS)
         self._timer.timeout.connect(self._on_drain)
@@ -52,7 +57,7 @@ class EngineBridge(QObject):
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, **tune_kwargs: Any) -> None:
-        """Start a search with :func:`~tuner.search.tune.tune`'s keyword arguments."""
+        """Start a search with :func:`tuner.api.tune`'s arguments (``model`` and keywords)."""
         if self.running:
             raise RuntimeError("a search is already running")
         self._cancel.clear()
@@ -66,6 +71,13 @@ class EngineBridge(QObject):
         """Ask the search to stop: the running trial's worker is killed at once."""
         self._cancel.set()
 
+    def abort(self) -> None:
+        """Stop now, for a closing window: the cancel flag, and every trial worker killed from
+        this thread, without waiting for the search thread (it may be blocked on storage)."""
+        self._cancel.set()
+        self._engine.kill_all_workers()
+        self._timer.stop()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Join the search thread (after :meth:`stop`); True when it has ended."""
         if self._thread is None:
@@ -73,30 +85,28 @@ class EngineBridge(QObject):
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def feed(self, events: list[dict[str, Any]]) -> None:
+    def feed(self, events: list[api.SearchEvent]) -> None:
         """Queue events as if the engine sent them (replaying a recorded session)."""
         with self._lock:
             self._queue.extend(events)
         if not self._timer.isActive():
             self._timer.start()
 
-    def _enqueue(self, event: dict[str, Any]) -> None:
+    def _enqueue(self, event: api.SearchEvent) -> None:
         with self._lock:
             self._queue.append(event)
 
     def _run(self, **tune_kwargs: Any) -> None:
-        tune = self._tune
-        if tune is None:
-            from tuner.search.tune import tune
         try:
-            result = tune(on_event=self._enqueue, cancel=self._cancel, **tune_kwargs)
+            result = self._engine.tune(on_event=self._enqueue, cancel=self._cancel,
+                                       **tune_kwargs)
             outcome = ("done", f"session {result.session}: {result.ran} trials run, "
                                f"{result.recalled} recalled")
-        except (TrialCancelled, KeyboardInterrupt):
+        except (api.TrialCancelled, KeyboardInterrupt):
             outcome = ("stopped", "stopped: finished trials are kept in the session")
-        except MptuneError as exc:
+        except api.MptuneError as exc:
             outcome = ("failed", str(exc))
-        except Exception as exc:  # noqa: BLE001 - the GUI must survive an engine bug
+        except Exception as exc:
             logger.exception("search failed")
             outcome = ("failed", f"internal error: {type(exc).__name__}: {exc}")
         with self._lock:

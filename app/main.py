@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+from tuner.resources import asset, asset_path
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -19,9 +18,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("mptune")
     app.setOrganizationName("mptune")
-    app.setWindowIcon(QIcon(str(ASSETS / "mptune.svg")))
-    style = ASSETS / "style.qss"
-    if style.exists():
+    app.setWindowIcon(QIcon(str(asset_path("mptune.svg"))))
+    style = asset("style.qss")
+    if style.is_file():
         app.setStyleSheet(style.read_text(encoding="utf-8"))
     window = QtMainWindow()
     window.show()

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout,
-                               QLabel, QMessageBox, QPlainTextEdit, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.controller import Controller
 from app.highlighter import PythonHighlighter
-from tuner.export import ConfigError, TunedConfig, render
-from tuner.export.config import write_atomic
+from tuner import api
 
 FORMATS = {"JSON config": "json", "Snippet (paste into your script)": "snippet",
            "Training script": "script"}
@@ -20,13 +30,23 @@ SUFFIX = {"json": ".json", "snippet": ".py", "script": ".py"}
 
 
 class QtExportDialog(QDialog):
-    """Preview and save one tuned config in any format."""
+    """Preview and save one tuned config in any format; rendering and writing run off the GUI
+    thread through the window's controller.
 
-    def __init__(self, config: TunedConfig, parent: QWidget | None = None,
-                 fmt: str = "json") -> None:
+    Signals:
+        rendered(str): the preview shows a new text (empty when the choice is not offered).
+        saved(object): the file (a ``Path``) was written.
+    """
+
+    rendered = Signal(str)
+    saved = Signal(object)
+
+    def __init__(self, config: api.TunedConfig, controller: Controller,
+                 parent: QWidget | None = None, fmt: str = "json") -> None:
         super().__init__(parent)
         self.setWindowTitle("Export the tuned setup")
         self.config = config
+        self.controller = controller
         self.resize(820, 620)
         layout = QVBoxLayout(self)
         row = QHBoxLayout()
@@ -70,18 +90,22 @@ class QtExportDialog(QDialog):
         return self.preview.toPlainText()
 
     def _on_changed(self) -> None:
-        try:
-            text = render(self.config, self.fmt, self.keras.currentData())
-        except ConfigError as exc:
-            self.preview.setPlainText("")
-            self.problem.setText(str(exc))
-            self.copy_button.setEnabled(False)
-            self.save_button.setEnabled(False)
-            return
-        self.problem.setText("")
+        fmt, keras = self.fmt, self.keras.currentData()
+        self.copy_button.setEnabled(False)
+        self.save_button.setEnabled(False)
+        engine = self.controller.engine
+        self.controller.call(lambda: engine.render_config(self.config, fmt, keras),
+                             lambda text: self._show(fmt, keras, text, None),
+                             lambda exc: self._show(fmt, keras, "", str(exc)), name="render")
+
+    def _show(self, fmt: str, keras: str, text: str, problem: str | None) -> None:
+        if (fmt, keras) != (self.fmt, self.keras.currentData()):
+            return  # the user chose again meanwhile; that render is on its way
+        self.problem.setText(problem or "")
         self.preview.setPlainText(text)
-        self.copy_button.setEnabled(True)
-        self.save_button.setEnabled(True)
+        self.copy_button.setEnabled(problem is None)
+        self.save_button.setEnabled(problem is None)
+        self.rendered.emit(text)
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text())
@@ -91,15 +115,14 @@ class QtExportDialog(QDialog):
                    "script": "train_tuned.py"}[self.fmt]
         path, _ = QFileDialog.getSaveFileName(self, "Save", default)
         if path:
-            try:
-                self.save_to(path)
-            except OSError as exc:
-                QMessageBox.warning(self, "Not saved", f"Could not write {path}: {exc}")
+            self.save_to(path)
 
-    def save_to(self, path: str | os.PathLike[str]) -> Path:
-        """Write the previewed text (a script is made executable)."""
-        target = Path(path)
-        write_atomic(target, self.text())
-        if self.fmt == "script":
-            target.chmod(target.stat().st_mode | 0o111)
-        return target
+    def save_to(self, path: str | os.PathLike[str]) -> None:
+        """Write the chosen format to ``path`` off the GUI thread (a script is made
+        executable); ``saved`` says when it is written."""
+        fmt, keras, engine = self.fmt, self.keras.currentData(), self.controller.engine
+        self.controller.call(lambda: engine.save_export(self.config, path, fmt, keras),
+                             self.saved.emit,
+                             lambda exc: QMessageBox.warning(self, "Not saved",
+                                                             f"Could not write {path}: {exc}"),
+                             name="save-export")

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QLabel, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from tuner.errors import MptuneError
-from tuner.search.session import list_sessions
+from tuner import api
 
 
 class QtHistoryDialog(QDialog):
-    """Lists the stored sessions; ``chosen`` is the one the user opened."""
+    """Lists the stored sessions. It opens at once, saying it is reading; the window reads the
+    storage off the GUI thread and hands the list over with :meth:`set_sessions`.
 
-    def __init__(self, storage: str | None, parent: QWidget | None = None) -> None:
+    Signals:
+        sessionChosen(str): the session the user opened.
+    """
+
+    sessionChosen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Past sessions")
         self.resize(760, 420)
@@ -27,20 +40,20 @@ class QtHistoryDialog(QDialog):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.doubleClicked.connect(self.accept)
         layout.addWidget(self.table)
-        self.message = QLabel()
+        self.message = QLabel("Reading the stored sessions...")
         layout.addWidget(self.message)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open
                                    | QDialogButtonBox.StandardButton.Cancel)
+        self.open_button = buttons.button(QDialogButtonBox.StandardButton.Open)
+        self.open_button.setEnabled(False)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         layout.addWidget(buttons)
-        try:
-            sessions = list_sessions(storage)
-        except MptuneError as exc:
-            sessions = []
-            self.message.setText(str(exc))
-        if not sessions and not self.message.text():
-            self.message.setText("No stored sessions yet.")
+
+    def set_sessions(self, sessions: list[api.SessionSummary]) -> None:
+        """Show ``sessions`` (newest first)."""
+        self.message.setText("" if sessions else "No stored sessions yet.")
+        self.table.setRowCount(0)
         for s in sessions:
             row = self.table.rowCount()
             self.table.insertRow(row)
@@ -52,9 +65,15 @@ class QtHistoryDialog(QDialog):
         self.table.resizeColumnsToContents()
         if sessions:
             self.table.selectRow(0)
+        self.open_button.setEnabled(bool(sessions))
+
+    def set_problem(self, message: str) -> None:
+        """The storage could not be read."""
+        self.message.setText(message)
 
     def accept(self) -> None:
         rows = self.table.selectionModel().selectedRows()
         if rows:
             self.chosen = self.table.item(rows[0].row(), 0).text()
+            self.sessionChosen.emit(self.chosen)
         super().accept()

@@ -6,68 +6,70 @@ import html
 import math
 import platform
 import statistics
-import threading
 import time
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QPushButton, QScrollArea, QSizePolicy, QSplitter, QTabWidget,
-                               QToolBar, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QTabWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.bridge import EngineBridge
+from app.controller import Controller
 from app.qt_export import QtExportDialog
 from app.qt_hardware import QtHardwarePanel
 from app.qt_history import QtHistoryDialog
 from app.qt_plots import QtLivePlots
 from app.qt_recommendation import QtRecommendation
 from app.qt_setup import QtSetupPanel
-from app.qt_trials import QtTrialsTable
+from app.qt_trials import QtTrialsTable, TrialRow
 from app.sampler import HardwareSampler
-from tuner import __version__
-from tuner.errors import MptuneError
-from tuner.hardware.nvml import NvmlBackend
+from tuner import __version__, api
+from tuner.resources import asset_path
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
-
-
-class _Detector(QObject):
-    """Runs hardware detection off the GUI thread (NVML can be slow to start)."""
-
-    detected = Signal(dict)
-
-    def __init__(self, backend: NvmlBackend | None) -> None:
-        super().__init__()
-        self.backend = backend
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="mptune-detect", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from tuner.hardware import detect
-
-        self.detected.emit(detect(self.backend).to_dict())
+#: The trials table shows at least this many rows at the smallest supported window size.
+MIN_TABLE_ROWS = 8
 
 
 class QtMainWindow(QMainWindow):
-    """mptune's window. ``settings``, ``nvml_backend`` and ``tune_function`` exist for tests."""
+    """mptune's window. It renders; every engine call goes through :attr:`controller` (short
+    calls) or :attr:`bridge` (the search), off the GUI thread.
 
-    def __init__(self, settings: QSettings | None = None, nvml_backend: NvmlBackend | None = None,
-                 tune_function: Any = None, sample_interval: float = 0.5) -> None:
+    Args:
+        settings: where the setup panel and geometry are remembered (tests pass their own).
+        nvml_backend: the NVML backend for detection and sampling (tests pass a fake).
+        engine: the engine's face, :mod:`tuner.api` (tests pass a fake).
+        sample_interval: seconds between hardware samples.
+    """
+
+    def __init__(self, settings: QSettings | None = None,
+                 nvml_backend: api.NvmlBackend | None = None, engine: Any = api,
+                 sample_interval: float = 0.5) -> None:
         super().__init__()
         self.setWindowTitle("mptune")
-        self.setWindowIcon(QIcon(str(ASSETS / "mptune.svg")))
+        self.setWindowIcon(QIcon(str(asset_path("mptune.svg"))))
         self.settings = settings or QSettings("mptune", "mptune")
-        self.profile: dict[str, Any] | None = None
+        self.engine = engine
+        self.profile: api.HardwareProfile | None = None
         self.session_name: str | None = None
         self.storage: str | None = None
-        self.bridge = EngineBridge(self, tune_function)
+        self.controller = Controller(engine, self)
+        self.bridge = EngineBridge(self, engine)
         self.bridge.eventsReady.connect(self._on_events)
         self.bridge.finished.connect(self._on_search_finished)
         self._search_started = 0.0
@@ -79,6 +81,7 @@ class QtMainWindow(QMainWindow):
         self.finished_status: str | None = None
         # A stopped search can be resumed: Start then continues the same stored session.
         self._resumable: tuple[str, str] | None = None  # (session, model)
+        self.export_dialog: QtExportDialog | None = None
 
         self.hardware = QtHardwarePanel()
         self.setup = QtSetupPanel(self.settings)
@@ -88,6 +91,7 @@ class QtMainWindow(QMainWindow):
         self._build_layout()
         self._build_actions()
         self.setup.validityChanged.connect(self._update_buttons)
+        self.setup.modelChanged.connect(self._on_model_changed)
         self.table.trialSelected.connect(self._on_trial_selected)
         self.recommendation.exportRequested.connect(self.open_export)
 
@@ -97,15 +101,15 @@ class QtMainWindow(QMainWindow):
         self.redraw_timer.setInterval(REDRAW_INTERVAL_MS)
         self.redraw_timer.timeout.connect(self._on_redraw)
         self.redraw_timer.start()
-        self.detector = _Detector(nvml_backend)
-        self.detector.detected.connect(self._on_detected)
-        self.detector.start()
+        self.controller.call(lambda: engine.detect(nvml_backend), self._on_detected,
+                             self._on_detect_failed, name="detect")
+        self._on_model_changed(self.setup.model_spec())
         self._update_buttons()
         geometry = self.settings.value("geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1280, 820)
+            self.resize(1280, 800)
 
     # -- layout ------------------------------------------------------------------------------
     def _build_layout(self) -> None:
@@ -126,18 +130,28 @@ class QtMainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.table, "Trials")
         self.tabs.addTab(self.recommendation, "Recommendation")
+        # The trials table keeps room for MIN_TABLE_ROWS rows at 1366x768 and 1280x800: its
+        # minimum height is counted in rows of the current font, not pixels.
+        # (one row more than promised: the tab page and the table frame take a few pixels each)
+        rows = self.table.verticalHeader().defaultSectionSize() * (MIN_TABLE_ROWS + 1)
+        header = self.table.horizontalHeader().sizeHint().height()
+        tab_bar = self.tabs.tabBar().sizeHint().height()
+        self.tabs.setMinimumHeight(rows + header + tab_bar + 2 * self.table.frameWidth() + 8)
+        self.plots.setMinimumSize(480, 280)
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.plots)
         right.addWidget(self.tabs)
+        right.setChildrenCollapsible(False)
         right.setStretchFactor(0, 3)
         right.setStretchFactor(1, 2)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(scroll)
-        split.addWidget(right)
-        split.setStretchFactor(0, 0)
-        split.setStretchFactor(1, 1)
-        split.setSizes([400, 880])
-        self.setCentralWidget(split)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(scroll)
+        self.splitter.addWidget(right)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([360, 920])
+        self.setCentralWidget(self.splitter)
 
         toolbar = QToolBar("Search")
         toolbar.setObjectName("search-toolbar")
@@ -190,17 +204,26 @@ class QtMainWindow(QMainWindow):
         return action
 
     # -- hardware ----------------------------------------------------------------------------
-    def _on_detected(self, profile: dict[str, Any]) -> None:
+    def _on_detected(self, profile: api.HardwareProfile) -> None:
         self.profile = profile
-        self.hardware.set_profile(profile)
-        self.setup.apply_advice(profile["advice"])
-        if profile["gpus"]:
-            total = profile["gpus"][0].get("memory_total_mb")
-        else:
-            total = profile["cpu"].get("ram_total_mb")
-        self._memory_budget = total * 0.9 if total else None
+        self.hardware.set_profile(profile.to_dict())
+        self.setup.apply_advice([a.policy for a in profile.advice])
+        # The engine's rule (the device's memory less the headroom), not a copy of it here.
+        self._memory_budget = self.engine.memory_budget_mb(profile)
         self.plots.set_budget(self._memory_budget)
         self._update_buttons()
+
+    def _on_detect_failed(self, exc: Exception) -> None:
+        self.status.setText(f"Cannot read this machine: {exc}")
+
+    def _on_model_changed(self, spec: str | None) -> None:
+        """Check a model file off the GUI thread (it is parsed, not run)."""
+        if not spec:
+            return
+        self.controller.call(lambda: self.engine.check_model(spec),
+                             lambda _source: self.setup.set_model_check(spec, None),
+                             lambda exc: self.setup.set_model_check(spec, str(exc)),
+                             name="check-model")
 
     # -- the search --------------------------------------------------------------------------
     def _update_buttons(self, *_: Any) -> None:
@@ -224,11 +247,9 @@ class QtMainWindow(QMainWindow):
             return
         assert self.profile is not None
         self.setup.save()
-        from tuner.hardware import HardwareProfile
-
         try:
-            arguments = self.setup.tune_arguments([a["policy"] for a in self.profile["advice"]])
-        except (ValueError, MptuneError) as exc:
+            arguments = self.setup.tune_arguments(list(self.engine.hardware_prior(self.profile)))
+        except (ValueError, api.MptuneError) as exc:
             self.status.setText(str(exc))
             return
         self.storage = arguments["storage"]
@@ -236,17 +257,20 @@ class QtMainWindow(QMainWindow):
         if resume:
             assert self._resumable is not None
             arguments.update(study=self._resumable[0], resume=True)
+        else:
+            # A new search starts from a clean slate; a resumed one keeps the finished trials
+            # of its session on show (the recommendation will cite them).
+            self.table.trials.clear()
+            self.plots.clear()
+            self._best_speed = 0.0
         self._resumable = None
-        self.table.trials.clear()
-        self.plots.clear()
         self.plots.set_budget(self._memory_budget)
         self.recommendation.set_recommendation(None, "Searching...")
         self._search_started = time.monotonic()
         self._trial_seconds = []
-        self._best_speed = 0.0
         self.finished_status = None
         self.progress.setRange(0, 0)
-        self.bridge.start(profile=HardwareProfile.from_dict(self.profile), **arguments)
+        self.bridge.start(profile=self.profile, **arguments)
         self.status.setText("Starting...")
         self._update_buttons()
 
@@ -255,17 +279,16 @@ class QtMainWindow(QMainWindow):
             self.status.setText("Stopping...")
             self.bridge.stop()
 
-    def _on_events(self, events: list[dict[str, Any]]) -> None:
-        steps: list[dict[str, Any]] = []
+    def _on_events(self, events: list[api.SearchEvent]) -> None:
+        steps: list[api.WorkerMessage] = []
         for event in events:
-            kind = event["type"]
-            if kind == "worker":
-                inner = event["event"]
-                if inner["type"] == "step":
-                    steps.append(inner)
-                elif inner["type"] == "memory" and not (self.profile or {}).get("gpus"):
-                    t = self._trial_started - self._search_started + inner["t"]
-                    self.plots.add_memory([t], [inner["rss_mb"]])
+            if isinstance(event, api.WorkerReported):
+                message = event.message
+                if message["type"] == "step":
+                    steps.append(message)
+                elif message["type"] == "memory" and not (self.profile and self.profile.gpus):
+                    t = self._trial_started - self._search_started + message["t"]
+                    self.plots.add_memory([t], [message["rss_mb"]])
                 continue
             if steps:
                 self.plots.add_steps(steps)
@@ -274,57 +297,54 @@ class QtMainWindow(QMainWindow):
         if steps:
             self.plots.add_steps(steps)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "session":
-            self.session_name = event["name"]
-            self.status.setText(f"Session {event['name']}")
-        elif kind == "plan":
-            self.progress.setRange(0, max(1, event["planned"]))
-            self.progress.setValue(event["done"])
-            self._update_time_left(event["done"], event["planned"])
-        elif kind == "stage":
-            self.status.setText(event["message"])
-        elif kind == "trial_started":
+    def _on_event(self, event: api.SearchEvent) -> None:
+        if isinstance(event, api.SessionOpened):
+            self.session_name = event.name
+            self.status.setText(f"Session {event.name}")
+        elif isinstance(event, api.PlanUpdated):
+            self.progress.setRange(0, max(1, event.planned))
+            self.progress.setValue(event.done)
+            self._update_time_left(event.done, event.planned)
+        elif isinstance(event, api.StageStarted):
+            self.status.setText(event.message)
+        elif isinstance(event, api.TrialStarted):
             self._trial_started = time.monotonic()
-            spec = event["spec"]
-            self.plots.start_trial(scaled=spec["loss_scale"] != "none")
-            self.status.setText(f"Trial #{event['number']}: {spec['policy']}, batch "
-                                f"{spec['batch_size']}, loss scale {spec['loss_scale']}")
-        elif kind == "trial_finished":
+            setup = event.spec.setup
+            self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
+            self.status.setText(f"Trial #{event.number}: {setup.policy}, batch "
+                                f"{setup.batch_size}, loss scale {setup.loss_scale}")
+        elif isinstance(event, api.TrialFinished):
             self._trial_seconds.append(time.monotonic() - self._trial_started)
-            self.add_trial(event["number"], event["stage"], event["result"])
+            self.add_trial(event.number, event.stage, event.result)
             self.progress.setValue(min(self.progress.value() + 1, self.progress.maximum()))
-        elif kind == "recommendation":
-            self.show_recommendation(event["recommendation"])
+        elif isinstance(event, api.Recommended):
+            self.show_recommendation(event.recommendation)
 
-    def add_trial(self, number: int, stage: str, result: dict[str, Any]) -> None:
+    def add_trial(self, number: int, stage: str, result: api.TrialResult) -> None:
         """Put a finished trial in the table and the plots."""
-        self.table.trials.add(number, stage, result)
-        spec = result["spec"]
-        sps = result.get("samples_per_second")
-        if result["status"] == "ok" and sps:
-            self.plots.add_throughput(spec["policy"], spec["batch_size"], sps)
+        self.table.trials.add(TrialRow(number, stage, result))
+        setup = result.spec.setup
+        sps = result.samples_per_second
+        if result.ok and sps:
+            self.plots.add_throughput(setup.policy.name, setup.batch_size, sps)
             if sps > self._best_speed:
                 self._best_speed = sps
-                self.plots.set_best(spec["batch_size"], sps)
-            if stage == "baseline" and spec["policy"] == "float32":
+                self.plots.set_best(setup.batch_size, sps)
+            if stage == "baseline" and setup.policy == api.FLOAT32:
                 self.plots.set_baseline(sps)
-                self.plots.set_baseline_losses(result.get("losses") or [])
-        if result.get("peak_memory_mb"):
+                self.plots.set_baseline_losses(list(result.losses))
+        if result.peak_memory_mb:
             self.plots.mark_peak(time.monotonic() - self._search_started
-                                 if self._search_started else number, result["peak_memory_mb"])
+                                 if self._search_started else number, result.peak_memory_mb)
 
-    def show_recommendation(self, rec: dict[str, Any]) -> None:
+    def show_recommendation(self, rec: api.Recommendation) -> None:
         self.recommendation.set_recommendation(rec)
         gaps = {}  # the guard's loss gap, on the trials of each mixed-precision candidate
-        for cand in [rec, *rec.get("alternatives", [])]:
-            if cand.get("loss_gap") is not None and cand["policy"] != "float32":
-                numbers = [r["number"] for r in self.table.trials.rows
-                           if r["result"]["spec"]["policy"] == cand["policy"]
-                           and r["result"]["spec"]["batch_size"] == cand["batch_size"]
-                           and r["result"]["spec"]["loss_scale"] == cand["loss_scale"]]
-                gaps.update({n: cand["loss_gap"] for n in numbers})
+        candidates = [(rec.setup, rec.loss_gap)] + [(a.setup, a.loss_gap) for a in rec.alternatives]
+        for setup, gap in candidates:
+            if gap is not None and setup.policy.is_mixed:
+                gaps.update({row.number: gap for row in self.table.trials.rows
+                             if row.result.spec.setup == setup})
         self.table.trials.set_loss_gaps(gaps)
         self.tabs.setCurrentWidget(self.recommendation)
         self._update_buttons()
@@ -349,7 +369,7 @@ class QtMainWindow(QMainWindow):
 
     # -- plots -------------------------------------------------------------------------------
     def _on_redraw(self) -> None:
-        if (self.profile or {}).get("gpus"):
+        if self.profile is not None and self.profile.gpus:
             samples = self.sampler.history_since(self._sample_index)
             self._sample_index += len(samples)
             if samples and self._search_started:
@@ -358,9 +378,8 @@ class QtMainWindow(QMainWindow):
                                       [s.gpu_used_mb[0] or math.nan for s in samples])
         self.plots.redraw()
 
-    def _on_trial_selected(self, row: dict[str, Any]) -> None:
-        result = row["result"]
-        self.plots.show_trial_curves(result.get("losses") or [], result.get("loss_scales") or [])
+    def _on_trial_selected(self, row: TrialRow) -> None:
+        self.plots.show_trial_curves(list(row.result.losses), list(row.result.loss_scales))
 
     def save_plots(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save plots", "mptune-plots.png",
@@ -376,56 +395,70 @@ class QtMainWindow(QMainWindow):
         if path:
             self.setup.set_model(path)
 
-    def open_history(self) -> None:
-        dialog = QtHistoryDialog(self.setup.storage.text().strip() or None, self)
-        if dialog.exec() and dialog.chosen:
-            self.load_session(dialog.chosen, self.setup.storage.text().strip() or None)
+    def _storage_url(self) -> str | None:
+        return self.setup.storage.text().strip() or None
+
+    def open_history(self) -> QtHistoryDialog:
+        """The past sessions, listed off the GUI thread; opening one loads it."""
+        storage = self._storage_url()
+        dialog = QtHistoryDialog(self)
+        dialog.setModal(True)
+        dialog.sessionChosen.connect(lambda name: self.load_session(name, storage))
+        self.controller.call(lambda: self.engine.list_sessions(storage), dialog.set_sessions,
+                             lambda exc: dialog.set_problem(str(exc)), name="sessions")
+        dialog.show()
+        self.history_dialog = dialog
+        return dialog
 
     def load_session(self, name: str, storage: str | None) -> None:
-        """Show a stored session's trials and recommendation."""
-        from tuner.search.session import TuningSession
+        """Show a stored session's trials and recommendation (read off the GUI thread)."""
+        self.status.setText(f"Opening session {name}...")
+        self.controller.call(lambda: self.engine.open_session(name, storage),
+                             lambda view: self.show_session(view, storage),
+                             lambda exc: QMessageBox.warning(self, "Cannot open the session",
+                                                             str(exc)),
+                             name="open-session")
 
-        try:
-            session = TuningSession.load(name, storage)
-        except MptuneError as exc:
-            QMessageBox.warning(self, "Cannot open the session", str(exc))
-            return
-        self.session_name, self.storage = name, storage
+    def show_session(self, view: api.SessionView, storage: str | None) -> None:
+        """Render a session that was read: its trials, its recommendation, and Resume when its
+        search did not finish."""
+        self.session_name, self.storage = view.name, storage
         self.table.trials.clear()
         self.plots.clear()
         self._search_started = 0.0
         self._best_speed = 0.0
-        for stored in session.trials():
+        for stored in view.trials:
             if stored.result is not None:
-                self.add_trial(stored.number, stored.stage, stored.result.to_dict())
-        rec = session.attrs.get("recommendation")
-        if rec:
-            self.show_recommendation(rec)
+                self.add_trial(stored.number, stored.stage, stored.result)
+        if view.recommendation is not None:
+            self.show_recommendation(view.recommendation)
+            self._resumable = None
         else:
             self.recommendation.set_recommendation(None, "This session has no recommendation "
-                                                         "yet: the search did not finish.")
-        self.status.setText(f"Session {name}: {len(session.trials())} trials")
+                                                         "yet: the search did not finish. Press "
+                                                         "Resume to continue it.")
+            self.setup.set_model(view.model)
+            self._resumable = (view.name, view.model)
+        self.status.setText(f"Session {view.name}: {len(view.trials)} trials")
         self._update_buttons()
 
-    def export_config(self) -> Any:
-        from tuner.export import config_from_session
-        from tuner.search.session import TuningSession
+    def open_export(self, fmt: str = "json") -> None:
+        """Read the session's tuned config off the GUI thread, then open the export dialog."""
+        name, storage = self.session_name, self.storage
+        if not name:
+            QMessageBox.information(self, "Nothing to export", "no session to export")
+            return
+        self.controller.call(
+            lambda: self.engine.session_config(self.engine.open_session(name, storage)),
+            lambda config: self._show_export(config, fmt),
+            lambda exc: QMessageBox.information(self, "Nothing to export", str(exc)),
+            name="export")
 
-        if not self.session_name:
-            raise MptuneError("no session to export")
-        return config_from_session(TuningSession.load(self.session_name, self.storage))
-
-    def open_export(self, fmt: str = "json") -> QtExportDialog | None:
-        try:
-            config = self.export_config()
-        except MptuneError as exc:
-            QMessageBox.information(self, "Nothing to export", str(exc))
-            return None
-        dialog = QtExportDialog(config, self, fmt)
+    def _show_export(self, config: api.TunedConfig, fmt: str) -> None:
+        dialog = QtExportDialog(config, self.controller, self, fmt)
         dialog.setModal(True)
         dialog.show()
         self.export_dialog = dialog
-        return dialog
 
     def show_about(self) -> None:
         from PySide6 import __version__ as pyside_version
@@ -445,19 +478,18 @@ class QtMainWindow(QMainWindow):
             f"Optuna {version('optuna')}</p>"))
 
     # -- closing -----------------------------------------------------------------------------
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.shutdown()
         super().closeEvent(event)
 
     def shutdown(self) -> None:
-        """Stop the search (its worker is killed) and the sampler; keep the settings."""
+        """End the search (its worker is killed now) and the sampler; keep the settings. Never
+        waits on the search thread or on storage: a window closes at once."""
         if self.bridge.running:
-            self.bridge.stop()
-            self.bridge.wait(5)
+            self.bridge.abort()
+        self.controller.close()
         self.redraw_timer.stop()
         self.sampler.stop()
-        if self.detector.thread is not None:
-            self.detector.thread.join(5)
         self.setup.save()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.sync()

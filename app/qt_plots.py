@@ -7,6 +7,7 @@ fluid through pyqtgraph's downsampling and clip-to-view.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,9 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
 
-from tuner.policies import POLICIES
+from tuner.api import POLICIES
 
 POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
 pg.setConfigOptions(antialias=True, background="w", foreground="#222")
@@ -42,7 +43,7 @@ class _Series:
         self.y = np.empty(1024)
         self.n = 0
 
-    def extend(self, xs: list[float], ys: list[float]) -> None:
+    def extend(self, xs: Sequence[float], ys: Sequence[float]) -> None:
         need = self.n + len(xs)
         if need > len(self.x):
             size = max(need, 2 * len(self.x))
@@ -175,11 +176,11 @@ class QtLivePlots(QWidget):
         base = self._loss.n
         xs = list(range(base + 1, base + len(steps) + 1))
         self._loss.extend(xs, [_finite(s.get("loss")) for s in steps])
-        scales = [(x, s.get("loss_scale")) for x, s in zip(xs, steps)
+        scales = [(x, float(s["loss_scale"])) for x, s in zip(xs, steps, strict=True)
                   if s.get("loss_scale") is not None]
         if scales:
-            self._scale.extend([x for x, _ in scales], [float(v) for _, v in scales])
-        self._skipped += [(x, float(s["loss_scale"])) for x, s in zip(xs, steps)
+            self._scale.extend([x for x, _ in scales], [v for _, v in scales])
+        self._skipped += [(x, float(s["loss_scale"])) for x, s in zip(xs, steps, strict=True)
                           if s.get("skipped") and s.get("loss_scale")]
         self._dirty.add("loss")
         if scales:
@@ -189,8 +190,9 @@ class QtLivePlots(QWidget):
                           skipped: list[bool] | None = None) -> None:
         """Replace the step curves with a stored trial's (a row picked in the table)."""
         self.start_trial()
-        steps = [{"loss": l, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
-                 for i, (l, s) in enumerate(zip(losses, scales))]
+        # Not strict: a stored trial whose lists differ in length shows their common steps.
+        steps = [{"loss": loss, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
+                 for i, (loss, s) in enumerate(zip(losses, scales, strict=False))]
         self.add_steps(steps)
 
     def set_baseline_losses(self, losses: list[float]) -> None:
@@ -200,6 +202,7 @@ class QtLivePlots(QWidget):
     def clear(self) -> None:
         self._memory.clear()
         self._peaks = []
+        self._dirty.add("memory")  # else the last search's curve stays until new samples come
         self._points = {p: [] for p in POLICIES}
         self.set_best(None, None)
         self.set_baseline(None)
@@ -220,18 +223,19 @@ class QtLivePlots(QWidget):
 
     def _draw_memory(self) -> None:
         self.memory_curve.setData(*self._memory.view())
-        xs, ys = zip(*self._peaks) if self._peaks else ((), ())
+        xs, ys = zip(*self._peaks, strict=True) if self._peaks else ((), ())
         self.memory_peaks.setData(list(xs), list(ys))
 
     def _draw_throughput(self) -> None:
         for policy, points in self._points.items():
-            xs, ys = zip(*points) if points else ((), ())
+            xs, ys = zip(*points, strict=True) if points else ((), ())
             self.throughput_points[policy].setData(list(xs), list(ys))
         self.best_point.setData(*self._best)
 
     def _draw_loss_scale(self) -> None:
         self.scale_curve.setData(*self._scale.view())
-        self.skipped_points.setData(*(zip(*self._skipped) if self._skipped else ([], [])))
+        self.skipped_points.setData(
+            *(zip(*self._skipped, strict=True) if self._skipped else ([], [])))
 
     def _draw_loss(self) -> None:
         self.loss_curve.setData(*self._loss.view())
@@ -253,9 +257,10 @@ class QtLivePlots(QWidget):
         return written
 
 
-def _render_svg(widget: QWidget, path: str) -> None:
-    """The widget as vector SVG through Qt's own generator (pyqtgraph's SVGExporter cannot
-    parse the paths Qt 6.12 writes)."""
+def _render_svg(widget: QGraphicsView, path: str) -> None:
+    """A plot as vector SVG through Qt's own generator (pyqtgraph's SVGExporter cannot parse
+    the paths Qt 6.12 writes). A pg.PlotWidget is a QGraphicsView, whose render() draws the
+    scene onto a painter."""
     generator = QSvgGenerator()
     generator.setFileName(path)
     generator.setSize(widget.size())

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from tuner.search.recommend import evidence_rows
+from tuner import api
 
 
 class QtRecommendation(QWidget):
@@ -36,9 +35,10 @@ class QtRecommendation(QWidget):
         layout.addStretch(1)
         self.export_button.clicked.connect(lambda: self.exportRequested.emit("json"))
         self.apply_button.clicked.connect(lambda: self.exportRequested.emit("snippet"))
-        self.recommendation: dict[str, Any] | None = None
+        self.recommendation: api.Recommendation | None = None
 
-    def set_recommendation(self, rec: dict[str, Any] | None, message: str | None = None) -> None:
+    def set_recommendation(self, rec: api.Recommendation | None,
+                           message: str | None = None) -> None:
         self.recommendation = rec
         enabled = rec is not None
         self.export_button.setEnabled(enabled)
@@ -46,7 +46,7 @@ class QtRecommendation(QWidget):
         if rec is None:
             self.summary.setText(html.escape(message or "No recommendation."))
             return
-        rows = [(label, html.escape(text)) for label, text in evidence_rows(rec)]
+        rows = [(label, html.escape(text)) for label, text in api.evidence_rows(rec)]
         # The setup line in bold: it is the answer.
         rows[0] = (rows[0][0], f"<b>{rows[0][1]}</b>")
         self.summary.setText("<table cellspacing='4'>" + "".join(

@@ -6,27 +6,42 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLabel, QLineEdit, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.tooltips import TOOLTIPS
-from tuner.errors import MptuneError
-from tuner.policies import POLICIES
-from tuner.search.space import (DEFAULT_LOSS_SCALES, OBJECTIVES, SearchSettings, SearchSpace,
-                                ladder_range, parse_loss_scales)
-from tuner.trials.models import BUILTINS, parse_model_spec
+from tuner import api
 
 _OPEN_FILE = "Open a model file..."
+#: The model selected at first start (the README says so too).
+DEFAULT_MODEL = "builtin:cnn"
 
 
 class QtSetupPanel(QWidget):
     """Model choice (checked at once), search space, objective, trial length, budget, storage.
 
+    The panel reads no file and calls no engine function itself: when the model changes it
+    emits ``modelChanged`` and the window has the model checked off the GUI thread, then hands
+    the verdict back through :meth:`set_model_check`.
+
     Signals:
         validityChanged(bool): whether the setup can start a search.
+        modelChanged(str): the chosen model spec changed and needs checking.
     """
 
     validityChanged = Signal(bool)
+    modelChanged = Signal(str)
 
     def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -37,7 +52,7 @@ class QtSetupPanel(QWidget):
         self.model = QComboBox()
         self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model.setMinimumContentsLength(16)
-        for name, workload in BUILTINS.items():
+        for name, workload in api.BUILTINS.items():
             self.model.addItem(f"builtin:{name}", f"builtin:{name}")
             self.model.setItemData(self.model.count() - 1, workload.description,
                                    role=3)  # Qt.ToolTipRole
@@ -56,7 +71,7 @@ class QtSetupPanel(QWidget):
         row = QVBoxLayout(policies)  # one per line: the panel stays narrow
         row.setContentsMargins(0, 0, 0, 0)
         self.policy_boxes: dict[str, QCheckBox] = {}
-        for policy in POLICIES:
+        for policy in api.POLICIES:
             box = QCheckBox(policy)
             box.setChecked(True)
             box.setToolTip(TOOLTIPS["policy"])
@@ -80,13 +95,13 @@ class QtSetupPanel(QWidget):
         row.addWidget(self.batch_max)
         form.addRow("Batch sizes", batches)
 
-        self.loss_scales = QLineEdit(",".join(DEFAULT_LOSS_SCALES))
+        self.loss_scales = QLineEdit(",".join(api.DEFAULT_LOSS_SCALES))
         self.loss_scales.setToolTip(TOOLTIPS["loss_scale"])
         self.loss_scales.textChanged.connect(self._revalidate)
         form.addRow("Loss scales", self.loss_scales)
 
         self.objective = QComboBox()
-        self.objective.addItems(OBJECTIVES)
+        self.objective.addItems(api.OBJECTIVES)
         self.objective.setToolTip(TOOLTIPS["objective"])
         form.addRow("Objective", self.objective)
 
@@ -112,6 +127,9 @@ class QtSetupPanel(QWidget):
         form.addRow("Storage", self.storage)
 
         self._valid = False
+        # The model checks that came back, by spec: None when fine, else the problem.
+        self._model_checks: dict[str, str | None] = {}
+        self.model.setCurrentIndex(max(0, self.model.findData(DEFAULT_MODEL)))
         self._load()
         self._on_model_changed()
 
@@ -144,9 +162,19 @@ class QtSetupPanel(QWidget):
     def _on_model_changed(self) -> None:
         spec = self.model_spec()
         if spec and spec.startswith("builtin:"):
-            self.model_description.setText(BUILTINS[spec.split(":")[1]].description)
+            self.model_description.setText(api.BUILTINS[spec.split(":")[1]].description)
         else:
             self.model_description.setText(spec or "")
+        # A file is checked again each time it is chosen: it may have been edited meanwhile.
+        if spec and not spec.startswith("builtin:"):
+            self._model_checks.pop(spec, None)
+        self._revalidate()
+        if spec and spec not in self._model_checks:
+            self.modelChanged.emit(spec)
+
+    def set_model_check(self, spec: str, problem: str | None) -> None:
+        """The verdict on ``spec`` from a check run off the GUI thread (None: it is fine)."""
+        self._model_checks[spec] = problem
         self._revalidate()
 
     # -- validation --------------------------------------------------------------------------
@@ -155,16 +183,16 @@ class QtSetupPanel(QWidget):
         spec = self.model_spec()
         if not spec:
             return "choose a model"
-        try:
-            parse_model_spec(spec)
-        except MptuneError as exc:
-            return str(exc)
+        if spec not in self._model_checks:
+            return "checking the model..."
+        if self._model_checks[spec] is not None:
+            return self._model_checks[spec]
         if not any(box.isChecked() for box in self.policy_boxes.values()):
             return "choose at least one policy"
         if self.batch_min.value() > self.batch_max.value():
             return "the smallest batch size is above the largest"
         try:
-            parse_loss_scales(self.loss_scales.text())
+            api.parse_loss_scales(self.loss_scales.text())
         except ValueError as exc:
             return str(exc)
         return None
@@ -182,22 +210,24 @@ class QtSetupPanel(QWidget):
     def valid(self) -> bool:
         return self._valid
 
-    def apply_advice(self, advice: list[dict[str, Any]]) -> None:
+    def apply_advice(self, advised_policies: list[str]) -> None:
         """Order nothing, but keep the policies the hardware advice lists checked."""
-        advised = {a["policy"] for a in advice}
+        advised = set(advised_policies)
         for policy, box in self.policy_boxes.items():
             if not self.settings.contains("policies"):
                 box.setChecked(policy in advised)
 
     # -- what the engine gets ----------------------------------------------------------------
     def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
-        """Keyword arguments for :func:`tuner.search.tune.tune`."""
+        """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
         checked = [p for p in advice_order if self.policy_boxes[p].isChecked()]
-        checked += [p for p in POLICIES if self.policy_boxes[p].isChecked() and p not in checked]
-        space = SearchSpace(policies=tuple(checked),
-                            batch_sizes=ladder_range(self.batch_min.value(), self.batch_max.value()),
-                            loss_scales=parse_loss_scales(self.loss_scales.text()))
-        settings = SearchSettings(
+        checked += [p for p in api.POLICIES
+                    if self.policy_boxes[p].isChecked() and p not in checked]
+        space = api.SearchSpace(
+            policies=tuple(checked),
+            batch_sizes=api.ladder_range(self.batch_min.value(), self.batch_max.value()),
+            loss_scales=api.parse_loss_scales(self.loss_scales.text()))
+        settings = api.SearchSettings(
             objective=self.objective.currentText(),
             measure_seconds=self.measure_seconds.value(),
             budget_minutes=self.budget_minutes.value() or None,
@@ -230,7 +260,7 @@ class QtSetupPanel(QWidget):
                 box.setChecked(policy in chosen)
         self.batch_min.setValue(int(s.value("batch_min", 8)))
         self.batch_max.setValue(int(s.value("batch_max", 1024)))
-        self.loss_scales.setText(str(s.value("loss_scales", ",".join(DEFAULT_LOSS_SCALES))))
+        self.loss_scales.setText(str(s.value("loss_scales", ",".join(api.DEFAULT_LOSS_SCALES))))
         self.objective.setCurrentText(str(s.value("objective", "speed")))
         self.measure_seconds.setValue(float(s.value("measure_seconds", 2.0)))
         self.budget_minutes.setValue(int(s.value("budget_minutes", 0)))

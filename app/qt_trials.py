@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import (QAbstractTableModel, QModelIndex, QPersistentModelIndex,
-                            QSortFilterProxyModel, Qt, Signal)
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from app.tooltips import TOOLTIPS
+from tuner import api
 
 COLUMNS = ("#", "stage", "policy", "batch", "loss scale", "samples/s", "step p50 ms",
            "peak MB", "skipped", "loss gap", "status")
@@ -20,21 +28,30 @@ _TIPS = {"policy": TOOLTIPS["policy"], "loss scale": TOOLTIPS["loss_scale"],
 Index = QModelIndex | QPersistentModelIndex
 
 
+@dataclass(frozen=True)
+class TrialRow:
+    """One row: a trial's number in its session, the stage that asked for it, its result."""
+
+    number: int
+    stage: str
+    result: api.TrialResult
+
+
 class TrialsModel(QAbstractTableModel):
-    """Rows are plain dicts: ``number``, ``stage`` and ``result`` (a TrialResult dict)."""
+    """One :class:`TrialRow` per trial."""
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[TrialRow] = []
         self.loss_gaps: dict[int, float] = {}
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+    def headerData(self, section: int, orientation: Qt.Orientation,
                    role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation != Qt.Orientation.Horizontal:
             return None
@@ -55,25 +72,25 @@ class TrialsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.UserRole:  # what sorting compares
             return value if value is not None else -math.inf
         if role == Qt.ItemDataRole.ToolTipRole and column == "status":
-            error = row["result"].get("error") or {}
-            return error.get("message")
+            error = row.result.error
+            return error.message if error else None
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in ("stage", "policy",
                                                                        "loss scale", "status"):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
-    def _value(self, row: dict[str, Any], column: str) -> Any:
-        r = row["result"]
-        spec = r["spec"]
+    def _value(self, row: TrialRow, column: str) -> Any:
+        r = row.result
+        setup = r.spec.setup
+        status = r.status.value
         return {
-            "#": row["number"], "stage": row.get("stage", ""), "policy": spec["policy"],
-            "batch": spec["batch_size"], "loss scale": spec["loss_scale"],
-            "samples/s": r.get("samples_per_second"),
-            "step p50 ms": (r.get("step_time_ms") or {}).get("p50"),
-            "peak MB": r.get("peak_memory_mb"), "skipped": r.get("skipped_steps"),
-            "loss gap": self.loss_gaps.get(row["number"]),
-            "status": r["status"] if r["status"] == "ok" else
-            f"{r['status']}: {(r.get('error') or {}).get('message', '')}",
+            "#": row.number, "stage": row.stage, "policy": setup.policy.name,
+            "batch": setup.batch_size, "loss scale": str(setup.loss_scale),
+            "samples/s": r.samples_per_second,
+            "step p50 ms": r.step_time_ms.get("p50"),
+            "peak MB": r.peak_memory_mb, "skipped": r.skipped_steps,
+            "loss gap": self.loss_gaps.get(row.number),
+            "status": status if r.ok else f"{status}: {r.error.message if r.error else ''}",
         }[column]
 
     @staticmethod
@@ -90,14 +107,14 @@ class TrialsModel(QAbstractTableModel):
             return f"{value:.2%}"
         return str(value)
 
-    def add(self, number: int, stage: str, result: dict[str, Any]) -> None:
-        for i, row in enumerate(self.rows):
-            if row["number"] == number:  # a replayed or reloaded trial replaces its row
-                self.rows[i] = {"number": number, "stage": stage, "result": result}
+    def add(self, row: TrialRow) -> None:
+        for i, old in enumerate(self.rows):
+            if old.number == row.number:  # a replayed or reloaded trial replaces its row
+                self.rows[i] = row
                 self.dataChanged.emit(self.index(i, 0), self.index(i, len(COLUMNS) - 1))
                 return
         self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows))
-        self.rows.append({"number": number, "stage": stage, "result": result})
+        self.rows.append(row)
         self.endInsertRows()
 
     def set_loss_gaps(self, gaps: dict[int, float]) -> None:
@@ -117,10 +134,10 @@ class QtTrialsTable(QTableView):
     """The trials, sortable by any column.
 
     Signals:
-        trialSelected(dict): the selected row's trial (``number``, ``stage``, ``result``).
+        trialSelected(TrialRow): the selected row's trial.
     """
 
-    trialSelected = Signal(dict)
+    trialSelected = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

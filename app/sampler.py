@@ -1,9 +1,10 @@
 """Hardware sampling on a named background thread at a steady interval.
 
-The sampler reads GPU memory through the NVML backend (or system memory through psutil) every
-``interval`` seconds, scheduling each sample from the start time so the period does not drift,
-and keeps only the latest snapshot; the GUI redraws from it on a QTimer. Nothing here waits on
-the GUI, and the GUI never waits on NVML.
+The sampler reads GPU memory through the NVML backend, and system memory through psutil, every
+``interval`` seconds, scheduling each sample from the start time so the period does not drift.
+It keeps the latest snapshot and the history; the GUI reads the samples it has not seen yet
+(:meth:`HardwareSampler.history_since`) on a QTimer. Nothing here waits on the GUI, and the GUI
+never waits on NVML.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from tuner.hardware.nvml import NvmlBackend, NvmlUnavailable, backend_from_env
+from tuner import api
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Sample:
 class HardwareSampler:
     """Samples memory at a fixed interval until stopped."""
 
-    def __init__(self, interval: float = 0.5, backend: NvmlBackend | None = None) -> None:
+    def __init__(self, interval: float = 0.5, backend: api.NvmlBackend | None = None) -> None:
         self.interval = interval
         self._backend = backend
         self._latest: Sample | None = None
@@ -58,12 +59,12 @@ class HardwareSampler:
             return self._history[index:]
 
     def _run(self) -> None:
-        backend = self._backend if self._backend is not None else backend_from_env()
+        backend = self._backend if self._backend is not None else api.nvml_backend_from_env()
         count = 0
         try:
             backend.init()
             count = backend.device_count()
-        except (NvmlUnavailable, Exception):  # noqa: BLE001 - no GPU is a state, not an error
+        except Exception:  # noqa: BLE001 - no GPU is a state, not an error
             count = 0
         start = time.monotonic()
         tick = 0

@@ -23,20 +23,20 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QElapsedTimer, QSettings, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine_line, write_section  # noqa: E402
+from _report import machine_line, write_section
 
-from app.qt_main_window import QtMainWindow  # noqa: E402
-from app.qt_plots import QtLivePlots  # noqa: E402
-from tuner.hardware.nvml import FakeNvmlBackend  # noqa: E402
+from app.qt_main_window import QtMainWindow
+from app.qt_plots import QtLivePlots
+from tuner.hardware.nvml import FakeNvmlBackend
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def loop_delays(app: QApplication, seconds: float) -> list[float]:

@@ -19,7 +19,7 @@ from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _report import machine_line, write_section  # noqa: E402
+from _report import machine_line, write_section
 
 
 def main() -> int:

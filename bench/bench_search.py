@@ -26,15 +26,15 @@ from pathlib import Path
 
 from tuner.hardware import detect
 from tuner.policies import MIXED_FLOAT16
+from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import Evaluator
-from tuner.search.session import TuningSession
 from tuner.search.tune import hardware_prior, tune
 from tuner.trials.models import parse_model_spec
 from tuner.trials.spec import LossScale
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine_line, write_section  # noqa: E402
+from _report import machine_line, write_section
 
 Setup = tuple[str, int, str]
 
@@ -76,7 +76,7 @@ def keras_tuner_pick(setups: list[Setup], trials: int, model: str, settings: Sea
     class TrialSearch(kt.RandomSearch):
         """RandomSearch whose trial is an mptune worker trial of the chosen setup."""
 
-        def run_trial(self, trial, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        def run_trial(self, trial, *args, **kwargs):
             policy, batch, scale = trial.hyperparameters.Choice("setup", labels).split("|")
             m = evaluator.measure(policy, int(batch), LossScale.parse(scale), "kerastuner")
             ok = m.result.ok and m.result.nonfinite_steps == 0
@@ -111,7 +111,7 @@ def main() -> int:
         ours_s = time.monotonic() - t0
         ours_trials = ours.ran
         rec = ours.recommendation
-        ours_setup = (rec.policy, rec.batch_size, rec.loss_scale)
+        ours_setup = (rec.setup.policy, rec.setup.batch_size, str(rec.setup.loss_scale))
 
         print("exhaustive grid", flush=True)
         grid, grid_s = run_setups(setups, args.model, settings, storage, "grid")

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.qt_main_window import QtMainWindow  # noqa: E402
+from tuner.resources import read_asset  # noqa: E402
 
 MODEL = "builtin:cnn:image_size=16,filters=8,dense=32"
 
@@ -40,8 +41,7 @@ def main(out_dir: str) -> int:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    style = ROOT / "assets" / "style.qss"
-    app.setStyleSheet(style.read_text(encoding="utf-8"))
+    app.setStyleSheet(read_asset("style.qss"))
     with tempfile.TemporaryDirectory() as tmp:
         settings = QSettings(f"{tmp}/settings.ini", QSettings.Format.IniFormat)
         settings.setValue("storage", f"sqlite:///{tmp}/sessions.db")

@@ -13,12 +13,10 @@ import logging
 import math
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from tuner import __version__
-from tuner.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_FAILED,
-                          MptuneError)
-from tuner.policies import POLICIES
+from tuner import __version__, api
+from tuner.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_FAILED, MptuneError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="builtin:mlp | builtin:cnn | builtin:transformer (optionally "
                             "builtin:cnn:image_size=64,filters=64), a .py file with "
                             "build_model(), or a .keras file")
-    trial.add_argument("--policy", required=True, choices=POLICIES)
+    trial.add_argument("--policy", required=True, choices=api.POLICIES)
     trial.add_argument("--batch-size", required=True, type=_positive_int, metavar="N")
     trial.add_argument("--loss-scale", metavar="S", type=_loss_scale,
                        help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
@@ -145,28 +143,22 @@ def _fraction(text: str) -> float:
 
 
 def _policies(text: str) -> tuple[str, ...]:
-    from tuner.search.space import parse_policies
-
     try:
-        return parse_policies(text)
+        return api.parse_policies(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _batch_sizes(text: str) -> tuple[tuple[int, ...], bool]:
-    from tuner.search.space import parse_batch_sizes
-
     try:
-        return parse_batch_sizes(text)
+        return api.parse_batch_sizes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _loss_scales(text: str) -> tuple:
-    from tuner.search.space import parse_loss_scales
-
+def _loss_scales(text: str) -> tuple[api.LossScale, ...]:
     try:
-        return parse_loss_scales(text)
+        return api.parse_loss_scales(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -202,86 +194,73 @@ def _positive_float(text: str) -> float:
 
 
 def _loss_scale(text: str) -> str:
-    from tuner.trials.spec import LossScale
-
     try:
-        LossScale.parse(text)
+        api.LossScale.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from tuner.hardware import detect
-    from tuner.hardware.report import render_text
-
-    profile = detect()
+    profile = api.detect()
     if args.json:
         print(json.dumps(profile.to_dict(), indent=2))
     else:
-        print(render_text(profile))
+        print(api.render_hardware(profile))
     return EXIT_OK
 
 
 def _cmd_trial(args: argparse.Namespace) -> int:
-    from tuner.trials.models import parse_model_spec
     from tuner.console import TrialProgress, render_trial
-    from tuner.trials.result import TrialStatus
-    from tuner.trials.runner import run_trial
-    from tuner.trials.spec import TrialSpec
 
     try:
-        spec = TrialSpec.create(
+        spec = api.TrialSpec.create(
             args.model, args.policy, args.batch_size, args.loss_scale, steps=args.steps,
             measure_seconds=args.measure_seconds, warmup_steps=args.warmup,
             timeout_s=args.timeout, device=args.device, memory_limit_mb=args.memory_limit,
             seed=args.seed)
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
-    source = parse_model_spec(spec.model)
+    api.check_model(spec.model)
     with TrialProgress(spec) as progress:
-        result = run_trial(spec, progress.on_event, source=source)
+        result = api.run_trial(spec, progress.on_event)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(render_trial(result, verbose=args.verbose))
-    if result.status is TrialStatus.OK:
+    if result.status is api.TrialStatus.OK:
         return EXIT_OK
     assert result.error is not None
     where = f"{result.error.location}: " if result.error.location else ""
     print(f"mptune: trial {result.status.value}: {where}{result.error.message}", file=sys.stderr)
     if args.verbose and result.error.traceback:
         print(result.error.traceback, file=sys.stderr)
-    return EXIT_BAD_INPUT if result.status is TrialStatus.USER_ERROR else EXIT_TRIAL_FAILED
+    return EXIT_BAD_INPUT if result.status is api.TrialStatus.USER_ERROR else EXIT_TRIAL_FAILED
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from tuner.console import TuneProgress, output_console, render_recommendation, trials_table
-    from tuner.hardware import detect
-    from tuner.search.session import TuningSession
-    from tuner.search.space import SearchSettings, SearchSpace
-    from tuner.search.tune import hardware_prior, tune
 
-    parse_model_spec_or_fail(args.model)
-    profile = detect()
+    api.check_model(args.model)
+    profile = api.detect()
     try:
-        settings = SearchSettings(
+        settings = api.SearchSettings(
             objective=args.objective, max_trials=args.max_trials,
             budget_minutes=args.budget_minutes, loss_tolerance=args.loss_tolerance,
             measure_seconds=args.measure_seconds, device=args.device)
-        space_args: dict = {"policies": args.policies or hardware_prior(profile),
+        space_args: dict[str, Any] = {"policies": args.policies or api.hardware_prior(profile),
                             "start_batch": args.start_batch}
         if args.batch_sizes:
             space_args["batch_sizes"], space_args["refine"] = args.batch_sizes
         if args.loss_scales:
             space_args["loss_scales"] = args.loss_scales
-        space = SearchSpace(**space_args)
+        space = api.SearchSpace(**space_args)
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
     progress = TuneProgress()
     try:
         with progress:
-            result = tune(args.model, space=space, settings=settings, storage=args.storage,
+            result = api.tune(args.model, space=space, settings=settings, storage=args.storage,
                           study=args.resume or args.study, resume=bool(args.resume),
                           on_event=progress.on_event, profile=profile)
     except KeyboardInterrupt:
@@ -292,39 +271,28 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_INTERRUPTED
         raise
-    rec = result.recommendation.to_dict()
+    view = api.open_session(result.session, args.storage)
     if args.out:
-        from tuner.export import config_from_session
-
-        config_from_session(TuningSession.load(result.session, args.storage)).save(args.out)
+        api.session_config(view).save(args.out)
     if args.json:
-        print(json.dumps({**rec, "session": result.session}, indent=2))
+        print(json.dumps({**result.recommendation.to_dict(), "session": result.session}, indent=2))
         return EXIT_OK
     console = output_console()
-    session = TuningSession.load(result.session, args.storage)
-    console.print(trials_table(session.trials(), f"Session {result.session}"))
+    console.print(trials_table(view.trials, f"Session {result.session}"))
     console.print(f"\nRecommendation ({result.ran} trials run now, {result.recalled} from the "
                   "stored session):", highlight=False)
-    console.print(render_recommendation(rec), highlight=False, markup=False)
+    console.print(render_recommendation(result.recommendation), highlight=False, markup=False)
     if args.out:
         console.print(f"\nTuned config written to {args.out}", highlight=False)
     return EXIT_OK
-
-
-def parse_model_spec_or_fail(spec: str) -> None:
-    """Check the model spec before detecting hardware or opening storage."""
-    from tuner.trials.models import parse_model_spec
-
-    parse_model_spec(spec)
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from tuner.console import output_console
-    from tuner.search.session import list_sessions
 
-    sessions = list_sessions(args.storage)
+    sessions = api.list_sessions(args.storage)
     if args.json:
         print(json.dumps([s.__dict__ for s in sessions], indent=2))
         return EXIT_OK
@@ -343,28 +311,19 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from tuner.console import output_console, render_recommendation, trials_table
-    from tuner.search.session import TuningSession
 
-    session = TuningSession.load(args.name, args.storage)
-    attrs = session.attrs
-    trials = session.trials()
-    rec = attrs.get("recommendation")
+    session = api.open_session(args.name, args.storage)
     if args.json:
-        print(json.dumps({
-            "session": session.name, "model": attrs.get("model"), "created": attrs.get("created"),
-            "settings": attrs.get("settings"), "space": attrs.get("space"),
-            "hardware": attrs.get("hardware"),
-            "trials": [{"number": t.number, "stage": t.stage, "state": t.state, "note": t.note,
-                        "result": t.result.to_dict() if t.result else None} for t in trials],
-            "recommendation": rec}, indent=2))
+        print(json.dumps(session.to_dict(), indent=2))
         return EXIT_OK
     console = output_console()
-    console.print(f"Session {session.name}: {attrs.get('model')}, created "
-                  f"{attrs.get('created')}", highlight=False)
-    console.print(trials_table(trials))
-    if rec:
+    console.print(f"Session {session.name}: {session.model}, created {session.created}",
+                  highlight=False)
+    console.print(trials_table(session.trials))
+    if session.recommendation:
         console.print("\nRecommendation:")
-        console.print(render_recommendation(rec), highlight=False, markup=False)
+        console.print(render_recommendation(session.recommendation), highlight=False,
+                      markup=False)
     else:
         console.print("\nNo recommendation yet: the search did not finish "
                       f"(continue with mptune tune --resume {session.name}).", highlight=False)
@@ -372,25 +331,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    import os
-    from pathlib import Path
-
-    from tuner.export import TunedConfig, config_from_session, render
-    from tuner.export.config import write_atomic
-    from tuner.search.session import TuningSession
-
-    if args.source.lower().endswith(".json") or os.path.isfile(args.source):
-        config = TunedConfig.load(args.source)
-    else:
-        config = config_from_session(TuningSession.load(args.source, args.storage))
-    text = render(config, args.format, args.keras)
+    config = api.tuned_config(args.source, args.storage)
     if not args.output:
-        sys.stdout.write(text)
+        sys.stdout.write(api.render_config(config, args.format, args.keras))
         return EXIT_OK
-    target = Path(args.output)
-    write_atomic(target, text)
-    if args.format == "script":
-        target.chmod(target.stat().st_mode | 0o111)
+    target = api.save_export(config, args.output, args.format, args.keras)
     flavour = "" if args.format == "json" else f" for Keras {args.keras}"
     print(f"wrote the {args.format}{flavour} to {target}", file=sys.stderr)
     return EXIT_OK
@@ -421,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mptune: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001 - a bug: one line unless --verbose
+    except Exception as exc:
         if args.verbose:
             raise
         print(f"mptune: internal error: {type(exc).__name__}: {exc} "

@@ -1,18 +1,22 @@
-"""Terminal output for the CLI: a live status line while a trial runs, and its result."""
+"""Terminal output for the CLI: live progress of a trial or a search, results as tables.
+
+Part of the command-line face: like :mod:`tuner.cli` it uses the engine through :mod:`tuner.api`
+only.
+"""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 
-from tuner.trials.events import Event
-from tuner.trials.result import TrialResult
-from tuner.trials.spec import TrialSpec
+from tuner import api
+from tuner.api import TrialResult, TrialSpec, WorkerMessage
 
 _PHASES = {"build": "building the model", "warmup": "warming up", "measure": "measuring"}
 
@@ -39,7 +43,7 @@ class TrialProgress:
         if self._status is not None:
             self._status.stop()
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: WorkerMessage) -> None:
         kind = event["type"]
         if kind == "phase":
             self._phase = _PHASES.get(event.get("phase", ""), str(event.get("phase")))
@@ -118,8 +122,14 @@ class TuneProgress:
     """
 
     def __init__(self, console: Console | None = None) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = console or Console(stderr=True)
         self.progress = Progress(
@@ -139,26 +149,24 @@ class TuneProgress:
                  tb: TracebackType | None) -> None:
         self.progress.stop()
 
-    def on_event(self, event: dict) -> None:
-        kind = event["type"]
-        if kind == "session":
-            self.session = event["name"]
-        elif kind == "plan":
-            self.progress.update(self.task, completed=event["done"], total=event["planned"])
-        elif kind == "trial_started":
-            spec = TrialSpec.from_dict(event["spec"])
-            self.current = f"#{event['number']} {spec.describe()}"
+    def on_event(self, event: api.SearchEvent) -> None:
+        if isinstance(event, api.SessionOpened):
+            self.session = event.name
+        elif isinstance(event, api.PlanUpdated):
+            self.progress.update(self.task, completed=event.done, total=event.planned)
+        elif isinstance(event, api.TrialStarted):
+            self.current = f"#{event.number} {event.spec.setup.label}"
             self.progress.update(self.task, description=f"{self.current}: starting")
-        elif kind == "worker":
-            inner = event["event"]
-            if inner["type"] == "step" and time.monotonic() - self._last_step > 0.2:
+        elif isinstance(event, api.WorkerReported):
+            message = event.message
+            if message["type"] == "step" and time.monotonic() - self._last_step > 0.2:
                 self._last_step = time.monotonic()
                 self.progress.update(self.task, description=(
-                    f"{self.current}: {inner.get('phase')} step {inner.get('step')}"))
-        elif kind == "trial_finished":
-            result = TrialResult.from_dict(event["result"])
+                    f"{self.current}: {message.get('phase')} step {message.get('step')}"))
+        elif isinstance(event, api.TrialFinished):
+            result = event.result
             self.progress.advance(self.task)
-            line = f"trial #{event['number']} {result.spec.describe():28s} " + _result_cell(result)
+            line = f"trial #{event.number} {result.spec.setup.label:28s} " + _result_cell(result)
             if self.console.is_terminal:
                 self.progress.console.print(line, highlight=False)
             else:
@@ -179,7 +187,7 @@ def output_console() -> Console:
     return console if console.is_terminal else Console(width=120)
 
 
-def trials_table(trials: list, title: str = "Trials") -> Table:
+def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Table:
     """The session's trials as a table (``StoredTrial`` items)."""
     table = Table(title=title, title_justify="left")
     for name, justify in (("#", "right"), ("stage", "left"), ("policy", "left"),
@@ -194,17 +202,16 @@ def trials_table(trials: list, title: str = "Trials") -> Table:
                           f"failed: {t.note or 'no result'}")
             continue
         status = r.status.value if r.ok else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
-        table.add_row(str(t.number), t.stage, r.spec.policy, str(r.spec.batch_size),
-                      str(r.spec.loss_scale), _fmt(r.samples_per_second, ",.0f"),
+        setup = r.spec.setup
+        table.add_row(str(t.number), t.stage, setup.policy.name, str(setup.batch_size),
+                      str(setup.loss_scale), _fmt(r.samples_per_second, ",.0f"),
                       _fmt(r.step_time_ms.get("p50"), ".2f"), _fmt(r.peak_memory_mb, ",.0f"),
                       str(r.skipped_steps), status)
     return table
 
 
-def render_recommendation(rec: dict) -> str:
+def render_recommendation(rec: api.Recommendation) -> str:
     """The recommendation and its evidence as aligned lines."""
-    from tuner.search.recommend import evidence_rows
-
-    rows = evidence_rows(rec)
+    rows = api.evidence_rows(rec)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name.lower():<{width}}  {value}" for name, value in rows)

@@ -1,5 +1,9 @@
 """The built-in workloads: small Keras 3 models with deterministic, learnable synthetic data.
 
+A public module: the training scripts ``mptune export --format script`` writes for a built-in
+workload call :func:`build`, :func:`make_batches` and :data:`LOSS`, so their names and
+signatures stay. It imports Keras; the engine's parent process never imports it.
+
 Labels come from a fixed random "teacher" applied to the inputs, so the loss falls during a
 trial and loss curves from different policies can be compared.
 """

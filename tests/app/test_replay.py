@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from app.qt_plots import QtLivePlots
+from tuner import api
 
 
 def test_replayed_search_fills_table_plots_and_recommendation(make_window, qtbot,
@@ -12,13 +13,13 @@ def test_replayed_search_fills_table_plots_and_recommendation(make_window, qtbot
     window = make_window()
     window.bridge.feed(recorded_events)
     qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
-    finished = [e for e in recorded_events if e["type"] == "trial_finished"]
+    finished = [e for e in recorded_events if isinstance(e, api.TrialFinished)]
     assert window.table.trials.rowCount() == len(finished)
     rec = window.recommendation.recommendation
-    assert rec == next(e for e in recorded_events if e["type"] == "recommendation")[
-        "recommendation"]
+    assert rec == next(e for e in recorded_events
+                       if isinstance(e, api.Recommended)).recommendation
     window.plots.redraw(everything=True)
-    ok = [e for e in finished if e["result"]["status"] == "ok"]
+    ok = [e for e in finished if e.result.ok]
     plotted = sum(len(item.xData) for item in window.plots.throughput_points.values()
                   if item.xData is not None)
     assert plotted == len(ok)
@@ -41,10 +42,10 @@ def test_sorting_and_selecting_a_trial_shows_its_curves(make_window, qtbot,
     selected = []
     table.trialSelected.connect(selected.append)
     table.selectRow(0)
-    assert selected and selected[0]["result"]["losses"]
+    assert selected and selected[0].result.losses
     window.plots.redraw(everything=True)
-    xs, ys = window.plots.loss_curve.getData()
-    assert len(xs) == len(selected[0]["result"]["losses"])
+    xs, _ys = window.plots.loss_curve.getData()
+    assert len(xs) == len(selected[0].result.losses)
 
 
 def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
@@ -55,7 +56,7 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
                      {"loss": 0.9, "loss_scale": 16384.0, "skipped": False},
                      {"loss": math.inf, "loss_scale": 16384.0, "skipped": True}])
     plots.redraw(everything=True)
-    xs, ys = plots.scale_curve.getData()  # the plot's y axis is logarithmic
+    _xs, ys = plots.scale_curve.getData()  # the plot's y axis is logarithmic
     assert [round(10 ** y) for y in ys] == [32768, 16384, 16384]
     assert plots.skipped_points.data.size == 2
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 
 from app.qt_setup import QtSetupPanel
+from tuner import api
 
 TINY = "builtin:mlp:features=16,width=32,depth=1"
 
@@ -32,19 +35,21 @@ def test_gpu_cards_and_advice(make_window) -> None:
     assert window.plots.budget_line.value() == pytest.approx(40960 * 0.9)
 
 
-def test_a_broken_model_file_is_reported_inline(make_window, tmp_path: Path) -> None:
+def test_a_broken_model_file_is_reported_inline(make_window, qtbot, tmp_path: Path) -> None:
     window = make_window()
     broken = tmp_path / "my_model.py"
     broken.write_text("import keras\n\ndef build_model(:\n    pass\n")
     window.setup.set_model(str(broken))
-    assert f"{broken}:3: syntax error" in window.setup.model_problem.text()
+    assert not window.start_button.isEnabled()  # checking, off the GUI thread
+    qtbot.waitUntil(lambda: f"{broken}:3: syntax error" in window.setup.model_problem.text())
     assert not window.start_button.isEnabled()
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     window.setup.set_model(str(empty))
-    assert "defines no build_model()" in window.setup.model_problem.text()
+    qtbot.waitUntil(lambda: "defines no build_model()" in window.setup.model_problem.text())
     window.setup.set_model("builtin:cnn")
-    assert window.setup.model_problem.text() == "" and window.start_button.isEnabled()
+    qtbot.waitUntil(lambda: window.setup.model_problem.text() == "")
+    assert window.start_button.isEnabled()
 
 
 def test_settings_are_remembered(make_window, qtbot) -> None:
@@ -76,22 +81,29 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
         make_window, qtbot, tmp_path: Path) -> None:
     window = make_window()
     configure_tiny_search(window)
+    qtbot.waitUntil(window.start_button.isEnabled)
     with qtbot.waitSignal(window.bridge.finished, timeout=300_000) as finished:
         qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
     assert finished.args[0] == "done", finished.args
     rec = window.recommendation.recommendation
-    assert rec is not None and rec["policy"] == "float32" and rec["batch_size"] in (8, 16)
+    assert rec is not None and rec.setup.policy == "float32" and rec.setup.batch_size in (8, 16)
     assert "float32 at batch size" in window.recommendation.summary.text()
     assert window.table.trials.rowCount() >= 2
     assert window.tabs.currentWidget() is window.recommendation
     assert len(window.plots.throughput_points["float32"].xData) >= 2
 
-    dialog = window.open_export("script")
-    assert dialog is not None and "def main(" in dialog.text()
+    window.open_export("script")
+    qtbot.waitUntil(lambda: window.export_dialog is not None
+                    and "def main(" in window.export_dialog.text(), timeout=10_000)
+    dialog = window.export_dialog
     dialog.keras.setCurrentIndex(1)  # Keras 2: the script is Keras 3 only, said inline
-    assert "Keras 3 only" in dialog.problem.text() and not dialog.save_button.isEnabled()
-    dialog.keras.setCurrentIndex(0)
-    script = dialog.save_to(tmp_path / "train tuned.py")
+    qtbot.waitUntil(lambda: "Keras 3 only" in dialog.problem.text())
+    assert not dialog.save_button.isEnabled()
+    with qtbot.waitSignal(dialog.rendered):
+        dialog.keras.setCurrentIndex(0)
+    with qtbot.waitSignal(dialog.saved) as saved:
+        dialog.save_to(tmp_path / "train tuned.py")
+    script = saved.args[0]
     dialog.close()
     proc = subprocess.run([sys.executable, str(script), "--max-steps", "2"], capture_output=True,
                           text=True, timeout=300)
@@ -105,7 +117,8 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
     configure_tiny_search(window, measure=30.0)
     measuring = []
     window.bridge.eventsReady.connect(lambda events: measuring.extend(
-        e for e in events if e["type"] == "worker" and e["event"]["type"] == "step"))
+        e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"))
+    qtbot.waitUntil(window.start_button.isEnabled)
     window.start_search()
     qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
     workers = psutil.Process().children(recursive=True)
@@ -115,24 +128,42 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
         window.stop_button.click()
     assert time.monotonic() - t0 < 2.0
     assert finished.args[0] == "stopped"
-    gone, alive = psutil.wait_procs(workers, timeout=2)
+    _gone, alive = psutil.wait_procs(workers, timeout=2)
     assert not alive
     assert window.start_button.isEnabled() and not window.stop_button.isEnabled()
 
 
-def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
-    calls: list[dict] = []
+class FakeEngine:
+    """tuner.api with a scripted search and storage that can be made to block: everything
+    else is the real face."""
 
-    def fake_tune(on_event, cancel, **kwargs):
-        """Stands in for tune(): opens a session, runs until stopped."""
-        calls.append(kwargs)
-        on_event({"type": "session", "name": kwargs.get("study") or "first-session",
-                  "model": kwargs["model"]})
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+        self.release = threading.Event()
+        self.release.set()
+        self.sessions: list[api.SessionSummary] = []
+
+    def __getattr__(self, name: str):
+        return getattr(api, name)
+
+    def tune(self, on_event, cancel, **kwargs):
+        """Opens a session, runs until stopped."""
+        self.calls.append(kwargs)
+        on_event(api.SessionOpened(kwargs.get("study") or "first-session", kwargs["model"]))
         cancel.wait(30)
         raise KeyboardInterrupt
 
-    window = make_window(tune_function=fake_tune)
+    def list_sessions(self, storage=None):
+        self.release.wait(30)  # a storage that does not answer until released
+        return self.sessions
+
+
+def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
+    engine = FakeEngine()
+    calls = engine.calls
+    window = make_window(engine=engine)
     window.setup.set_model("builtin:mlp")
+    qtbot.waitUntil(window.start_button.isEnabled)  # the model was checked off the GUI thread
     window.start_search()
     qtbot.waitUntil(lambda: window.session_name == "first-session", timeout=5_000)
     with qtbot.waitSignal(window.bridge.finished, timeout=5_000) as finished:
@@ -144,3 +175,83 @@ def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
     assert calls[1]["study"] == "first-session" and calls[1]["resume"] is True
     with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
         window.stop_search()
+
+
+def test_the_window_never_waits_on_a_blocking_storage(make_window, qtbot) -> None:
+    engine = FakeEngine()
+    engine.sessions = [api.SessionSummary("old-session", "builtin:cnn", "2026-11-01", 7,
+                                          "float32 b64 none")]
+    window = make_window(engine=engine)
+    engine.release.clear()
+    dialog = window.open_history()
+    assert "Reading" in dialog.message.text()
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.monotonic()))
+    timer.start(10)
+    # The storage is blocked, and the event loop keeps turning: the timer fires again and again.
+    qtbot.waitUntil(lambda: len(ticks) >= 20, timeout=5_000)
+    timer.stop()
+    assert window.controller.busy and dialog.table.rowCount() == 0
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.5
+    engine.release.set()
+    qtbot.waitUntil(lambda: dialog.table.rowCount() == 1)
+    assert dialog.table.item(0, 0).text() == "old-session" and dialog.open_button.isEnabled()
+    dialog.close()
+
+
+def test_closing_while_storage_blocks_returns_at_once(make_window, qtbot) -> None:
+    engine = FakeEngine()
+    window = make_window(engine=engine)
+    engine.release.clear()
+    window.open_history().close()
+    assert window.controller.busy
+    t0 = time.monotonic()
+    window.close()
+    assert time.monotonic() - t0 < 1.0
+    engine.release.set()  # let the blocked call end, so the test leaves no thread behind
+
+
+@pytest.mark.slow
+def test_closing_during_a_search_ends_its_worker_within_a_second(make_window, qtbot) -> None:
+    window = make_window()
+    configure_tiny_search(window, measure=30.0)
+    measuring = []
+    window.bridge.eventsReady.connect(lambda events: measuring.extend(
+        e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"))
+    qtbot.waitUntil(lambda: window.start_button.isEnabled(), timeout=10_000)
+    window.start_search()
+    qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
+    workers = psutil.Process().children(recursive=True)
+    assert workers, "a trial worker should be running"
+    t0 = time.monotonic()
+    window.close()
+    assert time.monotonic() - t0 < 1.0
+    _gone, alive = psutil.wait_procs(workers, timeout=1)
+    assert not alive
+
+
+def test_first_start_selects_the_builtin_cnn(make_window) -> None:
+    window = make_window()
+    assert window.setup.model_spec() == "builtin:cnn"  # as the README says
+
+
+@pytest.mark.parametrize("width, height", [(1280, 800), (1366, 768)])
+def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -> None:
+    window = make_window()
+    window.resize(width, height)
+    window.show()
+    qtbot.waitExposed(window)
+    qtbot.waitUntil(lambda: window.width() == width and window.height() == height)
+    right_edge = window.plots.mapTo(window, window.plots.rect().bottomRight())
+    assert right_edge.x() < window.width() and right_edge.y() < window.height()
+    for plot in (window.plots.memory, window.plots.throughput, window.plots.loss_scale,
+                 window.plots.loss):
+        corner = plot.mapTo(window, plot.rect().bottomRight())
+        assert corner.x() < window.width() and plot.width() > 200 and plot.height() > 100
+    table = window.table
+    rows_shown = table.viewport().height() // table.verticalHeader().defaultSectionSize()
+    assert rows_shown >= 8, rows_shown
+    tabs_bottom = window.tabs.mapTo(window, window.tabs.rect().bottomRight())
+    assert tabs_bottom.y() <= window.height()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,8 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
 from tests_support import make_config
+
 from tuner.export import ConfigError, HardwareFingerprint, Setup, TunedConfig, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +26,8 @@ def assignments(code: str) -> dict[str, object]:
     values = {}
     for node in ast.parse(code).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            try:
+            with contextlib.suppress(ValueError):
                 values[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
     return values
 
 
@@ -87,14 +86,33 @@ def test_unknown_keys_are_ignored_within_version_1() -> None:
 
 
 def test_setup_checks_and_canonicalises_itself() -> None:
-    assert Setup("mixed_float16", 8, " Dynamic:1024.0 ").loss_scale == "dynamic:1024"
+    assert str(Setup("mixed_float16", 8, " Dynamic:1024.0 ").loss_scale) == "dynamic:1024"
     assert Setup("mixed_float16", 8, "fixed:128.0") == Setup("mixed_float16", 8, "fixed:128")
-    with pytest.raises(ConfigError, match="field setup.policy: unknown policy 'float64'"):
+    with pytest.raises(ValueError, match="unknown policy 'float64'"):
         Setup("float64", 8, "none")
-    with pytest.raises(ConfigError, match="field setup.batch_size must be a positive integer"):
+    with pytest.raises(ValueError, match="batch size must be from 1"):
         Setup("float32", 0, "none")
-    with pytest.raises(ConfigError, match="field setup.loss_scale: malformed loss scale"):
+    with pytest.raises(ValueError, match="malformed loss scale"):
         Setup("float32", 8, "dynamic:0")
+
+
+@pytest.mark.parametrize("setup, fragment", [
+    ({"policy": "float64", "batch_size": 8, "loss_scale": "none"},
+     "field setup.policy: unknown policy 'float64'"),
+    ({"policy": "float32", "batch_size": 0, "loss_scale": "none"},
+     "field setup.batch_size must be a positive integer"),
+    ({"policy": "float32", "batch_size": 10**400, "loss_scale": "none"},
+     "field setup.batch_size: batch size must be from 1"),
+    ({"policy": "float32", "batch_size": 8, "loss_scale": "dynamic:0"},
+     "field setup.loss_scale: malformed loss scale"),
+    ({"policy": "float32", "batch_size": 8, "loss_scale": "fixed:1e300"},
+     r"field setup.loss_scale: .*fixed scale must be a positive number up to 2\*\*64"),
+])
+def test_config_setup_fields_are_named(setup: dict, fragment: str) -> None:
+    data = make_config().to_dict()
+    data["setup"] = setup
+    with pytest.raises(ConfigError, match=fragment):
+        TunedConfig.from_dict(data)
 
 
 def fake_profile(cpu_model: str = "Test CPU", gpu_names: tuple[str, ...] = ()) -> Any:

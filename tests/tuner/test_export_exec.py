@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from tests_support import make_config
+
 from tuner.export import HardwareFingerprint, render
 
 pytestmark = pytest.mark.slow

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner.api import event_from_dict
 from tuner.export import TunedConfig
 from tuner.search.recommend import NoViableSetup
 from tuner.search.session import TuningSession
@@ -38,21 +39,24 @@ class CpuProfile:
 
 
 def test_tune_finds_a_setup_with_evidence_on_real_trials(tmp_path: Path) -> None:
-    events: list[dict] = []
+    events: list = []
     space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(8, 16, 32),
                         start_batch=8)
     result = tune(TINY, space=space, settings=QUICK, storage=f"sqlite:///{tmp_path / 's.db'}",
                   study="e2e", on_event=events.append, profile=CpuProfile())
     rec = result.recommendation
-    assert rec.policy in ("float32", "mixed_bfloat16")
-    assert rec.batch_size in (8, 16, 32)
+    assert rec.setup.policy in ("float32", "mixed_bfloat16")
+    assert rec.setup.batch_size in (8, 16, 32)
     assert rec.samples_per_second > 0 and rec.trials
     stored = TuningSession.load("e2e", f"sqlite:///{tmp_path / 's.db'}").trials()
     assert {t.number for t in stored} >= set(rec.trials)
     assert all(t.result is not None and t.result.ok for t in stored)
-    kinds = {e["type"] for e in events}
-    assert {"plan", "stage", "trial_started", "worker", "trial_finished",
+    kinds = {e.type for e in events}
+    assert {"session", "plan", "stage", "trial_started", "worker", "trial_finished",
             "recommendation"} <= kinds
+    # Every event survives its JSON form (a recorded search is replayed in the GUI tests).
+    for event in events:
+        assert event_from_dict(json.loads(json.dumps(event.to_dict()))) == event
 
 
 OVERFLOW_MODEL = """
@@ -138,7 +142,7 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
     proc.stderr.close()
     done_before = [t for t in session.trials() if t.result is not None]
     assert len(done_before) >= 1
-    resumed = subprocess.run(args[:-2] + ["--resume", "killed", "--json"], cwd=ROOT,
+    resumed = subprocess.run([*args[:-2], "--resume", "killed", "--json"], cwd=ROOT,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     rec = json.loads(resumed.stdout)
@@ -186,12 +190,12 @@ def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
 
     workers = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted; finished trials are kept in session interrupted" in err
     assert "mptune tune --resume interrupted" in err
     assert "Traceback" not in err
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    _gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, f"trial workers left running: {alive}"
     trials = TuningSession.load("interrupted", storage).trials()
     assert trials[0].result is not None and trials[0].result.ok

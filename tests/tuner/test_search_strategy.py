@@ -67,7 +67,7 @@ class Machine:
         offset = self.loss_offset.get(spec.policy, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
         return TrialResult(spec, TrialStatus.OK, samples_per_second=sps,
-                           peak_memory_mb=100 + spec.batch_size * (0.5 if "mixed" in spec.policy else 1.0),
+                           peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
                            losses=losses, steps_completed=STEPS, device="cpu")
 
 
@@ -89,7 +89,7 @@ def test_cpu_like_machine_keeps_float32_and_drops_slow_mixed(tmp_path: Path) -> 
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     result = run(machine, tmp_path)
     rec = result.recommendation
-    assert rec.policy == "float32" and rec.batch_size == 256
+    assert rec.setup.policy == "float32" and rec.setup.batch_size == 256
     assert "mixed_float16" in result.outcome.abandoned
     assert all(not (s.policy == "mixed_float16" and s.batch_size != 64) for s in machine.calls)
     assert len(machine.calls) <= 0.3 * grid_size(SearchSpace())
@@ -102,8 +102,8 @@ def test_gpu_like_machine_picks_float16_at_the_largest_fitting_batch(tmp_path: P
                                          "mixed_bfloat16": 1024})
     result = run(machine, tmp_path)
     rec = result.recommendation
-    assert rec.policy == "mixed_float16" and rec.batch_size >= 512
-    assert rec.loss_scale == "dynamic"
+    assert rec.setup.policy == "mixed_float16" and rec.setup.batch_size >= 512
+    assert str(rec.setup.loss_scale) == "dynamic"
     # An OOM at a batch size skips every larger batch of that policy.
     f32 = [s.batch_size for s in machine.calls if s.policy == "float32"]
     assert max(f32) == 512 and f32.count(512) == 1
@@ -117,15 +117,15 @@ def test_numerical_guard_rejects_a_loss_gap(tmp_path: Path) -> None:
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 2000},
                       loss_offset={"mixed_float16": 0.5})
     rec = run(machine, tmp_path, settings=SearchSettings(loss_tolerance=0.05)).recommendation
-    assert rec.policy != "mixed_float16"
-    rejected = [a for a in rec.alternatives if a["policy"] == "mixed_float16"]
-    assert rejected and "loss gap" in rejected[0]["rejected"]
+    assert rec.setup.policy != "mixed_float16"
+    rejected = [a for a in rec.alternatives if a.setup.policy == "mixed_float16"]
+    assert rejected and "loss gap" in rejected[0].rejected
 
 
 def test_no_winner_inside_the_noise(tmp_path: Path) -> None:
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1015, "mixed_float16": 300})
     rec = run(machine, tmp_path).recommendation
-    assert rec.policy == "float32"
+    assert rec.setup.policy == "float32"
     assert any("inside the measurement noise" in n for n in rec.notes)
 
 
@@ -159,7 +159,7 @@ def test_loss_scale_stage_notes_a_diverging_fixed_scale(tmp_path: Path) -> None:
     scales = {str(s.loss_scale) for s in machine.calls if s.policy == "mixed_float16"}
     assert {"dynamic", "dynamic:1024:500", "fixed:1024", "fixed:128"} <= scales
     assert any("fixed:1024: diverged" in n for n in result.recommendation.notes)
-    assert result.recommendation.loss_scale in ("dynamic", "dynamic:1024:500", "fixed:128")
+    assert str(result.recommendation.setup.loss_scale) in ("dynamic", "dynamic:1024:500", "fixed:128")
 
 
 def test_resume_after_interrupt_reruns_nothing_finished(tmp_path: Path) -> None:
@@ -167,16 +167,16 @@ def test_resume_after_interrupt_reruns_nothing_finished(tmp_path: Path) -> None:
                       interrupt_at=4)
     with pytest.raises(KeyboardInterrupt):
         run(machine, tmp_path, study="resumable")
-    finished = [(s.policy, s.batch_size, str(s.loss_scale)) for s in machine.calls[:3]]
+    finished = [s.setup for s in machine.calls[:3]]
     second = Machine(speed=machine.speed)
     result = run(second, tmp_path, study="resumable", resume=True)
-    rerun = [(s.policy, s.batch_size, str(s.loss_scale)) for s in second.calls]
+    rerun = [s.setup for s in second.calls]
     assert not set(finished) & set(rerun)
     assert result.recalled == 3
     session = TuningSession.load("resumable", f"sqlite:///{tmp_path / 's.db'}")
     notes = [t.note for t in session.trials() if t.state == "FAIL"]
     assert "stopped by the user" in notes
-    assert result.recommendation.policy == "float32"
+    assert result.recommendation.setup.policy == "float32"
 
 
 def test_orphaned_running_trial_is_marked_failed(tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ def test_policy_default_loss_scale() -> None:
 
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"policy": "float64"}, "unknown policy"),
-    ({"batch_size": 0}, "batch size must be at least 1"),
+    ({"batch_size": 0}, "batch size must be from 1 to"),
+    ({"batch_size": 10**400}, "batch size must be from 1 to"),
     ({"batch_size": 2.5}, "whole number"),
     ({"device": "tpu"}, "unknown device"),
     ({"timeout_s": 0}, "timeout"),
@@ -57,9 +58,10 @@ def test_policy_default_loss_scale() -> None:
     ({"memory_limit_mb": -1}, "memory limit"),
 ])
 def test_bad_spec_values_are_named(kwargs: dict, fragment: str) -> None:
-    values = {"model": "builtin:mlp", "policy": "float32", "batch_size": 8, **kwargs}
+    setup = {k: kwargs.pop(k) for k in ("policy", "batch_size") if k in kwargs}
     with pytest.raises(ValueError, match=fragment):
-        TrialSpec(**values)
+        TrialSpec.create("builtin:mlp", **{"policy": "float32", "batch_size": 8, **setup},
+                         **kwargs)
 
 
 def test_spec_round_trips_through_dict() -> None:

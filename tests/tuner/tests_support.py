@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tuner import __version__
 from tuner.export import Evidence, HardwareFingerprint, Setup, TunedConfig
 
 
@@ -17,6 +18,6 @@ def make_config(model: str = "builtin:mlp:features=8,width=16,depth=1", policy: 
                                      digest="abc"),
         versions={"tensorflow": "2.21.0"},
         created="2026-11-22T00:00:00+00:00",
-        mptune_version="0.1.0",
+        mptune_version=__version__,
         session="s1",
     )

@@ -10,13 +10,20 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tuner import __version__
-from tuner.export.config import (SCHEMA, SCHEMA_VERSION, ConfigError, Evidence,
-                                 HardwareFingerprint, Setup, TunedConfig)
+from tuner.export.config import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    ConfigError,
+    Evidence,
+    HardwareFingerprint,
+    TunedConfig,
+)
 from tuner.export.render import FORMATS, render
+from tuner.setup import Setup
 
 if TYPE_CHECKING:
     from tuner.export.apply import AppliedConfig, HardwareMismatchWarning, apply_config
-    from tuner.search.session import TuningSession
+    from tuner.search.session import SessionView
 
 __all__ = ["FORMATS", "SCHEMA", "SCHEMA_VERSION", "AppliedConfig", "ConfigError", "Evidence",
            "HardwareFingerprint", "HardwareMismatchWarning", "Setup", "TunedConfig",
@@ -35,7 +42,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def config_from_session(session: TuningSession) -> TunedConfig:
+def config_from_session(session: SessionView) -> TunedConfig:
     """The tuned config of a finished session.
 
     Raises:
@@ -43,30 +50,28 @@ def config_from_session(session: TuningSession) -> TunedConfig:
     """
     from tuner.hardware import HardwareProfile
 
-    attrs = session.attrs
-    rec = attrs.get("recommendation")
-    if not isinstance(rec, dict):
+    rec = session.recommendation
+    if rec is None:
         raise ConfigError(f"session {session.name} has no recommendation yet: finish it with "
                           f"mptune tune --resume {session.name}")
-    profile = HardwareProfile.from_dict(attrs["hardware"])
-    spread = rec.get("samples_per_second_spread")
+    profile = HardwareProfile.from_dict(session.hardware)
     return TunedConfig(
-        setup=Setup(rec["policy"], int(rec["batch_size"]), rec["loss_scale"]),
-        model=str(attrs.get("model", "")),
+        setup=rec.setup,
+        model=session.model,
         evidence=Evidence(
-            samples_per_second=rec.get("samples_per_second"),
-            samples_per_second_spread=tuple(spread) if spread else None,
-            baseline_samples_per_second=rec.get("baseline_samples_per_second"),
-            speedup_vs_float32=rec.get("speedup_vs_float32"),
-            memory_saving=rec.get("memory_saving"),
-            peak_memory_mb=rec.get("peak_memory_mb"),
-            loss_gap=rec.get("loss_gap"),
-            skipped_steps=int(rec.get("skipped_steps") or 0),
-            reason=rec.get("reason", ""),
-            trials=tuple(rec.get("trials", ())),
+            samples_per_second=rec.samples_per_second,
+            samples_per_second_spread=rec.samples_per_second_spread,
+            baseline_samples_per_second=rec.baseline_samples_per_second,
+            speedup_vs_float32=rec.speedup_vs_float32,
+            memory_saving=rec.memory_saving,
+            peak_memory_mb=rec.peak_memory_mb,
+            loss_gap=rec.loss_gap,
+            skipped_steps=rec.skipped_steps,
+            reason=rec.reason,
+            trials=rec.trials,
         ),
-        hardware=HardwareFingerprint.from_profile(profile, rec.get("device") or "cpu"),
-        versions=dict(rec.get("versions") or {}),
+        hardware=HardwareFingerprint.from_profile(profile, rec.device or "cpu"),
+        versions=dict(rec.versions),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mptune_version=__version__,
         session=session.name,

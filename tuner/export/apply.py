@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.export.config import HardwareFingerprint, TunedConfig
-from tuner.trials.spec import LossScale
+from tuner.setup import Setup
 
 logger = logging.getLogger(__name__)
 
@@ -31,43 +31,41 @@ class HardwareMismatchWarning(UserWarning):
 
 @dataclass(frozen=True)
 class AppliedConfig:
-    """A tuned setup that has been applied (the policy is set)."""
+    """A tuned setup that has been applied (the policy is set).
 
-    policy: str
-    batch_size: int
-    loss_scale: str
+    Attributes:
+        setup: the tuned setup.
+        config: the whole config it came from (evidence, hardware, versions).
+    """
+
+    setup: Setup
     config: TunedConfig
 
+    @property
+    def policy(self) -> str:
+        return self.setup.policy.name
+
+    @property
+    def batch_size(self) -> int:
+        return self.setup.batch_size
+
+    @property
+    def loss_scale(self) -> str:
+        return str(self.setup.loss_scale)
+
     def wrap_optimizer(self, optimizer: Any) -> Any:
-        """``optimizer`` with the tuned loss scaling.
+        """``optimizer`` (a Keras 3 optimizer or its name) with the tuned loss scaling; see
+        :func:`tuner.keras_setup.wrap_optimizer`."""
+        from tuner import keras_setup
 
-        Args:
-            optimizer: a Keras 3 optimizer, or its name (``"adam"``).
-
-        Returns:
-            A ``LossScaleOptimizer`` for dynamic scaling, a copy with ``loss_scale_factor`` set
-            for a fixed scale, or ``optimizer`` unchanged for none.
-        """
-        import keras
-
-        if isinstance(optimizer, str):
-            optimizer = keras.optimizers.get(optimizer)  # "adam", as compile() would take it
-        scale = LossScale.parse(self.loss_scale)
-        if scale.kind == "dynamic":
-            return keras.optimizers.LossScaleOptimizer(
-                optimizer, initial_scale=scale.effective_initial_scale,
-                dynamic_growth_steps=scale.effective_growth_steps)
-        if scale.kind == "fixed":
-            config = optimizer.get_config()
-            config["loss_scale_factor"] = scale.value
-            return type(optimizer).from_config(config)
-        return optimizer
+        return keras_setup.wrap_optimizer(optimizer, self.setup.loss_scale)
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Arguments for ``model.compile``: unless the tuned scaling is dynamic, stop Keras from
         wrapping the optimizer in a ``LossScaleOptimizer`` of its own under mixed_float16."""
-        return {} if LossScale.parse(self.loss_scale).kind == "dynamic" else {
-            "auto_scale_loss": False}
+        from tuner import keras_setup
+
+        return keras_setup.compile_kwargs(self.setup.loss_scale)
 
 
 def apply_config(path_or_config: str | os.PathLike[str] | TunedConfig, *,
@@ -82,15 +80,14 @@ def apply_config(path_or_config: str | os.PathLike[str] | TunedConfig, *,
     Raises:
         ConfigError: the file is missing, corrupt, or of a newer schema.
     """
-    import keras
+    from tuner import keras_setup
 
     config = path_or_config if isinstance(path_or_config, TunedConfig) \
         else TunedConfig.load(path_or_config)
-    keras.mixed_precision.set_global_policy(config.setup.policy)
+    keras_setup.apply_policy(config.setup)
     if warn_on_mismatch:
         _check_hardware(config)
-    return AppliedConfig(config.setup.policy, config.setup.batch_size, config.setup.loss_scale,
-                         config)
+    return AppliedConfig(config.setup, config)
 
 
 def _check_hardware(config: TunedConfig) -> None:

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import MptuneError
-from tuner.policies import check_policy
-from tuner.trials.spec import LossScale
+from tuner.setup import SETUP_FIELDS, LossScale, Policy, Setup
 
 SCHEMA = "mptune.config"
 SCHEMA_VERSION = 1
@@ -28,39 +27,6 @@ _GPU_DEVICE_RE = re.compile(r"^gpu(?::(\d+))?\b", re.IGNORECASE)
 
 class ConfigError(MptuneError):
     """A config file that is missing, not JSON, of another schema, or has a bad field."""
-
-
-@dataclass(frozen=True)
-class Setup:
-    """The tuned setup: what a training script applies."""
-
-    policy: str
-    batch_size: int
-    loss_scale: str  #: LossScale's written form: none, dynamic[:I[:G]], fixed:N
-
-    def __post_init__(self) -> None:
-        # A Setup built in code (from a session's recommendation, say) gets the same checks as
-        # one read from a file, and its loss scale is stored in the one canonical spelling so
-        # that equal setups compare and render equal.
-        try:
-            check_policy(self.policy)
-        except ValueError as exc:
-            raise ConfigError(f"field setup.policy: {exc}") from None
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
-                or self.batch_size < 1:
-            raise ConfigError("field setup.batch_size must be a positive integer, got "
-                              f"{self.batch_size!r}")
-        if not isinstance(self.loss_scale, str):
-            raise ConfigError(f"field setup.loss_scale must be a string, got {self.loss_scale!r}")
-        try:
-            canonical = str(LossScale.parse(self.loss_scale))
-        except ValueError as exc:
-            raise ConfigError(f"field setup.loss_scale: {exc}") from None
-        object.__setattr__(self, "loss_scale", canonical)
-
-    @property
-    def scale(self) -> LossScale:
-        return LossScale.parse(self.loss_scale)
 
 
 @dataclass(frozen=True)
@@ -166,7 +132,7 @@ class TunedConfig:
             "mptune_version": self.mptune_version,
             "session": self.session,
             "model": self.model,
-            "setup": asdict(self.setup),
+            "setup": self.setup.to_dict(),
             "evidence": evidence,
             "hardware": hardware,
             "versions": dict(self.versions),
@@ -197,18 +163,7 @@ class TunedConfig:
                               f"understands ({SCHEMA_VERSION}); upgrade mptune")
         if version < 1:
             raise ConfigError(f"{source}: field schema_version must be at least 1, got {version}")
-        s = v.obj(root.get("setup"), "setup")
-        policy = v.string(s.get("policy"), "setup.policy")
-        try:
-            check_policy(policy)
-        except ValueError as exc:
-            raise ConfigError(f"{source}: field setup.policy: {exc}") from None
-        loss_scale = v.string(s.get("loss_scale"), "setup.loss_scale")
-        try:
-            loss_scale = str(LossScale.parse(loss_scale))
-        except ValueError as exc:
-            raise ConfigError(f"{source}: field setup.loss_scale: {exc}") from None
-        setup = Setup(policy, v.positive_int(s.get("batch_size"), "setup.batch_size"), loss_scale)
+        setup = v.setup(root.get("setup"))
         e = v.obj(root.get("evidence", {}), "evidence")
         spread = e.get("samples_per_second_spread")
         evidence = Evidence(
@@ -343,6 +298,23 @@ class _Validator:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self.fail(name, "a positive integer", value)
         return value
+
+    def setup(self, value: Any) -> Setup:
+        s = self.obj(value, "setup")
+        extra = sorted(map(str, set(s) - SETUP_FIELDS))
+        if extra:
+            raise ConfigError(f"{self.source}: unknown field(s) in setup: {', '.join(extra)}")
+        parts: dict[str, Any] = {}
+        for name, parse in (("policy", Policy.parse), ("loss_scale", LossScale.parse)):
+            try:
+                parts[name] = parse(self.string(s.get(name), f"setup.{name}"))
+            except ValueError as exc:
+                raise ConfigError(f"{self.source}: field setup.{name}: {exc}") from None
+        batch_size = self.positive_int(s.get("batch_size"), "setup.batch_size")
+        try:
+            return Setup(parts["policy"], batch_size, parts["loss_scale"])
+        except ValueError as exc:
+            raise ConfigError(f"{self.source}: field setup.batch_size: {exc}") from None
 
     def count(self, value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

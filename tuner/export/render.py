@@ -7,17 +7,15 @@ quotes, spaces, backslashes or non-ASCII characters comes out as a correct Pytho
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
 
 from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
+from tuner.resources import templates_dir
 from tuner.trials.models import parse_model_spec
-from tuner.trials.spec import LossScale
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "assets" / "templates"
 FORMATS = ("json", "snippet", "script")
 KERAS_VERSIONS = ("3", "2")
 
@@ -26,7 +24,7 @@ KerasVersion = Literal["3", "2"]
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
                              autoescape=False, undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["pyrepr"] = _pyrepr
@@ -74,7 +72,7 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
 
 def _context(config: TunedConfig) -> dict[str, Any]:
     setup = config.setup
-    scale = LossScale.parse(setup.loss_scale)
+    scale = setup.loss_scale
     evidence = config.evidence
     summary = []
     if evidence.speedup_vs_float32 is not None:
@@ -86,7 +84,7 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     source_kind, builtin_name, builtin_params = _model_kind(config.model)
     return {
         "config": config,
-        "policy": setup.policy,
+        "policy": setup.policy.name,
         "batch_size": setup.batch_size,
         "loss_scale": str(scale),
         "scale_kind": scale.kind,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import Candidate, SearchOutcome
+from tuner.setup import SETUP_FIELDS, LossScale, Setup
 
 
 class NoViableSetup(MptuneError):
@@ -20,12 +21,35 @@ class NoViableSetup(MptuneError):
 
 
 @dataclass(frozen=True)
-class Recommendation:
-    """The chosen setup and the evidence for it. ``to_dict`` is what ``tune --json`` prints."""
+class Alternative:
+    """A candidate that was not recommended, with its figures or why it was rejected."""
 
-    policy: str
-    batch_size: int
-    loss_scale: str
+    setup: Setup
+    samples_per_second: float | None
+    speedup_vs_float32: float | None
+    loss_gap: float | None
+    rejected: str | None
+    trials: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.setup.to_dict(), "samples_per_second": self.samples_per_second,
+                "speedup_vs_float32": self.speedup_vs_float32, "loss_gap": self.loss_gap,
+                "rejected": self.rejected, "trials": list(self.trials)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Alternative:
+        return cls(Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data}),
+                   data.get("samples_per_second"), data.get("speedup_vs_float32"),
+                   data.get("loss_gap"), data.get("rejected"), tuple(data.get("trials", ())))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The chosen setup and the evidence for it. ``to_dict`` is what ``tune --json`` prints and
+    what a session stores; it keeps the setup's fields at the top level too, as sessions stored
+    before :class:`~tuner.setup.Setup` existed have them."""
+
+    setup: Setup
     samples_per_second: float
     samples_per_second_spread: tuple[float, float]
     baseline_samples_per_second: float | None  #: float32 at the starting batch size
@@ -40,34 +64,47 @@ class Recommendation:
     reason: str
     trials: tuple[int, ...]
     objective: str
-    alternatives: tuple[dict[str, Any], ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
     not_tried: tuple[dict[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     device: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def setup(self) -> dict[str, Any]:
-        return {"policy": self.policy, "batch_size": self.batch_size,
-                "loss_scale": self.loss_scale}
-
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(self.setup.to_dict())
+        data["setup"] = self.setup.to_dict()
         data["samples_per_second_spread"] = list(self.samples_per_second_spread)
         data["trials"] = list(self.trials)
-        data["alternatives"] = list(self.alternatives)
-        data["not_tried"] = list(self.not_tried)
+        data["alternatives"] = [alt.to_dict() for alt in self.alternatives]
+        data["not_tried"] = [dict(item) for item in self.not_tried]
         data["notes"] = list(self.notes)
-        data["setup"] = self.setup
+        data["versions"] = dict(self.versions)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recommendation:
+        """Inverse of :meth:`to_dict`; reads recommendations stored by earlier versions too.
+
+        Raises:
+            ValueError: the data names no valid setup or lacks a figure.
+        """
+        setup_data = data.get("setup") if isinstance(data.get("setup"), dict) else \
+            {k: data[k] for k in SETUP_FIELDS if k in data}
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        values["samples_per_second_spread"] = tuple(values["samples_per_second_spread"])
-        for key in ("trials", "alternatives", "not_tried", "notes"):
+        values["setup"] = Setup.from_dict(setup_data)
+        try:
+            values["samples_per_second_spread"] = tuple(values["samples_per_second_spread"])
+        except (KeyError, TypeError):
+            raise ValueError("the recommendation has no measured spread") from None
+        values["alternatives"] = tuple(Alternative.from_dict(a)
+                                       for a in values.get("alternatives", ()))
+        for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
-        return cls(**values)
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"an incomplete recommendation: {exc}") from None
 
 
 def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettings,
@@ -92,13 +129,13 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
                         f"{_label(cand)} is recommended")
             break
 
-    f32_best = next((c for c in outcome.candidates if c.policy == FLOAT32 and c.rejected is None),
-                    None)
-    f32_same = outcome.measured.get((FLOAT32, chosen.batch_size, "none"))
+    f32_best = next((c for c in outcome.candidates
+                     if c.setup.policy == FLOAT32 and c.rejected is None), None)
+    f32_same = outcome.measured.get(Setup(FLOAT32, chosen.setup.batch_size, LossScale("none")))
     f32_same_ok = f32_same[0].result if f32_same and f32_same[0].result.ok else None
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
     memory_saving = None
-    if chosen.policy != FLOAT32 and f32_same_ok and f32_same_ok.peak_memory_mb \
+    if chosen.setup.policy != FLOAT32 and f32_same_ok and f32_same_ok.peak_memory_mb \
             and chosen.peak_memory_mb:
         memory_saving = 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
     first = chosen.runs[0].result
@@ -107,9 +144,7 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
                                                        is not None else set()))
     speedup = chosen.speed / f32_best.speed if f32_best and f32_best.speed else None
     return Recommendation(
-        policy=chosen.policy,
-        batch_size=chosen.batch_size,
-        loss_scale=str(chosen.loss_scale),
+        setup=chosen.setup,
         samples_per_second=chosen.speed,
         samples_per_second_spread=chosen.spread,
         baseline_samples_per_second=baseline.samples_per_second if baseline else None,
@@ -152,7 +187,7 @@ def _within_noise(cand: Candidate, leader: Candidate, settings: SearchSettings) 
 
 
 def _label(c: Candidate) -> str:
-    return f"{c.policy} at batch size {c.batch_size} ({c.loss_scale} loss scale)"
+    return c.setup.describe()
 
 
 def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str:
@@ -180,34 +215,30 @@ def _reason(chosen: Candidate, f32: Candidate | None, viable: list[Candidate],
     because = f" ({hw})" if hw else ""
     if tie_note:
         return tie_note[0].upper() + tie_note[1:] + f"{because}."
-    if chosen.policy == FLOAT32:
-        others = [c for c in viable if c.policy != FLOAT32]
-        rel = ", ".join(f"{c.policy} reached {c.speed / chosen.speed:.2f}x" for c in others
+    policy, batch_size = chosen.setup.policy, chosen.setup.batch_size
+    if policy == FLOAT32:
+        others = [c for c in viable if c.setup.policy != FLOAT32]
+        rel = ", ".join(f"{c.setup.policy} reached {c.speed / chosen.speed:.2f}x" for c in others
                         if chosen.speed)
         abandoned = ", ".join(f"{p} was dropped ({why})" for p, why in outcome.abandoned.items())
         detail = "; ".join(x for x in (rel, abandoned) if x)
-        return (f"float32 at batch size {chosen.batch_size} is the best setup here{because}"
+        return (f"float32 at batch size {batch_size} is the best setup here{because}"
                 + (f": {detail}." if detail else "."))
     gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
     if f32 is None or not f32.speed:
-        return (f"{chosen.policy} at batch size {chosen.batch_size} is the only setup that "
+        return (f"{policy} at batch size {batch_size} is the only setup that "
                 f"worked{because}; loss gap to float32 {gap}.")
     ratio = chosen.speed / f32.speed
     verdict = "faster" if ratio >= 1 else "slower but leaner in memory"
-    return (f"{chosen.policy} at batch size {chosen.batch_size} is {ratio:.2f}x "
+    return (f"{policy} at batch size {batch_size} is {ratio:.2f}x "
             f"{'as fast as' if verdict != 'faster' else 'faster than'} float32 here "
             f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s){because}, with a loss gap "
             f"of {gap} to float32 at the same batch size and seed.")
 
 
-def _alternative(c: Candidate, f32: Candidate | None) -> dict[str, Any]:
-    return {
-        "policy": c.policy, "batch_size": c.batch_size, "loss_scale": str(c.loss_scale),
-        "samples_per_second": c.speed,
-        "speedup_vs_float32": c.speed / f32.speed if f32 and f32.speed else None,
-        "loss_gap": c.loss_gap, "rejected": c.rejected,
-        "trials": sorted(r.number for r in c.runs),
-    }
+def _alternative(c: Candidate, f32: Candidate | None) -> Alternative:
+    return Alternative(c.setup, c.speed, c.speed / f32.speed if f32 and f32.speed else None,
+                       c.loss_gap, c.rejected, tuple(sorted(r.number for r in c.runs)))
 
 
 def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str]]:
@@ -222,10 +253,10 @@ def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str
 
 def _no_viable_message(outcome: SearchOutcome) -> str:
     reasons = []
-    for (policy, batch, scale), runs in sorted(outcome.measured.items()):
+    for setup, runs in sorted(outcome.measured.items(), key=lambda item: item[0].key):
         r = runs[0].result
         if not r.ok:
-            reasons.append(f"{policy} b{batch} {scale}: {r.status.value}"
+            reasons.append(f"{setup.label}: {r.status.value}"
                            + (f" ({r.error.message})" if r.error else ""))
     reasons += [f"{_label(c)}: {c.rejected}" for c in outcome.candidates if c.rejected]
     shown = "; ".join(reasons[:6]) + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else "")
@@ -236,31 +267,30 @@ def _fmt(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def evidence_rows(rec: dict[str, Any]) -> list[tuple[str, str]]:
-    """A recommendation (``Recommendation.to_dict``) as labelled lines of plain text, the same
-    for the CLI and the GUI."""
-    spread = rec.get("samples_per_second_spread") or [None, None]
+def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """A recommendation as labelled lines of plain text, the same for the CLI and the GUI."""
+    low, high = rec.samples_per_second_spread
+    setup = rec.setup
     rows = [
-        ("Setup", f"{rec['policy']}, batch size {rec['batch_size']}, loss scale "
-                  f"{rec['loss_scale']}"),
-        ("Throughput", f"{rec['samples_per_second']:,.0f} samples/s (measured "
-                       f"{_fmt(spread[0], ',.0f')} to {_fmt(spread[1], ',.0f')})"),
-        ("Against float32", f"{_fmt(rec.get('speedup_vs_float32'), '.2f')}x the best float32 "
-                            f"setup, {_fmt(rec.get('speedup_vs_baseline'), '.2f')}x float32 at "
+        ("Setup", f"{setup.policy}, batch size {setup.batch_size}, loss scale "
+                  f"{setup.loss_scale}"),
+        ("Throughput", f"{rec.samples_per_second:,.0f} samples/s (measured "
+                       f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})"),
+        ("Against float32", f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
+                            f"setup, {_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at "
                             "the starting batch size"),
-        ("Memory", f"{_fmt(rec.get('peak_memory_mb'), ',.0f')} MB peak"
-                   + (f", {rec['memory_saving']:.0%} less than float32 at this batch size"
-                      if rec.get("memory_saving") is not None else "")),
-        ("Loss gap", f"{rec['loss_gap']:.2%} to float32" if rec.get("loss_gap") is not None
-         else "n/a"),
-        ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.get("trials", []))),
-        ("Why", rec["reason"]),
+        ("Memory", f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
+                   + (f", {rec.memory_saving:.0%} less than float32 at this batch size"
+                      if rec.memory_saving is not None else "")),
+        ("Loss gap", f"{rec.loss_gap:.2%} to float32" if rec.loss_gap is not None else "n/a"),
+        ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
+        ("Why", rec.reason),
     ]
-    for alt in rec.get("alternatives", []):
-        verdict = alt["rejected"] or f"{_fmt(alt.get('speedup_vs_float32'), '.2f')}x float32"
-        rows.append(("Alternative", f"{alt['policy']} b{alt['batch_size']} {alt['loss_scale']}: "
-                                    f"{_fmt(alt.get('samples_per_second'), ',.0f')} samples/s, "
+    for alt in rec.alternatives:
+        verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
+        rows.append(("Alternative", f"{alt.setup.label}: "
+                                    f"{_fmt(alt.samples_per_second, ',.0f')} samples/s, "
                                     f"{verdict}"))
-    rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.get("not_tried", [])]
-    rows += [("Note", note) for note in rec.get("notes", [])]
+    rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
+    rows += [("Note", note) for note in rec.notes]
     return rows

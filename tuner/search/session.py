@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import psutil
@@ -25,8 +25,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
 from tuner.policies import POLICIES
+from tuner.setup import Setup
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
+
+if TYPE_CHECKING:
+    from tuner.search.recommend import Recommendation
 
 logger = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,7 +60,7 @@ def open_storage(url: str | None) -> optuna.storages.BaseStorage:
     url = url or default_storage_url()
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
-    except Exception as exc:  # sqlalchemy raises many kinds; each is the same problem here
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds; one problem here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MptuneError(f"cannot open session storage {_redact(url)}: {reason}") from None
 
@@ -169,6 +173,29 @@ class TuningSession:
     def set_attr(self, key: str, value: Any) -> None:
         self.study.set_user_attr(key, value)
 
+    def recommendation(self) -> Recommendation | None:
+        """The stored recommendation; None before the search has finished (or when what is
+        stored cannot be read, which is logged)."""
+        from tuner.search.recommend import Recommendation
+
+        data = self.study.user_attrs.get("recommendation")
+        if not isinstance(data, dict):
+            return None
+        try:
+            return Recommendation.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            logger.warning("session %s has an unreadable recommendation (%s)", self.name, exc)
+            return None
+
+    def view(self) -> SessionView:
+        """Everything stored about this session, as one frozen record (read once)."""
+        attrs = self.attrs
+        return SessionView(
+            name=self.name, model=str(attrs.get("model") or ""), created=attrs.get("created"),
+            space=dict(attrs.get("space") or {}), settings=dict(attrs.get("settings") or {}),
+            hardware=dict(attrs.get("hardware") or {}), trials=tuple(self.trials()),
+            recommendation=self.recommendation())
+
     def fail_orphans(self) -> int:
         """Mark trials left RUNNING by a process that died as failed; returns how many.
 
@@ -197,7 +224,8 @@ class TuningSession:
         """Record a trial as running (Optuna's ask) before its worker starts."""
         if self.sampler is None:
             raise RuntimeError("a session opened with load() is read-only")
-        self.sampler.planned = {"policy": spec.policy, "batch_size": spec.batch_size}
+        self.sampler.planned = {"policy": spec.setup.policy.name,
+                                "batch_size": spec.setup.batch_size}
         trial = self.study.ask(DISTRIBUTIONS)
         trial.set_user_attr("spec", spec.to_dict())
         trial.set_user_attr("loss_scale", str(spec.loss_scale))
@@ -245,6 +273,41 @@ def _stored(trial: FrozenTrial) -> StoredTrial:
 
 
 @dataclass(frozen=True)
+class SessionView:
+    """A stored session read whole: what the CLI's ``show`` and the window's history display.
+
+    Attributes:
+        name: the session (Optuna study) name.
+        model: the model spec it tunes.
+        created: when it was created (ISO 8601, UTC).
+        space: the search space it was created with (its stored form).
+        settings: the search settings it was created with (its stored form).
+        hardware: the hardware profile it ran on (``HardwareProfile.to_dict``).
+        trials: every closed trial, oldest first.
+        recommendation: None until a search of it has finished.
+    """
+
+    name: str
+    model: str
+    created: str | None
+    space: dict[str, Any]
+    settings: dict[str, Any]
+    hardware: dict[str, Any]
+    trials: tuple[StoredTrial, ...]
+    recommendation: Recommendation | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``mptune show --json`` prints."""
+        return {
+            "session": self.name, "model": self.model, "created": self.created,
+            "settings": self.settings, "space": self.space, "hardware": self.hardware,
+            "trials": [{"number": t.number, "stage": t.stage, "state": t.state, "note": t.note,
+                        "result": t.result.to_dict() if t.result else None}
+                       for t in self.trials],
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None}
+
+
+@dataclass(frozen=True)
 class SessionSummary:
     """A line of ``mptune sessions``."""
 
@@ -261,10 +324,13 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
     summaries = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         attrs = summary.user_attrs
-        rec = attrs.get("recommendation") or {}
-        setup = rec.get("setup") if isinstance(rec, dict) else None
-        label = (f"{setup['policy']} b{setup['batch_size']} {setup['loss_scale']}"
-                 if isinstance(setup, dict) else None)
+        rec = attrs.get("recommendation")
+        label = None
+        if isinstance(rec, dict) and isinstance(rec.get("setup"), dict):
+            try:
+                label = Setup.from_dict(rec["setup"]).label
+            except ValueError:
+                label = "unreadable"
         summaries.append(SessionSummary(summary.study_name, attrs.get("model"),
                                         attrs.get("created"), summary.n_trials, label))
     summaries.sort(key=lambda s: s.created or "", reverse=True)

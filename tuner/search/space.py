@@ -159,7 +159,7 @@ class SearchSettings:
             raise ValueError(f"--max-trials must be at least 1, not {self.max_trials}")
         if self.budget_minutes is not None and not self.budget_minutes > 0:
             raise ValueError(f"--budget-minutes must be positive, not {self.budget_minutes}")
-        if not 0 <= self.loss_tolerance:
+        if not self.loss_tolerance >= 0:
             raise ValueError("the loss tolerance must be 0 or more")
         if not 0 <= self.memory_headroom < 1:
             raise ValueError("the memory headroom must be between 0 and 1")

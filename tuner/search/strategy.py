@@ -28,20 +28,27 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.policies import FLOAT32, MIXED_FLOAT16
+from tuner.search.events import (
+    PlanUpdated,
+    SearchEvent,
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkerReported,
+)
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
+from tuner.setup import LossScale, Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled, run_trial
-from tuner.trials.spec import LossScale, TrialSpec
+from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
 
-SearchEvent = dict[str, Any]
 TrialRunner = Callable[..., TrialResult]
 
 #: A policy is abandoned at the starting batch when it is this much slower than the best...
@@ -82,17 +89,11 @@ class Measured:
 class Candidate:
     """A setup that may be recommended, with every measurement of it."""
 
-    policy: str
-    batch_size: int
-    loss_scale: LossScale
+    setup: Setup
     runs: list[Measured] = field(default_factory=list)
     loss_gap: float | None = None
     guard_trial: int | None = None
     rejected: str | None = None
-
-    @property
-    def key(self) -> tuple[str, int, str]:
-        return (self.policy, self.batch_size, str(self.loss_scale))
 
     @property
     def speed(self) -> float:
@@ -119,7 +120,7 @@ class Candidate:
 
     def simplicity(self) -> tuple[int, int, int]:
         """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
-        return (self.policy != FLOAT32, self.loss_scale.kind == "fixed", self.batch_size)
+        return self.setup.simplicity()
 
 
 @dataclass
@@ -131,7 +132,7 @@ class SearchOutcome:
     abandoned: dict[str, str]
     notes: list[str]
     stopped_early: str | None
-    measured: dict[tuple[str, int, str], list[Measured]]
+    measured: dict[Setup, list[Measured]]
 
 
 class Evaluator:
@@ -150,42 +151,37 @@ class Evaluator:
         self.memory_budget_mb = memory_budget_mb
         self.started = time.monotonic()
         self.trial_seconds: list[float] = []
-        self.known: dict[tuple[str, int, str], list[Measured]] = {}
+        self.known: dict[Setup, list[Measured]] = {}
         self.closed_trials = 0
         for stored in session.trials():
             self.closed_trials += 1
             if stored.result is not None:
-                spec = stored.result.spec
-                key = (spec.policy, spec.batch_size, str(spec.loss_scale))
-                self.known.setdefault(key, []).append(Measured(stored.number, stored.result))
+                self.known.setdefault(stored.result.spec.setup, []).append(
+                    Measured(stored.number, stored.result))
         self.recalled = sum(len(v) for v in self.known.values())
         self.ran = 0
 
-    def spec(self, policy: str, batch_size: int, loss_scale: LossScale) -> TrialSpec:
+    def spec(self, setup: Setup) -> TrialSpec:
         s = self.settings
         return TrialSpec(
-            model=self.source.spec, policy=policy, batch_size=batch_size, loss_scale=loss_scale,
+            model=self.source.spec, setup=setup,
             warmup_steps=s.warmup_steps, measure_seconds=s.measure_seconds,
             min_steps=max(s.min_steps, s.guard_steps), seed=s.seed, timeout_s=s.timeout_s,
             device=s.device)
 
-    def measure(self, policy: str, batch_size: int, loss_scale: LossScale, stage: str,
-                repeat: int = 0) -> Measured:
-        """The ``repeat``-th measurement of a setup (0: the first), run only if not stored."""
-        key = (policy, batch_size, str(loss_scale))
-        known = self.known.get(key, [])
+    def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
+        """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored."""
+        known = self.known.get(setup, [])
         if len(known) > repeat:
             return known[repeat]
         self._check_budget()
-        spec = self.spec(policy, batch_size, loss_scale)
+        spec = self.spec(setup)
         trial = self.session.start_trial(spec, stage)
-        self.on_event({"type": "trial_started", "number": trial.number, "stage": stage,
-                       "spec": spec.to_dict()})
+        self.on_event(TrialStarted(trial.number, stage, spec))
         t0 = time.monotonic()
         try:
-            result = self.runner(spec, lambda e: self.on_event(
-                {"type": "worker", "number": trial.number, "event": e}),
-                cancel=self.cancel, source=self.source)
+            result = self.runner(spec, lambda e: self.on_event(WorkerReported(trial.number, e)),
+                                 cancel=self.cancel, source=self.source)
         except (KeyboardInterrupt, TrialCancelled):
             self.session.abandon_trial(trial, "stopped by the user")
             raise
@@ -197,9 +193,8 @@ class Evaluator:
         self.ran += 1
         self.closed_trials += 1
         measured = Measured(number, result)
-        self.known.setdefault(key, []).append(measured)
-        self.on_event({"type": "trial_finished", "number": number, "stage": stage,
-                       "result": result.to_dict()})
+        self.known.setdefault(setup, []).append(measured)
+        self.on_event(TrialFinished(number, stage, result))
         return measured
 
     def _check_budget(self) -> None:
@@ -242,10 +237,10 @@ class Search:
         self.planned = done + max(0, remaining)
         if self.settings.max_trials is not None:
             self.planned = min(self.planned, self.settings.max_trials)
-        self.ev.on_event({"type": "plan", "done": done, "planned": self.planned})
+        self.ev.on_event(PlanUpdated(done, self.planned))
 
     def _stage(self, name: str, message: str) -> None:
-        self.ev.on_event({"type": "stage", "stage": name, "message": message})
+        self.ev.on_event(StageStarted(name, message))
 
     # -- the search -------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -277,8 +272,7 @@ class Search:
         at_start = {first: self.baseline}
         for policy in policies:
             if policy not in at_start:
-                at_start[policy] = self.ev.measure(policy, start, LossScale.default_for(policy),
-                                                   "policies")
+                at_start[policy] = self.ev.measure(Setup(policy, start), "policies")
         self._abandon_laggards(at_start)
 
         alive = [p for p in policies if p not in self.abandoned]
@@ -293,7 +287,7 @@ class Search:
             self._loss_scale_stage()
 
     def _first_trial(self, policy: str, batch_size: int) -> Measured:
-        m = self.ev.measure(policy, batch_size, LossScale.default_for(policy), "baseline")
+        m = self.ev.measure(Setup(policy, batch_size), "baseline")
         if m.result.status is TrialStatus.USER_ERROR:
             err = m.result.error
             where = f"{err.location}: " if err and err.location else ""
@@ -303,8 +297,8 @@ class Search:
 
     def usable(self, policy: str) -> list[Measured]:
         """Every setup of ``policy`` that ran ok within the memory budget (first runs)."""
-        return [runs[0] for key, runs in self.ev.known.items()
-                if key[0] == policy and runs[0].result.ok
+        return [runs[0] for setup, runs in self.ev.known.items()
+                if setup.policy == policy and runs[0].result.ok
                 and not self.ev.over_memory_budget(runs[0])]
 
     def pick(self, policy: str) -> Candidate | None:
@@ -312,8 +306,7 @@ class Search:
         chosen = choose(self.usable(policy), self.settings)
         if chosen is None:
             return None
-        spec = chosen.result.spec
-        return Candidate(spec.policy, spec.batch_size, spec.loss_scale, [chosen])
+        return Candidate(chosen.result.spec.setup, [chosen])
 
     def _abandon_laggards(self, at_start: dict[str, Measured]) -> None:
         usable = {p: m for p, m in at_start.items() if m.result.ok}
@@ -340,14 +333,14 @@ class Search:
 
     def _ladder(self, policy: str, first: Measured) -> None:
         rungs = self.space.rungs()
-        scale = LossScale.default_for(policy)
+        base = Setup(policy, first.result.spec.batch_size)
         stage = "batch"
         start_index = rungs.index(first.result.spec.batch_size)
         best = first
         failed_at: int | None = None
         growth = 0.0
         for b in rungs[start_index + 1:]:
-            m = self.ev.measure(policy, b, scale, stage)
+            m = self.ev.measure(base.replace(batch_size=b), stage)
             if not m.result.ok or self.ev.over_memory_budget(m):
                 failed_at = b
                 why = ("over the memory budget" if m.result.ok else m.result.status.value)
@@ -362,7 +355,7 @@ class Search:
         if best is first and start_index > 0:
             # Going up did not pay: see whether a smaller batch is faster.
             for b in reversed(rungs[:start_index]):
-                m = self.ev.measure(policy, b, scale, stage)
+                m = self.ev.measure(base.replace(batch_size=b), stage)
                 if not m.result.ok:
                     break
                 if m.speed < best.speed * (1 + self.settings.noise_floor):
@@ -372,17 +365,18 @@ class Search:
                 and best.result.spec.batch_size < failed_at):
             middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
             if best.result.spec.batch_size < middle < failed_at:
-                self.ev.measure(policy, middle, scale, "refine")
+                self.ev.measure(base.replace(batch_size=middle), "refine")
 
     def _loss_scale_stage(self) -> None:
         cand = self.pick(MIXED_FLOAT16)
         assert cand is not None
-        others = [s for s in self.space.loss_scales if str(s) != str(cand.loss_scale)]
+        others = [s for s in self.space.loss_scales if s != cand.setup.loss_scale]
         if not others:
             return
-        self._stage("loss-scale", f"loss scales for mixed_float16 at batch size {cand.batch_size}")
+        self._stage("loss-scale",
+                    f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}")
         for scale in others:
-            m = self.ev.measure(MIXED_FLOAT16, cand.batch_size, scale, "loss-scale")
+            m = self.ev.measure(cand.setup.replace(loss_scale=scale), "loss-scale")
             r = m.result
             if not r.ok:
                 self.notes.append(f"mixed_float16 with loss scale {scale}: {r.status.value}"
@@ -396,10 +390,10 @@ class Search:
     def _finalists_after_guard(self, allow_new_trials: bool) -> list[Candidate]:
         finalists = [c for p in self.space.policies if (c := self.pick(p)) is not None]
         for cand in finalists:
-            if cand.policy == FLOAT32:
+            if cand.setup.policy == FLOAT32:
                 cand.loss_gap = 0.0
                 continue
-            reference = self._float32_at(cand.batch_size, allow_new_trials)
+            reference = self._float32_at(cand.setup.batch_size, allow_new_trials)
             if reference is None:
                 cand.rejected = ("not compared with float32 at the same batch size "
                                  "(budget reached)")
@@ -410,15 +404,15 @@ class Search:
                 # at the largest batch where both ran; precision, not batch size, is on trial.
                 pair = self._common_batch(cand, allow_new_trials)
                 if pair is None:
-                    cand.rejected = (f"float32 at batch size {cand.batch_size} "
+                    cand.rejected = (f"float32 at batch size {cand.setup.batch_size} "
                                      f"{reference.result.status.value} and no smaller batch to "
                                      "compare at")
                     continue
                 mine, reference = pair
                 self.notes.append(
-                    f"{cand.policy} was compared with float32 at batch size "
+                    f"{cand.setup.policy} was compared with float32 at batch size "
                     f"{reference.result.spec.batch_size}: float32 does not run at batch size "
-                    f"{cand.batch_size}")
+                    f"{cand.setup.batch_size}")
             cand.guard_trial = reference.number
             gap = loss_gap(mine.result, reference.result, self.settings.guard_steps)
             cand.loss_gap = gap
@@ -431,31 +425,32 @@ class Search:
     def _common_batch(self, cand: Candidate,
                       allow_new_trials: bool) -> tuple[Measured, Measured] | None:
         """The candidate's setup and float32 at the largest smaller batch where float32 ran."""
-        fits = sorted(b for (p, b, s), runs in self.ev.known.items()
-                      if p == FLOAT32 and s == "none" and b < cand.batch_size and runs[0].result.ok)
+        fits = sorted(s.batch_size for s, runs in self.ev.known.items()
+                      if s == _float32(s.batch_size) and s.batch_size < cand.setup.batch_size
+                      and runs[0].result.ok)
         if not fits:
             return None
         batch = fits[-1]
-        key = (cand.policy, batch, str(cand.loss_scale))
+        key = cand.setup.replace(batch_size=batch)
         if key in self.ev.known:
             mine = self.ev.known[key][0]
         elif allow_new_trials:
             try:
-                mine = self.ev.measure(cand.policy, batch, cand.loss_scale, "guard")
+                mine = self.ev.measure(key, "guard")
             except BudgetExhausted:
                 return None
         else:
             return None
         if not mine.result.ok:
             return None
-        return mine, self.ev.known[(FLOAT32, batch, "none")][0]
+        return mine, self.ev.known[_float32(batch)][0]
 
     def _float32_at(self, batch_size: int, allow_new_trials: bool) -> Measured | None:
-        key = (FLOAT32, batch_size, "none")
+        key = _float32(batch_size)
         if key in self.ev.known:
             return self.ev.known[key][0]
-        oom_below = [runs[0] for (p, b, s), runs in self.ev.known.items()
-                     if p == FLOAT32 and b <= batch_size
+        oom_below = [runs[0] for s, runs in self.ev.known.items()
+                     if s.policy == FLOAT32 and s.batch_size <= batch_size
                      and runs[0].result.status is TrialStatus.OOM]
         if oom_below:  # it will not fit a larger batch either
             return min(oom_below, key=lambda m: m.result.spec.batch_size)
@@ -463,7 +458,7 @@ class Search:
             return None
         self._stage("guard", f"float32 reference at batch size {batch_size}")
         try:
-            return self.ev.measure(FLOAT32, batch_size, LossScale("none"), "guard")
+            return self.ev.measure(key, "guard")
         except BudgetExhausted:
             return None
 
@@ -473,12 +468,10 @@ class Search:
             return
         viable.sort(key=lambda c: c.speed, reverse=True)
         leader = viable[0]
-        contenders = [leader] + [c for c in viable[1:]
-                                 if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1]
+        contenders = [leader, *[c for c in viable[1:] if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1]]
         self._stage("remeasure", "measuring the leading setups again")
         for cand in contenders:
-            policy, batch, scale = cand.policy, cand.batch_size, cand.loss_scale
-            measured = self.ev.measure(policy, batch, scale, "remeasure", repeat=1)
+            measured = self.ev.measure(cand.setup, "remeasure", repeat=1)
             if measured.number not in [r.number for r in cand.runs]:
                 if measured.result.ok:
                     cand.runs.append(measured)
@@ -501,8 +494,13 @@ def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> flo
     return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
 
 
+def _float32(batch_size: int) -> Setup:
+    """The float32 reference setup at ``batch_size``."""
+    return Setup(FLOAT32, batch_size, LossScale("none"))
+
+
 def _multiple_of_8(value: int) -> int:
-    return max(8, int(round(value / 8)) * 8)
+    return max(8, round(value / 8) * 8)
 
 
 def _pct(value: float | None) -> str:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import Evaluator, Search, SearchEvent, SearchOutcome, TrialRunner
+from tuner.search.strategy import Evaluator, Search, SearchOutcome, TrialRunner
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import run_trial
 
@@ -68,8 +69,7 @@ def tune(model: str, *, space: SearchSpace | None = None,
         storage: Optuna storage URL; ``None`` for the default SQLite file.
         study: the session name; an existing session of that name is continued.
         resume: the session must exist already.
-        on_event: called with search events (``plan``, ``stage``, ``trial_started``,
-            ``worker``, ``trial_finished``, ``recommendation``).
+        on_event: called with each :mod:`~tuner.search.events` record, on this thread.
         cancel: set it to stop the running trial and end the search.
         runner: runs one trial (tests pass scripted outcomes).
         profile: the hardware profile; ``None`` detects it.
@@ -101,11 +101,11 @@ def tune(model: str, *, space: SearchSpace | None = None,
     }, resume=resume)
     session.fail_orphans()
     emit = on_event or (lambda event: None)
-    emit({"type": "session", "name": session.name, "model": model})
+    emit(SessionOpened(session.name, model, resumed=bool(session.trials())))
     evaluator = Evaluator(session, source, settings, emit, cancel, runner,
                           memory_budget_mb(profile, settings.device, settings.memory_headroom))
     outcome = Search(evaluator, space, settings).run()
     rec = recommend(outcome, space, settings, profile.to_dict())
     session.set_attr("recommendation", rec.to_dict())
-    emit({"type": "recommendation", "recommendation": rec.to_dict()})
+    emit(Recommended(rec))
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)

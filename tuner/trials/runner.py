@@ -9,6 +9,7 @@ a log file whose tail is kept when something goes wrong.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,22 @@ _LOG_TAIL_CHARS = 4000
 
 class TrialCancelled(Exception):
     """The caller asked the running trial to stop; the worker has been killed."""
+
+
+#: The worker processes this process has running, so that all of them can be ended at once
+#: (the window closing must not wait for a search thread that may be blocked on storage).
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_all_workers() -> int:
+    """Kill every trial worker this process has running (and their process groups) now;
+    returns how many. Their :func:`run_trial` calls then end as crashed or cancelled."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+    return len(live)
 
 
 def run_trial(
@@ -118,6 +135,8 @@ class _WorkerRun:
         finally:
             os.close(write_fd)
             log.close()
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             payload = {"spec": self.spec.to_dict(), "source": _source_dict(self.source)}
             assert proc.stdin is not None
@@ -131,6 +150,8 @@ class _WorkerRun:
             _kill_group(proc)
             os.close(read_fd)
             returncode = proc.wait()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
             log_tail = _read_tail(log.name)
             os.unlink(log.name)
         total_s = time.monotonic() - t0
@@ -255,10 +276,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill the worker and anything it started (it leads its own process group)."""
     if proc.poll() is not None:
         return
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _read_tail(path: str) -> str:

@@ -46,7 +46,9 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     import numpy as np
     import tensorflow as tf
 
-    from tuner.worker import builtins, checks, loading, training
+    from tuner import keras_setup
+    from tuner import workloads as builtins
+    from tuner.worker import checks, loading, training
 
     device = _configure_device(tf, spec)
     channel.emit("started", pid=os.getpid(), device=device, versions={
@@ -57,21 +59,22 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     t_build = time.perf_counter()
     channel.emit("phase", phase="build")
     keras.utils.set_random_seed(spec.seed)
-    keras.mixed_precision.set_global_policy(spec.policy)
+    keras_setup.apply_policy(spec.setup)
     if source.kind == "builtin":
         model = builtins.build(source.name, source.params)
         loaded = loading.LoadedModel(model, None, builtins.LOSS)
         pool = loading.pool_size(builtins.sample_bytes(source.name, source.params), spec.batch_size)
         batches = builtins.make_batches(source.name, source.params, spec.batch_size, pool, spec.seed)
     else:
-        loaded = loading.load_user_model(source, spec.policy)
+        loaded = loading.load_user_model(source, spec.policy.name)
         pool = loading.pool_size(4 * 1024, spec.batch_size)
         batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
-    model, warnings = checks.check_model(loaded.model, spec.policy, spec.batch_size, batches[0][0])
+    model, warnings = checks.check_model(loaded.model, spec.policy.name, spec.batch_size,
+                                         batches[0][0])
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
-    training.compile_for_trial(model, spec.loss_scale, loaded.optimizer, loaded.loss,
-                               loaded.jit_compile)
+    keras_setup.compile_model(model, spec.setup, loaded.optimizer, loaded.loss,
+                              jit_compile=loaded.jit_compile)
     build_s = time.perf_counter() - t_build
 
     on_cpu = device.startswith("cpu")

@@ -1,4 +1,4 @@
-"""Compiling with the trial's loss-scale setting, and the timed step loop."""
+"""The timed step loop (the setup's compile arguments come from :mod:`tuner.keras_setup`)."""
 
 from __future__ import annotations
 
@@ -14,37 +14,12 @@ from typing import Any
 
 import keras
 
-from tuner.trials.spec import LossScale
+from tuner.setup import LossScale
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises a real
 #: ``tf.errors.ResourceExhaustedError`` at step K (counting warm-up, from 1), ``crash@K`` kills
 #: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit).
 FAULT_ENV = "MPTUNE_TEST_FAULT"
-
-
-def compile_for_trial(model: keras.Model, loss_scale: LossScale, optimizer: Any, loss: Any,
-                      jit_compile: Any = "auto") -> None:
-    """Compile ``model`` with the user's optimizer and loss (or Adam and ``loss``), applying the
-    loss-scale setting the Keras 3 way.
-
-    Keras 3 wraps the optimizer in ``LossScaleOptimizer`` by itself for mixed_float16; we pass
-    ``auto_scale_loss=False`` and wrap explicitly so that every setting is exactly what the spec
-    says. A fixed scale is ``loss_scale_factor`` on the inner optimizer (Keras 3 has no
-    ``dynamic=False``): it scales the loss and unscales the gradients, and never skips a step.
-    """
-    inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
-    if loss_scale.kind == "fixed":
-        config = inner.get_config()
-        config["loss_scale_factor"] = loss_scale.value
-        inner = type(inner).from_config(config)
-    if loss_scale.kind == "dynamic":
-        final = keras.optimizers.LossScaleOptimizer(
-            inner, initial_scale=loss_scale.effective_initial_scale,
-            dynamic_growth_steps=loss_scale.effective_growth_steps)
-    else:
-        final = inner
-    model.compile(optimizer=final, loss=loss if loss is not None else "mean_squared_error",
-                  auto_scale_loss=False, jit_compile=jit_compile)
 
 
 @dataclass

@@ -3,7 +3,8 @@
     python tests/app/data/record_events.py
 
 Runs a small real search on the CPU (a tiny MLP, float32 and mixed_bfloat16, batch 8-32) and
-writes every event the engine emits, one JSON object per line, to search_events.jsonl.
+writes every event the engine emits (``to_dict``), one JSON object per line, to
+search_events.jsonl. The replay tests read them back with ``tuner.api.event_from_dict``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from tuner.hardware import FakeNvmlBackend, detect
-from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.tune import tune
+from tuner.api import FakeNvmlBackend, SearchSettings, SearchSpace, detect, tune
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,7 +29,7 @@ def main() -> None:
              profile=detect(FakeNvmlBackend.named("no_driver")))
     with open(HERE / "search_events.jsonl", "w", encoding="utf-8") as fh:
         for event in events:
-            fh.write(json.dumps(event) + "\n")
+            fh.write(json.dumps(event.to_dict()) + "\n")
     print(f"{len(events)} events")
 
 

@@ -1,0 +1,112 @@
+"""Every engine call the window makes, off the GUI thread, with results back as signals.
+
+The window never waits on the engine: storage (SQLite, or PostgreSQL over a network), export,
+model-file checks and hardware detection can each take seconds. :meth:`Controller.call` runs a
+function on a named daemon thread and delivers its value (or its exception) to a callback on
+the GUI thread through a queued Qt signal, napari's ``thread_worker`` pattern without the
+generator machinery. Long searches go through :class:`app.bridge.EngineBridge`, which batches
+their events.
+
+The engine is reached through :mod:`tuner.api` only (``engine``); tests pass a fake with the
+same functions, e.g. one whose storage blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
+
+from PySide6.QtCore import QObject, Signal
+
+from tuner import api
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Controller(QObject):
+    """Runs engine calls on background threads for the window.
+
+    Args:
+        engine: the engine's face (:mod:`tuner.api`, or a fake with the same functions).
+        parent: the owning QObject (the window).
+
+    Signals:
+        busyChanged(bool): whether any call is under way (for a busy cursor or spinner).
+    """
+
+    busyChanged = Signal(bool)
+    _delivered = Signal(object)  # (callback, value), emitted on a worker thread
+
+    def __init__(self, engine: ModuleType | Any = api, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.engine = engine
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._delivered.connect(self._on_delivered)
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return bool(self._threads)
+
+    def call(self, function: Callable[[], T], on_done: Callable[[T], None],
+             on_error: Callable[[Exception], None] | None = None, name: str = "call") -> None:
+        """Run ``function()`` off the GUI thread; then, on the GUI thread, ``on_done(value)`` or
+        ``on_error(exception)`` (logged when there is no ``on_error``)."""
+        if self._closed:
+            return
+        thread = threading.Thread(target=self._run, args=(function, on_done, on_error),
+                                  name=f"mptune-{name}-{next(self._ids)}", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+            first = len(self._threads) == 1
+        if first:
+            self.busyChanged.emit(True)
+        thread.start()
+
+    def wait(self, timeout: float) -> bool:
+        """Join the calls under way for up to ``timeout`` seconds in all; True when none is
+        left. For tests and shutdown only: the GUI never calls it while it runs."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not self.busy
+
+    def close(self) -> None:
+        """Deliver nothing more: results of calls still under way are dropped (their daemon
+        threads end with the process)."""
+        self._closed = True
+
+    def _run(self, function: Callable[[], T], on_done: Callable[[T], None],
+             on_error: Callable[[Exception], None] | None) -> None:
+        try:
+            value = function()
+        except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, never lost
+            self._delivered.emit((on_error, exc) if on_error else (_log_error, exc))
+        else:
+            self._delivered.emit((on_done, value))
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _on_delivered(self, item: tuple[Callable[[Any], None], Any]) -> None:
+        callback, value = item
+        if not self.busy:
+            self.busyChanged.emit(False)
+        if self._closed:
+            return
+        callback(value)
+
+
+def _log_error(exc: Exception) -> None:
+    logger.error("engine call failed: %s", exc, exc_info=exc)

@@ -1,0 +1,1 @@
+"""mptune's bundled data: icon, stylesheet and export templates (read via tuner.resources)."""

@@ -1,0 +1,274 @@
+"""The engine's one face: what the command line and the window may call.
+
+The CLI (:mod:`tuner.cli`, :mod:`tuner.console`) and the desktop application (``app/``) use the
+engine through this module and the value types it returns, nothing deeper; an import-linter
+contract in pyproject.toml says so. Everything here is safe to call from any thread; the calls
+that touch storage, files or the network (sessions, export, model checks) are blocking, so the
+window runs them off its GUI thread (``app/controller.py``).
+
+Importing this module is cheap (no TensorFlow, no Optuna, no Jinja2): the types that need them
+load on first use, so ``mptune detect`` stays fast.
+
+Typical use::
+
+    from tuner import api
+
+    profile = api.detect()
+    result = api.tune("builtin:cnn", on_event=print)
+    view = api.open_session(result.session)
+    print(api.render_config(api.session_config(view), "snippet"))
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuner.errors import MptuneError
+from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES
+from tuner.search.events import (
+    PlanUpdated,
+    Recommended,
+    SearchEvent,
+    SessionOpened,
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkerReported,
+)
+from tuner.search.space import (
+    DEFAULT_LOSS_SCALES,
+    OBJECTIVES,
+    SearchSettings,
+    SearchSpace,
+    ladder_range,
+    parse_batch_sizes,
+    parse_loss_scales,
+    parse_policies,
+)
+from tuner.setup import LossScale, Policy, Setup
+from tuner.trials.events import Event as WorkerMessage
+from tuner.trials.models import BUILTINS, ModelSource
+from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.runner import TrialCancelled
+from tuner.trials.spec import TrialSpec
+
+if TYPE_CHECKING:
+    from tuner.export import FORMATS, ConfigError, TunedConfig
+    from tuner.hardware import HardwareProfile
+    from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
+    from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
+    from tuner.search.session import SessionSummary, SessionView, StoredTrial
+    from tuner.search.tune import TuneResult
+
+__all__ = [
+    "BUILTINS", "DEFAULT_LOSS_SCALES", "FLOAT32", "FORMATS", "MIXED_BFLOAT16", "MIXED_FLOAT16",
+    "OBJECTIVES", "POLICIES", "Alternative", "ConfigError", "FakeNvmlBackend",
+    "HardwareProfile", "LossScale", "ModelSource", "MptuneError", "NoViableSetup",
+    "NvmlBackend", "NvmlUnavailable", "PlanUpdated", "Policy", "Recommendation", "Recommended",
+    "SearchEvent", "SearchSettings", "SearchSpace", "SessionOpened", "SessionSummary",
+    "SessionView", "Setup", "StageStarted", "StoredTrial", "TrialCancelled", "TrialFinished",
+    "TrialResult", "TrialSpec", "TrialStarted", "TrialStatus", "TuneResult", "TunedConfig",
+    "WorkerMessage", "WorkerReported", "check_model", "default_storage_url", "detect",
+    "event_from_dict", "evidence_rows", "hardware_prior", "kill_all_workers", "ladder_range",
+    "list_sessions", "memory_budget_mb", "nvml_backend_from_env", "open_session",
+    "parse_batch_sizes", "parse_loss_scales", "parse_policies", "render_config",
+    "render_hardware", "run_trial",
+    "save_export", "session_config", "tune", "tuned_config",
+]
+
+#: Names served on first use (PEP 562) from the module that defines them, so that importing
+#: the face does not import Optuna, Jinja2 or pynvml.
+_LAZY = {
+    "FORMATS": "tuner.export", "ConfigError": "tuner.export", "TunedConfig": "tuner.export",
+    "HardwareProfile": "tuner.hardware",
+    "FakeNvmlBackend": "tuner.hardware.nvml", "NvmlBackend": "tuner.hardware.nvml",
+    "NvmlUnavailable": "tuner.hardware.nvml",
+    "Alternative": "tuner.search.recommend", "NoViableSetup": "tuner.search.recommend",
+    "Recommendation": "tuner.search.recommend", "evidence_rows": "tuner.search.recommend",
+    "SessionSummary": "tuner.search.session", "SessionView": "tuner.search.session",
+    "StoredTrial": "tuner.search.session", "TuneResult": "tuner.search.tune",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+# -- the machine ----------------------------------------------------------------------------
+def detect(backend: NvmlBackend | None = None) -> HardwareProfile:
+    """Read the GPUs (NVML), the CPU and the software; never imports TensorFlow.
+
+    Args:
+        backend: an NVML backend; ``None`` is the real one (or ``MPTUNE_FAKE_NVML``'s scripted
+            one).
+    """
+    from tuner.hardware import detect as _detect
+
+    return _detect(backend)
+
+
+def render_hardware(profile: HardwareProfile) -> str:
+    """``profile`` as the text ``mptune detect`` prints."""
+    from tuner.hardware.report import render_text
+
+    return render_text(profile)
+
+
+def nvml_backend_from_env() -> NvmlBackend:
+    """The NVML backend to sample with: ``MPTUNE_FAKE_NVML``'s scripted GPUs, or the real one."""
+    from tuner.hardware.nvml import backend_from_env
+
+    return backend_from_env()
+
+
+def hardware_prior(profile: HardwareProfile) -> tuple[str, ...]:
+    """The policies worth trying on ``profile``, most promising first."""
+    from tuner.search.tune import hardware_prior as _prior
+
+    return _prior(profile)
+
+
+def memory_budget_mb(profile: HardwareProfile, device: str = "auto",
+                     headroom: float | None = None) -> float | None:
+    """The memory a search may use on ``device``: its memory less the headroom (the search
+    settings' default when ``None``)."""
+    from tuner.search.tune import memory_budget_mb as _budget
+
+    if headroom is None:
+        headroom = SearchSettings().memory_headroom
+    return _budget(profile, device, headroom)
+
+
+# -- models and trials ----------------------------------------------------------------------
+def check_model(spec: str) -> ModelSource:
+    """Parse a model spec and check a model file without running it (syntax, ``build_model``).
+
+    Raises:
+        MptuneError: naming the problem (and the file and line).
+    """
+    from tuner.trials.models import parse_model_spec
+
+    return parse_model_spec(spec)
+
+
+def run_trial(spec: TrialSpec, on_event: Callable[[WorkerMessage], None] | None = None, *,
+              cancel: threading.Event | None = None) -> TrialResult:
+    """Run one trial in a worker process; see :func:`tuner.trials.runner.run_trial`."""
+    from tuner.trials.runner import run_trial as _run
+
+    return _run(spec, on_event, cancel=cancel)
+
+
+def kill_all_workers() -> int:
+    """End every trial worker this process runs, now (their trials end cancelled)."""
+    from tuner.trials.runner import kill_all_workers as _kill
+
+    return _kill()
+
+
+# -- searches and sessions ------------------------------------------------------------------
+def tune(model: str, **kwargs: Any) -> TuneResult:
+    """Search for the best setup of ``model``; see :func:`tuner.search.tune.tune` for the
+    keyword arguments (``space``, ``settings``, ``storage``, ``study``, ``resume``,
+    ``on_event``, ``cancel``, ``profile``)."""
+    from tuner.search.tune import tune as _tune
+
+    return _tune(model, **kwargs)
+
+
+def default_storage_url() -> str:
+    """Where sessions are stored when no URL is given (SQLite in the user data directory)."""
+    from tuner.search.session import default_storage_url as _default
+
+    return _default()
+
+
+def list_sessions(storage: str | None = None) -> list[SessionSummary]:
+    """Every stored session, newest first.
+
+    Raises:
+        MptuneError: the storage cannot be opened.
+    """
+    from tuner.search.session import list_sessions as _list
+
+    return _list(storage)
+
+
+def open_session(name: str, storage: str | None = None) -> SessionView:
+    """A stored session read whole: settings, trials, recommendation.
+
+    Raises:
+        MptuneError: no such session, or the storage cannot be opened.
+    """
+    from tuner.search.session import TuningSession
+
+    return TuningSession.load(name, storage).view()
+
+
+def event_from_dict(data: dict[str, Any]) -> SearchEvent:
+    """A search event from its ``to_dict`` form (a recorded search, replayed)."""
+    from tuner.search.events import from_dict
+
+    return from_dict(data)
+
+
+# -- export ---------------------------------------------------------------------------------
+def session_config(session: SessionView) -> TunedConfig:
+    """The tuned config of a finished session.
+
+    Raises:
+        ConfigError: the session has no recommendation yet.
+    """
+    from tuner.export import config_from_session
+
+    return config_from_session(session)
+
+
+def tuned_config(source: str, storage: str | None = None) -> TunedConfig:
+    """A tuned config from a config file (``*.json`` or an existing file) or a session name.
+
+    Raises:
+        MptuneError: the file is missing or invalid, or no such finished session.
+    """
+    from tuner.export import TunedConfig
+
+    if source.lower().endswith(".json") or os.path.isfile(source):
+        return TunedConfig.load(source)
+    return session_config(open_session(source, storage))
+
+
+def render_config(config: TunedConfig, fmt: str = "json", keras: str = "3") -> str:
+    """``config`` as a JSON config, a paste-ready snippet or a runnable script.
+
+    Raises:
+        ConfigError: an unknown format or Keras version.
+    """
+    from tuner.export import render
+
+    return render(config, fmt, keras)  # type: ignore[arg-type]  # render checks both
+
+
+def save_export(config: TunedConfig, path: str | os.PathLike[str], fmt: str = "json",
+                keras: str = "3") -> Path:
+    """Render ``config`` and write it to ``path`` atomically (a script is made executable).
+
+    Raises:
+        ConfigError: an unknown format or Keras version.
+        OSError: the file cannot be written.
+    """
+    from tuner.export.config import write_atomic
+
+    text = render_config(config, fmt, keras)
+    target = Path(path)
+    write_atomic(target, text)
+    if fmt == "script":
+        target.chmod(target.stat().st_mode | 0o111)
+    return target

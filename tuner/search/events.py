@@ -1,0 +1,150 @@
+"""What a search tells its listeners while it runs: frozen event records.
+
+:func:`tuner.api.tune` calls ``on_event`` with one of these at a time, on the search's thread;
+the CLI renders them with rich, the window turns them into Qt signals on the GUI thread. They
+are frozen so that they can cross a thread safely, and each has a ``to_dict``/:func:`from_dict`
+round trip so a search can be recorded as JSON lines and replayed (tests/app/data/).
+
+In order: :class:`SessionOpened`, then :class:`PlanUpdated` and :class:`StageStarted` as the
+search moves on, per trial :class:`TrialStarted`, many :class:`WorkerReported` (the worker's own
+messages, see :mod:`tuner.trials.events`) and :class:`TrialFinished`, and at the end
+:class:`Recommended`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Union
+
+from tuner.trials.events import Event as WorkerMessage
+from tuner.trials.result import TrialResult
+from tuner.trials.spec import TrialSpec
+
+if TYPE_CHECKING:
+    from tuner.search.recommend import Recommendation
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    """The search's session is open (created, or continued when ``resumed``)."""
+
+    type: ClassVar[str] = "session"
+    name: str
+    model: str
+    resumed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "name": self.name, "model": self.model,
+                "resumed": self.resumed}
+
+
+@dataclass(frozen=True)
+class PlanUpdated:
+    """``done`` trials are closed and about ``planned`` in all are expected."""
+
+    type: ClassVar[str] = "plan"
+    done: int
+    planned: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "done": self.done, "planned": self.planned}
+
+
+@dataclass(frozen=True)
+class StageStarted:
+    """A stage of the search began (baseline, policies, batch, loss-scale, guard, remeasure)."""
+
+    type: ClassVar[str] = "stage"
+    stage: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "stage": self.stage, "message": self.message}
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    """Trial ``number`` is starting its worker."""
+
+    type: ClassVar[str] = "trial_started"
+    number: int
+    stage: str
+    spec: TrialSpec
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "number": self.number, "stage": self.stage,
+                "spec": self.spec.to_dict()}
+
+
+@dataclass(frozen=True)
+class WorkerReported:
+    """A message from trial ``number``'s worker (``step``, ``phase``, ...) or the parent's
+    ``memory`` sample of it; ``message`` follows the worker protocol."""
+
+    type: ClassVar[str] = "worker"
+    number: int
+    message: WorkerMessage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "number": self.number, "event": dict(self.message)}
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    """Trial ``number`` ended with ``result`` (any status)."""
+
+    type: ClassVar[str] = "trial_finished"
+    number: int
+    stage: str
+    result: TrialResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "number": self.number, "stage": self.stage,
+                "result": self.result.to_dict()}
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """The search ended with this recommendation."""
+
+    type: ClassVar[str] = "recommendation"
+    recommendation: Recommendation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "recommendation": self.recommendation.to_dict()}
+
+
+SearchEvent = Union[  # noqa: UP007 - a runtime alias: `|` on classes needs Python 3.10+ only,
+    # but `from __future__ import annotations` does not cover an assignment
+    SessionOpened, PlanUpdated, StageStarted, TrialStarted, WorkerReported, TrialFinished,
+    Recommended]
+
+
+def from_dict(data: dict[str, Any]) -> SearchEvent:
+    """Inverse of the events' ``to_dict``.
+
+    Raises:
+        ValueError: an unknown ``type`` or a malformed event.
+    """
+    from tuner.search.recommend import Recommendation
+
+    kind = data.get("type")
+    try:
+        if kind == SessionOpened.type:
+            return SessionOpened(data["name"], data["model"], bool(data.get("resumed", False)))
+        if kind == PlanUpdated.type:
+            return PlanUpdated(int(data["done"]), int(data["planned"]))
+        if kind == StageStarted.type:
+            return StageStarted(data["stage"], data["message"])
+        if kind == TrialStarted.type:
+            return TrialStarted(data["number"], data["stage"], TrialSpec.from_dict(data["spec"]))
+        if kind == WorkerReported.type:
+            return WorkerReported(data["number"], dict(data["event"]))
+        if kind == TrialFinished.type:
+            return TrialFinished(data["number"], data["stage"],
+                                 TrialResult.from_dict(data["result"]))
+        if kind == Recommended.type:
+            return Recommended(Recommendation.from_dict(data["recommendation"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {kind} event: {exc!r}") from None
+    raise ValueError(f"unknown search event type {kind!r}")

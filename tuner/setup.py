@@ -1,0 +1,311 @@
+"""What mptune tunes: a :class:`Setup` of a :class:`Policy`, a batch size and a :class:`LossScale`.
+
+This is the ground floor most of the engine stands on. A setup crosses threads, processes and
+storage, so every class here is a frozen, hashable value with one written form and a
+``to_dict``/``from_dict`` round trip. Nothing here imports Keras: :mod:`tuner.keras_setup` is the
+one place a setup meets Keras.
+
+Adding a knob (say XLA on or off) is: a field on :class:`Setup` with a default (so stored
+setups without it still load), its application in :mod:`tuner.keras_setup`, a search stage and
+a command-line flag. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES
+
+#: Keras 3's defaults for ``LossScaleOptimizer`` (keras/src/optimizers/loss_scale_optimizer.py).
+DEFAULT_INITIAL_SCALE = 2.0**15
+DEFAULT_GROWTH_STEPS = 2000
+
+#: The largest batch size a setup may carry: far above any real step, far below what overflows
+#: a C int in TensorFlow's shape code.
+MAX_BATCH_SIZE = 1 << 24
+#: The largest loss scale (initial or fixed): float32 overflows at about 3.4e38.
+MAX_LOSS_SCALE = 2.0**64
+MAX_GROWTH_STEPS = 10**9
+
+LossScaleKind = Literal["none", "dynamic", "fixed"]
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """A precision policy, parsed once, in the manner of Keras's ``DTypePolicy``.
+
+    ``Policy("mixed_float16")`` is the policy Keras calls by the same name: its layers compute in
+    float16 and keep their variables in float32. The name is Keras 3's, so ``str(policy)`` can
+    be handed to ``keras.mixed_precision.set_global_policy`` unchanged.
+
+    Attributes:
+        name: ``float32``, ``mixed_float16`` or ``mixed_bfloat16``.
+    """
+
+    name: str
+
+    #: Every policy, simplest first: when two setups are equally fast the earlier one wins.
+    NAMES: ClassVar[tuple[str, ...]] = POLICIES
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or self.name not in POLICIES:
+            raise ValueError(f"unknown policy {self.name!r}: choose one of {', '.join(POLICIES)}")
+
+    @classmethod
+    def parse(cls, value: Policy | str) -> Policy:
+        """A policy from its name (or the policy itself).
+
+        Raises:
+            ValueError: with a message listing the known policies.
+        """
+        return value if isinstance(value, Policy) else cls(str(value).strip())
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype layers compute in."""
+        return {MIXED_FLOAT16: "float16", MIXED_BFLOAT16: "bfloat16"}.get(self.name, "float32")
+
+    @property
+    def variable_dtype(self) -> str:
+        """The dtype variables are kept in: float32 for every policy mptune tries."""
+        return "float32"
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.name != FLOAT32
+
+    @property
+    def needs_loss_scaling(self) -> bool:
+        """float16's narrow exponent range loses small gradients without a loss scale."""
+        return self.name == MIXED_FLOAT16
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to its name as well, so that a policy read from storage or a flag compares
+        # as the user wrote it; the hash agrees, so either keys the same dict entry.
+        if isinstance(other, Policy):
+            return self.name == other.name
+        if isinstance(other, str):
+            return self.name == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Policy:
+        return cls(config["name"])
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """A loss-scale setting, written ``none``, ``dynamic[:INITIAL[:GROWTH_STEPS]]`` or ``fixed:N``.
+
+    Attributes:
+        kind: ``none`` (no scaling), ``dynamic`` (Keras' ``LossScaleOptimizer``) or ``fixed``
+            (``loss_scale_factor`` on the inner optimizer; never skips a non-finite step).
+        initial_scale: dynamic only; ``None`` means Keras' default (32768).
+        growth_steps: dynamic only; ``None`` means Keras' default (2000).
+        value: fixed only; the constant scale.
+    """
+
+    kind: LossScaleKind = "none"
+    initial_scale: float | None = None
+    growth_steps: int | None = None
+    value: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("none", "dynamic", "fixed"):
+            raise ValueError(f"unknown loss-scale kind {self.kind!r}: none, dynamic or fixed")
+        if self.kind == "fixed" and self.value is None:
+            raise ValueError("a fixed loss scale needs a value")
+        if self.kind != "fixed" and self.value is not None:
+            raise ValueError(f"a {self.kind} loss scale takes no fixed value")
+        if self.kind != "dynamic" and (self.initial_scale is not None
+                                       or self.growth_steps is not None):
+            raise ValueError(f"a {self.kind} loss scale takes no initial scale or growth steps")
+        for what, number in (("initial scale", self.initial_scale), ("fixed scale", self.value)):
+            if number is not None and not (math.isfinite(number) and 0 < number <= MAX_LOSS_SCALE):
+                raise ValueError(f"{what} must be a positive number up to 2**64, not {number}")
+        if self.growth_steps is not None and not (
+                isinstance(self.growth_steps, int) and 1 <= self.growth_steps <= MAX_GROWTH_STEPS):
+            raise ValueError(f"growth steps must be a whole number from 1 to {MAX_GROWTH_STEPS}, "
+                             f"not {self.growth_steps}")
+
+    @classmethod
+    def parse(cls, text: LossScale | str) -> LossScale:
+        """Parse the written form (or return the loss scale itself).
+
+        Raises:
+            ValueError: naming what is wrong with ``text``.
+        """
+        if isinstance(text, LossScale):
+            return text
+        raw = text.strip().lower()
+        parts = raw.split(":")
+        head, args = parts[0], parts[1:]
+        try:
+            if head == "none" and not args:
+                return cls("none")
+            if head == "dynamic" and len(args) <= 2:
+                initial = _positive_float(args[0], "initial scale") if args and args[0] else None
+                growth = _positive_int(args[1], "growth steps") if len(args) == 2 else None
+                return cls("dynamic", initial_scale=initial, growth_steps=growth)
+            if head == "fixed" and len(args) == 1:
+                return cls("fixed", value=_positive_float(args[0], "fixed scale"))
+        except ValueError as exc:
+            raise ValueError(f"malformed loss scale {text!r}: {exc}") from None
+        raise ValueError(
+            f"malformed loss scale {text!r}: write none, dynamic, dynamic:INITIAL, "
+            "dynamic:INITIAL:GROWTH_STEPS or fixed:N"
+        )
+
+    @classmethod
+    def default_for(cls, policy: Policy | str) -> LossScale:
+        """What Keras does on its own: dynamic scaling for float16, none otherwise."""
+        return cls("dynamic") if Policy.parse(policy).needs_loss_scaling else cls("none")
+
+    @property
+    def effective_initial_scale(self) -> float:
+        return self.initial_scale if self.initial_scale is not None else DEFAULT_INITIAL_SCALE
+
+    @property
+    def effective_growth_steps(self) -> int:
+        return self.growth_steps if self.growth_steps is not None else DEFAULT_GROWTH_STEPS
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed:{_num(self.value)}"
+        if self.kind == "dynamic":
+            if self.growth_steps is not None:
+                return f"dynamic:{_num(self.effective_initial_scale)}:{self.growth_steps}"
+            if self.initial_scale is not None:
+                return f"dynamic:{_num(self.initial_scale)}"
+            return "dynamic"
+        return "none"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One setup mptune can measure, recommend and export.
+
+    Strings are accepted where a value object is expected (``Setup("mixed_float16", 64)``) and
+    parsed at once; an omitted loss scale is the policy's default (dynamic for float16). Two
+    setups are equal exactly when they train the same way, so a setup keys the search's ledger.
+
+    Attributes:
+        policy: the precision policy.
+        batch_size: samples per step.
+        loss_scale: the loss-scale setting.
+    """
+
+    policy: Policy
+    batch_size: int
+    loss_scale: LossScale = field(default=None)  # type: ignore[assignment]  # set in post-init
+
+    def __post_init__(self) -> None:
+        policy = Policy.parse(self.policy)  # type: ignore[arg-type]  # str is accepted too
+        object.__setattr__(self, "policy", policy)
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise ValueError(f"batch size must be a whole number, not {size!r}")
+        if not 1 <= size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch size must be from 1 to {MAX_BATCH_SIZE}, not {size}")
+        scale = self.loss_scale
+        if scale is None:
+            scale = LossScale.default_for(policy)
+        elif isinstance(scale, str):
+            scale = LossScale.parse(scale)
+        elif not isinstance(scale, LossScale):
+            raise ValueError(f"loss scale must be a LossScale or its written form, not {scale!r}")
+        object.__setattr__(self, "loss_scale", scale)
+
+    @property
+    def label(self) -> str:
+        """One line, e.g. ``mixed_float16 b64 dynamic``."""
+        return f"{self.policy} b{self.batch_size} {self.loss_scale}"
+
+    @property
+    def key(self) -> str:
+        """A stable string key (sorted JSON of :meth:`to_dict`), the same in every process."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def describe(self) -> str:
+        """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``."""
+        return f"{self.policy} at batch size {self.batch_size} ({self.loss_scale} loss scale)"
+
+    def simplicity(self) -> tuple[int, int, int]:
+        """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
+        return (self.policy.is_mixed, self.loss_scale.kind == "fixed", self.batch_size)
+
+    def replace(self, **changes: Any) -> Setup:
+        """A copy with ``changes`` (strings parsed as in the constructor)."""
+        values: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size,
+                                  "loss_scale": self.loss_scale, **changes}
+        if "policy" in changes and "loss_scale" not in changes:
+            values["loss_scale"] = None  # the new policy's default
+        return Setup(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The written form: ``{"policy": str, "batch_size": int, "loss_scale": str}``."""
+        return {"policy": self.policy.name, "batch_size": self.batch_size,
+                "loss_scale": str(self.loss_scale)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Setup:
+        """Inverse of :meth:`to_dict`; a missing loss scale is the policy's default.
+
+        Raises:
+            ValueError: naming the field that is missing, unknown or wrong.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a setup must be an object, not {data!r}")
+        unknown = sorted(set(data) - SETUP_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown setup field(s): {', '.join(map(str, unknown))}")
+        for required in ("policy", "batch_size"):
+            if required not in data:
+                raise ValueError(f"setup field {required} is missing")
+        if not isinstance(data["policy"], str):
+            raise ValueError(f"setup field policy must be a string, not {data['policy']!r}")
+        scale = data.get("loss_scale")
+        if scale is not None and not isinstance(scale, str):
+            raise ValueError(f"setup field loss_scale must be a string, not {scale!r}")
+        return cls(data["policy"], data["batch_size"], scale)  # type: ignore[arg-type]
+
+
+#: The names :meth:`Setup.to_dict` writes.
+SETUP_FIELDS = frozenset({"policy", "batch_size", "loss_scale"})
+
+
+def _num(value: float | None) -> str:
+    assert value is not None
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _positive_float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive finite number, not {text}")
+    return value
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{what} must be at least 1, not {value}")
+    return value
