@@ -62,8 +62,9 @@ class EngineBridge(QObject):
             raise RuntimeError("a search is already running")
         self._cancel.clear()
         self._outcome = None
-        self._thread = threading.Thread(target=self._run, kwargs=tune_kwargs,
-                                        name="mptune-search", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, kwargs=tune_kwargs, name="mptune-search", daemon=True
+        )
         self._thread.start()
         self._timer.start()
 
@@ -98,10 +99,11 @@ class EngineBridge(QObject):
 
     def _run(self, **tune_kwargs: Any) -> None:
         try:
-            result = self._engine.tune(on_event=self._enqueue, cancel=self._cancel,
-                                       **tune_kwargs)
-            outcome = ("done", f"session {result.session}: {result.ran} trials run, "
-                               f"{result.recalled} recalled")
+            result = self._engine.tune(on_event=self._enqueue, cancel=self._cancel, **tune_kwargs)
+            outcome = (
+                "done",
+                f"session {result.session}: {result.ran} trials run, {result.recalled} recalled",
+            )
         except (api.TrialCancelled, KeyboardInterrupt):
             outcome = ("stopped", "stopped: finished trials are kept in the session")
         except api.MptuneError as exc:

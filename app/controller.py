@@ -57,14 +57,23 @@ class Controller(QObject):
         with self._lock:
             return bool(self._threads)
 
-    def call(self, function: Callable[[], T], on_done: Callable[[T], None],
-             on_error: Callable[[Exception], None] | None = None, name: str = "call") -> None:
+    def call(
+        self,
+        function: Callable[[], T],
+        on_done: Callable[[T], object],
+        on_error: Callable[[Exception], object] | None = None,
+        name: str = "call",
+    ) -> None:
         """Run ``function()`` off the GUI thread; then, on the GUI thread, ``on_done(value)`` or
         ``on_error(exception)`` (logged when there is no ``on_error``)."""
         if self._closed:
             return
-        thread = threading.Thread(target=self._run, args=(function, on_done, on_error),
-                                  name=f"mptune-{name}-{next(self._ids)}", daemon=True)
+        thread = threading.Thread(
+            target=self._run,
+            args=(function, on_done, on_error),
+            name=f"mptune-{name}-{next(self._ids)}",
+            daemon=True,
+        )
         with self._lock:
             self._threads.add(thread)
             first = len(self._threads) == 1
@@ -87,8 +96,12 @@ class Controller(QObject):
         threads end with the process)."""
         self._closed = True
 
-    def _run(self, function: Callable[[], T], on_done: Callable[[T], None],
-             on_error: Callable[[Exception], None] | None) -> None:
+    def _run(
+        self,
+        function: Callable[[], T],
+        on_done: Callable[[T], object],
+        on_error: Callable[[Exception], object] | None,
+    ) -> None:
         try:
             value = function()
         except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, never lost
@@ -99,7 +112,7 @@ class Controller(QObject):
             with self._lock:
                 self._threads.discard(threading.current_thread())
 
-    def _on_delivered(self, item: tuple[Callable[[Any], None], Any]) -> None:
+    def _on_delivered(self, item: tuple[Callable[[Any], object], Any]) -> None:
         callback, value = item
         if not self.busy:
             self.busyChanged.emit(False)

@@ -15,7 +15,10 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     from app.qt_main_window import QtMainWindow
 
-    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    existing = QApplication.instance()
+    app = (
+        existing if isinstance(existing, QApplication) else QApplication(list(argv or sys.argv[:1]))
+    )
     app.setApplicationName("mptune")
     app.setOrganizationName("mptune")
     app.setWindowIcon(QIcon(str(asset_path("mptune.svg"))))

@@ -24,8 +24,11 @@ from app.controller import Controller
 from app.highlighter import PythonHighlighter
 from tuner import api
 
-FORMATS = {"JSON config": "json", "Snippet (paste into your script)": "snippet",
-           "Training script": "script"}
+FORMATS = {
+    "JSON config": "json",
+    "Snippet (paste into your script)": "snippet",
+    "Training script": "script",
+}
 SUFFIX = {"json": ".json", "snippet": ".py", "script": ".py"}
 
 
@@ -41,8 +44,13 @@ class QtExportDialog(QDialog):
     rendered = Signal(str)
     saved = Signal(object)
 
-    def __init__(self, config: api.TunedConfig, controller: Controller,
-                 parent: QWidget | None = None, fmt: str = "json") -> None:
+    def __init__(
+        self,
+        config: api.TunedConfig,
+        controller: Controller,
+        parent: QWidget | None = None,
+        fmt: str = "json",
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Export the tuned setup")
         self.config = config
@@ -94,9 +102,12 @@ class QtExportDialog(QDialog):
         self.copy_button.setEnabled(False)
         self.save_button.setEnabled(False)
         engine = self.controller.engine
-        self.controller.call(lambda: engine.render_config(self.config, fmt, keras),
-                             lambda text: self._show(fmt, keras, text, None),
-                             lambda exc: self._show(fmt, keras, "", str(exc)), name="render")
+        self.controller.call(
+            lambda: engine.render_config(self.config, fmt, keras),
+            lambda text: self._show(fmt, keras, text, None),
+            lambda exc: self._show(fmt, keras, "", str(exc)),
+            name="render",
+        )
 
     def _show(self, fmt: str, keras: str, text: str, problem: str | None) -> None:
         if (fmt, keras) != (self.fmt, self.keras.currentData()):
@@ -111,8 +122,9 @@ class QtExportDialog(QDialog):
         QGuiApplication.clipboard().setText(self.text())
 
     def _on_save(self) -> None:
-        default = {"json": "tuned.json", "snippet": "tuned_snippet.py",
-                   "script": "train_tuned.py"}[self.fmt]
+        default = {"json": "tuned.json", "snippet": "tuned_snippet.py", "script": "train_tuned.py"}[
+            self.fmt
+        ]
         path, _ = QFileDialog.getSaveFileName(self, "Save", default)
         if path:
             self.save_to(path)
@@ -121,8 +133,9 @@ class QtExportDialog(QDialog):
         """Write the chosen format to ``path`` off the GUI thread (a script is made
         executable); ``saved`` says when it is written."""
         fmt, keras, engine = self.fmt, self.keras.currentData(), self.controller.engine
-        self.controller.call(lambda: engine.save_export(self.config, path, fmt, keras),
-                             self.saved.emit,
-                             lambda exc: QMessageBox.warning(self, "Not saved",
-                                                             f"Could not write {path}: {exc}"),
-                             name="save-export")
+        self.controller.call(
+            lambda: engine.save_export(self.config, path, fmt, keras),
+            self.saved.emit,
+            lambda exc: QMessageBox.warning(self, "Not saved", f"Could not write {path}: {exc}"),
+            name="save-export",
+        )

@@ -39,31 +39,41 @@ class QtHardwarePanel(QWidget):
             self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
         if not profile["gpus"]:
             reason = html.escape(str(profile["gpu_unavailable_reason"]))
-            self._add_card(f"<b>No NVIDIA GPU</b><br>{reason}<br>mptune tunes on the CPU.",
-                           TOOLTIPS["no_gpu"])
+            self._add_card(
+                f"<b>No NVIDIA GPU</b><br>{reason}<br>mptune tunes on the CPU.", TOOLTIPS["no_gpu"]
+            )
         cpu = profile["cpu"]
         flags = ", ".join(cpu["flags"]) or "none of the relevant ones"
         self._add_card(
             f"<b>CPU</b> {html.escape(_na(cpu['model']))} ({cpu['arch']})<br>"
             f"{_na(cpu['physical_cores'])} cores / {_na(cpu['logical_cores'])} threads, "
             f"{_na(cpu['ram_total_mb'], '{:,.0f}')} MB RAM<br>instruction sets: {flags}",
-            TOOLTIPS["cpu_flags"])
+            TOOLTIPS["cpu_flags"],
+        )
         sw = profile["software"]
-        build = (f", built with CUDA {_na(sw['tf_cuda_version'])} / cuDNN "
-                 f"{_na(sw['tf_cudnn_version'])}" if sw.get("tf_is_cuda_build") else "")
-        self._add_card(f"<b>Software</b> Python {sw['python']}, TensorFlow "
-                       f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}", None)
+        build = (
+            f", built with CUDA {_na(sw['tf_cuda_version'])} / cuDNN {_na(sw['tf_cudnn_version'])}"
+            if sw.get("tf_is_cuda_build")
+            else ""
+        )
+        self._add_card(
+            f"<b>Software</b> Python {sw['python']}, TensorFlow "
+            f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}",
+            None,
+        )
 
     @staticmethod
     def _gpu_text(gpu: dict[str, Any], profile: dict[str, Any]) -> str:
         units = gpu.get("units") or {}
-        return (f"<b>GPU {gpu['index']}: {html.escape(_na(gpu['name']))}</b><br>"
-                f"compute capability {_na(gpu['compute_capability'])} "
-                f"({units.get('architecture', 'unknown')}): {units.get('summary', 'n/a')}<br>"
-                f"memory {_na(gpu['memory_used_mb'], '{:,.0f}')} / "
-                f"{_na(gpu['memory_total_mb'], '{:,.0f}')} MB used<br>"
-                f"driver {_na(profile['driver_version'])}, CUDA "
-                f"{_na(profile['cuda_driver_version'])}")
+        return (
+            f"<b>GPU {gpu['index']}: {html.escape(_na(gpu['name']))}</b><br>"
+            f"compute capability {_na(gpu['compute_capability'])} "
+            f"({units.get('architecture', 'unknown')}): {units.get('summary', 'n/a')}<br>"
+            f"memory {_na(gpu['memory_used_mb'], '{:,.0f}')} / "
+            f"{_na(gpu['memory_total_mb'], '{:,.0f}')} MB used<br>"
+            f"driver {_na(profile['driver_version'])}, CUDA "
+            f"{_na(profile['cuda_driver_version'])}"
+        )
 
     def _add_card(self, text: str, tooltip: str | None) -> None:
         card = QFrame()

@@ -33,8 +33,9 @@ class QtHistoryDialog(QDialog):
         self.chosen: str | None = None
         layout = QVBoxLayout(self)
         self.table = QTableWidget(0, 5)
-        self.table.setHorizontalHeaderLabels(["session", "model", "created", "trials",
-                                              "recommendation"])
+        self.table.setHorizontalHeaderLabels(
+            ["session", "model", "created", "trials", "recommendation"]
+        )
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -42,8 +43,9 @@ class QtHistoryDialog(QDialog):
         layout.addWidget(self.table)
         self.message = QLabel("Reading the stored sessions...")
         layout.addWidget(self.message)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open
-                                   | QDialogButtonBox.StandardButton.Cancel)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel
+        )
         self.open_button = buttons.button(QDialogButtonBox.StandardButton.Open)
         self.open_button.setEnabled(False)
         buttons.accepted.connect(self.accept)
@@ -57,8 +59,15 @@ class QtHistoryDialog(QDialog):
         for s in sessions:
             row = self.table.rowCount()
             self.table.insertRow(row)
-            for column, value in enumerate((s.name, s.model or "", s.created or "",
-                                            str(s.trials), s.recommendation or "none yet")):
+            for column, value in enumerate(
+                (
+                    s.name,
+                    s.model or "",
+                    s.created or "",
+                    str(s.trials),
+                    s.recommendation or "none yet",
+                )
+            ):
                 item = QTableWidgetItem(value)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 self.table.setItem(row, column, item)
@@ -73,7 +82,8 @@ class QtHistoryDialog(QDialog):
 
     def accept(self) -> None:
         rows = self.table.selectionModel().selectedRows()
-        if rows:
-            self.chosen = self.table.item(rows[0].row(), 0).text()
+        item = self.table.item(rows[0].row(), 0) if rows else None
+        if item is not None:
+            self.chosen = item.text()
             self.sessionChosen.emit(self.chosen)
         super().accept()

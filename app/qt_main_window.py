@@ -57,9 +57,13 @@ class QtMainWindow(QMainWindow):
         sample_interval: seconds between hardware samples.
     """
 
-    def __init__(self, settings: QSettings | None = None,
-                 nvml_backend: api.NvmlBackend | None = None, engine: Any = api,
-                 sample_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        settings: QSettings | None = None,
+        nvml_backend: api.NvmlBackend | None = None,
+        engine: Any = api,
+        sample_interval: float = 0.5,
+    ) -> None:
         super().__init__()
         self.setWindowTitle("mptune")
         self.setWindowIcon(QIcon(str(asset_path("mptune.svg"))))
@@ -101,8 +105,12 @@ class QtMainWindow(QMainWindow):
         self.redraw_timer.setInterval(REDRAW_INTERVAL_MS)
         self.redraw_timer.timeout.connect(self._on_redraw)
         self.redraw_timer.start()
-        self.controller.call(lambda: engine.detect(nvml_backend), self._on_detected,
-                             self._on_detect_failed, name="detect")
+        self.controller.call(
+            lambda: engine.detect(nvml_backend),
+            self._on_detected,
+            self._on_detect_failed,
+            name="detect",
+        )
         self._on_model_changed(self.setup.model_spec())
         self._update_buttons()
         geometry = self.settings.value("geometry")
@@ -180,12 +188,15 @@ class QtMainWindow(QMainWindow):
     def _build_actions(self) -> None:
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        self.open_action = self._action(file_menu, "&Open model...", QKeySequence.StandardKey.Open,
-                                        self.open_model)
-        self.history_action = self._action(file_menu, "Open &past session...", "Ctrl+H",
-                                           self.open_history)
-        self.export_action = self._action(file_menu, "&Export...", "Ctrl+E",
-                                          lambda: self.open_export("json"))
+        self.open_action = self._action(
+            file_menu, "&Open model...", QKeySequence.StandardKey.Open, self.open_model
+        )
+        self.history_action = self._action(
+            file_menu, "Open &past session...", "Ctrl+H", self.open_history
+        )
+        self.export_action = self._action(
+            file_menu, "&Export...", "Ctrl+E", lambda: self.open_export("json")
+        )
         self._action(file_menu, "Save &plots...", "Ctrl+Shift+S", self.save_plots)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
@@ -220,10 +231,12 @@ class QtMainWindow(QMainWindow):
         """Check a model file off the GUI thread (it is parsed, not run)."""
         if not spec:
             return
-        self.controller.call(lambda: self.engine.check_model(spec),
-                             lambda _source: self.setup.set_model_check(spec, None),
-                             lambda exc: self.setup.set_model_check(spec, str(exc)),
-                             name="check-model")
+        self.controller.call(
+            lambda: self.engine.check_model(spec),
+            lambda _source: self.setup.set_model_check(spec, None),
+            lambda exc: self.setup.set_model_check(spec, str(exc)),
+            name="check-model",
+        )
 
     # -- the search --------------------------------------------------------------------------
     def _update_buttons(self, *_: Any) -> None:
@@ -233,12 +246,13 @@ class QtMainWindow(QMainWindow):
         self.start_action.setEnabled(can_start)
         self.stop_button.setEnabled(running)
         self.stop_action.setEnabled(running)
-        resumable = (self._resumable is not None
-                     and self._resumable[1] == self.setup.model_spec())
+        resumable = self._resumable is not None and self._resumable[1] == self.setup.model_spec()
         self.start_button.setText("Resume" if resumable else "Start")
         self.start_button.setToolTip(
             f"Continue session {self._resumable[0]}: finished trials are not run again (F5)"
-            if resumable and self._resumable else "Start the search (F5)")
+            if resumable and self._resumable
+            else "Start the search (F5)"
+        )
         self.setup.setEnabled(not running)
         self.export_action.setEnabled(self.recommendation.recommendation is not None)
 
@@ -311,8 +325,10 @@ class QtMainWindow(QMainWindow):
             self._trial_started = time.monotonic()
             setup = event.spec.setup
             self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
-            self.status.setText(f"Trial #{event.number}: {setup.policy}, batch "
-                                f"{setup.batch_size}, loss scale {setup.loss_scale}")
+            self.status.setText(
+                f"Trial #{event.number}: {setup.policy}, batch "
+                f"{setup.batch_size}, loss scale {setup.loss_scale}"
+            )
         elif isinstance(event, api.TrialFinished):
             self._trial_seconds.append(time.monotonic() - self._trial_started)
             self.add_trial(event.number, event.stage, event.result)
@@ -334,8 +350,10 @@ class QtMainWindow(QMainWindow):
                 self.plots.set_baseline(sps)
                 self.plots.set_baseline_losses(list(result.losses))
         if result.peak_memory_mb:
-            self.plots.mark_peak(time.monotonic() - self._search_started
-                                 if self._search_started else number, result.peak_memory_mb)
+            self.plots.mark_peak(
+                time.monotonic() - self._search_started if self._search_started else number,
+                result.peak_memory_mb,
+            )
 
     def show_recommendation(self, rec: api.Recommendation) -> None:
         self.recommendation.set_recommendation(rec)
@@ -343,8 +361,13 @@ class QtMainWindow(QMainWindow):
         candidates = [(rec.setup, rec.loss_gap)] + [(a.setup, a.loss_gap) for a in rec.alternatives]
         for setup, gap in candidates:
             if gap is not None and setup.policy.is_mixed:
-                gaps.update({row.number: gap for row in self.table.trials.rows
-                             if row.result.spec.setup == setup})
+                gaps.update(
+                    {
+                        row.number: gap
+                        for row in self.table.trials.rows
+                        if row.result.spec.setup == setup
+                    }
+                )
         self.table.trials.set_loss_gaps(gaps)
         self.tabs.setCurrentWidget(self.recommendation)
         self._update_buttons()
@@ -374,24 +397,27 @@ class QtMainWindow(QMainWindow):
             self._sample_index += len(samples)
             if samples and self._search_started:
                 offset = time.monotonic() - self._search_started - samples[-1].t
-                self.plots.add_memory([s.t + offset for s in samples],
-                                      [s.gpu_used_mb[0] or math.nan for s in samples])
+                self.plots.add_memory(
+                    [s.t + offset for s in samples], [s.gpu_used_mb[0] or math.nan for s in samples]
+                )
         self.plots.redraw()
 
     def _on_trial_selected(self, row: TrialRow) -> None:
         self.plots.show_trial_curves(list(row.result.losses), list(row.result.loss_scales))
 
     def save_plots(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save plots", "mptune-plots.png",
-                                              "PNG (*.png);;SVG (*.svg)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save plots", "mptune-plots.png", "PNG (*.png);;SVG (*.svg)"
+        )
         if path:
             files = self.plots.save(path)
             self.status.setText(f"Saved {len(files)} plots next to {path}")
 
     # -- files, sessions, export -------------------------------------------------------------
     def open_model(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a model", "",
-                                              "Keras models (*.py *.keras)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a model", "", "Keras models (*.py *.keras)"
+        )
         if path:
             self.setup.set_model(path)
 
@@ -404,8 +430,12 @@ class QtMainWindow(QMainWindow):
         dialog = QtHistoryDialog(self)
         dialog.setModal(True)
         dialog.sessionChosen.connect(lambda name: self.load_session(name, storage))
-        self.controller.call(lambda: self.engine.list_sessions(storage), dialog.set_sessions,
-                             lambda exc: dialog.set_problem(str(exc)), name="sessions")
+        self.controller.call(
+            lambda: self.engine.list_sessions(storage),
+            dialog.set_sessions,
+            lambda exc: dialog.set_problem(str(exc)),
+            name="sessions",
+        )
         dialog.show()
         self.history_dialog = dialog
         return dialog
@@ -413,11 +443,12 @@ class QtMainWindow(QMainWindow):
     def load_session(self, name: str, storage: str | None) -> None:
         """Show a stored session's trials and recommendation (read off the GUI thread)."""
         self.status.setText(f"Opening session {name}...")
-        self.controller.call(lambda: self.engine.open_session(name, storage),
-                             lambda view: self.show_session(view, storage),
-                             lambda exc: QMessageBox.warning(self, "Cannot open the session",
-                                                             str(exc)),
-                             name="open-session")
+        self.controller.call(
+            lambda: self.engine.open_session(name, storage),
+            lambda view: self.show_session(view, storage),
+            lambda exc: QMessageBox.warning(self, "Cannot open the session", str(exc)),
+            name="open-session",
+        )
 
     def show_session(self, view: api.SessionView, storage: str | None) -> None:
         """Render a session that was read: its trials, its recommendation, and Resume when its
@@ -434,9 +465,12 @@ class QtMainWindow(QMainWindow):
             self.show_recommendation(view.recommendation)
             self._resumable = None
         else:
-            self.recommendation.set_recommendation(None, "This session has no recommendation "
-                                                         "yet: the search did not finish. Press "
-                                                         "Resume to continue it.")
+            self.recommendation.set_recommendation(
+                None,
+                "This session has no recommendation "
+                "yet: the search did not finish. Press "
+                "Resume to continue it.",
+            )
             self.setup.set_model(view.model)
             self._resumable = (view.name, view.model)
         self.status.setText(f"Session {view.name}: {len(view.trials)} trials")
@@ -452,7 +486,8 @@ class QtMainWindow(QMainWindow):
             lambda: self.engine.session_config(self.engine.open_session(name, storage)),
             lambda config: self._show_export(config, fmt),
             lambda exc: QMessageBox.information(self, "Nothing to export", str(exc)),
-            name="export")
+            name="export",
+        )
 
     def _show_export(self, config: api.TunedConfig, fmt: str) -> None:
         dialog = QtExportDialog(config, self.controller, self, fmt)
@@ -469,13 +504,18 @@ class QtMainWindow(QMainWindow):
             except metadata.PackageNotFoundError:
                 return "not installed"
 
-        QMessageBox.about(self, "About mptune", (
-            f"<h3>mptune {__version__}</h3><p>Finds the fastest numerically safe "
-            "mixed-precision setup for a Keras model on this machine.</p>"
-            f"<p>Python {html.escape(platform.python_version())}<br>"
-            f"TensorFlow {version('tensorflow')}, Keras {version('keras')}<br>"
-            f"PySide6 {pyside_version}, pyqtgraph {version('pyqtgraph')}<br>"
-            f"Optuna {version('optuna')}</p>"))
+        QMessageBox.about(
+            self,
+            "About mptune",
+            (
+                f"<h3>mptune {__version__}</h3><p>Finds the fastest numerically safe "
+                "mixed-precision setup for a Keras model on this machine.</p>"
+                f"<p>Python {html.escape(platform.python_version())}<br>"
+                f"TensorFlow {version('tensorflow')}, Keras {version('keras')}<br>"
+                f"PySide6 {pyside_version}, pyqtgraph {version('pyqtgraph')}<br>"
+                f"Optuna {version('optuna')}</p>"
+            ),
+        )
 
     # -- closing -----------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:

@@ -49,15 +49,15 @@ class _Series:
             size = max(need, 2 * len(self.x))
             self.x = np.resize(self.x, size)
             self.y = np.resize(self.y, size)
-        self.x[self.n:need] = xs
-        self.y[self.n:need] = ys
+        self.x[self.n : need] = xs
+        self.y[self.n : need] = ys
         self.n = need
 
     def clear(self) -> None:
         self.n = 0
 
     def view(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.x[:self.n], self.y[:self.n]
+        return self.x[: self.n], self.y[: self.n]
 
 
 class QtLivePlots(QWidget):
@@ -77,22 +77,26 @@ class QtLivePlots(QWidget):
         self.throughput.getPlotItem().getViewBox().setDefaultPadding(0.12)  # edge points show
         # Batch sizes as ticks (the ladder's powers of two), not 7*10^1.
         self.throughput.getPlotItem().getAxis("bottom").setTicks(
-            [[(math.log10(2**k), str(2**k)) for k in range(0, 17)]])
+            [[(math.log10(2**k), str(2**k)) for k in range(0, 17)]]
+        )
         self.loss_scale.getPlotItem().setLogMode(x=False, y=True)
         for i, plot in enumerate((self.memory, self.throughput, self.loss_scale, self.loss)):
             grid.addWidget(plot, i // 2, i % 2)
             # Throughput peaks top right (large batch, high rate): its legend goes bottom right.
             offset = (-5, -5) if plot is self.throughput else (-5, 5)
-            plot.getPlotItem().addLegend(offset=offset, labelTextSize="8pt",
-                                         brush=pg.mkBrush(255, 255, 255, 110))
+            plot.getPlotItem().addLegend(
+                offset=offset, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 110)
+            )
 
         self._memory = _Series()
         self.memory_curve = self.memory.plot(pen=pg.mkPen("#6366f1", width=1), name="memory")
-        self.memory_peaks = pg.ScatterPlotItem(symbol="t", size=10, brush="#ef4444",
-                                               name="trial peak")
+        self.memory_peaks = pg.ScatterPlotItem(
+            symbol="t", size=10, brush="#ef4444", name="trial peak"
+        )
         self.memory.addItem(self.memory_peaks)
         self.budget_line = pg.InfiniteLine(
-            angle=0, pen=pg.mkPen("#ef4444", style=pg.QtCore.Qt.PenStyle.DashLine))
+            angle=0, pen=pg.mkPen("#ef4444", style=pg.QtCore.Qt.PenStyle.DashLine)
+        )
         self.budget_line.setVisible(False)
         # The budget does not stretch the view: far above a small model's memory it would flatten
         # the curve; the title says its value, and the line shows when memory comes close.
@@ -100,21 +104,42 @@ class QtLivePlots(QWidget):
 
         # Plot data items (not bare scatter items) so that the log x axis transforms them.
         self.throughput_points = {
-            p: self.throughput.plot([], [], pen=None, symbol="o", symbolSize=9,
-                                    symbolBrush=POLICY_COLOURS[p], symbolPen=None, name=p)
-            for p in POLICIES}
-        self.best_point = self.throughput.plot([], [], pen=None, symbol="star", symbolSize=18,
-                                               symbolBrush="#dc2626", symbolPen=None, name="best")
+            p: self.throughput.plot(
+                [],
+                [],
+                pen=None,
+                symbol="o",
+                symbolSize=9,
+                symbolBrush=POLICY_COLOURS[p],
+                symbolPen=None,
+                name=p,
+            )
+            for p in POLICIES
+        }
+        self.best_point = self.throughput.plot(
+            [],
+            [],
+            pen=None,
+            symbol="star",
+            symbolSize=18,
+            symbolBrush="#dc2626",
+            symbolPen=None,
+            name="best",
+        )
         self.baseline_line = pg.InfiniteLine(
-            angle=0, pen=pg.mkPen("#3b82f6", style=pg.QtCore.Qt.PenStyle.DotLine),
-            label="float32 baseline", labelOpts={"position": 0.15, "color": "#3b82f6"})
+            angle=0,
+            pen=pg.mkPen("#3b82f6", style=pg.QtCore.Qt.PenStyle.DotLine),
+            label="float32 baseline",
+            labelOpts={"position": 0.15, "color": "#3b82f6"},
+        )
         self.baseline_line.setVisible(False)
         self.throughput.addItem(self.baseline_line)
 
         self._scale = _Series()
         self.scale_curve = self.loss_scale.plot(pen=pg.mkPen("#10b981", width=1), name="scale")
-        self.skipped_points = pg.ScatterPlotItem(symbol="x", size=10, brush="#ef4444",
-                                                 pen="#ef4444", name="skipped (overflow)")
+        self.skipped_points = pg.ScatterPlotItem(
+            symbol="x", size=10, brush="#ef4444", pen="#ef4444", name="skipped (overflow)"
+        )
         self.loss_scale.addItem(self.skipped_points)
         self._skipped: list[tuple[float, float]] = []
 
@@ -122,7 +147,8 @@ class QtLivePlots(QWidget):
         self.loss_curve = self.loss.plot(pen=pg.mkPen("#f59e0b", width=1), name="this trial")
         self.baseline_loss_curve = self.loss.plot(
             pen=pg.mkPen("#3b82f6", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-            name="float32 baseline")
+            name="float32 baseline",
+        )
         self._points: dict[str, list[tuple[float, float]]] = {p: [] for p in POLICIES}
         self._peaks: list[tuple[float, float]] = []
         self._best: tuple[list[int], list[float]] = ([], [])
@@ -145,15 +171,17 @@ class QtLivePlots(QWidget):
             self.budget_line.setValue(budget_mb)
         self.budget_line.setVisible(bool(budget_mb))
         self.memory.getPlotItem().setTitle(
-            f"Memory (budget {budget_mb:,.0f} MB)" if budget_mb else "Memory")
+            f"Memory (budget {budget_mb:,.0f} MB)" if budget_mb else "Memory"
+        )
 
     def add_throughput(self, policy: str, batch_size: int, samples_per_second: float) -> None:
         self._points[policy].append((batch_size, samples_per_second))
         self._dirty.add("throughput")
 
     def set_best(self, batch_size: int | None, samples_per_second: float | None) -> None:
-        self._best = ([batch_size], [samples_per_second]) if batch_size and samples_per_second \
-            else ([], [])
+        self._best = (
+            ([batch_size], [samples_per_second]) if batch_size and samples_per_second else ([], [])
+        )
         self._dirty.add("throughput")
 
     def set_baseline(self, samples_per_second: float | None) -> None:
@@ -176,28 +204,38 @@ class QtLivePlots(QWidget):
         base = self._loss.n
         xs = list(range(base + 1, base + len(steps) + 1))
         self._loss.extend(xs, [_finite(s.get("loss")) for s in steps])
-        scales = [(x, float(s["loss_scale"])) for x, s in zip(xs, steps, strict=True)
-                  if s.get("loss_scale") is not None]
+        scales = [
+            (x, float(s["loss_scale"]))
+            for x, s in zip(xs, steps, strict=True)
+            if s.get("loss_scale") is not None
+        ]
         if scales:
             self._scale.extend([x for x, _ in scales], [v for _, v in scales])
-        self._skipped += [(x, float(s["loss_scale"])) for x, s in zip(xs, steps, strict=True)
-                          if s.get("skipped") and s.get("loss_scale")]
+        self._skipped += [
+            (x, float(s["loss_scale"]))
+            for x, s in zip(xs, steps, strict=True)
+            if s.get("skipped") and s.get("loss_scale")
+        ]
         self._dirty.add("loss")
         if scales:
             self._dirty.add("loss_scale")
 
-    def show_trial_curves(self, losses: list[float], scales: list[float | None],
-                          skipped: list[bool] | None = None) -> None:
+    def show_trial_curves(
+        self, losses: list[float], scales: list[float | None], skipped: list[bool] | None = None
+    ) -> None:
         """Replace the step curves with a stored trial's (a row picked in the table)."""
         self.start_trial()
         # Not strict: a stored trial whose lists differ in length shows their common steps.
-        steps = [{"loss": loss, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
-                 for i, (loss, s) in enumerate(zip(losses, scales, strict=False))]
+        steps = [
+            {"loss": loss, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
+            for i, (loss, s) in enumerate(zip(losses, scales, strict=False))
+        ]
         self.add_steps(steps)
 
     def set_baseline_losses(self, losses: list[float]) -> None:
-        self.baseline_loss_curve.setData(np.arange(1, len(losses) + 1),
-                                         np.array([_finite(v) for v in losses]))
+        self.baseline_loss_curve.setData(
+            np.arange(1, len(losses) + 1), np.array([_finite(v) for v in losses])
+        )
 
     def clear(self) -> None:
         self._memory.clear()
@@ -235,7 +273,8 @@ class QtLivePlots(QWidget):
     def _draw_loss_scale(self) -> None:
         self.scale_curve.setData(*self._scale.view())
         self.skipped_points.setData(
-            *(zip(*self._skipped, strict=True) if self._skipped else ([], [])))
+            *(zip(*self._skipped, strict=True) if self._skipped else ([], []))
+        )
 
     def _draw_loss(self) -> None:
         self.loss_curve.setData(*self._loss.view())
@@ -246,8 +285,12 @@ class QtLivePlots(QWidget):
         if not dot or ext.lower() not in ("png", "svg"):
             stem, ext = path, "png"
         written = []
-        for name, plot in (("memory", self.memory), ("throughput", self.throughput),
-                           ("loss_scale", self.loss_scale), ("loss", self.loss)):
+        for name, plot in (
+            ("memory", self.memory),
+            ("throughput", self.throughput),
+            ("loss_scale", self.loss_scale),
+            ("loss", self.loss),
+        ):
             target = f"{stem}-{name}.{ext.lower()}"
             if ext.lower() == "svg":
                 _render_svg(plot, target)

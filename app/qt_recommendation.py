@@ -37,8 +37,9 @@ class QtRecommendation(QWidget):
         self.apply_button.clicked.connect(lambda: self.exportRequested.emit("snippet"))
         self.recommendation: api.Recommendation | None = None
 
-    def set_recommendation(self, rec: api.Recommendation | None,
-                           message: str | None = None) -> None:
+    def set_recommendation(
+        self, rec: api.Recommendation | None, message: str | None = None
+    ) -> None:
         self.recommendation = rec
         enabled = rec is not None
         self.export_button.setEnabled(enabled)
@@ -49,6 +50,8 @@ class QtRecommendation(QWidget):
         rows = [(label, html.escape(text)) for label, text in api.evidence_rows(rec)]
         # The setup line in bold: it is the answer.
         rows[0] = (rows[0][0], f"<b>{rows[0][1]}</b>")
-        self.summary.setText("<table cellspacing='4'>" + "".join(
-            f"<tr><td valign='top'><b>{k}</b></td><td>{v}</td></tr>" for k, v in rows)
-            + "</table>")
+        self.summary.setText(
+            "<table cellspacing='4'>"
+            + "".join(f"<tr><td valign='top'><b>{k}</b></td><td>{v}</td></tr>" for k, v in rows)
+            + "</table>"
+        )

@@ -50,12 +50,15 @@ class QtSetupPanel(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
 
         self.model = QComboBox()
-        self.model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
         self.model.setMinimumContentsLength(16)
         for name, workload in api.BUILTINS.items():
             self.model.addItem(f"builtin:{name}", f"builtin:{name}")
-            self.model.setItemData(self.model.count() - 1, workload.description,
-                                   role=3)  # Qt.ToolTipRole
+            self.model.setItemData(
+                self.model.count() - 1, workload.description, role=3
+            )  # Qt.ToolTipRole
         self.model.addItem(_OPEN_FILE, None)
         self.model.activated.connect(self._on_model_activated)
         self.model_problem = QLabel()
@@ -81,18 +84,18 @@ class QtSetupPanel(QWidget):
         form.addRow("Policies", policies)
 
         batches = QWidget()
-        row = QHBoxLayout(batches)
-        row.setContentsMargins(0, 0, 0, 0)
+        batch_row = QHBoxLayout(batches)
+        batch_row.setContentsMargins(0, 0, 0, 0)
         self.batch_min = QSpinBox()
         self.batch_max = QSpinBox()
-        for box, value in ((self.batch_min, 8), (self.batch_max, 1024)):
-            box.setRange(1, 1 << 16)
-            box.setValue(value)
-            box.setToolTip(TOOLTIPS["batch_size"])
-            box.valueChanged.connect(self._revalidate)
-        row.addWidget(self.batch_min)
-        row.addWidget(QLabel("to"))
-        row.addWidget(self.batch_max)
+        for spin, value in ((self.batch_min, 8), (self.batch_max, 1024)):
+            spin.setRange(1, 1 << 16)
+            spin.setValue(value)
+            spin.setToolTip(TOOLTIPS["batch_size"])
+            spin.valueChanged.connect(self._revalidate)
+        batch_row.addWidget(self.batch_min)
+        batch_row.addWidget(QLabel("to"))
+        batch_row.addWidget(self.batch_max)
         form.addRow("Batch sizes", batches)
 
         self.loss_scales = QLineEdit(",".join(api.DEFAULT_LOSS_SCALES))
@@ -135,7 +138,8 @@ class QtSetupPanel(QWidget):
 
     # -- the model ---------------------------------------------------------------------------
     def model_spec(self) -> str | None:
-        return self.model.currentData()
+        spec = self.model.currentData()
+        return str(spec) if spec else None
 
     def set_model(self, spec: str) -> None:
         """Select ``spec`` (adding a file to the list) and check it."""
@@ -149,8 +153,9 @@ class QtSetupPanel(QWidget):
 
     def _on_model_activated(self, index: int) -> None:
         if self.model.itemData(index) is None:  # "Open a model file..."
-            path, _ = QFileDialog.getOpenFileName(self, "Open a model", "",
-                                                  "Keras models (*.py *.keras)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Open a model", "", "Keras models (*.py *.keras)"
+            )
             if path:
                 self.set_model(path)
             else:
@@ -221,19 +226,26 @@ class QtSetupPanel(QWidget):
     def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
         """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
         checked = [p for p in advice_order if self.policy_boxes[p].isChecked()]
-        checked += [p for p in api.POLICIES
-                    if self.policy_boxes[p].isChecked() and p not in checked]
+        checked += [
+            p for p in api.POLICIES if self.policy_boxes[p].isChecked() and p not in checked
+        ]
         space = api.SearchSpace(
             policies=tuple(checked),
             batch_sizes=api.ladder_range(self.batch_min.value(), self.batch_max.value()),
-            loss_scales=api.parse_loss_scales(self.loss_scales.text()))
+            loss_scales=api.parse_loss_scales(self.loss_scales.text()),
+        )
         settings = api.SearchSettings(
             objective=self.objective.currentText(),
             measure_seconds=self.measure_seconds.value(),
             budget_minutes=self.budget_minutes.value() or None,
-            max_trials=self.max_trials.value() or None)
-        return {"model": self.model_spec(), "space": space, "settings": settings,
-                "storage": self.storage.text().strip() or None}
+            max_trials=self.max_trials.value() or None,
+        )
+        return {
+            "model": self.model_spec(),
+            "space": space,
+            "settings": settings,
+            "storage": self.storage.text().strip() or None,
+        }
 
     # -- QSettings ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -258,11 +270,11 @@ class QtSetupPanel(QWidget):
             chosen = set(str(s.value("policies")).split(","))
             for policy, box in self.policy_boxes.items():
                 box.setChecked(policy in chosen)
-        self.batch_min.setValue(int(s.value("batch_min", 8)))
-        self.batch_max.setValue(int(s.value("batch_max", 1024)))
+        self.batch_min.setValue(int(str(s.value("batch_min", 8))))
+        self.batch_max.setValue(int(str(s.value("batch_max", 1024))))
         self.loss_scales.setText(str(s.value("loss_scales", ",".join(api.DEFAULT_LOSS_SCALES))))
         self.objective.setCurrentText(str(s.value("objective", "speed")))
-        self.measure_seconds.setValue(float(s.value("measure_seconds", 2.0)))
-        self.budget_minutes.setValue(int(s.value("budget_minutes", 0)))
-        self.max_trials.setValue(int(s.value("max_trials", 0)))
+        self.measure_seconds.setValue(float(str(s.value("measure_seconds", 2.0))))
+        self.budget_minutes.setValue(int(str(s.value("budget_minutes", 0))))
+        self.max_trials.setValue(int(str(s.value("max_trials", 0))))
         self.storage.setText(str(s.value("storage", "") or ""))

@@ -19,11 +19,26 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidge
 from app.tooltips import TOOLTIPS
 from tuner import api
 
-COLUMNS = ("#", "stage", "policy", "batch", "loss scale", "samples/s", "step p50 ms",
-           "peak MB", "skipped", "loss gap", "status")
-_TIPS = {"policy": TOOLTIPS["policy"], "loss scale": TOOLTIPS["loss_scale"],
-         "batch": TOOLTIPS["batch_size"], "skipped": TOOLTIPS["skipped"],
-         "loss gap": TOOLTIPS["loss_gap"]}
+COLUMNS = (
+    "#",
+    "stage",
+    "policy",
+    "batch",
+    "loss scale",
+    "samples/s",
+    "step p50 ms",
+    "peak MB",
+    "skipped",
+    "loss gap",
+    "status",
+)
+_TIPS = {
+    "policy": TOOLTIPS["policy"],
+    "loss scale": TOOLTIPS["loss_scale"],
+    "batch": TOOLTIPS["batch_size"],
+    "skipped": TOOLTIPS["skipped"],
+    "loss gap": TOOLTIPS["loss_gap"],
+}
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -51,8 +66,9 @@ class TrialsModel(QAbstractTableModel):
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if orientation != Qt.Orientation.Horizontal:
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -74,8 +90,12 @@ class TrialsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and column == "status":
             error = row.result.error
             return error.message if error else None
-        if role == Qt.ItemDataRole.TextAlignmentRole and column not in ("stage", "policy",
-                                                                       "loss scale", "status"):
+        if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
+            "stage",
+            "policy",
+            "loss scale",
+            "status",
+        ):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
@@ -84,11 +104,15 @@ class TrialsModel(QAbstractTableModel):
         setup = r.spec.setup
         status = r.status.value
         return {
-            "#": row.number, "stage": row.stage, "policy": setup.policy.name,
-            "batch": setup.batch_size, "loss scale": str(setup.loss_scale),
+            "#": row.number,
+            "stage": row.stage,
+            "policy": setup.policy.name,
+            "batch": setup.batch_size,
+            "loss scale": str(setup.loss_scale),
             "samples/s": r.samples_per_second,
             "step p50 ms": r.step_time_ms.get("p50"),
-            "peak MB": r.peak_memory_mb, "skipped": r.skipped_steps,
+            "peak MB": r.peak_memory_mb,
+            "skipped": r.skipped_steps,
             "loss gap": self.loss_gaps.get(row.number),
             "status": status if r.ok else f"{status}: {r.error.message if r.error else ''}",
         }[column]
@@ -120,8 +144,9 @@ class TrialsModel(QAbstractTableModel):
     def set_loss_gaps(self, gaps: dict[int, float]) -> None:
         self.loss_gaps = dict(gaps)
         if self.rows:
-            self.dataChanged.emit(self.index(0, 0), self.index(len(self.rows) - 1,
-                                                               len(COLUMNS) - 1))
+            self.dataChanged.emit(
+                self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1)
+            )
 
     def clear(self) -> None:
         self.beginResetModel()
@@ -165,6 +190,6 @@ class QtTrialsTable(QTableView):
 
     def select_number(self, number: int) -> None:
         for i, row in enumerate(self.trials.rows):
-            if row["number"] == number:
+            if row.number == number:
                 self.selectRow(self.proxy.mapFromSource(self.trials.index(i, 0)).row())
                 return

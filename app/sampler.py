@@ -71,9 +71,12 @@ class HardwareSampler:
         try:
             while not self._stop.is_set():
                 readings = [backend.memory(i) for i in range(count)]
-                sample = Sample(time.monotonic() - start,
-                                tuple(r[0] for r in readings), tuple(r[1] for r in readings),
-                                psutil.virtual_memory().used / 2**20)
+                sample = Sample(
+                    time.monotonic() - start,
+                    tuple(r[0] for r in readings),
+                    tuple(r[1] for r in readings),
+                    psutil.virtual_memory().used / 2**20,
+                )
                 with self._lock:
                     self._latest = sample
                     self._history.append(sample)

@@ -23,10 +23,15 @@ def machine_line() -> str:
     profile = detect()
     cpu = profile.cpu
     flags = ", ".join(cpu.flags) or "no relevant instruction sets"
-    gpu = (f"; GPU {profile.gpus[0].name} (compute capability {profile.gpus[0].capability_text})"
-           if profile.gpus else "; no NVIDIA GPU")
-    return (f"{cpu.model or platform.machine()} ({flags}), {cpu.logical_cores} logical cores, "
-            f"{(cpu.ram_total_mb or 0) / 1024:.0f} GiB RAM{gpu}, Python {platform.python_version()}")
+    gpu = (
+        f"; GPU {profile.gpus[0].name} (compute capability {profile.gpus[0].capability_text})"
+        if profile.gpus
+        else "; no NVIDIA GPU"
+    )
+    return (
+        f"{cpu.model or platform.machine()} ({flags}), {cpu.logical_cores} logical cores, "
+        f"{(cpu.ram_total_mb or 0) / 1024:.0f} GiB RAM{gpu}, Python {platform.python_version()}"
+    )
 
 
 def write_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:

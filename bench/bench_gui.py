@@ -68,28 +68,56 @@ def streaming_tune(rate: int, seconds: float, sent: list[int]):
     ``rate`` per second, a finished trial every 50 steps, from the bridge's search thread."""
 
     def tune(on_event, cancel, **_: object) -> None:
-        spec = {"model": "builtin:cnn", "policy": "mixed_float16", "batch_size": 64,
-                "loss_scale": "dynamic"}
+        spec = {
+            "model": "builtin:cnn",
+            "policy": "mixed_float16",
+            "batch_size": 64,
+            "loss_scale": "dynamic",
+        }
         number, count = 0, 0
         on_event({"type": "trial_started", "number": 0, "stage": "bench", "spec": spec})
         start = time.monotonic()
         while not cancel.is_set() and time.monotonic() - start < seconds:
             for _ in range(max(1, rate // 100)):
                 count += 1
-                on_event({"type": "worker", "number": number, "event": {
-                    "type": "step", "phase": "measure", "step": count,
-                    "loss": 2.0 / (1 + count * 1e-3), "loss_scale": 32768.0,
-                    "skipped": count % 97 == 0, "nonfinite": False, "time_ms": 1.0}})
+                on_event(
+                    {
+                        "type": "worker",
+                        "number": number,
+                        "event": {
+                            "type": "step",
+                            "phase": "measure",
+                            "step": count,
+                            "loss": 2.0 / (1 + count * 1e-3),
+                            "loss_scale": 32768.0,
+                            "skipped": count % 97 == 0,
+                            "nonfinite": False,
+                            "time_ms": 1.0,
+                        },
+                    }
+                )
                 if count % 50 == 0:
-                    on_event({"type": "trial_finished", "number": number, "stage": "bench",
-                              "result": {"status": "ok", "samples_per_second": 1000.0 + count,
-                                         "peak_memory_mb": 600.0, "losses": [1.0] * 50,
-                                         "loss_scales": [32768.0] * 50,
-                                         "spec": {**spec, "batch_size": 8 * (1 + number % 64)},
-                                         "step_time_ms": {"p50": 1.0}, "skipped_steps": 0}})
+                    on_event(
+                        {
+                            "type": "trial_finished",
+                            "number": number,
+                            "stage": "bench",
+                            "result": {
+                                "status": "ok",
+                                "samples_per_second": 1000.0 + count,
+                                "peak_memory_mb": 600.0,
+                                "losses": [1.0] * 50,
+                                "loss_scales": [32768.0] * 50,
+                                "spec": {**spec, "batch_size": 8 * (1 + number % 64)},
+                                "step_time_ms": {"p50": 1.0},
+                                "skipped_steps": 0,
+                            },
+                        }
+                    )
                     number += 1
-                    on_event({"type": "trial_started", "number": number, "stage": "bench",
-                              "spec": spec})
+                    on_event(
+                        {"type": "trial_started", "number": number, "stage": "bench", "spec": spec}
+                    )
             time.sleep(0.01)
         sent.append(count)
         raise KeyboardInterrupt  # ends as a stopped search does
@@ -129,9 +157,11 @@ def main() -> int:
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:
         sent: list[int] = []
-        window = QtMainWindow(settings=QSettings(f"{tmp}/s.ini", QSettings.Format.IniFormat),
-                              nvml_backend=FakeNvmlBackend.named("no_driver"),
-                              tune_function=streaming_tune(args.rate, args.seconds, sent))
+        window = QtMainWindow(
+            settings=QSettings(f"{tmp}/s.ini", QSettings.Format.IniFormat),
+            nvml_backend=FakeNvmlBackend.named("no_driver"),
+            tune_function=streaming_tune(args.rate, args.seconds, sent),
+        )
         window.resize(1280, 820)
         window.show()
         end = time.monotonic() + 10
@@ -156,7 +186,8 @@ def main() -> int:
         "",
         "| measure | idle | while streaming | target |",
         "|---|---|---|---|",
-        f"| event-loop delay p50 (ms) | {percentile(idle, 50):.1f} | {percentile(busy, 50):.1f} | |",
+        f"| event-loop delay p50 (ms) | {percentile(idle, 50):.1f} | "
+        f"{percentile(busy, 50):.1f} | |",
         f"| event-loop delay p99 (ms) | {percentile(idle, 99):.1f} | {percentile(busy, 99):.1f} | "
         "under 50 |",
         f"| event-loop delay max (ms) | {max(idle):.1f} | {max(busy):.1f} | |",

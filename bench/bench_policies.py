@@ -33,7 +33,7 @@ def main() -> int:
 
     results: dict[str, list] = {p: [] for p in POLICIES}
     for round_ in range(args.rounds):
-        order = POLICIES[round_ % 3:] + POLICIES[:round_ % 3]  # rotate who goes first
+        order = POLICIES[round_ % 3 :] + POLICIES[: round_ % 3]  # rotate who goes first
         for policy in order:
             spec = TrialSpec.create(args.model, policy, args.batch_size, device=args.device)
             result = run_trial(spec)
@@ -41,8 +41,11 @@ def main() -> int:
                 print(f"{policy}: {result.status} {result.error}", file=sys.stderr)
                 return 1
             results[policy].append(result)
-            print(f"round {round_ + 1} {policy:15s} {result.samples_per_second:9.1f} samples/s "
-                  f"measured share {result.timings.measured_share:.0%}", flush=True)
+            print(
+                f"round {round_ + 1} {policy:15s} {result.samples_per_second:9.1f} samples/s "
+                f"measured share {result.timings.measured_share:.0%}",
+                flush=True,
+            )
 
     base = statistics.median(r.samples_per_second for r in results["float32"])
     device = results["float32"][0].device
@@ -59,8 +62,10 @@ def main() -> int:
     for policy in POLICIES:
         sps = [r.samples_per_second for r in results[policy]]
         mem = statistics.median(r.peak_memory_mb for r in results[policy])
-        lines.append(f"| {policy} | {statistics.median(sps):,.0f} | {min(sps):,.0f}-{max(sps):,.0f}"
-                     f" | {statistics.median(sps) / base:.2f}x | {mem:,.0f} |")
+        lines.append(
+            f"| {policy} | {statistics.median(sps):,.0f} | {min(sps):,.0f}-{max(sps):,.0f}"
+            f" | {statistics.median(sps) / base:.2f}x | {mem:,.0f} |"
+        )
     every = [r for rs in results.values() for r in rs]
     parts = {
         "start-up (process, TensorFlow import)": [r.timings.startup_s for r in every],
@@ -81,8 +86,11 @@ def main() -> int:
         median = statistics.median(values)
         lines.append(f"| {name} | {median:.2f} | {median / total:.0%} |")
     shares = [r.timings.measured_share for r in every]
-    lines += ["", f"Measured share per trial: min {min(shares):.0%}, median "
-                  f"{statistics.median(shares):.0%}, max {max(shares):.0%}."]
+    lines += [
+        "",
+        f"Measured share per trial: min {min(shares):.0%}, median "
+        f"{statistics.median(shares):.0%}, max {max(shares):.0%}.",
+    ]
     text = "\n".join(lines)
     print("\n" + text)
     if args.write:

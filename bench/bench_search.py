@@ -49,8 +49,9 @@ def grid_setups(space: SearchSpace) -> list[Setup]:
     return setups
 
 
-def run_setups(setups: list[Setup], model: str, settings: SearchSettings, storage: str,
-               name: str) -> tuple[dict[Setup, float], float]:
+def run_setups(
+    setups: list[Setup], model: str, settings: SearchSettings, storage: str, name: str
+) -> tuple[dict[Setup, float], float]:
     """Run each setup once through the same evaluator the search uses; samples/s per setup."""
     session = TuningSession.create(name, storage, {"model": model})
     evaluator = Evaluator(session, parse_model_spec(model), settings)
@@ -58,15 +59,25 @@ def run_setups(setups: list[Setup], model: str, settings: SearchSettings, storag
     speeds: dict[Setup, float] = {}
     for i, (policy, batch, scale) in enumerate(setups, 1):
         m = evaluator.measure(policy, batch, LossScale.parse(scale), name)
-        speeds[(policy, batch, scale)] = m.speed if m.result.ok and m.result.nonfinite_steps == 0 \
-            else 0.0
-        print(f"  {name} {i}/{len(setups)} {policy} b{batch} {scale}: "
-              f"{m.result.status.value} {m.speed:,.0f}", flush=True)
+        speeds[(policy, batch, scale)] = (
+            m.speed if m.result.ok and m.result.nonfinite_steps == 0 else 0.0
+        )
+        print(
+            f"  {name} {i}/{len(setups)} {policy} b{batch} {scale}: "
+            f"{m.result.status.value} {m.speed:,.0f}",
+            flush=True,
+        )
     return speeds, time.monotonic() - t0
 
 
-def keras_tuner_pick(setups: list[Setup], trials: int, model: str, settings: SearchSettings,
-                     storage: str, workdir: str) -> tuple[Setup, float]:
+def keras_tuner_pick(
+    setups: list[Setup],
+    trials: int,
+    model: str,
+    settings: SearchSettings,
+    storage: str,
+    workdir: str,
+) -> tuple[Setup, float]:
     import keras_tuner as kt
 
     session = TuningSession.create("kerastuner", storage, {"model": model})
@@ -84,8 +95,14 @@ def keras_tuner_pick(setups: list[Setup], trials: int, model: str, settings: Sea
             return {"samples_per_second": m.speed if ok else 0.0}
 
     t0 = time.monotonic()
-    search = TrialSearch(objective=kt.Objective("samples_per_second", "max"), max_trials=trials,
-                         seed=1, directory=workdir, project_name="bench", overwrite=True)
+    search = TrialSearch(
+        objective=kt.Objective("samples_per_second", "max"),
+        max_trials=trials,
+        seed=1,
+        directory=workdir,
+        project_name="bench",
+        overwrite=True,
+    )
     search.search()
     best = search.get_best_hyperparameters(1)[0].get("setup").split("|")
     return (best[0], int(best[1]), best[2]), time.monotonic() - t0
@@ -106,8 +123,14 @@ def main() -> int:
         storage = f"sqlite:///{Path(tmp) / 'bench.db'}"
         print(f"mptune search over {len(setups)} setups", flush=True)
         t0 = time.monotonic()
-        ours = tune(args.model, space=space, settings=settings, storage=storage, study="search",
-                    profile=profile)
+        ours = tune(
+            args.model,
+            space=space,
+            settings=settings,
+            storage=storage,
+            study="search",
+            profile=profile,
+        )
         ours_s = time.monotonic() - t0
         ours_trials = ours.ran
         rec = ours.recommendation
@@ -118,8 +141,9 @@ def main() -> int:
         naive_setup = (MIXED_FLOAT16, 64, "dynamic")
 
         print(f"KerasTuner RandomSearch, {ours_trials} trials", flush=True)
-        kt_setup, kt_s = keras_tuner_pick(setups, ours_trials, args.model, settings, storage,
-                                          str(Path(tmp) / "kt"))
+        kt_setup, kt_s = keras_tuner_pick(
+            setups, ours_trials, args.model, settings, storage, str(Path(tmp) / "kt")
+        )
 
     best_setup = max(grid, key=grid.__getitem__)
     best = grid[best_setup]
@@ -128,9 +152,11 @@ def main() -> int:
         ratio = grid.get(setup, 0.0) / best if best else 0.0
         share_t = f"{trials / len(setups):.0%}" if isinstance(trials, int) else "-"
         share_s = f"{seconds / grid_s:.0%}" if seconds else "-"
-        return (f"| {name} | {setup[0]} b{setup[1]} {setup[2]} | {grid.get(setup, 0):,.0f} | "
-                f"{ratio:.3f} | {trials} ({share_t}) | "
-                f"{'-' if seconds is None else f'{seconds:.0f} s'} ({share_s}) |")
+        return (
+            f"| {name} | {setup[0]} b{setup[1]} {setup[2]} | {grid.get(setup, 0):,.0f} | "
+            f"{ratio:.3f} | {trials} ({share_t}) | "
+            f"{'-' if seconds is None else f'{seconds:.0f} s'} ({share_s}) |"
+        )
 
     lines = [
         f"## Search against a grid, the naive setup and KerasTuner on `{args.model}`",

@@ -22,13 +22,17 @@ def no_leftovers() -> Iterator[None]:
     threads_before = set(threading.enumerate())
     yield
     me = psutil.Process()
-    children = [c for c in me.children(recursive=True) if c.is_running()
-                and c.status() != psutil.STATUS_ZOMBIE]
+    children = [
+        c
+        for c in me.children(recursive=True)
+        if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+    ]
     threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     for child in children:  # clean up so that one failure does not cascade
         child.kill()
     assert not children, f"test left child processes running: {children}"
     assert not threads, f"test left threads running: {[t.name for t in threads]}"
+
 
 # Test helper modules (tests/tuner/tests_support.py) import by name.
 import sys  # noqa: E402

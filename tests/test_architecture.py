@@ -15,8 +15,12 @@ def test_import_contracts_hold() -> None:
     trial worker's floor imports TensorFlow/Keras, the faces use tuner.api only, and the floors
     inside tuner/ import downwards."""
     lint = Path(sys.executable).parent / "lint-imports"
-    proc = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(lint), "--config", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout
 

@@ -30,30 +30,57 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 # What the wheel is built from; tests, docs and caches are not part of it.
-SKIP = shutil.ignore_patterns(".venv", ".git", ".*_cache", "build", "dist", "*.egg-info",
-                              "__pycache__", "*.pyc", "tests", "docs", "bench", "out")
+SKIP = shutil.ignore_patterns(
+    ".venv",
+    ".git",
+    ".*_cache",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    "*.pyc",
+    "tests",
+    "docs",
+    "bench",
+    "out",
+)
 
 
-def _run(command: Sequence[str | os.PathLike[str]], cwd: Path,
-         timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")}
+def _run(
+    command: Sequence[str | os.PathLike[str]], cwd: Path, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    }
     env["PYTHONNOUSERSITE"] = "1"
-    return subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(c) for c in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _ok(command: Sequence[str | os.PathLike[str]], cwd: Path) -> str:
     proc = _run(command, cwd)
-    assert proc.returncode == 0, (f"{command} exited {proc.returncode}\n"
-                                  f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    assert proc.returncode == 0, (
+        f"{command} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
     return proc.stdout
 
 
 def _source_files(top: str, suffix: str = "") -> list[str]:
     """Files under ``REPO/top`` ending in ``suffix``, as paths relative to the repository."""
-    return sorted(p.relative_to(REPO).as_posix() for p in (REPO / top).rglob(f"*{suffix}")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return sorted(
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / top).rglob(f"*{suffix}")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +113,17 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv") / "env"
     _ok([sys.executable, "-m", "venv", env_dir], cwd=env_dir.parent)
     python = env_dir / "bin" / "python"
-    purelib = _ok([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                  cwd=env_dir).strip()
+    purelib = _ok(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=env_dir
+    ).strip()
     borrowed = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    Path(purelib, "zz_borrowed_dependencies.pth").write_text("\n".join(borrowed) + "\n",
-                                                             encoding="utf-8")
-    _ok([python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-cache-dir", wheel],
-        cwd=env_dir)
+    Path(purelib, "zz_borrowed_dependencies.pth").write_text(
+        "\n".join(borrowed) + "\n", encoding="utf-8"
+    )
+    _ok(
+        [python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-cache-dir", wheel],
+        cwd=env_dir,
+    )
     return env_dir
 
 
@@ -123,14 +154,25 @@ def test_installed_wheel_runs_detect_and_every_export(venv: Path, tmp_path: Path
     python = venv / "bin" / "python"
     mptune = venv / "bin" / "mptune"
 
-    where = json.loads(_ok([python, "-c", (
-        "import json, importlib.metadata as md, tuner, app.main, mptune_assets\n"
-        "from tuner import resources\n"
-        "print(json.dumps({'tuner': tuner.__file__, 'app': app.main.__file__,\n"
-        "    'assets': mptune_assets.__file__, 'templates': str(resources.templates_dir()),\n"
-        "    'icon': str(resources.asset_path('mptune.svg')),\n"
-        "    'style': len(resources.read_asset('style.qss')),\n"
-        "    'version': tuner.__version__, 'dist': md.version('mptune')}))")], cwd=work))
+    where = json.loads(
+        _ok(
+            [
+                python,
+                "-c",
+                (
+                    "import json, importlib.metadata as md, tuner, app.main, mptune_assets\n"
+                    "from tuner import resources\n"
+                    "print(json.dumps({'tuner': tuner.__file__, 'app': app.main.__file__,\n"
+                    "    'assets': mptune_assets.__file__,\n"
+                    "    'templates': str(resources.templates_dir()),\n"
+                    "    'icon': str(resources.asset_path('mptune.svg')),\n"
+                    "    'style': len(resources.read_asset('style.qss')),\n"
+                    "    'version': tuner.__version__, 'dist': md.version('mptune')}))"
+                ),
+            ],
+            cwd=work,
+        )
+    )
     resolved = venv.resolve()
     for key in ("tuner", "app", "assets", "templates", "icon"):
         assert Path(where[key]).resolve().is_relative_to(resolved), (key, where[key])
@@ -142,16 +184,18 @@ def test_installed_wheel_runs_detect_and_every_export(venv: Path, tmp_path: Path
     assert "cpu" in profile and "gpus" in profile
 
     config_file = work / "tuned.json"
-    make_config(model="builtin:cnn", policy="mixed_float16", loss_scale="dynamic",
-                batch_size=64).save(config_file)
+    make_config(
+        model="builtin:cnn", policy="mixed_float16", loss_scale="dynamic", batch_size=64
+    ).save(config_file)
     exported = json.loads(_ok([mptune, "export", config_file, "--format", "json"], cwd=work))
     assert exported["schema"] == "mptune.config"
     assert exported["model"] == "builtin:cnn"
     assert exported["setup"]["batch_size"] == 64
 
     for keras in ("3", "2"):
-        snippet = _ok([mptune, "export", config_file, "--format", "snippet", "--keras", keras],
-                      cwd=work)
+        snippet = _ok(
+            [mptune, "export", config_file, "--format", "snippet", "--keras", keras], cwd=work
+        )
         assert "set_global_policy" in snippet, snippet
         assert "mixed_float16" in snippet
         compile(snippet, f"snippet_keras{keras}.py", "exec")

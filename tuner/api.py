@@ -66,32 +66,89 @@ if TYPE_CHECKING:
     from tuner.search.tune import TuneResult
 
 __all__ = [
-    "BUILTINS", "DEFAULT_LOSS_SCALES", "FLOAT32", "FORMATS", "MIXED_BFLOAT16", "MIXED_FLOAT16",
-    "OBJECTIVES", "POLICIES", "Alternative", "ConfigError", "FakeNvmlBackend",
-    "HardwareProfile", "LossScale", "ModelSource", "MptuneError", "NoViableSetup",
-    "NvmlBackend", "NvmlUnavailable", "PlanUpdated", "Policy", "Recommendation", "Recommended",
-    "SearchEvent", "SearchSettings", "SearchSpace", "SessionOpened", "SessionSummary",
-    "SessionView", "Setup", "StageStarted", "StoredTrial", "TrialCancelled", "TrialFinished",
-    "TrialResult", "TrialSpec", "TrialStarted", "TrialStatus", "TuneResult", "TunedConfig",
-    "WorkerMessage", "WorkerReported", "check_model", "default_storage_url", "detect",
-    "event_from_dict", "evidence_rows", "hardware_prior", "kill_all_workers", "ladder_range",
-    "list_sessions", "memory_budget_mb", "nvml_backend_from_env", "open_session",
-    "parse_batch_sizes", "parse_loss_scales", "parse_policies", "render_config",
-    "render_hardware", "run_trial",
-    "save_export", "session_config", "tune", "tuned_config",
+    "BUILTINS",
+    "DEFAULT_LOSS_SCALES",
+    "FLOAT32",
+    "FORMATS",
+    "MIXED_BFLOAT16",
+    "MIXED_FLOAT16",
+    "OBJECTIVES",
+    "POLICIES",
+    "Alternative",
+    "ConfigError",
+    "FakeNvmlBackend",
+    "HardwareProfile",
+    "LossScale",
+    "ModelSource",
+    "MptuneError",
+    "NoViableSetup",
+    "NvmlBackend",
+    "NvmlUnavailable",
+    "PlanUpdated",
+    "Policy",
+    "Recommendation",
+    "Recommended",
+    "SearchEvent",
+    "SearchSettings",
+    "SearchSpace",
+    "SessionOpened",
+    "SessionSummary",
+    "SessionView",
+    "Setup",
+    "StageStarted",
+    "StoredTrial",
+    "TrialCancelled",
+    "TrialFinished",
+    "TrialResult",
+    "TrialSpec",
+    "TrialStarted",
+    "TrialStatus",
+    "TuneResult",
+    "TunedConfig",
+    "WorkerMessage",
+    "WorkerReported",
+    "check_model",
+    "default_storage_url",
+    "detect",
+    "event_from_dict",
+    "evidence_rows",
+    "hardware_prior",
+    "kill_all_workers",
+    "ladder_range",
+    "list_sessions",
+    "memory_budget_mb",
+    "nvml_backend_from_env",
+    "open_session",
+    "parse_batch_sizes",
+    "parse_loss_scales",
+    "parse_policies",
+    "render_config",
+    "render_hardware",
+    "run_trial",
+    "save_export",
+    "session_config",
+    "tune",
+    "tuned_config",
 ]
 
 #: Names served on first use (PEP 562) from the module that defines them, so that importing
 #: the face does not import Optuna, Jinja2 or pynvml.
 _LAZY = {
-    "FORMATS": "tuner.export", "ConfigError": "tuner.export", "TunedConfig": "tuner.export",
+    "FORMATS": "tuner.export",
+    "ConfigError": "tuner.export",
+    "TunedConfig": "tuner.export",
     "HardwareProfile": "tuner.hardware",
-    "FakeNvmlBackend": "tuner.hardware.nvml", "NvmlBackend": "tuner.hardware.nvml",
+    "FakeNvmlBackend": "tuner.hardware.nvml",
+    "NvmlBackend": "tuner.hardware.nvml",
     "NvmlUnavailable": "tuner.hardware.nvml",
-    "Alternative": "tuner.search.recommend", "NoViableSetup": "tuner.search.recommend",
-    "Recommendation": "tuner.search.recommend", "evidence_rows": "tuner.search.recommend",
-    "SessionSummary": "tuner.search.session", "SessionView": "tuner.search.session",
-    "StoredTrial": "tuner.search.session", "TuneResult": "tuner.search.tune",
+    "Alternative": "tuner.search.recommend",
+    "NoViableSetup": "tuner.search.recommend",
+    "Recommendation": "tuner.search.recommend",
+    "evidence_rows": "tuner.search.recommend",
+    "SessionSummary": "tuner.search.session",
+    "SessionView": "tuner.search.session",
+    "StoredTrial": "tuner.search.session",
+    "TuneResult": "tuner.search.tune",
 }
 
 
@@ -136,8 +193,9 @@ def hardware_prior(profile: HardwareProfile) -> tuple[str, ...]:
     return _prior(profile)
 
 
-def memory_budget_mb(profile: HardwareProfile, device: str = "auto",
-                     headroom: float | None = None) -> float | None:
+def memory_budget_mb(
+    profile: HardwareProfile, device: str = "auto", headroom: float | None = None
+) -> float | None:
     """The memory a search may use on ``device``: its memory less the headroom (the search
     settings' default when ``None``)."""
     from tuner.search.tune import memory_budget_mb as _budget
@@ -159,8 +217,12 @@ def check_model(spec: str) -> ModelSource:
     return parse_model_spec(spec)
 
 
-def run_trial(spec: TrialSpec, on_event: Callable[[WorkerMessage], None] | None = None, *,
-              cancel: threading.Event | None = None) -> TrialResult:
+def run_trial(
+    spec: TrialSpec,
+    on_event: Callable[[WorkerMessage], None] | None = None,
+    *,
+    cancel: threading.Event | None = None,
+) -> TrialResult:
     """Run one trial in a worker process; see :func:`tuner.trials.runner.run_trial`."""
     from tuner.trials.runner import run_trial as _run
 
@@ -256,8 +318,9 @@ def render_config(config: TunedConfig, fmt: str = "json", keras: str = "3") -> s
     return render(config, fmt, keras)  # type: ignore[arg-type]  # render checks both
 
 
-def save_export(config: TunedConfig, path: str | os.PathLike[str], fmt: str = "json",
-                keras: str = "3") -> Path:
+def save_export(
+    config: TunedConfig, path: str | os.PathLike[str], fmt: str = "json", keras: str = "3"
+) -> Path:
     """Render ``config`` and write it to ``path`` atomically (a script is made executable).
 
     Raises:

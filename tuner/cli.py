@@ -27,76 +27,167 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="mptune", description=(
-        "Find the fastest numerically safe mixed-precision setup for a Keras model on this "
-        "machine."))
+    parser = _Parser(
+        prog="mptune",
+        description=(
+            "Find the fastest numerically safe mixed-precision setup for a Keras model on this "
+            "machine."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"mptune {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show tracebacks and worker logs when something fails")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show tracebacks and worker logs when something fails",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    detect = sub.add_parser("detect", help="show the GPUs, CPU and software, and what to try",
-                            description="Read the hardware (NVML, /proc/cpuinfo, psutil) and "
-                                        "say which precision policies are worth trying.")
+    detect = sub.add_parser(
+        "detect",
+        help="show the GPUs, CPU and software, and what to try",
+        description="Read the hardware (NVML, /proc/cpuinfo, psutil) and "
+        "say which precision policies are worth trying.",
+    )
     detect.add_argument("--json", action="store_true", help="print a JSON object instead")
     detect.set_defaults(handler=_cmd_detect)
 
-    trial = sub.add_parser("trial", help="run one short training trial and print its figures",
-                           description="Run one short training trial in a worker process.")
-    trial.add_argument("--model", required=True, metavar="SPEC",
-                       help="builtin:mlp | builtin:cnn | builtin:transformer (optionally "
-                            "builtin:cnn:image_size=64,filters=64), a .py file with "
-                            "build_model(), or a .keras file")
+    trial = sub.add_parser(
+        "trial",
+        help="run one short training trial and print its figures",
+        description="Run one short training trial in a worker process.",
+    )
+    trial.add_argument(
+        "--model",
+        required=True,
+        metavar="SPEC",
+        help="builtin:mlp | builtin:cnn | builtin:transformer (optionally "
+        "builtin:cnn:image_size=64,filters=64), a .py file with "
+        "build_model(), or a .keras file",
+    )
     trial.add_argument("--policy", required=True, choices=api.POLICIES)
     trial.add_argument("--batch-size", required=True, type=_positive_int, metavar="N")
-    trial.add_argument("--loss-scale", metavar="S", type=_loss_scale,
-                       help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
-                            "(default: dynamic for mixed_float16, none otherwise)")
-    trial.add_argument("--steps", type=_positive_int, metavar="N",
-                       help="measured steps (default: measure for --measure-seconds)")
-    trial.add_argument("--measure-seconds", type=_positive_float, default=5.0, metavar="S",
-                       help="how long to measure when --steps is not given (default 5)")
-    trial.add_argument("--warmup", type=_non_negative_int, default=5, metavar="N",
-                       help="untimed warm-up steps (default 5)")
-    trial.add_argument("--timeout", type=_positive_float, default=300.0, metavar="SECONDS",
-                       help="wall-clock limit for the whole trial (default 300)")
-    trial.add_argument("--device", default="auto", metavar="DEV",
-                       help="auto (first GPU if any), cpu or gpu:N (default auto)")
-    trial.add_argument("--memory-limit", type=_positive_float, metavar="MB",
-                       help="count the trial as out of memory above this")
+    trial.add_argument(
+        "--loss-scale",
+        metavar="S",
+        type=_loss_scale,
+        help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
+        "(default: dynamic for mixed_float16, none otherwise)",
+    )
+    trial.add_argument(
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        help="measured steps (default: measure for --measure-seconds)",
+    )
+    trial.add_argument(
+        "--measure-seconds",
+        type=_positive_float,
+        default=5.0,
+        metavar="S",
+        help="how long to measure when --steps is not given (default 5)",
+    )
+    trial.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        default=5,
+        metavar="N",
+        help="untimed warm-up steps (default 5)",
+    )
+    trial.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="wall-clock limit for the whole trial (default 300)",
+    )
+    trial.add_argument(
+        "--device",
+        default="auto",
+        metavar="DEV",
+        help="auto (first GPU if any), cpu or gpu:N (default auto)",
+    )
+    trial.add_argument(
+        "--memory-limit",
+        type=_positive_float,
+        metavar="MB",
+        help="count the trial as out of memory above this",
+    )
     trial.add_argument("--seed", type=int, default=0, help="seed for weights and data")
     trial.add_argument("--json", action="store_true", help="print the result as JSON")
     trial.set_defaults(handler=_cmd_trial)
 
-    tune = sub.add_parser("tune", help="search for the best setup and recommend it",
-                          description="Search precision policy, batch size and loss scale with "
-                                      "short trials, and recommend the best numerically safe "
-                                      "setup. Every trial is stored; re-running with the same "
-                                      "--study (or --resume NAME) continues.")
-    tune.add_argument("--model", default="builtin:cnn", metavar="SPEC",
-                      help="as for trial (default builtin:cnn)")
-    tune.add_argument("--objective", default="speed", choices=("speed", "memory", "balanced"),
-                      help="speed: samples/s; memory: least memory per sample within 80%% of "
-                           "the fastest; balanced: the same within 95%% (default speed)")
-    tune.add_argument("--budget-minutes", type=_positive_float, metavar="M",
-                      help="start no trial that would end past this")
+    tune = sub.add_parser(
+        "tune",
+        help="search for the best setup and recommend it",
+        description="Search precision policy, batch size and loss scale with "
+        "short trials, and recommend the best numerically safe "
+        "setup. Every trial is stored; re-running with the same "
+        "--study (or --resume NAME) continues.",
+    )
+    tune.add_argument(
+        "--model", default="builtin:cnn", metavar="SPEC", help="as for trial (default builtin:cnn)"
+    )
+    tune.add_argument(
+        "--objective",
+        default="speed",
+        choices=("speed", "memory", "balanced"),
+        help="speed: samples/s; memory: least memory per sample within 80%% of "
+        "the fastest; balanced: the same within 95%% (default speed)",
+    )
+    tune.add_argument(
+        "--budget-minutes",
+        type=_positive_float,
+        metavar="M",
+        help="start no trial that would end past this",
+    )
     tune.add_argument("--max-trials", type=_positive_int, metavar="N")
-    tune.add_argument("--policies", type=_policies, metavar="P[,P...]",
-                      help="policies to try (default: the hardware advice)")
-    tune.add_argument("--batch-sizes", type=_batch_sizes, metavar="LIST|RANGE",
-                      help="16,32,64 or 8-1024 (default 8-1024, powers of two)")
-    tune.add_argument("--start-batch", type=_positive_int, default=64, metavar="N",
-                      help="batch size of the float32 baseline (default 64)")
-    tune.add_argument("--loss-scales", type=_loss_scales, metavar="S[,S...]",
-                      help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
-                           "fixed:1024,fixed:128)")
-    tune.add_argument("--loss-tolerance", type=_fraction, default=0.05, metavar="F",
-                      help="largest loss gap to float32 (default 0.05)")
-    tune.add_argument("--measure-seconds", type=_positive_float, default=2.0, metavar="S",
-                      help="measuring time per trial (default 2)")
+    tune.add_argument(
+        "--policies",
+        type=_policies,
+        metavar="P[,P...]",
+        help="policies to try (default: the hardware advice)",
+    )
+    tune.add_argument(
+        "--batch-sizes",
+        type=_batch_sizes,
+        metavar="LIST|RANGE",
+        help="16,32,64 or 8-1024 (default 8-1024, powers of two)",
+    )
+    tune.add_argument(
+        "--start-batch",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="batch size of the float32 baseline (default 64)",
+    )
+    tune.add_argument(
+        "--loss-scales",
+        type=_loss_scales,
+        metavar="S[,S...]",
+        help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
+        "fixed:1024,fixed:128)",
+    )
+    tune.add_argument(
+        "--loss-tolerance",
+        type=_fraction,
+        default=0.05,
+        metavar="F",
+        help="largest loss gap to float32 (default 0.05)",
+    )
+    tune.add_argument(
+        "--measure-seconds",
+        type=_positive_float,
+        default=2.0,
+        metavar="S",
+        help="measuring time per trial (default 2)",
+    )
     tune.add_argument("--device", default="auto", metavar="DEV", help="auto, cpu or gpu:N")
-    tune.add_argument("--storage", metavar="URL",
-                      help="Optuna storage URL (default: SQLite in the user data directory)")
+    tune.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage URL (default: SQLite in the user data directory)",
+    )
     group = tune.add_mutually_exclusive_group()
     group.add_argument("--study", metavar="NAME", help="session name; an existing one continues")
     group.add_argument("--resume", metavar="NAME", help="continue this existing session")
@@ -115,22 +206,35 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     show.set_defaults(handler=_cmd_show)
 
-    export = sub.add_parser("export", help="export a tuned setup: JSON config, snippet or script",
-                            description="Export the recommendation of a stored session (or a "
-                                        "tuned config file) as a versioned JSON config, a "
-                                        "paste-ready snippet, or a runnable training script.")
-    export.add_argument("source", metavar="SESSION_OR_FILE",
-                        help="a session name (see mptune sessions) or a tuned config .json file")
+    export = sub.add_parser(
+        "export",
+        help="export a tuned setup: JSON config, snippet or script",
+        description="Export the recommendation of a stored session (or a "
+        "tuned config file) as a versioned JSON config, a "
+        "paste-ready snippet, or a runnable training script.",
+    )
+    export.add_argument(
+        "source",
+        metavar="SESSION_OR_FILE",
+        help="a session name (see mptune sessions) or a tuned config .json file",
+    )
     export.add_argument("--format", default="json", choices=("json", "snippet", "script"))
-    export.add_argument("--keras", default="3", choices=("3", "2"),
-                        help="Keras 3, or 2 for tf_keras (snippet only; default 3)")
+    export.add_argument(
+        "--keras",
+        default="3",
+        choices=("3", "2"),
+        help="Keras 3, or 2 for tf_keras (snippet only; default 3)",
+    )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     export.add_argument("--storage", metavar="URL")
     export.set_defaults(handler=_cmd_export)
 
-    gui = sub.add_parser("gui", help="open the desktop application",
-                         description="Open mptune's window: hardware, live tuning with plots, "
-                                     "recommendation and export.")
+    gui = sub.add_parser(
+        "gui",
+        help="open the desktop application",
+        description="Open mptune's window: hardware, live tuning with plots, "
+        "recommendation and export.",
+    )
     gui.set_defaults(handler=_cmd_gui)
     return parser
 
@@ -215,10 +319,18 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
     try:
         spec = api.TrialSpec.create(
-            args.model, args.policy, args.batch_size, args.loss_scale, steps=args.steps,
-            measure_seconds=args.measure_seconds, warmup_steps=args.warmup,
-            timeout_s=args.timeout, device=args.device, memory_limit_mb=args.memory_limit,
-            seed=args.seed)
+            args.model,
+            args.policy,
+            args.batch_size,
+            args.loss_scale,
+            steps=args.steps,
+            measure_seconds=args.measure_seconds,
+            warmup_steps=args.warmup,
+            timeout_s=args.timeout,
+            device=args.device,
+            memory_limit_mb=args.memory_limit,
+            seed=args.seed,
+        )
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
     api.check_model(spec.model)
@@ -245,11 +357,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     profile = api.detect()
     try:
         settings = api.SearchSettings(
-            objective=args.objective, max_trials=args.max_trials,
-            budget_minutes=args.budget_minutes, loss_tolerance=args.loss_tolerance,
-            measure_seconds=args.measure_seconds, device=args.device)
-        space_args: dict[str, Any] = {"policies": args.policies or api.hardware_prior(profile),
-                            "start_batch": args.start_batch}
+            objective=args.objective,
+            max_trials=args.max_trials,
+            budget_minutes=args.budget_minutes,
+            loss_tolerance=args.loss_tolerance,
+            measure_seconds=args.measure_seconds,
+            device=args.device,
+        )
+        space_args: dict[str, Any] = {
+            "policies": args.policies or api.hardware_prior(profile),
+            "start_batch": args.start_batch,
+        }
         if args.batch_sizes:
             space_args["batch_sizes"], space_args["refine"] = args.batch_sizes
         if args.loss_scales:
@@ -260,15 +378,25 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     progress = TuneProgress()
     try:
         with progress:
-            result = api.tune(args.model, space=space, settings=settings, storage=args.storage,
-                          study=args.resume or args.study, resume=bool(args.resume),
-                          on_event=progress.on_event, profile=profile)
+            result = api.tune(
+                args.model,
+                space=space,
+                settings=settings,
+                storage=args.storage,
+                study=args.resume or args.study,
+                resume=bool(args.resume),
+                on_event=progress.on_event,
+                profile=profile,
+            )
     except KeyboardInterrupt:
         if progress.session:
-            print(f"mptune: interrupted; finished trials are kept in session {progress.session} "
-                  f"(continue with: mptune tune --resume {progress.session}"
-                  + (f" --storage {args.storage}" if args.storage else "") + ")",
-                  file=sys.stderr)
+            print(
+                f"mptune: interrupted; finished trials are kept in session {progress.session} "
+                f"(continue with: mptune tune --resume {progress.session}"
+                + (f" --storage {args.storage}" if args.storage else "")
+                + ")",
+                file=sys.stderr,
+            )
             return EXIT_INTERRUPTED
         raise
     view = api.open_session(result.session, args.storage)
@@ -279,8 +407,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return EXIT_OK
     console = output_console()
     console.print(trials_table(view.trials, f"Session {result.session}"))
-    console.print(f"\nRecommendation ({result.ran} trials run now, {result.recalled} from the "
-                  "stored session):", highlight=False)
+    console.print(
+        f"\nRecommendation ({result.ran} trials run now, {result.recalled} from the "
+        "stored session):",
+        highlight=False,
+    )
     console.print(render_recommendation(result.recommendation), highlight=False, markup=False)
     if args.out:
         console.print(f"\nTuned config written to {args.out}", highlight=False)
@@ -303,8 +434,9 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     for column in ("session", "model", "created", "trials", "recommendation"):
         table.add_column(column)
     for s in sessions:
-        table.add_row(s.name, s.model or "", s.created or "", str(s.trials),
-                      s.recommendation or "none yet")
+        table.add_row(
+            s.name, s.model or "", s.created or "", str(s.trials), s.recommendation or "none yet"
+        )
     output_console().print(table)
     return EXIT_OK
 
@@ -317,16 +449,19 @@ def _cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps(session.to_dict(), indent=2))
         return EXIT_OK
     console = output_console()
-    console.print(f"Session {session.name}: {session.model}, created {session.created}",
-                  highlight=False)
+    console.print(
+        f"Session {session.name}: {session.model}, created {session.created}", highlight=False
+    )
     console.print(trials_table(session.trials))
     if session.recommendation:
         console.print("\nRecommendation:")
-        console.print(render_recommendation(session.recommendation), highlight=False,
-                      markup=False)
+        console.print(render_recommendation(session.recommendation), highlight=False, markup=False)
     else:
-        console.print("\nNo recommendation yet: the search did not finish "
-                      f"(continue with mptune tune --resume {session.name}).", highlight=False)
+        console.print(
+            "\nNo recommendation yet: the search did not finish "
+            f"(continue with mptune tune --resume {session.name}).",
+            highlight=False,
+        )
     return EXIT_OK
 
 
@@ -353,8 +488,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="mptune: %(levelname)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="mptune: %(levelname)s: %(message)s",
+    )
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return EXIT_OK
@@ -369,8 +506,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.verbose:
             raise
-        print(f"mptune: internal error: {type(exc).__name__}: {exc} "
-              "(run with --verbose for the traceback)", file=sys.stderr)
+        print(
+            f"mptune: internal error: {type(exc).__name__}: {exc} "
+            "(run with --verbose for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_TRIAL_FAILED
 
 

@@ -38,8 +38,12 @@ class TrialProgress:
             self._status.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._status is not None:
             self._status.stop()
 
@@ -53,8 +57,10 @@ class TrialProgress:
                 return
             self._last_update = now
             loss = event.get("loss")
-            self._phase = (f"{_PHASES.get(event.get('phase', ''), '')}: step {event.get('step')}"
-                           f", {event.get('time_ms', 0):.1f} ms, loss {_fmt(loss, '.4g')}")
+            self._phase = (
+                f"{_PHASES.get(event.get('phase', ''), '')}: step {event.get('step')}"
+                f", {event.get('time_ms', 0):.1f} ms, loss {_fmt(loss, '.4g')}"
+            )
         else:
             return
         if self._status is not None:
@@ -76,8 +82,11 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     """A trial result as a few aligned lines."""
     spec = result.spec
     rows: list[tuple[str, str]] = [
-        ("trial", f"{spec.model}  {spec.policy}  batch {spec.batch_size}  "
-                  f"loss scale {spec.loss_scale}  on {result.device or spec.device}"),
+        (
+            "trial",
+            f"{spec.model}  {spec.policy}  batch {spec.batch_size}  "
+            f"loss scale {spec.loss_scale}  on {result.device or spec.device}",
+        ),
         ("status", result.status.value),
     ]
     if result.error is not None:
@@ -85,27 +94,51 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
         st = result.step_time_ms
-        rows.append(("throughput", f"{result.samples_per_second:,.1f} samples/s  (step time p50 "
-                                   f"{_fmt(st.get('p50'), '.2f')} ms, p90 "
-                                   f"{_fmt(st.get('p90'), '.2f')} ms)"))
+        rows.append(
+            (
+                "throughput",
+                f"{result.samples_per_second:,.1f} samples/s  (step time p50 "
+                f"{_fmt(st.get('p50'), '.2f')} ms, p90 "
+                f"{_fmt(st.get('p90'), '.2f')} ms)",
+            )
+        )
     if result.peak_memory_mb is not None:
-        what = "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
+        what = (
+            "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
+        )
         rows.append(("peak memory", f"{result.peak_memory_mb:,.0f} MB ({what})"))
     if result.losses:
-        rows.append(("loss", f"{_fmt(result.losses[0], '.4g')} -> {_fmt(result.losses[-1], '.4g')}"
-                             f"  over {result.steps_completed} measured steps"))
+        rows.append(
+            (
+                "loss",
+                f"{_fmt(result.losses[0], '.4g')} -> {_fmt(result.losses[-1], '.4g')}"
+                f"  over {result.steps_completed} measured steps",
+            )
+        )
     scales = [s for s in result.loss_scales if s is not None]
     if scales:
-        rows.append(("loss scale", f"{_fmt(scales[0], 'g')} -> {_fmt(scales[-1], 'g')}, "
-                                   f"{result.skipped_steps} skipped, {result.nonfinite_steps} "
-                                   "non-finite steps"))
+        rows.append(
+            (
+                "loss scale",
+                f"{_fmt(scales[0], 'g')} -> {_fmt(scales[-1], 'g')}, "
+                f"{result.skipped_steps} skipped, {result.nonfinite_steps} "
+                "non-finite steps",
+            )
+        )
     elif result.nonfinite_steps:
         rows.append(("non-finite", f"{result.nonfinite_steps} steps"))
     t = result.timings
     if t.total_s is not None:
-        parts = [f"{name} {_fmt(v, '.1f')} s" for name, v in (
-            ("start-up", t.startup_s), ("build", t.build_s), ("warm-up", t.warmup_s),
-            ("measured", t.measure_s)) if v is not None]
+        parts = [
+            f"{name} {_fmt(v, '.1f')} s"
+            for name, v in (
+                ("start-up", t.startup_s),
+                ("build", t.build_s),
+                ("warm-up", t.warmup_s),
+                ("measured", t.measure_s),
+            )
+            if v is not None
+        ]
         share = f" ({t.measured_share:.0%} measuring)" if t.measured_share is not None else ""
         rows.append(("time", f"{t.total_s:.1f} s: " + ", ".join(parts) + share))
     for warning in result.warnings:
@@ -133,9 +166,17 @@ class TuneProgress:
 
         self.console = console or Console(stderr=True)
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("trials"), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-            console=self.console, transient=True, disable=not self.console.is_terminal)
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("trials"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        )
         self.task = self.progress.add_task("starting", total=None)
         self.session: str | None = None
         self.current = ""
@@ -145,8 +186,12 @@ class TuneProgress:
         self.progress.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.progress.stop()
 
     def on_event(self, event: api.SearchEvent) -> None:
@@ -161,8 +206,12 @@ class TuneProgress:
             message = event.message
             if message["type"] == "step" and time.monotonic() - self._last_step > 0.2:
                 self._last_step = time.monotonic()
-                self.progress.update(self.task, description=(
-                    f"{self.current}: {message.get('phase')} step {message.get('step')}"))
+                self.progress.update(
+                    self.task,
+                    description=(
+                        f"{self.current}: {message.get('phase')} step {message.get('step')}"
+                    ),
+                )
         elif isinstance(event, api.TrialFinished):
             result = event.result
             self.progress.advance(self.task)
@@ -175,8 +224,9 @@ class TuneProgress:
 
 def _result_cell(result: TrialResult) -> str:
     if result.ok:
-        return (f"{result.samples_per_second:,.0f} samples/s, "
-                f"{_fmt(result.peak_memory_mb, ',.0f')} MB")
+        return (
+            f"{result.samples_per_second:,.0f} samples/s, {_fmt(result.peak_memory_mb, ',.0f')} MB"
+        )
     reason = result.error.message if result.error else ""
     return f"{result.status.value}: {reason[:90]}"
 
@@ -190,23 +240,53 @@ def output_console() -> Console:
 def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Table:
     """The session's trials as a table (``StoredTrial`` items)."""
     table = Table(title=title, title_justify="left")
-    for name, justify in (("#", "right"), ("stage", "left"), ("policy", "left"),
-                          ("batch", "right"), ("loss scale", "left"), ("samples/s", "right"),
-                          ("p50 ms", "right"), ("peak MB", "right"), ("skipped", "right")):
+    for name, justify in (
+        ("#", "right"),
+        ("stage", "left"),
+        ("policy", "left"),
+        ("batch", "right"),
+        ("loss scale", "left"),
+        ("samples/s", "right"),
+        ("p50 ms", "right"),
+        ("peak MB", "right"),
+        ("skipped", "right"),
+    ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     table.add_column("status", overflow="fold")
     for t in trials:
         r = t.result
         if r is None:
-            table.add_row(str(t.number), t.stage, "", "", "", "", "", "", "",
-                          f"failed: {t.note or 'no result'}")
+            table.add_row(
+                str(t.number),
+                t.stage,
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                f"failed: {t.note or 'no result'}",
+            )
             continue
-        status = r.status.value if r.ok else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
+        status = (
+            r.status.value
+            if r.ok
+            else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
+        )
         setup = r.spec.setup
-        table.add_row(str(t.number), t.stage, setup.policy.name, str(setup.batch_size),
-                      str(setup.loss_scale), _fmt(r.samples_per_second, ",.0f"),
-                      _fmt(r.step_time_ms.get("p50"), ".2f"), _fmt(r.peak_memory_mb, ",.0f"),
-                      str(r.skipped_steps), status)
+        table.add_row(
+            str(t.number),
+            t.stage,
+            setup.policy.name,
+            str(setup.batch_size),
+            str(setup.loss_scale),
+            _fmt(r.samples_per_second, ",.0f"),
+            _fmt(r.step_time_ms.get("p50"), ".2f"),
+            _fmt(r.peak_memory_mb, ",.0f"),
+            str(r.skipped_steps),
+            status,
+        )
     return table
 
 

@@ -44,8 +44,10 @@ def wrap_optimizer(optimizer: Any, loss_scale: LossScale) -> Any:
         optimizer = keras.optimizers.get(optimizer)
     if loss_scale.kind == "dynamic":
         return keras.optimizers.LossScaleOptimizer(
-            optimizer, initial_scale=loss_scale.effective_initial_scale,
-            dynamic_growth_steps=loss_scale.effective_growth_steps)
+            optimizer,
+            initial_scale=loss_scale.effective_initial_scale,
+            dynamic_growth_steps=loss_scale.effective_growth_steps,
+        )
     if loss_scale.kind == "fixed":
         config = optimizer.get_config()
         config["loss_scale_factor"] = loss_scale.value
@@ -63,11 +65,15 @@ def compile_kwargs(loss_scale: LossScale) -> dict[str, Any]:
     return {} if loss_scale.kind == "dynamic" else {"auto_scale_loss": False}
 
 
-def compile_model(model: Any, setup: Setup, optimizer: Any = None, loss: Any = None,
-                  **kwargs: Any) -> None:
+def compile_model(
+    model: Any, setup: Setup, optimizer: Any = None, loss: Any = None, **kwargs: Any
+) -> None:
     """Compile ``model`` for ``setup``: its loss scaling on ``optimizer`` (Adam 1e-3 when
     ``None``), and ``loss`` (mean squared error when ``None``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
-    model.compile(optimizer=wrap_optimizer(inner, setup.loss_scale),
-                  loss=loss if loss is not None else "mean_squared_error",
-                  **compile_kwargs(setup.loss_scale), **kwargs)
+    model.compile(
+        optimizer=wrap_optimizer(inner, setup.loss_scale),
+        loss=loss if loss is not None else "mean_squared_error",
+        **compile_kwargs(setup.loss_scale),
+        **kwargs,
+    )

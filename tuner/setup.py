@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES
@@ -129,16 +129,20 @@ class LossScale:
             raise ValueError("a fixed loss scale needs a value")
         if self.kind != "fixed" and self.value is not None:
             raise ValueError(f"a {self.kind} loss scale takes no fixed value")
-        if self.kind != "dynamic" and (self.initial_scale is not None
-                                       or self.growth_steps is not None):
+        if self.kind != "dynamic" and (
+            self.initial_scale is not None or self.growth_steps is not None
+        ):
             raise ValueError(f"a {self.kind} loss scale takes no initial scale or growth steps")
         for what, number in (("initial scale", self.initial_scale), ("fixed scale", self.value)):
             if number is not None and not (math.isfinite(number) and 0 < number <= MAX_LOSS_SCALE):
                 raise ValueError(f"{what} must be a positive number up to 2**64, not {number}")
         if self.growth_steps is not None and not (
-                isinstance(self.growth_steps, int) and 1 <= self.growth_steps <= MAX_GROWTH_STEPS):
-            raise ValueError(f"growth steps must be a whole number from 1 to {MAX_GROWTH_STEPS}, "
-                             f"not {self.growth_steps}")
+            isinstance(self.growth_steps, int) and 1 <= self.growth_steps <= MAX_GROWTH_STEPS
+        ):
+            raise ValueError(
+                f"growth steps must be a whole number from 1 to {MAX_GROWTH_STEPS}, "
+                f"not {self.growth_steps}"
+            )
 
     @classmethod
     def parse(cls, text: LossScale | str) -> LossScale:
@@ -193,7 +197,7 @@ class LossScale:
         return "none"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Setup:
     """One setup mptune can measure, recommend and export.
 
@@ -209,23 +213,27 @@ class Setup:
 
     policy: Policy
     batch_size: int
-    loss_scale: LossScale = field(default=None)  # type: ignore[assignment]  # set in post-init
+    loss_scale: LossScale
 
-    def __post_init__(self) -> None:
-        policy = Policy.parse(self.policy)  # type: ignore[arg-type]  # str is accepted too
-        object.__setattr__(self, "policy", policy)
-        size = self.batch_size
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise ValueError(f"batch size must be a whole number, not {size!r}")
-        if not 1 <= size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch size must be from 1 to {MAX_BATCH_SIZE}, not {size}")
-        scale = self.loss_scale
-        if scale is None:
-            scale = LossScale.default_for(policy)
-        elif isinstance(scale, str):
-            scale = LossScale.parse(scale)
-        elif not isinstance(scale, LossScale):
-            raise ValueError(f"loss scale must be a LossScale or its written form, not {scale!r}")
+    def __init__(
+        self, policy: Policy | str, batch_size: int, loss_scale: LossScale | str | None = None
+    ) -> None:
+        parsed = Policy.parse(policy)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise ValueError(f"batch size must be a whole number, not {batch_size!r}")
+        if not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch size must be from 1 to {MAX_BATCH_SIZE}, not {batch_size}")
+        if loss_scale is None:
+            scale = LossScale.default_for(parsed)
+        elif isinstance(loss_scale, (str, LossScale)):
+            scale = LossScale.parse(loss_scale)
+        else:
+            raise ValueError(
+                f"loss scale must be a LossScale or its written form, not {loss_scale!r}"
+            )
+        # Frozen: the parsed values are set once, here.
+        object.__setattr__(self, "policy", parsed)
+        object.__setattr__(self, "batch_size", batch_size)
         object.__setattr__(self, "loss_scale", scale)
 
     @property
@@ -248,16 +256,23 @@ class Setup:
 
     def replace(self, **changes: Any) -> Setup:
         """A copy with ``changes`` (strings parsed as in the constructor)."""
-        values: dict[str, Any] = {"policy": self.policy, "batch_size": self.batch_size,
-                                  "loss_scale": self.loss_scale, **changes}
+        values: dict[str, Any] = {
+            "policy": self.policy,
+            "batch_size": self.batch_size,
+            "loss_scale": self.loss_scale,
+            **changes,
+        }
         if "policy" in changes and "loss_scale" not in changes:
             values["loss_scale"] = None  # the new policy's default
         return Setup(**values)
 
     def to_dict(self) -> dict[str, Any]:
         """The written form: ``{"policy": str, "batch_size": int, "loss_scale": str}``."""
-        return {"policy": self.policy.name, "batch_size": self.batch_size,
-                "loss_scale": str(self.loss_scale)}
+        return {
+            "policy": self.policy.name,
+            "batch_size": self.batch_size,
+            "loss_scale": str(self.loss_scale),
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> Setup:
@@ -279,7 +294,7 @@ class Setup:
         scale = data.get("loss_scale")
         if scale is not None and not isinstance(scale, str):
             raise ValueError(f"setup field loss_scale must be a string, not {scale!r}")
-        return cls(data["policy"], data["batch_size"], scale)  # type: ignore[arg-type]
+        return cls(data["policy"], data["batch_size"], scale)
 
 
 #: The names :meth:`Setup.to_dict` writes.

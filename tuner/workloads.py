@@ -10,6 +10,7 @@ trial and loss curves from different policies can be compared.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -22,20 +23,26 @@ _TEACHER_SEED = 1234
 
 def build(name: str, params: dict[str, int]) -> keras.Model:
     """Build the named workload under the current global dtype policy."""
-    builder = {"mlp": _mlp, "cnn": _cnn, "transformer": _transformer}[name]
-    return builder(**{**BUILTINS[name].params, **params})
+    builders: dict[str, Callable[..., Any]] = {
+        "mlp": _mlp,
+        "cnn": _cnn,
+        "transformer": _transformer,
+    }
+    return builders[name](**{**BUILTINS[name].params, **params})
 
 
 LOSS = "sparse_categorical_crossentropy"
 
 
-def make_batches(name: str, params: dict[str, int], batch_size: int, n_batches: int,
-                 seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def make_batches(
+    name: str, params: dict[str, int], batch_size: int, n_batches: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n_batches`` batches of inputs and integer labels, the same for every policy."""
     p = {**BUILTINS[name].params, **params}
     rng = np.random.default_rng(seed)
     teacher = np.random.default_rng(_TEACHER_SEED)
     n = batch_size * n_batches
+    x: np.ndarray  # float32 features or images, or int32 token ids
     if name == "mlp":
         x = rng.standard_normal((n, p["features"]), dtype=np.float32)
         w = teacher.standard_normal((p["features"], p["classes"]), dtype=np.float32)
@@ -52,8 +59,10 @@ def make_batches(name: str, params: dict[str, int], batch_size: int, n_batches: 
         low = (x < p["vocab"] // 2).sum(axis=1)
         y = np.minimum(low * p["classes"] // (p["seq_len"] + 1), p["classes"] - 1)
     y = y.astype(np.int32)
-    return [(x[i * batch_size:(i + 1) * batch_size], y[i * batch_size:(i + 1) * batch_size])
-            for i in range(n_batches)]
+    return [
+        (x[i * batch_size : (i + 1) * batch_size], y[i * batch_size : (i + 1) * batch_size])
+        for i in range(n_batches)
+    ]
 
 
 def sample_bytes(name: str, params: dict[str, int]) -> int:
@@ -70,7 +79,8 @@ def _coarse_pool(x: np.ndarray, cells: int) -> np.ndarray:
     n, h, w, c = x.shape
     hs, ws = max(1, h // cells), max(1, w // cells)
     x = x[:, : hs * cells, : ws * cells, :]
-    return x.reshape(n, cells, hs, cells, ws, c).mean(axis=(2, 4))
+    pooled: np.ndarray = x.reshape(n, cells, hs, cells, ws, c).mean(axis=(2, 4))
+    return pooled
 
 
 def _output(x: Any, classes: int) -> Any:
@@ -98,15 +108,19 @@ def _cnn(image_size: int, channels: int, filters: int, dense: int, classes: int)
     return keras.Model(inputs, _output(x, classes), name="builtin_cnn")
 
 
-def _transformer(seq_len: int, vocab: int, embed_dim: int, heads: int, ff_dim: int,
-                 layers: int, classes: int) -> keras.Model:
+def _transformer(
+    seq_len: int, vocab: int, embed_dim: int, heads: int, ff_dim: int, layers: int, classes: int
+) -> keras.Model:
     inputs = keras.Input((seq_len,), dtype="int32", name="tokens")
     tokens = keras.layers.Embedding(vocab, embed_dim, name="token_embedding")(inputs)
     positions = keras.layers.Embedding(seq_len, embed_dim, name="position_embedding")(
-        keras.ops.arange(seq_len))
+        keras.ops.arange(seq_len)
+    )
     x = tokens + positions
     for i in range(layers):
-        attn = keras.layers.MultiHeadAttention(heads, embed_dim // heads, name=f"attention_{i}")(x, x)
+        attn = keras.layers.MultiHeadAttention(heads, embed_dim // heads, name=f"attention_{i}")(
+            x, x
+        )
         x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attn)
         ff = keras.layers.Dense(ff_dim, activation="relu", name=f"ff_in_{i}")(x)
         ff = keras.layers.Dense(embed_dim, name=f"ff_out_{i}")(ff)

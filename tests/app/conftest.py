@@ -20,15 +20,21 @@ def make_window(qtbot, tmp_path: Path):
     windows: list[QtMainWindow] = []
 
     def make(scenario: str = "no_driver", **kwargs) -> QtMainWindow:
-        settings = QSettings(str(tmp_path / f"settings-{len(windows)}.ini"),
-                             QSettings.Format.IniFormat)
+        settings = QSettings(
+            str(tmp_path / f"settings-{len(windows)}.ini"), QSettings.Format.IniFormat
+        )
         settings.setValue("storage", f"sqlite:///{tmp_path / 'sessions.db'}")
-        window = QtMainWindow(settings=settings, nvml_backend=api.FakeNvmlBackend.named(scenario),
-                              sample_interval=0.05, **kwargs)
+        window = QtMainWindow(
+            settings=settings,
+            nvml_backend=api.FakeNvmlBackend.named(scenario),
+            sample_interval=0.05,
+            **kwargs,
+        )
         qtbot.addWidget(window)
         windows.append(window)
-        qtbot.waitUntil(lambda: window.profile is not None and not window.controller.busy,
-                        timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.profile is not None and not window.controller.busy, timeout=10_000
+        )
         return window
 
     yield make
@@ -44,6 +50,8 @@ def make_window(qtbot, tmp_path: Path):
 def recorded_events() -> list[api.SearchEvent]:
     """A real search's event stream (tests/app/data/record_events.py wrote it)."""
     path = DATA / "search_events.jsonl"
-    return [api.event_from_dict(json.loads(line))
-            for line in path.read_text().splitlines() if line.strip()]
-
+    return [
+        api.event_from_dict(json.loads(line))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]

@@ -8,20 +8,23 @@ from app.qt_plots import QtLivePlots
 from tuner import api
 
 
-def test_replayed_search_fills_table_plots_and_recommendation(make_window, qtbot,
-                                                                recorded_events) -> None:
+def test_replayed_search_fills_table_plots_and_recommendation(
+    make_window, qtbot, recorded_events
+) -> None:
     window = make_window()
     window.bridge.feed(recorded_events)
     qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
     finished = [e for e in recorded_events if isinstance(e, api.TrialFinished)]
     assert window.table.trials.rowCount() == len(finished)
     rec = window.recommendation.recommendation
-    assert rec == next(e for e in recorded_events
-                       if isinstance(e, api.Recommended)).recommendation
+    assert rec == next(e for e in recorded_events if isinstance(e, api.Recommended)).recommendation
     window.plots.redraw(everything=True)
     ok = [e for e in finished if e.result.ok]
-    plotted = sum(len(item.xData) for item in window.plots.throughput_points.values()
-                  if item.xData is not None)
+    plotted = sum(
+        len(item.xData)
+        for item in window.plots.throughput_points.values()
+        if item.xData is not None
+    )
     assert plotted == len(ok)
     assert window.plots.baseline_line.isVisible()
     assert window.plots.memory_curve.getData()[0] is not None
@@ -29,8 +32,9 @@ def test_replayed_search_fills_table_plots_and_recommendation(make_window, qtbot
     assert window.session_name == "recorded"
 
 
-def test_sorting_and_selecting_a_trial_shows_its_curves(make_window, qtbot,
-                                                         recorded_events) -> None:
+def test_sorting_and_selecting_a_trial_shows_its_curves(
+    make_window, qtbot, recorded_events
+) -> None:
     window = make_window()
     window.bridge.feed(recorded_events)
     qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
@@ -52,12 +56,16 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
     plots = QtLivePlots()
     qtbot.addWidget(plots)
     plots.start_trial()
-    plots.add_steps([{"loss": 1.0, "loss_scale": 32768.0, "skipped": True},
-                     {"loss": 0.9, "loss_scale": 16384.0, "skipped": False},
-                     {"loss": math.inf, "loss_scale": 16384.0, "skipped": True}])
+    plots.add_steps(
+        [
+            {"loss": 1.0, "loss_scale": 32768.0, "skipped": True},
+            {"loss": 0.9, "loss_scale": 16384.0, "skipped": False},
+            {"loss": math.inf, "loss_scale": 16384.0, "skipped": True},
+        ]
+    )
     plots.redraw(everything=True)
     _xs, ys = plots.scale_curve.getData()  # the plot's y axis is logarithmic
-    assert [round(10 ** y) for y in ys] == [32768, 16384, 16384]
+    assert [round(10**y) for y in ys] == [32768, 16384, 16384]
     assert plots.skipped_points.data.size == 2
 
 

@@ -78,7 +78,8 @@ def configure_tiny_search(window, measure: float = 0.3) -> None:
 
 @pytest.mark.slow
 def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
-        make_window, qtbot, tmp_path: Path) -> None:
+    make_window, qtbot, tmp_path: Path
+) -> None:
     window = make_window()
     configure_tiny_search(window)
     qtbot.waitUntil(window.start_button.isEnabled)
@@ -93,8 +94,10 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
     assert len(window.plots.throughput_points["float32"].xData) >= 2
 
     window.open_export("script")
-    qtbot.waitUntil(lambda: window.export_dialog is not None
-                    and "def main(" in window.export_dialog.text(), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.export_dialog is not None and "def main(" in window.export_dialog.text(),
+        timeout=10_000,
+    )
     dialog = window.export_dialog
     dialog.keras.setCurrentIndex(1)  # Keras 2: the script is Keras 3 only, said inline
     qtbot.waitUntil(lambda: "Keras 3 only" in dialog.problem.text())
@@ -105,8 +108,12 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
         dialog.save_to(tmp_path / "train tuned.py")
     script = saved.args[0]
     dialog.close()
-    proc = subprocess.run([sys.executable, str(script), "--max-steps", "2"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--max-steps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "final loss" in proc.stdout
 
@@ -116,8 +123,11 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
     window = make_window()
     configure_tiny_search(window, measure=30.0)
     measuring = []
-    window.bridge.eventsReady.connect(lambda events: measuring.extend(
-        e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"))
+    window.bridge.eventsReady.connect(
+        lambda events: measuring.extend(
+            e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"
+        )
+    )
     qtbot.waitUntil(window.start_button.isEnabled)
     window.start_search()
     qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
@@ -179,8 +189,9 @@ def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
 
 def test_the_window_never_waits_on_a_blocking_storage(make_window, qtbot) -> None:
     engine = FakeEngine()
-    engine.sessions = [api.SessionSummary("old-session", "builtin:cnn", "2026-11-01", 7,
-                                          "float32 b64 none")]
+    engine.sessions = [
+        api.SessionSummary("old-session", "builtin:cnn", "2026-11-01", 7, "float32 b64 none")
+    ]
     window = make_window(engine=engine)
     engine.release.clear()
     dialog = window.open_history()
@@ -218,8 +229,11 @@ def test_closing_during_a_search_ends_its_worker_within_a_second(make_window, qt
     window = make_window()
     configure_tiny_search(window, measure=30.0)
     measuring = []
-    window.bridge.eventsReady.connect(lambda events: measuring.extend(
-        e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"))
+    window.bridge.eventsReady.connect(
+        lambda events: measuring.extend(
+            e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"
+        )
+    )
     qtbot.waitUntil(lambda: window.start_button.isEnabled(), timeout=10_000)
     window.start_search()
     qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
@@ -246,8 +260,12 @@ def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -
     qtbot.waitUntil(lambda: window.width() == width and window.height() == height)
     right_edge = window.plots.mapTo(window, window.plots.rect().bottomRight())
     assert right_edge.x() < window.width() and right_edge.y() < window.height()
-    for plot in (window.plots.memory, window.plots.throughput, window.plots.loss_scale,
-                 window.plots.loss):
+    for plot in (
+        window.plots.memory,
+        window.plots.throughput,
+        window.plots.loss_scale,
+        window.plots.loss,
+    ):
         corner = plot.mapTo(window, plot.rect().bottomRight())
         assert corner.x() < window.width() and plot.width() > 200 and plot.height() > 100
     table = window.table

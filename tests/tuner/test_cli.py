@@ -17,8 +17,14 @@ FAST = ["--steps", "2", "--warmup", "1", "--device", "cpu"]
 
 
 def mptune(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tuner", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -29,22 +35,57 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], fragment: str)
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["trial", "--model", "builtin:cnn", "--policy", "float64", "--batch-size", "8"],
-     "invalid choice: 'float64'"),
-    (["trial", "--model", "builtin:cnn", "--policy", "float32", "--batch-size", "0"],
-     "--batch-size: must be at least 1"),
-    (["trial", "--model", "builtin:cnn", "--policy", "float32", "--batch-size", "8",
-      "--loss-scale", "fixed:"], "malformed loss scale"),
-    (["trial", "--model", "builtin:vgg", "--policy", "float32", "--batch-size", "8"],
-     "unknown built-in model 'vgg'"),
-    (["trial", "--model", "missing.py", "--policy", "float32", "--batch-size", "8"],
-     "model file not found: missing.py"),
-    (["trial", "--model", "builtin:cnn", "--policy", "float32", "--batch-size", "8",
-      "--device", "tpu:0"], "unknown device"),
-    (["trial", "--policy", "float32", "--batch-size", "8"], "--model"),
-    (["tune-everything"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (
+            ["trial", "--model", "builtin:cnn", "--policy", "float64", "--batch-size", "8"],
+            "invalid choice: 'float64'",
+        ),
+        (
+            ["trial", "--model", "builtin:cnn", "--policy", "float32", "--batch-size", "0"],
+            "--batch-size: must be at least 1",
+        ),
+        (
+            [
+                "trial",
+                "--model",
+                "builtin:cnn",
+                "--policy",
+                "float32",
+                "--batch-size",
+                "8",
+                "--loss-scale",
+                "fixed:",
+            ],
+            "malformed loss scale",
+        ),
+        (
+            ["trial", "--model", "builtin:vgg", "--policy", "float32", "--batch-size", "8"],
+            "unknown built-in model 'vgg'",
+        ),
+        (
+            ["trial", "--model", "missing.py", "--policy", "float32", "--batch-size", "8"],
+            "model file not found: missing.py",
+        ),
+        (
+            [
+                "trial",
+                "--model",
+                "builtin:cnn",
+                "--policy",
+                "float32",
+                "--batch-size",
+                "8",
+                "--device",
+                "tpu:0",
+            ],
+            "unknown device",
+        ),
+        (["trial", "--policy", "float32", "--batch-size", "8"], "--model"),
+        (["tune-everything"], "invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:
     assert_one_line_error(mptune(*args), fragment)
 
@@ -59,30 +100,59 @@ def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_user_error_in_build_model_is_exit_2_with_location(tmp_path: Path) -> None:
     model = tmp_path / "model.py"
-    model.write_text(textwrap.dedent("""\
+    model.write_text(
+        textwrap.dedent("""\
         import keras
 
         def build_model():
             return keras.Sequential([keras.layers.Dense(4)]) + 1
-    """))
-    proc = mptune("trial", "--model", str(model), "--policy", "float32", "--batch-size", "4",
-                  *FAST)
+    """)
+    )
+    proc = mptune("trial", "--model", str(model), "--policy", "float32", "--batch-size", "4", *FAST)
     assert proc.returncode == 2
     assert f"mptune: trial user_error: {model}:4: build_model() failed" in proc.stderr
     assert "Traceback" not in proc.stderr
-    verbose = mptune("--verbose", "trial", "--model", str(model), "--policy", "float32",
-                     "--batch-size", "4", *FAST)
+    verbose = mptune(
+        "--verbose",
+        "trial",
+        "--model",
+        str(model),
+        "--policy",
+        "float32",
+        "--batch-size",
+        "4",
+        *FAST,
+    )
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr
 
 
 @pytest.mark.slow
 def test_trial_json_has_the_documented_keys() -> None:
-    proc = mptune("trial", "--model", TINY_MLP, "--policy", "mixed_float16", "--batch-size",
-                  "8", "--json", *FAST)
+    proc = mptune(
+        "trial",
+        "--model",
+        TINY_MLP,
+        "--policy",
+        "mixed_float16",
+        "--batch-size",
+        "8",
+        "--json",
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    for key in ("status", "samples_per_second", "step_time_ms", "peak_memory_mb", "losses",
-                "loss_scales", "skipped_steps", "nonfinite_steps", "timings", "error"):
+    for key in (
+        "status",
+        "samples_per_second",
+        "step_time_ms",
+        "peak_memory_mb",
+        "losses",
+        "loss_scales",
+        "skipped_steps",
+        "nonfinite_steps",
+        "timings",
+        "error",
+    ):
         assert key in result
     assert result["status"] == "ok" and result["error"] is None
     assert len(result["losses"]) == 2 and result["loss_scales"] == [32768.0, 32768.0]
@@ -91,8 +161,17 @@ def test_trial_json_has_the_documented_keys() -> None:
 
 @pytest.mark.slow
 def test_failed_trial_is_exit_1_and_still_printed() -> None:
-    proc = mptune("trial", "--model", TINY_MLP, "--policy", "float32", "--batch-size", "8",
-                  *FAST, env={"MPTUNE_TEST_FAULT": "oom@2"})
+    proc = mptune(
+        "trial",
+        "--model",
+        TINY_MLP,
+        "--policy",
+        "float32",
+        "--batch-size",
+        "8",
+        *FAST,
+        env={"MPTUNE_TEST_FAULT": "oom@2"},
+    )
     assert proc.returncode == 1
     assert "status       oom" in proc.stdout
     assert "mptune: trial oom:" in proc.stderr

@@ -19,8 +19,14 @@ def test_events_split_across_reads_are_reassembled() -> None:
 
 def test_junk_lines_are_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
     reader = EventReader()
-    stream = (b"hello from the user's print\n" + encode_event({"type": "started"})
-              + b"[1, 2, 3]\n" + b'{"no_type": 1}\n' + b"\n" + encode_event({"type": "result"}))
+    stream = (
+        b"hello from the user's print\n"
+        + encode_event({"type": "started"})
+        + b"[1, 2, 3]\n"
+        + b'{"no_type": 1}\n'
+        + b"\n"
+        + encode_event({"type": "result"})
+    )
     with caplog.at_level(logging.WARNING):
         events = reader.feed(stream)
     assert [e["type"] for e in events] == ["started", "result"]

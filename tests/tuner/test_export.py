@@ -38,8 +38,11 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
     assert TunedConfig.load(path) == config
     data = json.loads(path.read_text())
     assert data["schema"] == "mptune.config" and data["schema_version"] == 1
-    assert data["setup"] == {"policy": "mixed_float16", "batch_size": 16,
-                             "loss_scale": "dynamic:1024:500"}
+    assert data["setup"] == {
+        "policy": "mixed_float16",
+        "batch_size": 16,
+        "loss_scale": "dynamic:1024:500",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temp file left
 
 
@@ -49,32 +52,47 @@ def corrupt(mutate) -> dict:
     return data
 
 
-@pytest.mark.parametrize("mutate, fragment", [
-    (lambda d: d["setup"].pop("batch_size"), "field setup.batch_size must be a positive integer"),
-    (lambda d: d["setup"].update(batch_size="abc"),
-     "setup.batch_size must be a positive integer, got 'abc'"),
-    (lambda d: d["setup"].update(batch_size=True), "setup.batch_size"),
-    (lambda d: d["setup"].update(loss_scale=128), "field setup.loss_scale must be a non-empty"),
-    (lambda d: d.pop("model"), "field model must be a non-empty string"),
-    (lambda d: d["hardware"].update(cpu_flags="avx2"), "field hardware.cpu_flags must be a list"),
-    (lambda d: d["versions"].update(keras=3), "field versions.keras"),
-    (lambda d: d["evidence"].update(samples_per_second_spread=[1.0]),
-     "evidence.samples_per_second_spread must be a list of two numbers"),
-    (lambda d: d["evidence"].update(speedup_vs_float32=float("nan")),
-     "evidence.speedup_vs_float32 must be a finite number"),
-    (lambda d: d["setup"].update(batch_size=0), "setup.batch_size"),
-    (lambda d: d["setup"].update(policy="float64"), "field setup.policy: unknown policy"),
-    (lambda d: d["setup"].update(loss_scale="fixed:-1"), "field setup.loss_scale: malformed"),
-    (lambda d: d.update(schema="other.tool"), "not an mptune config"),
-    (lambda d: d.update(schema_version=2), "schema version 2 is newer than this mptune"),
-    (lambda d: d.update(schema_version="1"), "schema_version must be an integer"),
-    (lambda d: d["evidence"].update(trials=["x"]), "evidence.trials"),
-    (lambda d: d["hardware"].update(device="tpu"), "hardware.device"),
-    (lambda d: d.pop("setup"), "field setup must be an object"),
-    (lambda d: d["evidence"].update(samples_per_second="fast"), "evidence.samples_per_second"),
-])
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (
+            lambda d: d["setup"].pop("batch_size"),
+            "field setup.batch_size must be a positive integer",
+        ),
+        (
+            lambda d: d["setup"].update(batch_size="abc"),
+            "setup.batch_size must be a positive integer, got 'abc'",
+        ),
+        (lambda d: d["setup"].update(batch_size=True), "setup.batch_size"),
+        (lambda d: d["setup"].update(loss_scale=128), "field setup.loss_scale must be a non-empty"),
+        (lambda d: d.pop("model"), "field model must be a non-empty string"),
+        (
+            lambda d: d["hardware"].update(cpu_flags="avx2"),
+            "field hardware.cpu_flags must be a list",
+        ),
+        (lambda d: d["versions"].update(keras=3), "field versions.keras"),
+        (
+            lambda d: d["evidence"].update(samples_per_second_spread=[1.0]),
+            "evidence.samples_per_second_spread must be a list of two numbers",
+        ),
+        (
+            lambda d: d["evidence"].update(speedup_vs_float32=float("nan")),
+            "evidence.speedup_vs_float32 must be a finite number",
+        ),
+        (lambda d: d["setup"].update(batch_size=0), "setup.batch_size"),
+        (lambda d: d["setup"].update(policy="float64"), "field setup.policy: unknown policy"),
+        (lambda d: d["setup"].update(loss_scale="fixed:-1"), "field setup.loss_scale: malformed"),
+        (lambda d: d.update(schema="other.tool"), "not an mptune config"),
+        (lambda d: d.update(schema_version=2), "schema version 2 is newer than this mptune"),
+        (lambda d: d.update(schema_version="1"), "schema_version must be an integer"),
+        (lambda d: d["evidence"].update(trials=["x"]), "evidence.trials"),
+        (lambda d: d["hardware"].update(device="tpu"), "hardware.device"),
+        (lambda d: d.pop("setup"), "field setup must be an object"),
+        (lambda d: d["evidence"].update(samples_per_second="fast"), "evidence.samples_per_second"),
+    ],
+)
 def test_corrupt_configs_name_the_field(mutate, fragment: str) -> None:
-    with pytest.raises(ConfigError, match="^cfg.json: .*") as info:
+    with pytest.raises(ConfigError, match=r"^cfg\.json: .*") as info:
         TunedConfig.from_dict(corrupt(mutate), source="cfg.json")
     assert fragment in str(info.value)
 
@@ -96,18 +114,31 @@ def test_setup_checks_and_canonicalises_itself() -> None:
         Setup("float32", 8, "dynamic:0")
 
 
-@pytest.mark.parametrize("setup, fragment", [
-    ({"policy": "float64", "batch_size": 8, "loss_scale": "none"},
-     "field setup.policy: unknown policy 'float64'"),
-    ({"policy": "float32", "batch_size": 0, "loss_scale": "none"},
-     "field setup.batch_size must be a positive integer"),
-    ({"policy": "float32", "batch_size": 10**400, "loss_scale": "none"},
-     "field setup.batch_size: batch size must be from 1"),
-    ({"policy": "float32", "batch_size": 8, "loss_scale": "dynamic:0"},
-     "field setup.loss_scale: malformed loss scale"),
-    ({"policy": "float32", "batch_size": 8, "loss_scale": "fixed:1e300"},
-     r"field setup.loss_scale: .*fixed scale must be a positive number up to 2\*\*64"),
-])
+@pytest.mark.parametrize(
+    "setup, fragment",
+    [
+        (
+            {"policy": "float64", "batch_size": 8, "loss_scale": "none"},
+            "field setup.policy: unknown policy 'float64'",
+        ),
+        (
+            {"policy": "float32", "batch_size": 0, "loss_scale": "none"},
+            "field setup.batch_size must be a positive integer",
+        ),
+        (
+            {"policy": "float32", "batch_size": 10**400, "loss_scale": "none"},
+            "field setup.batch_size: batch size must be from 1",
+        ),
+        (
+            {"policy": "float32", "batch_size": 8, "loss_scale": "dynamic:0"},
+            "field setup.loss_scale: malformed loss scale",
+        ),
+        (
+            {"policy": "float32", "batch_size": 8, "loss_scale": "fixed:1e300"},
+            r"field setup.loss_scale: .*fixed scale must be a positive number up to 2\*\*64",
+        ),
+    ],
+)
 def test_config_setup_fields_are_named(setup: dict, fragment: str) -> None:
     data = make_config().to_dict()
     data["setup"] = setup
@@ -117,9 +148,16 @@ def test_config_setup_fields_are_named(setup: dict, fragment: str) -> None:
 
 def fake_profile(cpu_model: str = "Test CPU", gpu_names: tuple[str, ...] = ()) -> Any:
     """The attributes of tuner.hardware's HardwareProfile that a fingerprint reads."""
-    gpus = tuple(SimpleNamespace(index=i, name=name, compute_capability=(8, i),
-                                 memory_total_mb=40960.0, memory_used_mb=100.0 * i)
-                 for i, name in enumerate(gpu_names))
+    gpus = tuple(
+        SimpleNamespace(
+            index=i,
+            name=name,
+            compute_capability=(8, i),
+            memory_total_mb=40960.0,
+            memory_used_mb=100.0 * i,
+        )
+        for i, name in enumerate(gpu_names)
+    )
     return SimpleNamespace(gpus=gpus, cpu=SimpleNamespace(model=cpu_model, flags=("avx2", "fma")))
 
 
@@ -128,8 +166,7 @@ def test_fingerprint_from_profile() -> None:
     on_cpu = HardwareFingerprint.from_profile(profile, "cpu")
     assert (on_cpu.device, on_cpu.gpu_name, on_cpu.cpu_model) == ("cpu", None, "Test CPU")
     second = HardwareFingerprint.from_profile(profile, "gpu:1 (GPU One)")
-    assert (second.device, second.gpu_name, second.compute_capability) == ("gpu", "GPU One",
-                                                                           "8.1")
+    assert (second.device, second.gpu_name, second.compute_capability) == ("gpu", "GPU One", "8.1")
     assert second.gpu_memory_total_mb == 40960.0 and second.cpu_flags == ("avx2", "fma")
     assert HardwareFingerprint.from_profile(profile, "gpu").gpu_name == "GPU Zero"
     # No GPU here at all: a "gpu" device falls back to describing the CPU honestly.
@@ -137,18 +174,28 @@ def test_fingerprint_from_profile() -> None:
     # The digest identifies the hardware: stable, 16 hex digits, different per device.
     assert second.digest == HardwareFingerprint.from_profile(profile, "gpu:1").digest
     assert len(second.digest) == 16 and int(second.digest, 16) >= 0
-    assert len({on_cpu.digest, second.digest,
-                HardwareFingerprint.from_profile(profile, "gpu:0").digest}) == 3
+    assert (
+        len(
+            {
+                on_cpu.digest,
+                second.digest,
+                HardwareFingerprint.from_profile(profile, "gpu:0").digest,
+            }
+        )
+        == 3
+    )
 
 
 def test_lazy_apply_config_keeps_keras_out() -> None:
-    code = ("import sys, tuner.export as e\n"
-            "from tuner.export.apply import apply_config, HardwareMismatchWarning\n"
-            "assert e.apply_config is apply_config\n"
-            "assert e.HardwareMismatchWarning is HardwareMismatchWarning\n"
-            "bad = {'keras', 'tensorflow', 'tf_keras'} & set(sys.modules)\n"
-            "assert not bad, bad\n"
-            "print('lazy-ok')")
+    code = (
+        "import sys, tuner.export as e\n"
+        "from tuner.export.apply import apply_config, HardwareMismatchWarning\n"
+        "assert e.apply_config is apply_config\n"
+        "assert e.HardwareMismatchWarning is HardwareMismatchWarning\n"
+        "bad = {'keras', 'tensorflow', 'tf_keras'} & set(sys.modules)\n"
+        "assert not bad, bad\n"
+        "print('lazy-ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "lazy-ok" in proc.stdout
@@ -178,10 +225,16 @@ def test_loading_never_executes_anything(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("path_text", [
-    'my "quoted" model.py', "it's here.py", "back\\slash\\model.py", "new\nline.py",
-    "ünïcødé model 模型.py",
-])
+@pytest.mark.parametrize(
+    "path_text",
+    [
+        'my "quoted" model.py',
+        "it's here.py",
+        "back\\slash\\model.py",
+        "new\nline.py",
+        "ünïcødé model 模型.py",
+    ],
+)
 def test_paths_are_escaped_in_generated_code(tmp_path: Path, path_text: str) -> None:
     model = str(tmp_path / path_text)
     script = render(make_config(model=model), "script")
@@ -190,10 +243,17 @@ def test_paths_are_escaped_in_generated_code(tmp_path: Path, path_text: str) -> 
 
 
 @pytest.mark.parametrize("keras", ["3", "2"])
-@pytest.mark.parametrize("policy, scale", [
-    ("float32", "none"), ("mixed_float16", "dynamic"), ("mixed_float16", "dynamic:1024:500"),
-    ("mixed_float16", "fixed:128"), ("mixed_bfloat16", "none"), ("mixed_float16", "none"),
-])
+@pytest.mark.parametrize(
+    "policy, scale",
+    [
+        ("float32", "none"),
+        ("mixed_float16", "dynamic"),
+        ("mixed_float16", "dynamic:1024:500"),
+        ("mixed_float16", "fixed:128"),
+        ("mixed_bfloat16", "none"),
+        ("mixed_float16", "none"),
+    ],
+)
 def test_snippets_compile_and_carry_the_setup(keras: str, policy: str, scale: str) -> None:
     snippet = render(make_config(policy=policy, loss_scale=scale, batch_size=96), "snippet", keras)
     compile(snippet, "snippet.py", "exec")
@@ -228,11 +288,16 @@ def test_fingerprint_mismatches() -> None:
 def test_export_cli_rejects_a_corrupt_config(tmp_path: Path) -> None:
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(corrupt(lambda d: d["setup"].update(batch_size=-3))))
-    proc = subprocess.run([sys.executable, "-m", "tuner", "export", str(path), "--format",
-                           "snippet"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", str(path), "--format", "snippet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"mptune: error: {path}: field setup.batch_size must be a positive integer, got -3"]
+        f"mptune: error: {path}: field setup.batch_size must be a positive integer, got -3"
+    ]
 
 
 def test_export_cli_writes_every_format(tmp_path: Path) -> None:
@@ -240,9 +305,24 @@ def test_export_cli_writes_every_format(tmp_path: Path) -> None:
     make_config(policy="mixed_float16", loss_scale="fixed:128").save(path)
     for fmt, keras in (("json", "3"), ("snippet", "3"), ("snippet", "2"), ("script", "3")):
         out = tmp_path / f"out-{fmt}-{keras}.txt"
-        proc = subprocess.run([sys.executable, "-m", "tuner", "export", str(path), "--format",
-                               fmt, "--keras", keras, "-o", str(out)], cwd=ROOT,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tuner",
+                "export",
+                str(path),
+                "--format",
+                fmt,
+                "--keras",
+                keras,
+                "-o",
+                str(out),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stderr
         assert out.read_text() == render(TunedConfig.load(path), fmt, keras)
     assert os.access(tmp_path / "out-script-3.txt", os.X_OK)
@@ -253,8 +333,12 @@ def test_export_from_a_session_without_recommendation_is_clear(tmp_path: Path) -
 
     storage = f"sqlite:///{tmp_path / 's.db'}"
     TuningSession.create("unfinished", storage, {"model": "builtin:cnn"})
-    proc = subprocess.run([sys.executable, "-m", "tuner", "export", "unfinished", "--storage",
-                           storage], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", "unfinished", "--storage", storage],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert "has no recommendation yet" in proc.stderr
 
@@ -263,9 +347,12 @@ def test_export_from_a_session_without_recommendation_is_clear(tmp_path: Path) -
 def test_text_fields_cannot_break_out_of_comments(fmt: str) -> None:
     attack = 'x"""\r\nimport os; os.system("echo pwned")\n# '
     config = dataclasses.replace(
-        make_config(model="builtin:mlp"), session=attack, created=attack,
+        make_config(model="builtin:mlp"),
+        session=attack,
+        created=attack,
         evidence=dataclasses.replace(make_config().evidence, reason=attack),
-        hardware=dataclasses.replace(make_config().hardware, cpu_model=attack))
+        hardware=dataclasses.replace(make_config().hardware, cpu_model=attack),
+    )
     code = render(config, fmt)
     tree = ast.parse(code)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "system"]

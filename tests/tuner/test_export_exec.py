@@ -22,20 +22,31 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def python(code: str, cwd: Path, *args: str,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env)
+def python(
+    code: str, cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_keras3_snippets_train(tmp_path: Path) -> None:
     """Each loss-scale kind, pasted before a tiny model, trains two steps as tuned."""
     checks = []
-    for policy, scale, expected in (("mixed_bfloat16", "none", "Adam"),
-                                    ("mixed_float16", "dynamic:1024:500", "LossScaleOptimizer"),
-                                    ("mixed_float16", "fixed:128", "Adam")):
+    for policy, scale, expected in (
+        ("mixed_bfloat16", "none", "Adam"),
+        ("mixed_float16", "dynamic:1024:500", "LossScaleOptimizer"),
+        ("mixed_float16", "fixed:128", "Adam"),
+    ):
         snippet = render(make_config(policy=policy, loss_scale=scale, batch_size=8), "snippet")
-        checks.append(snippet + textwrap.dedent(f"""
+        checks.append(
+            snippet
+            + textwrap.dedent(f"""
             import numpy as np
             inputs = keras.Input((4,))
             x = keras.layers.Dense(8)(inputs)
@@ -52,7 +63,8 @@ def test_keras3_snippets_train(tmp_path: Path) -> None:
                 assert float(model.optimizer.dynamic_scale.numpy()) == 1024.0
             assert np.isfinite(history.history["loss"][-1])
             print("ok", {policy!r}, {scale!r})
-        """))
+        """)
+        )
     # One process, one snippet after another: each sets its own policy before building.
     proc = python("\n".join(f"exec({c!r})" for c in checks), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -66,9 +78,12 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
         pytest.skip("tf_keras is not installed")
     checks = []
     for scale, dynamic, value in (("fixed:64", False, 64.0), ("dynamic:1024:500", True, 1024.0)):
-        snippet = render(make_config(policy="mixed_float16", loss_scale=scale, batch_size=8),
-                         "snippet", "2")
-        checks.append(snippet + textwrap.dedent(f"""
+        snippet = render(
+            make_config(policy="mixed_float16", loss_scale=scale, batch_size=8), "snippet", "2"
+        )
+        checks.append(
+            snippet
+            + textwrap.dedent(f"""
             import numpy as np
             assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
             inputs = tf.keras.Input((4,))
@@ -85,9 +100,11 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
             assert float(opt.loss_scale) == {value!r}
             assert np.isfinite(history.history["loss"][-1])
             print("ok", {scale!r})
-        """))
+        """)
+        )
     code = "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n" + "\n".join(
-        f"exec({c!r})" for c in checks)
+        f"exec({c!r})" for c in checks
+    )
     proc = python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == 2
@@ -96,8 +113,13 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
 def run_script(config, tmp_path: Path) -> str:
     script = tmp_path / "train_tuned.py"
     script.write_text(render(config, "script"))
-    proc = subprocess.run([sys.executable, str(script), "--max-steps", "3"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--max-steps", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
     assert found, proc.stdout[-2000:]
@@ -113,7 +135,8 @@ def test_script_for_a_builtin_model(tmp_path: Path) -> None:
 @pytest.mark.parametrize("with_dataset", [True, False])
 def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
     model = tmp_path / "my model's file.py"  # a path that needs escaping
-    model.write_text(textwrap.dedent("""
+    model.write_text(
+        textwrap.dedent("""
         import numpy as np
         import tensorflow as tf
         import keras
@@ -125,25 +148,36 @@ def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
             model.compile(optimizer=keras.optimizers.SGD(0.1),
                           loss="sparse_categorical_crossentropy")
             return model
-    """) + (textwrap.dedent("""
+    """)
+        + (
+            textwrap.dedent("""
         def make_dataset(batch_size):
             x = np.ones((64, 6), np.float32)
             y = np.zeros((64,), np.int32)
             return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-    """) if with_dataset else ""))
-    run_script(make_config(model=str(model), policy="mixed_float16", loss_scale="fixed:128",
-                           batch_size=8), tmp_path)
+    """)
+            if with_dataset
+            else ""
+        )
+    )
+    run_script(
+        make_config(model=str(model), policy="mixed_float16", loss_scale="fixed:128", batch_size=8),
+        tmp_path,
+    )
 
 
 def test_script_for_a_saved_keras_model(tmp_path: Path) -> None:
     saved = tmp_path / "tiny.keras"
-    proc = python(textwrap.dedent(f"""
+    proc = python(
+        textwrap.dedent(f"""
         import keras
         inputs = keras.Input((5,))
         model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(8)(inputs)))
         model.compile(optimizer="adam", loss="mse")
         model.save({str(saved)!r})
-    """), tmp_path)
+    """),
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_script(make_config(model=str(saved), policy="mixed_bfloat16", batch_size=4), tmp_path)
 
@@ -159,9 +193,15 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     h100 = tmp_path / "h100.json"
     dataclasses.replace(
         make_config(policy="mixed_bfloat16"),
-        hardware=HardwareFingerprint(device="gpu", gpu_name="NVIDIA H100 80GB HBM3",
-                                     compute_capability="9.0", cpu_model="Test CPU")).save(h100)
-    proc = python(textwrap.dedent(f"""
+        hardware=HardwareFingerprint(
+            device="gpu",
+            gpu_name="NVIDIA H100 80GB HBM3",
+            compute_capability="9.0",
+            cpu_model="Test CPU",
+        ),
+    ).save(h100)
+    proc = python(
+        textwrap.dedent(f"""
         import dataclasses, warnings
         import keras
         from tuner import apply_config
@@ -212,6 +252,9 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
         _, warned = applied(same)
         assert warned == [], warned
         print("applied")
-    """), tmp_path, env={**os.environ, "MPTUNE_FAKE_NVML": "ampere_8.0"})
+    """),
+        tmp_path,
+        env={**os.environ, "MPTUNE_FAKE_NVML": "ampere_8.0"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "applied" in proc.stdout

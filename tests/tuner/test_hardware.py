@@ -44,9 +44,11 @@ def profile_of(scenario: str) -> HardwareProfile:
 
 # -- every backend keeps the same contract --------------------------------------------------
 
+
 def all_backends() -> list[Any]:
-    return [pytest.param(lambda name=name: FakeNvmlBackend.named(name), id=name)
-            for name in SCENARIOS] + [pytest.param(PynvmlBackend, id="real-nvml")]
+    return [
+        pytest.param(lambda name=name: FakeNvmlBackend.named(name), id=name) for name in SCENARIOS
+    ] + [pytest.param(PynvmlBackend, id="real-nvml")]
 
 
 @pytest.mark.parametrize("make", all_backends())
@@ -78,14 +80,19 @@ def test_backend_contract(make: Any) -> None:
 
 # -- the scripted backend -------------------------------------------------------------------
 
-@pytest.mark.parametrize("scenario, cc, arch, fp16, bf16", [
-    ("pascal_6.1", (6, 1), "Pascal", False, False),
-    ("volta_7.0", (7, 0), "Volta", True, False),
-    ("ampere_8.0", (8, 0), "Ampere", True, True),
-    ("hopper_9.0", (9, 0), "Hopper", True, True),
-])
-def test_scripted_gpus_are_read_with_their_units(scenario: str, cc: tuple[int, int], arch: str,
-                                                 fp16: bool, bf16: bool) -> None:
+
+@pytest.mark.parametrize(
+    "scenario, cc, arch, fp16, bf16",
+    [
+        ("pascal_6.1", (6, 1), "Pascal", False, False),
+        ("volta_7.0", (7, 0), "Volta", True, False),
+        ("ampere_8.0", (8, 0), "Ampere", True, True),
+        ("hopper_9.0", (9, 0), "Hopper", True, True),
+    ],
+)
+def test_scripted_gpus_are_read_with_their_units(
+    scenario: str, cc: tuple[int, int], arch: str, fp16: bool, bf16: bool
+) -> None:
     profile = profile_of(scenario)
     (gpu,) = profile.gpus
     assert gpu.compute_capability == cc and gpu.name
@@ -133,9 +140,19 @@ def test_missing_driver_and_no_gpus_are_states_with_reasons() -> None:
 
 
 def test_a_field_that_errors_is_none() -> None:
-    backend = FakeNvmlBackend({"gpus": [{"name": "X", "compute_capability": "7.5",
-                                         "memory_total_mb": "error", "memory_used_mb": 10,
-                                         "sm_clock_mhz": "not_supported"}]})
+    backend = FakeNvmlBackend(
+        {
+            "gpus": [
+                {
+                    "name": "X",
+                    "compute_capability": "7.5",
+                    "memory_total_mb": "error",
+                    "memory_used_mb": 10,
+                    "sm_clock_mhz": "not_supported",
+                }
+            ]
+        }
+    )
     (gpu,) = read_gpus(backend).gpus
     assert gpu.memory_total_mb is None and gpu.memory_free_mb is None
     assert gpu.memory_used_mb == 10 and gpu.sm_clock_mhz is None
@@ -143,8 +160,9 @@ def test_a_field_that_errors_is_none() -> None:
 
 
 def test_an_unknown_capability_is_none_with_no_units() -> None:
-    (gpu,) = read_gpus(FakeNvmlBackend({"gpus": [{"name": "Mystery",
-                                                  "compute_capability": NOT_SUPPORTED}]})).gpus
+    (gpu,) = read_gpus(
+        FakeNvmlBackend({"gpus": [{"name": "Mystery", "compute_capability": NOT_SUPPORTED}]})
+    ).gpus
     assert gpu.compute_capability is None and gpu.units is None
     assert gpu.to_dict()["compute_capability"] is None
 
@@ -153,8 +171,9 @@ def test_count_and_init_errors_become_reasons() -> None:
     reading = read_gpus(FakeNvmlBackend({"count_error": "GPU is lost"}))
     assert reading.gpus == () and reading.unavailable_reason is not None
     assert "GPU is lost" in reading.unavailable_reason
-    backend = FakeNvmlBackend({"init_error": "NVML failed to initialise: Driver/library "
-                                             "version mismatch"})
+    backend = FakeNvmlBackend(
+        {"init_error": "NVML failed to initialise: Driver/library version mismatch"}
+    )
     reading = read_gpus(backend)
     assert reading.unavailable_reason is not None and "mismatch" in reading.unavailable_reason
 
@@ -223,13 +242,22 @@ def test_scenarios_are_private_copies() -> None:
 
 # -- the environment hook -------------------------------------------------------------------
 
-def test_fake_backend_from_env_by_name_and_file(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_fake_backend_from_env_by_name_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MPTUNE_FAKE_NVML", "volta_7.0")
     assert detect().gpus[0].name == "Tesla V100-SXM2-16GB"
     scenario = tmp_path / "two.json"
-    scenario.write_text(json.dumps({"driver": "1", "cuda": "12.0", "gpus": [
-        SCENARIOS["pascal_6.1"]["gpus"][0], SCENARIOS["hopper_9.0"]["gpus"][0]]}))
+    scenario.write_text(
+        json.dumps(
+            {
+                "driver": "1",
+                "cuda": "12.0",
+                "gpus": [SCENARIOS["pascal_6.1"]["gpus"][0], SCENARIOS["hopper_9.0"]["gpus"][0]],
+            }
+        )
+    )
     monkeypatch.setenv("MPTUNE_FAKE_NVML", str(scenario))
     backend = backend_from_env()
     assert isinstance(backend, FakeNvmlBackend)
@@ -242,8 +270,9 @@ def test_fake_backend_from_env_by_name_and_file(tmp_path: Path,
 
 
 @pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"])
-def test_a_bad_env_value_is_a_reason_not_a_crash(tmp_path: Path, content: str | None,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_env_value_is_a_reason_not_a_crash(
+    tmp_path: Path, content: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "scenario.json"
     if content is not None:
         path.write_text(content)
@@ -255,6 +284,7 @@ def test_a_bad_env_value_is_a_reason_not_a_crash(tmp_path: Path, content: str | 
 
 
 # -- the real backend, against a stand-in NVML library ---------------------------------------
+
 
 class FakeNvmlLibrary:
     """Replaces pynvml's functions; raises pynvml's own exception classes."""
@@ -304,7 +334,8 @@ class FakeNvmlLibrary:
             self.shutdowns += 1
 
         for attr, value in {
-            "nvmlInit": init, "nvmlShutdown": shutdown,
+            "nvmlInit": init,
+            "nvmlShutdown": shutdown,
             "nvmlSystemGetDriverVersion": lambda: b"550.54.15",
             "nvmlSystemGetCudaDriverVersion": lambda: 12040,
             "nvmlDeviceGetCount": lambda: 2,
@@ -348,8 +379,9 @@ def test_pynvml_backend_reads_every_field(fake_library: FakeNvmlLibrary) -> None
     assert fake_library.inits == fake_library.shutdowns == 1
 
 
-def test_pynvml_backend_lacking_a_function_gives_none(fake_library: FakeNvmlLibrary,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pynvml_backend_lacking_a_function_gives_none(
+    fake_library: FakeNvmlLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delattr(fake_library.pynvml, "nvmlDeviceGetMigMode")
     (a100, _) = read_gpus(PynvmlBackend()).gpus
     assert a100.mig_mode is None and a100.name == "NVIDIA A100-PCIE-40GB"
@@ -370,14 +402,18 @@ def test_pynvml_memory_sampling_and_nested_init(fake_library: FakeNvmlLibrary) -
     assert fake_library.inits == fake_library.shutdowns == 2
 
 
-@pytest.mark.parametrize("code_name, reason", [
-    ("NVML_ERROR_LIBRARY_NOT_FOUND", NO_DRIVER),
-    ("NVML_ERROR_DRIVER_NOT_LOADED", "NVIDIA driver not loaded"),
-    ("NVML_ERROR_NO_PERMISSION", "no permission to use NVML"),
-    ("NVML_ERROR_UNKNOWN", "NVML failed to initialise: Unknown Error"),
-])
-def test_pynvml_init_failures_are_reasons(monkeypatch: pytest.MonkeyPatch, code_name: str,
-                                          reason: str) -> None:
+@pytest.mark.parametrize(
+    "code_name, reason",
+    [
+        ("NVML_ERROR_LIBRARY_NOT_FOUND", NO_DRIVER),
+        ("NVML_ERROR_DRIVER_NOT_LOADED", "NVIDIA driver not loaded"),
+        ("NVML_ERROR_NO_PERMISSION", "no permission to use NVML"),
+        ("NVML_ERROR_UNKNOWN", "NVML failed to initialise: Unknown Error"),
+    ],
+)
+def test_pynvml_init_failures_are_reasons(
+    monkeypatch: pytest.MonkeyPatch, code_name: str, reason: str
+) -> None:
     pynvml = pytest.importorskip("pynvml")
     code = getattr(pynvml, code_name)
 
@@ -406,6 +442,7 @@ def test_cuda_version_text() -> None:
 
 # -- the real backend on this machine --------------------------------------------------------
 
+
 def test_real_nvml_gives_gpus_or_a_reason() -> None:
     """Passes here (no driver: a reason) and on a GPU machine (the GPUs, fully described)."""
     reading = read_gpus(PynvmlBackend())
@@ -429,19 +466,36 @@ def test_detect_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_detection_imports_no_tensorflow_keras_or_qt() -> None:
-    script = ("import sys, tuner.hardware as h; p = h.detect(); h.report.render_text(p); "
-              "bad = [m for m in sys.modules if m.split('.')[0] in "
-              "('tensorflow', 'keras', 'tf_keras', 'PySide6', 'pyqtgraph')]; "
-              "print(bad); sys.exit(1 if bad else 0)")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False)
+    script = (
+        "import sys, tuner.hardware as h; p = h.detect(); h.report.render_text(p); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('tensorflow', 'keras', 'tf_keras', 'PySide6', 'pyqtgraph')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # -- the profile as data ---------------------------------------------------------------------
 
-TOP_LEVEL = {"gpus", "gpu_unavailable_reason", "driver_version", "cuda_driver_version", "cpu",
-             "software", "advice", "verdict", "schema"}
+TOP_LEVEL = {
+    "gpus",
+    "gpu_unavailable_reason",
+    "driver_version",
+    "cuda_driver_version",
+    "cpu",
+    "software",
+    "advice",
+    "verdict",
+    "schema",
+}
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -460,9 +514,20 @@ def test_gpu_json_layout() -> None:
     data = profile_of("ampere_8.0").to_dict()["gpus"][0]
     assert data["compute_capability"] == "8.0"
     assert data["units"]["architecture"] == "Ampere" and data["units"]["tf32"] is True
-    assert set(data) == {"index", "name", "uuid", "compute_capability", "memory_total_mb",
-                         "memory_used_mb", "memory_free_mb", "power_limit_w", "sm_clock_mhz",
-                         "memory_clock_mhz", "mig_mode", "units"}
+    assert set(data) == {
+        "index",
+        "name",
+        "uuid",
+        "compute_capability",
+        "memory_total_mb",
+        "memory_used_mb",
+        "memory_free_mb",
+        "power_limit_w",
+        "sm_clock_mhz",
+        "memory_clock_mhz",
+        "mig_mode",
+        "units",
+    }
 
 
 def test_from_dict_tolerates_newer_and_older_layouts() -> None:
@@ -474,7 +539,9 @@ def test_from_dict_tolerates_newer_and_older_layouts() -> None:
     profile = HardwareProfile.from_dict(data)
     assert profile == profile_of("volta_7.0")
     assert GpuInfo.from_dict({"index": 0, "compute_capability": [8, 6]}).compute_capability == (
-        8, 6)
+        8,
+        6,
+    )
 
 
 def test_records_are_frozen() -> None:
@@ -486,16 +553,22 @@ def test_records_are_frozen() -> None:
 
 
 def test_verdicts() -> None:
-    assert profile_of("ampere_8.0").verdict == ("float16 and bfloat16 Tensor Cores, TF32: "
-                                                "mixed precision should pay here")
+    assert profile_of("ampere_8.0").verdict == (
+        "float16 and bfloat16 Tensor Cores, TF32: mixed precision should pay here"
+    )
     assert "mixed_float16 should pay" in profile_of("volta_7.0").verdict
     assert "float32 is expected to be fastest" in profile_of("pascal_6.1").verdict
-    cpu_only_tf = HardwareProfile.from_dict({**profile_of("hopper_9.0").to_dict(), "software": {
-        "python": "3.11", "tf_is_cuda_build": False}})
+    cpu_only_tf = HardwareProfile.from_dict(
+        {
+            **profile_of("hopper_9.0").to_dict(),
+            "software": {"python": "3.11", "tf_is_cuda_build": False},
+        }
+    )
     assert "CPU-only build" in cpu_only_tf.verdict
 
 
 # -- the report ------------------------------------------------------------------------------
+
 
 def test_report_with_a_gpu() -> None:
     text = render_text(profile_of("ampere_8.0"))
@@ -516,10 +589,14 @@ def test_report_without_a_gpu() -> None:
 
 def test_report_shows_missing_fields_as_na() -> None:
     profile = HardwareProfile(
-        gpus=(GpuInfo(index=0),), gpu_unavailable_reason=None, driver_version=None,
+        gpus=(GpuInfo(index=0),),
+        gpu_unavailable_reason=None,
+        driver_version=None,
         cuda_driver_version=None,
         cpu=CpuInfo(None, "", None, None, None, ()),
-        software=SoftwareInfo(python="3.11"), advice=())
+        software=SoftwareInfo(python="3.11"),
+        advice=(),
+    )
     text = render_text(profile)
     assert "GPU 0: n/a (compute capability n/a): units unknown" in text
     assert "NVIDIA driver n/a, CUDA n/a" in text

@@ -10,25 +10,28 @@ from tuner.policies import POLICIES
 # -- the capability table -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cc, arch, summary_has", [
-    ((3, 7), "Kepler", "no Tensor Cores"),
-    ((5, 2), "Maxwell", "no Tensor Cores"),
-    ((5, 3), "Maxwell", "twice"),
-    ((6, 0), "Pascal", "twice"),
-    ((6, 1), "Pascal", "1/64"),
-    ((6, 2), "Pascal", "twice"),
-    ((7, 0), "Volta", "float16 Tensor Cores"),
-    ((7, 2), "Volta", "float16 Tensor Cores"),
-    ((7, 5), "Turing", "float16 Tensor Cores"),
-    ((8, 0), "Ampere", "bfloat16"),
-    ((8, 6), "Ampere", "bfloat16"),
-    ((8, 7), "Ampere", "bfloat16"),
-    ((8, 9), "Ada Lovelace", "FP8"),
-    ((9, 0), "Hopper", "FP8"),
-    ((10, 0), "Blackwell", "FP4"),
-    ((11, 0), "Blackwell", "FP4"),
-    ((12, 0), "Blackwell", "FP4"),
-])
+@pytest.mark.parametrize(
+    "cc, arch, summary_has",
+    [
+        ((3, 7), "Kepler", "no Tensor Cores"),
+        ((5, 2), "Maxwell", "no Tensor Cores"),
+        ((5, 3), "Maxwell", "twice"),
+        ((6, 0), "Pascal", "twice"),
+        ((6, 1), "Pascal", "1/64"),
+        ((6, 2), "Pascal", "twice"),
+        ((7, 0), "Volta", "float16 Tensor Cores"),
+        ((7, 2), "Volta", "float16 Tensor Cores"),
+        ((7, 5), "Turing", "float16 Tensor Cores"),
+        ((8, 0), "Ampere", "bfloat16"),
+        ((8, 6), "Ampere", "bfloat16"),
+        ((8, 7), "Ampere", "bfloat16"),
+        ((8, 9), "Ada Lovelace", "FP8"),
+        ((9, 0), "Hopper", "FP8"),
+        ((10, 0), "Blackwell", "FP4"),
+        ((11, 0), "Blackwell", "FP4"),
+        ((12, 0), "Blackwell", "FP4"),
+    ],
+)
 def test_capability_table(cc: tuple[int, int], arch: str, summary_has: str) -> None:
     units = units_for(cc)
     assert units.architecture == arch
@@ -45,7 +48,11 @@ def test_an_unknown_future_gpu_gets_the_newest_row() -> None:
     newest = units_for((12, 0))
     assert units.architecture == "newer than Blackwell"
     assert (units.fp16_tensor_cores, units.bf16_tensor_cores, units.tf32, units.fp8) == (
-        newest.fp16_tensor_cores, newest.bf16_tensor_cores, newest.tf32, newest.fp8)
+        newest.fp16_tensor_cores,
+        newest.bf16_tensor_cores,
+        newest.tf32,
+        newest.fp8,
+    )
 
 
 def test_a_very_old_gpu_has_nothing() -> None:
@@ -53,16 +60,25 @@ def test_a_very_old_gpu_has_nothing() -> None:
     assert not units.tensor_cores and "no fast float16" in units.summary
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GeForce GTX 1660 Ti", "NVIDIA GeForce GTX 1650",
-                                  "NVIDIA GeForce MX450", "NVIDIA T1000", "Quadro T400"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA GeForce GTX 1660 Ti",
+        "NVIDIA GeForce GTX 1650",
+        "NVIDIA GeForce MX450",
+        "NVIDIA T1000",
+        "Quadro T400",
+    ],
+)
 def test_turing_chips_without_tensor_cores(name: str) -> None:
     units = units_for((7, 5), name)
     assert units.architecture == "Turing" and not units.tensor_cores
     assert not units.fp16_tensor_cores and "TU116/TU117" in units.summary
 
 
-@pytest.mark.parametrize("name", ["Tesla T4", "NVIDIA GeForce RTX 2080 Ti", "Quadro RTX 4000",
-                                  "NVIDIA TITAN RTX", None])
+@pytest.mark.parametrize(
+    "name", ["Tesla T4", "NVIDIA GeForce RTX 2080 Ti", "Quadro RTX 4000", "NVIDIA TITAN RTX", None]
+)
 def test_turing_chips_with_tensor_cores(name: str | None) -> None:
     assert units_for((7, 5), name).fp16_tensor_cores
 
@@ -78,8 +94,9 @@ PLAIN_CPU = CpuInfo("cpu", "x86_64", 8, 16, 32000.0, ("avx2", "fma", "f16c"))
 
 
 def gpu(cc: tuple[int, int] | None, name: str = "GPU") -> GpuInfo:
-    return GpuInfo(index=0, name=name, compute_capability=cc,
-                   units=units_for(cc, name) if cc else None)
+    return GpuInfo(
+        index=0, name=name, compute_capability=cc, units=units_for(cc, name) if cc else None
+    )
 
 
 def cpu(*flags: str, arch: str = "x86_64") -> CpuInfo:
@@ -95,18 +112,21 @@ def checked(advice: tuple[PolicyAdvice, ...]) -> list[str]:
     return policies
 
 
-@pytest.mark.parametrize("cc, expected", [
-    ((9, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
-    ((8, 9), ["mixed_float16", "mixed_bfloat16", "float32"]),
-    ((8, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
-    ((12, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
-    ((7, 5), ["mixed_float16", "float32", "mixed_bfloat16"]),
-    ((7, 0), ["mixed_float16", "float32", "mixed_bfloat16"]),
-    ((6, 1), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    ((6, 0), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    ((5, 2), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    (None, ["float32", "mixed_float16", "mixed_bfloat16"]),
-])
+@pytest.mark.parametrize(
+    "cc, expected",
+    [
+        ((9, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
+        ((8, 9), ["mixed_float16", "mixed_bfloat16", "float32"]),
+        ((8, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
+        ((12, 0), ["mixed_float16", "mixed_bfloat16", "float32"]),
+        ((7, 5), ["mixed_float16", "float32", "mixed_bfloat16"]),
+        ((7, 0), ["mixed_float16", "float32", "mixed_bfloat16"]),
+        ((6, 1), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        ((6, 0), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        ((5, 2), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        (None, ["float32", "mixed_float16", "mixed_bfloat16"]),
+    ],
+)
 def test_gpu_advice_order(cc: tuple[int, int] | None, expected: list[str]) -> None:
     assert checked(advise([gpu(cc)], PLAIN_CPU)) == expected
 
@@ -139,21 +159,26 @@ def test_the_cpu_does_not_matter_when_there_is_a_gpu() -> None:
     assert advise([gpu((7, 0))], cpu("amx_bf16")) == advise([gpu((7, 0))], PLAIN_CPU)
 
 
-@pytest.mark.parametrize("flags, expected", [
-    # Plain AVX2: float32, then float16 ahead of a bfloat16 converted in software.
-    (("avx2", "fma", "f16c"), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    ((), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    # avx512_bf16 without AMX (AMD Zen 4, Cooper Lake): float32 first, bfloat16 worth measuring.
-    (("avx2", "avx512f", "avx512_bf16"), ["float32", "mixed_bfloat16", "mixed_float16"]),
-    # AMX (Sapphire Rapids): bfloat16 first.
-    (("avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"),
-     ["mixed_bfloat16", "mixed_float16", "float32"]),
-    (("amx_tile", "amx_bf16"), ["mixed_bfloat16", "float32", "mixed_float16"]),
-    # Float16 units lift mixed_float16 one place above its usual one.
-    (("avx512_fp16",), ["mixed_float16", "float32", "mixed_bfloat16"]),
-    (("avx512_bf16", "avx512_fp16"), ["float32", "mixed_float16", "mixed_bfloat16"]),
-    (("amx_bf16", "amx_fp16"), ["mixed_bfloat16", "mixed_float16", "float32"]),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        # Plain AVX2: float32, then float16 ahead of a bfloat16 converted in software.
+        (("avx2", "fma", "f16c"), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        ((), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        # avx512_bf16 without AMX (AMD Zen 4, Cooper Lake): float32 first, bfloat16 worth measuring.
+        (("avx2", "avx512f", "avx512_bf16"), ["float32", "mixed_bfloat16", "mixed_float16"]),
+        # AMX (Sapphire Rapids): bfloat16 first.
+        (
+            ("avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"),
+            ["mixed_bfloat16", "mixed_float16", "float32"],
+        ),
+        (("amx_tile", "amx_bf16"), ["mixed_bfloat16", "float32", "mixed_float16"]),
+        # Float16 units lift mixed_float16 one place above its usual one.
+        (("avx512_fp16",), ["mixed_float16", "float32", "mixed_bfloat16"]),
+        (("avx512_bf16", "avx512_fp16"), ["float32", "mixed_float16", "mixed_bfloat16"]),
+        (("amx_bf16", "amx_fp16"), ["mixed_bfloat16", "mixed_float16", "float32"]),
+    ],
+)
 def test_cpu_advice_order(flags: tuple[str, ...], expected: list[str]) -> None:
     assert checked(advise((), cpu(*flags))) == expected
 
@@ -173,8 +198,9 @@ def test_cpu_reasons_say_why() -> None:
     assert "no bf16/AMX units" in plain["float32"] and "2-4x slower" in plain["float32"]
     assert "slower" in plain["mixed_float16"] and "software" in plain["mixed_bfloat16"]
     bf16 = {a.policy: a.reason for a in advise((), cpu("avx512_bf16"))}
-    assert bf16["mixed_bfloat16"] == ("avx512_bf16 may make bfloat16 matmuls and convolutions "
-                                      "faster through oneDNN; measure")
+    assert bf16["mixed_bfloat16"] == (
+        "avx512_bf16 may make bfloat16 matmuls and convolutions faster through oneDNN; measure"
+    )
     amx = {a.policy: a.reason for a in advise((), cpu("amx_bf16"))}
     assert "AMX" in amx["mixed_bfloat16"]
     fp16 = {a.policy: a.reason for a in advise((), cpu("avx512_fp16"))}

@@ -77,10 +77,20 @@ def test_x86_cpuinfo() -> None:
     model, flags = parse_cpuinfo(X86_CPUINFO)
     assert model == "Intel(R) Xeon(R) Platinum 8480+"
     # Only the relevant ones (not amx_int8, avx_vnni, ...), in a fixed order.
-    assert flags == ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile",
-                     "amx_bf16")
-    assert parse_cpuinfo(AVX2_CPUINFO) == ("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz",
-                                           ("avx2", "fma", "f16c"))
+    assert flags == (
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_tile",
+        "amx_bf16",
+    )
+    assert parse_cpuinfo(AVX2_CPUINFO) == (
+        "Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz",
+        ("avx2", "fma", "f16c"),
+    )
 
 
 def test_aarch64_cpuinfo() -> None:
@@ -183,8 +193,16 @@ def test_real_software_here() -> None:
 
 
 def test_reading_build_info_does_not_import_tensorflow() -> None:
-    script = ("import sys; from tuner.hardware.software import read_software; read_software(); "
-              "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False)
+    script = (
+        "import sys; from tuner.hardware.software import read_software; read_software(); "
+        "sys.exit(1 if 'tensorflow' in sys.modules else 0)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr

@@ -18,13 +18,16 @@ def test_builtins_parse_with_defaults_and_overrides() -> None:
     assert not source.is_user_code
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("builtin:resnet", "unknown built-in model 'resnet'"),
-    ("builtin:cnn:depth=3", "has no parameter 'depth'"),
-    ("builtin:cnn:filters=x", "must be a whole number"),
-    ("builtin:cnn:filters=0", "at least 1"),
-    ("builtin:cnn:filters", "write key=value"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("builtin:resnet", "unknown built-in model 'resnet'"),
+        ("builtin:cnn:depth=3", "has no parameter 'depth'"),
+        ("builtin:cnn:filters=x", "must be a whole number"),
+        ("builtin:cnn:filters=0", "at least 1"),
+        ("builtin:cnn:filters", "write key=value"),
+    ],
+)
 def test_bad_builtin_specs(spec: str, fragment: str) -> None:
     with pytest.raises(MptuneError, match=fragment):
         parse_model_spec(spec)
@@ -50,13 +53,16 @@ def test_file_without_build_model(tmp_path: Path) -> None:
         parse_model_spec(str(path))
 
 
-@pytest.mark.parametrize("body", [
-    "def build_model():\n    pass\n",
-    "from mylib import build_model\n",
-    "build_model = lambda: None\n",
-    "try:\n    from fast import build_model\nexcept ImportError:\n    build_model = None\n",
-    "from mylib import *\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "def build_model():\n    pass\n",
+        "from mylib import build_model\n",
+        "build_model = lambda: None\n",
+        "try:\n    from fast import build_model\nexcept ImportError:\n    build_model = None\n",
+        "from mylib import *\n",
+    ],
+)
 def test_ways_to_define_build_model(tmp_path: Path, body: str) -> None:
     path = tmp_path / "m.py"
     path.write_text(body)
@@ -69,12 +75,15 @@ def test_make_dataset_is_noticed(tmp_path: Path) -> None:
     assert parse_model_spec(str(path)).has_make_dataset
 
 
-@pytest.mark.parametrize("name, content, fragment", [
-    ("m.keras", b"not a zip", "not a saved Keras model"),
-    ("m.h5", b"", "legacy HDF5"),
-    ("m.txt", b"", "unsupported model file"),
-    ("m.py", b"\xff\xfe\x00bad", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, content, fragment",
+    [
+        ("m.keras", b"not a zip", "not a saved Keras model"),
+        ("m.h5", b"", "legacy HDF5"),
+        ("m.txt", b"", "unsupported model file"),
+        ("m.py", b"\xff\xfe\x00bad", "not UTF-8"),
+    ],
+)
 def test_wrong_kinds_of_file(tmp_path: Path, name: str, content: bytes, fragment: str) -> None:
     path = tmp_path / name
     path.write_bytes(content)

@@ -16,8 +16,12 @@ def facts(**kwargs) -> WorkerFacts:
 
 
 def ok_result(**kwargs) -> dict:
-    result = {"losses": [2.0, 1.5], "loss_scales": [None, None], "skipped_flags": [False, False],
-              "weights_finite": True}
+    result = {
+        "losses": [2.0, 1.5],
+        "loss_scales": [None, None],
+        "skipped_flags": [False, False],
+        "weights_finite": True,
+    }
     result.update(kwargs)
     return result
 
@@ -27,15 +31,21 @@ def test_ok() -> None:
 
 
 def test_oom_error_event() -> None:
-    status, error = classify(facts(error={"oom": True, "message": "OOM when allocating",
-                                          "exception": "ResourceExhaustedError"}))
+    status, error = classify(
+        facts(
+            error={
+                "oom": True,
+                "message": "OOM when allocating",
+                "exception": "ResourceExhaustedError",
+            }
+        )
+    )
     assert status is TrialStatus.OOM
     assert error is not None and error.exception == "ResourceExhaustedError"
 
 
 def test_over_memory_limit_wins_over_anything_else() -> None:
-    status, error = classify(facts(result=ok_result(), over_memory_limit=True,
-                                   memory_limit_mb=100))
+    status, error = classify(facts(result=ok_result(), over_memory_limit=True, memory_limit_mb=100))
     assert status is TrialStatus.OOM and "100 MB" in error.message
 
 
@@ -45,8 +55,9 @@ def test_timeout() -> None:
 
 
 def test_user_error_keeps_location() -> None:
-    status, error = classify(facts(error={"user_code": True, "message": "build_model() failed",
-                                          "location": "m.py:3"}))
+    status, error = classify(
+        facts(error={"user_code": True, "message": "build_model() failed", "location": "m.py:3"})
+    )
     assert status is TrialStatus.USER_ERROR and error.location == "m.py:3"
 
 

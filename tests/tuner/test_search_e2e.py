@@ -23,8 +23,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "builtin:mlp:features=16,width=32,depth=1"
-QUICK = SearchSettings(measure_seconds=0.3, warmup_steps=1, min_steps=8, guard_steps=8,
-                       device="cpu", timeout_s=120)
+QUICK = SearchSettings(
+    measure_seconds=0.3, warmup_steps=1, min_steps=8, guard_steps=8, device="cpu", timeout_s=120
+)
 
 
 class CpuProfile:
@@ -40,10 +41,18 @@ class CpuProfile:
 
 def test_tune_finds_a_setup_with_evidence_on_real_trials(tmp_path: Path) -> None:
     events: list = []
-    space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(8, 16, 32),
-                        start_batch=8)
-    result = tune(TINY, space=space, settings=QUICK, storage=f"sqlite:///{tmp_path / 's.db'}",
-                  study="e2e", on_event=events.append, profile=CpuProfile())
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16"), batch_sizes=(8, 16, 32), start_batch=8
+    )
+    result = tune(
+        TINY,
+        space=space,
+        settings=QUICK,
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        study="e2e",
+        on_event=events.append,
+        profile=CpuProfile(),
+    )
     rec = result.recommendation
     assert rec.setup.policy in ("float32", "mixed_bfloat16")
     assert rec.setup.batch_size in (8, 16, 32)
@@ -52,8 +61,15 @@ def test_tune_finds_a_setup_with_evidence_on_real_trials(tmp_path: Path) -> None
     assert {t.number for t in stored} >= set(rec.trials)
     assert all(t.result is not None and t.result.ok for t in stored)
     kinds = {e.type for e in events}
-    assert {"session", "plan", "stage", "trial_started", "worker", "trial_finished",
-            "recommendation"} <= kinds
+    assert {
+        "session",
+        "plan",
+        "stage",
+        "trial_started",
+        "worker",
+        "trial_finished",
+        "recommendation",
+    } <= kinds
     # Every event survives its JSON form (a recorded search is replayed in the GUI tests).
     for event in events:
         assert event_from_dict(json.loads(json.dumps(event.to_dict()))) == event
@@ -99,23 +115,40 @@ def make_dataset(batch_size):
 """
 
 # float16 alone: on this CPU it would otherwise be dropped for speed before any guard ran.
-F16_ONLY = SearchSpace(policies=("mixed_float16",), batch_sizes=(16,), start_batch=16,
-                       loss_scales=(LossScale.parse("dynamic"),))
+F16_ONLY = SearchSpace(
+    policies=("mixed_float16",),
+    batch_sizes=(16,),
+    start_batch=16,
+    loss_scales=(LossScale.parse("dynamic"),),
+)
 
 
-@pytest.mark.parametrize("body, message", [
-    (OVERFLOW_MODEL, r"mixed_float16 b16 dynamic: diverged"),
-    (PRECISION_MODEL, r"mixed_float16 at batch size 16 .*loss gap to float32 .* over the "
-                      r"tolerance 5%"),
-])
-def test_guard_rejects_float16_that_breaks_the_numbers(tmp_path: Path, body: str,
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (OVERFLOW_MODEL, r"mixed_float16 b16 dynamic: diverged"),
+        (
+            PRECISION_MODEL,
+            r"mixed_float16 at batch size 16 .*loss gap to float32 .* over the "
+            r"tolerance 5%",
+        ),
+    ],
+)
+def test_guard_rejects_float16_that_breaks_the_numbers(
+    tmp_path: Path, body: str, message: str
+) -> None:
     model = tmp_path / "numbers.py"
     model.write_text(body)
     storage = f"sqlite:///{tmp_path / 's.db'}"
     with pytest.raises(NoViableSetup, match=message):
-        tune(str(model), space=F16_ONLY, storage=storage, study="guard", profile=CpuProfile(),
-             settings=dataclasses.replace(QUICK, guard_steps=40))
+        tune(
+            str(model),
+            space=F16_ONLY,
+            storage=storage,
+            study="guard",
+            profile=CpuProfile(),
+            settings=dataclasses.replace(QUICK, guard_steps=40),
+        )
     trials = TuningSession.load("guard", storage).trials()
     if "loss gap" in message:  # float32 ran beside it at the same batch size, seed and data
         assert [t.stage for t in trials] == ["baseline", "guard"]
@@ -124,12 +157,31 @@ def test_guard_rejects_float16_that_breaks_the_numbers(tmp_path: Path, body: str
 
 def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    args = [sys.executable, "-m", "tuner", "tune", "--model", TINY, "--policies",
-            "float32,mixed_bfloat16", "--batch-sizes", "8,16", "--start-batch", "8",
-            "--measure-seconds", "0.3", "--device", "cpu", "--storage", storage,
-            "--study", "killed"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "tune",
+        "--model",
+        TINY,
+        "--policies",
+        "float32,mixed_bfloat16",
+        "--batch-sizes",
+        "8,16",
+        "--start-batch",
+        "8",
+        "--measure-seconds",
+        "0.3",
+        "--device",
+        "cpu",
+        "--storage",
+        storage,
+        "--study",
+        "killed",
+    ]
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     # Wait until one trial has finished and the next is running, then kill the whole run.
     assert proc.stderr is not None
     for line in proc.stderr:
@@ -142,8 +194,13 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
     proc.stderr.close()
     done_before = [t for t in session.trials() if t.result is not None]
     assert len(done_before) >= 1
-    resumed = subprocess.run([*args[:-2], "--resume", "killed", "--json"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [*args[:-2], "--resume", "killed", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     rec = json.loads(resumed.stdout)
     assert rec["session"] == "killed" and rec["policy"] in ("float32", "mixed_bfloat16")
@@ -159,18 +216,49 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
 
 def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tuner", "tune", "--model", TINY, "--policies", "float32",
-         "--batch-sizes", "8,16", "--start-batch", "8", "--measure-seconds", "0.3",
-         "--device", "cpu", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--json",
-         "--out", str(tmp_path / "tuned.json")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "tune",
+            "--model",
+            TINY,
+            "--policies",
+            "float32",
+            "--batch-sizes",
+            "8,16",
+            "--start-batch",
+            "8",
+            "--measure-seconds",
+            "0.3",
+            "--device",
+            "cpu",
+            "--storage",
+            f"sqlite:///{tmp_path / 's.db'}",
+            "--json",
+            "--out",
+            str(tmp_path / "tuned.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(proc.stdout)
     config = TunedConfig.load(tmp_path / "tuned.json")
     assert (config.setup.policy, config.setup.batch_size) == (rec["policy"], rec["batch_size"])
     assert config.session == rec["session"] and config.hardware.device == "cpu"
-    for key in ("policy", "batch_size", "loss_scale", "samples_per_second",
-                "speedup_vs_float32", "memory_saving", "reason", "trials"):
+    for key in (
+        "policy",
+        "batch_size",
+        "loss_scale",
+        "samples_per_second",
+        "speedup_vs_float32",
+        "memory_saving",
+        "reason",
+        "trials",
+    ):
         assert key in rec
     assert rec["policy"] == "float32" and rec["speedup_vs_float32"] == pytest.approx(1.0)
 
@@ -178,10 +266,33 @@ def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
 def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tuner", "tune", "--model", TINY, "--policies", "float32",
-         "--batch-sizes", "8,16,32", "--start-batch", "8", "--measure-seconds", "0.3",
-         "--device", "cpu", "--storage", storage, "--study", "interrupted"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "tune",
+            "--model",
+            TINY,
+            "--policies",
+            "float32",
+            "--batch-sizes",
+            "8,16,32",
+            "--start-batch",
+            "8",
+            "--measure-seconds",
+            "0.3",
+            "--device",
+            "cpu",
+            "--storage",
+            storage,
+            "--study",
+            "interrupted",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None and proc.stdout is not None
     for line in proc.stderr:  # the first trial is done, the second is running
         if line.startswith("trial #0"):
@@ -204,9 +315,19 @@ def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
 
 
 def test_unreachable_storage_from_the_cli(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tuner", "sessions", "--storage",
-                           f"sqlite:///{tmp_path}/no/such/dir/s.db"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner",
+            "sessions",
+            "--storage",
+            f"sqlite:///{tmp_path}/no/such/dir/s.db",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mptune: error: cannot open session storage")

@@ -66,18 +66,31 @@ class Machine:
         sps = self.speed[spec.policy] * (1 + self.growth) ** doublings
         offset = self.loss_offset.get(spec.policy, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
-        return TrialResult(spec, TrialStatus.OK, samples_per_second=sps,
-                           peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
-                           losses=losses, steps_completed=STEPS, device="cpu")
+        return TrialResult(
+            spec,
+            TrialStatus.OK,
+            samples_per_second=sps,
+            peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
+            losses=losses,
+            steps_completed=STEPS,
+            device="cpu",
+        )
 
 
 def run(machine: Machine, tmp_path: Path, **kwargs: Any):
     settings = kwargs.pop("settings", SearchSettings())
     space = kwargs.pop("space", None)
     profile = kwargs.pop("profile", FakeProfile())
-    return tune("builtin:cnn", space=space, settings=settings,
-                storage=f"sqlite:///{tmp_path / 's.db'}", study=kwargs.pop("study", "t"),
-                runner=machine, profile=profile, **kwargs)
+    return tune(
+        "builtin:cnn",
+        space=space,
+        settings=settings,
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        study=kwargs.pop("study", "t"),
+        runner=machine,
+        profile=profile,
+        **kwargs,
+    )
 
 
 def grid_size(space: SearchSpace) -> int:
@@ -97,9 +110,11 @@ def test_cpu_like_machine_keeps_float32_and_drops_slow_mixed(tmp_path: Path) -> 
 
 
 def test_gpu_like_machine_picks_float16_at_the_largest_fitting_batch(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 2000},
-                      knee=4096, oom_at={"float32": 512, "mixed_float16": 1024,
-                                         "mixed_bfloat16": 1024})
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 2000},
+        knee=4096,
+        oom_at={"float32": 512, "mixed_float16": 1024, "mixed_bfloat16": 1024},
+    )
     result = run(machine, tmp_path)
     rec = result.recommendation
     assert rec.setup.policy == "mixed_float16" and rec.setup.batch_size >= 512
@@ -114,8 +129,10 @@ def test_gpu_like_machine_picks_float16_at_the_largest_fitting_batch(tmp_path: P
 
 
 def test_numerical_guard_rejects_a_loss_gap(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 2000},
-                      loss_offset={"mixed_float16": 0.5})
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 2000},
+        loss_offset={"mixed_float16": 0.5},
+    )
     rec = run(machine, tmp_path, settings=SearchSettings(loss_tolerance=0.05)).recommendation
     assert rec.setup.policy != "mixed_float16"
     rejected = [a for a in rec.alternatives if a.setup.policy == "mixed_float16"]
@@ -138,33 +155,44 @@ def test_trial_budget_is_never_overrun(tmp_path: Path) -> None:
 
 
 def test_user_error_in_the_first_trial_stops_at_once(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1, "mixed_float16": 1},
-                      status={("float32", "none"): TrialStatus.USER_ERROR})
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1, "mixed_float16": 1},
+        status={("float32", "none"): TrialStatus.USER_ERROR},
+    )
     with pytest.raises(MptuneError, match="fails in its own code"):
         run(machine, tmp_path)
     assert len(machine.calls) == 1
 
 
 def test_every_trial_failing_is_no_viable_setup(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1, "mixed_bfloat16": 1, "mixed_float16": 1},
-                      oom_at={"float32": 1, "mixed_bfloat16": 1, "mixed_float16": 1})
-    with pytest.raises(NoViableSetup, match="no viable setup: .*oom"):
+    machine = Machine(
+        speed={"float32": 1, "mixed_bfloat16": 1, "mixed_float16": 1},
+        oom_at={"float32": 1, "mixed_bfloat16": 1, "mixed_float16": 1},
+    )
+    with pytest.raises(NoViableSetup, match=r"no viable setup: .*oom"):
         run(machine, tmp_path)
 
 
 def test_loss_scale_stage_notes_a_diverging_fixed_scale(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 2000},
-                      status={("mixed_float16", "fixed:1024"): TrialStatus.DIVERGED})
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 2000},
+        status={("mixed_float16", "fixed:1024"): TrialStatus.DIVERGED},
+    )
     result = run(machine, tmp_path)
     scales = {str(s.loss_scale) for s in machine.calls if s.policy == "mixed_float16"}
     assert {"dynamic", "dynamic:1024:500", "fixed:1024", "fixed:128"} <= scales
     assert any("fixed:1024: diverged" in n for n in result.recommendation.notes)
-    assert str(result.recommendation.setup.loss_scale) in ("dynamic", "dynamic:1024:500", "fixed:128")
+    assert str(result.recommendation.setup.loss_scale) in (
+        "dynamic",
+        "dynamic:1024:500",
+        "fixed:128",
+    )
 
 
 def test_resume_after_interrupt_reruns_nothing_finished(tmp_path: Path) -> None:
-    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300},
-                      interrupt_at=4)
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}, interrupt_at=4
+    )
     with pytest.raises(KeyboardInterrupt):
         run(machine, tmp_path, study="resumable")
     finished = [s.setup for s in machine.calls[:3]]
@@ -214,14 +242,20 @@ def test_batch_size_parsing() -> None:
         parse_batch_sizes("64-8")
 
 
-def test_a_relative_model_path_is_stored_absolute(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_model_path_is_stored_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "net.py").write_text("def build_model():\n    pass\n")
     monkeypatch.chdir(tmp_path)
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
-    result = tune("net.py", settings=SearchSettings(max_trials=2),
-                  storage=f"sqlite:///{tmp_path / 's.db'}", study="rel", runner=machine,
-                  profile=FakeProfile())
+    result = tune(
+        "net.py",
+        settings=SearchSettings(max_trials=2),
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        study="rel",
+        runner=machine,
+        profile=FakeProfile(),
+    )
     assert all(spec.model == str(tmp_path / "net.py") for spec in machine.calls)
     session = TuningSession.load(result.session, f"sqlite:///{tmp_path / 's.db'}")
     assert session.attrs["model"] == str(tmp_path / "net.py")

@@ -44,34 +44,47 @@ def test_equal_setups_key_one_ledger_entry() -> None:
 
 
 def test_setup_key_is_stable_across_processes() -> None:
-    code = ("from tuner.setup import Setup; "
-            "print(Setup('mixed_float16', 64, 'dynamic:1024:500').key)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    code = (
+        "from tuner.setup import Setup; print(Setup('mixed_float16', 64, 'dynamic:1024:500').key)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == Setup("mixed_float16", 64, "dynamic:1024:500").key
-    assert json.loads(out) == {"batch_size": 64, "loss_scale": "dynamic:1024:500",
-                               "policy": "mixed_float16"}
+    assert json.loads(out) == {
+        "batch_size": 64,
+        "loss_scale": "dynamic:1024:500",
+        "policy": "mixed_float16",
+    }
 
 
-@pytest.mark.parametrize("setup", [
-    Setup("float32", 1), Setup("mixed_float16", 4096, "fixed:0.5"),
-    Setup("mixed_float16", 96, "dynamic:1024:500"), Setup("mixed_bfloat16", 1 << 24),
-])
+@pytest.mark.parametrize(
+    "setup",
+    [
+        Setup("float32", 1),
+        Setup("mixed_float16", 4096, "fixed:0.5"),
+        Setup("mixed_float16", 96, "dynamic:1024:500"),
+        Setup("mixed_bfloat16", 1 << 24),
+    ],
+)
 def test_setup_round_trips_through_dict_and_json(setup: Setup) -> None:
     assert Setup.from_dict(json.loads(json.dumps(setup.to_dict()))) == setup
 
 
-@pytest.mark.parametrize("data, fragment", [
-    ({"policy": "float32"}, "batch_size is missing"),
-    ({"batch_size": 8}, "policy is missing"),
-    ({"policy": "float32", "batch_size": 8, "xla": True}, "unknown setup field"),
-    ({"policy": 3, "batch_size": 8}, "policy must be a string"),
-    ({"policy": "float32", "batch_size": True}, "whole number"),
-    ({"policy": "float32", "batch_size": 10**400}, "from 1 to"),
-    ({"policy": "float32", "batch_size": 8, "loss_scale": "fixed:nan"}, "positive finite"),
-    ({"policy": "float32", "batch_size": 8, "loss_scale": "dynamic:8:0"}, "at least 1"),
-    ([1, 2], "must be an object"),
-])
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        ({"policy": "float32"}, "batch_size is missing"),
+        ({"batch_size": 8}, "policy is missing"),
+        ({"policy": "float32", "batch_size": 8, "xla": True}, "unknown setup field"),
+        ({"policy": 3, "batch_size": 8}, "policy must be a string"),
+        ({"policy": "float32", "batch_size": True}, "whole number"),
+        ({"policy": "float32", "batch_size": 10**400}, "from 1 to"),
+        ({"policy": "float32", "batch_size": 8, "loss_scale": "fixed:nan"}, "positive finite"),
+        ({"policy": "float32", "batch_size": 8, "loss_scale": "dynamic:8:0"}, "at least 1"),
+        ([1, 2], "must be an object"),
+    ],
+)
 def test_bad_setups_are_named(data: object, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         Setup.from_dict(data)
@@ -79,27 +92,63 @@ def test_bad_setups_are_named(data: object, fragment: str) -> None:
 
 def test_trial_spec_keeps_the_stored_shape_of_earlier_sessions() -> None:
     # A spec as sessions stored it before Setup existed: the setup's fields at the top level.
-    old = {"model": "builtin:cnn", "policy": "mixed_float16", "batch_size": 64,
-           "loss_scale": "dynamic", "warmup_steps": 5, "steps": None, "measure_seconds": 2.0,
-           "min_steps": 40, "max_steps": 2000, "seed": 0, "timeout_s": 300.0,
-           "device": "auto", "memory_limit_mb": None}
+    old = {
+        "model": "builtin:cnn",
+        "policy": "mixed_float16",
+        "batch_size": 64,
+        "loss_scale": "dynamic",
+        "warmup_steps": 5,
+        "steps": None,
+        "measure_seconds": 2.0,
+        "min_steps": 40,
+        "max_steps": 2000,
+        "seed": 0,
+        "timeout_s": 300.0,
+        "device": "auto",
+        "memory_limit_mb": None,
+    }
     spec = TrialSpec.from_dict(old)
     assert spec.setup == Setup("mixed_float16", 64)
     assert spec.to_dict() == old
 
 
 def test_a_recommendation_stored_by_earlier_versions_loads() -> None:
-    old = {"policy": "mixed_bfloat16", "batch_size": 256, "loss_scale": "none",
-           "samples_per_second": 1000.0, "samples_per_second_spread": [990.0, 1010.0],
-           "baseline_samples_per_second": 800.0, "float32_samples_per_second": 900.0,
-           "speedup_vs_float32": 1.11, "speedup_vs_baseline": 1.25, "memory_saving": 0.2,
-           "peak_memory_mb": 500.0, "memory_kind": "cpu_rss", "loss_gap": 0.01,
-           "skipped_steps": 0, "reason": "faster", "trials": [1, 4], "objective": "speed",
-           "alternatives": [{"policy": "float32", "batch_size": 256, "loss_scale": "none",
-                             "samples_per_second": 900.0, "speedup_vs_float32": 1.0,
-                             "loss_gap": 0.0, "rejected": None, "trials": [2]}],
-           "not_tried": [], "notes": [], "device": "cpu", "versions": {},
-           "setup": {"policy": "mixed_bfloat16", "batch_size": 256, "loss_scale": "none"}}
+    old = {
+        "policy": "mixed_bfloat16",
+        "batch_size": 256,
+        "loss_scale": "none",
+        "samples_per_second": 1000.0,
+        "samples_per_second_spread": [990.0, 1010.0],
+        "baseline_samples_per_second": 800.0,
+        "float32_samples_per_second": 900.0,
+        "speedup_vs_float32": 1.11,
+        "speedup_vs_baseline": 1.25,
+        "memory_saving": 0.2,
+        "peak_memory_mb": 500.0,
+        "memory_kind": "cpu_rss",
+        "loss_gap": 0.01,
+        "skipped_steps": 0,
+        "reason": "faster",
+        "trials": [1, 4],
+        "objective": "speed",
+        "alternatives": [
+            {
+                "policy": "float32",
+                "batch_size": 256,
+                "loss_scale": "none",
+                "samples_per_second": 900.0,
+                "speedup_vs_float32": 1.0,
+                "loss_gap": 0.0,
+                "rejected": None,
+                "trials": [2],
+            }
+        ],
+        "not_tried": [],
+        "notes": [],
+        "device": "cpu",
+        "versions": {},
+        "setup": {"policy": "mixed_bfloat16", "batch_size": 256, "loss_scale": "none"},
+    }
     rec = Recommendation.from_dict(old)
     assert rec.setup == Setup("mixed_bfloat16", 256)
     assert rec.alternatives[0].setup == Setup("float32", 256)

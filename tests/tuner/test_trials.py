@@ -19,8 +19,13 @@ pytestmark = pytest.mark.slow
 TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
 
 
-def trial(model: str, policy: str = "float32", batch_size: int = 16, loss_scale: str | None = None,
-          **kwargs) -> TrialResult:
+def trial(
+    model: str,
+    policy: str = "float32",
+    batch_size: int = 16,
+    loss_scale: str | None = None,
+    **kwargs,
+) -> TrialResult:
     values = {"steps": 4, "warmup_steps": 1, "device": "cpu", "timeout_s": 120.0}
     values.update(kwargs)
     return run_trial(TrialSpec.create(model, policy, batch_size, loss_scale, **values))
@@ -34,8 +39,14 @@ def write_model(tmp_path: Path, body: str, name: str = "user_model.py") -> str:
 
 def test_ok_trial_reports_every_figure() -> None:
     events: list[dict] = []
-    spec = TrialSpec.create("builtin:cnn:image_size=16,filters=8,dense=16", "float32", 16,
-                            steps=5, warmup_steps=2, device="cpu")
+    spec = TrialSpec.create(
+        "builtin:cnn:image_size=16,filters=8,dense=16",
+        "float32",
+        16,
+        steps=5,
+        warmup_steps=2,
+        device="cpu",
+    )
     result = run_trial(spec, events.append)
     assert result.status is TrialStatus.OK, result.error
     assert result.samples_per_second and result.samples_per_second > 0
@@ -71,8 +82,9 @@ def test_same_seed_gives_the_same_losses_across_policies() -> None:
 
 def test_dynamic_loss_scale_trace_and_skipped_steps() -> None:
     # A huge initial scale overflows float16 gradients: steps are skipped and the scale halves.
-    result = trial(TINY_MLP, "mixed_float16", loss_scale="dynamic:1e30:1000", steps=6,
-                   warmup_steps=0)
+    result = trial(
+        TINY_MLP, "mixed_float16", loss_scale="dynamic:1e30:1000", steps=6, warmup_steps=0
+    )
     assert result.status is TrialStatus.OK, result.error
     assert result.skipped_steps >= 1
     scales = [s for s in result.loss_scales if s is not None]
@@ -88,7 +100,9 @@ def test_fixed_loss_scale_overflow_diverges() -> None:
 
 def test_dynamic_scale_collapsing_to_one_diverges(tmp_path: Path) -> None:
     # Activations past float16's range (65504): every step overflows, whatever the scale.
-    model = write_model(tmp_path, """
+    model = write_model(
+        tmp_path,
+        """
         import keras
 
         def build_model():
@@ -99,7 +113,8 @@ def test_dynamic_scale_collapsing_to_one_diverges(tmp_path: Path) -> None:
             model = keras.Model(inputs, outputs)
             model.compile(optimizer="sgd", loss="mse")
             return model
-    """)
+    """,
+    )
     result = trial(model, "mixed_float16", loss_scale="dynamic:4", steps=5, warmup_steps=0)
     assert result.status is TrialStatus.DIVERGED, result
     assert result.loss_scales[-1] <= 1.0  # Keras 3 keeps halving below 1
@@ -129,8 +144,9 @@ def test_worker_killed_mid_trial_is_crashed(monkeypatch: pytest.MonkeyPatch) -> 
 def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPTUNE_TEST_FAULT", "hang@4")  # warm-up 1 + 2 measured, then stuck
     events: list[dict] = []
-    spec = TrialSpec.create(TINY_MLP, "float32", 16, steps=10, warmup_steps=1, device="cpu",
-                            timeout_s=25)
+    spec = TrialSpec.create(
+        TINY_MLP, "float32", 16, steps=10, warmup_steps=1, device="cpu", timeout_s=25
+    )
     result = run_trial(spec, events.append)
     assert result.status is TrialStatus.TIMEOUT
     assert result.steps_completed == 2 and len(result.losses) == 2
@@ -139,7 +155,9 @@ def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_user_prints_do_not_break_the_channel(tmp_path: Path) -> None:
-    model = write_model(tmp_path, """
+    model = write_model(
+        tmp_path,
+        """
         import sys
         import keras
 
@@ -150,14 +168,17 @@ def test_user_prints_do_not_break_the_channel(tmp_path: Path) -> None:
             print("building...")
             inputs = keras.Input((4,))
             return keras.Model(inputs, keras.layers.Dense(2)(inputs))
-    """)
+    """,
+    )
     result = trial(model, steps=3)
     assert result.status is TrialStatus.OK, result.error
     assert result.samples_per_second < 1e9
 
 
 def test_make_dataset_and_user_compile_are_used(tmp_path: Path) -> None:
-    model = write_model(tmp_path, """
+    model = write_model(
+        tmp_path,
+        """
         import numpy as np
         import tensorflow as tf
         import keras
@@ -175,23 +196,35 @@ def test_make_dataset_and_user_compile_are_used(tmp_path: Path) -> None:
             x = np.ones((64, 6), np.float32)
             y = np.zeros((64,), np.int32)
             return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-    """)
+    """,
+    )
     result = trial(model, "mixed_float16", batch_size=16, steps=6)
     assert result.status is TrialStatus.OK, result.error
     assert result.losses[-1] < result.losses[0]  # SGD on constant data learns it
     assert not any("float16" in w and "output" in w for w in result.warnings)
 
 
-@pytest.mark.parametrize("body, fragment, line", [
-    ("""
+@pytest.mark.parametrize(
+    "body, fragment, line",
+    [
+        (
+            """
      def build_model():
          raise RuntimeError("no weights here")
-     """, "build_model() failed: RuntimeError: no weights here", 3),
-    ("""
+     """,
+            "build_model() failed: RuntimeError: no weights here",
+            3,
+        ),
+        (
+            """
      def build_model():
          return 42
-     """, "returned int, not a keras.Model", None),
-    ("""
+     """,
+            "returned int, not a keras.Model",
+            None,
+        ),
+        (
+            """
      import keras
      import numpy as np
 
@@ -201,18 +234,27 @@ def test_make_dataset_and_user_compile_are_used(tmp_path: Path) -> None:
 
      def make_dataset(batch_size):
          return np.zeros((64, 5), np.float32), np.zeros((64, 1), np.float32)
-     """, "ValueError", None),
-    ("""
+     """,
+            "ValueError",
+            None,
+        ),
+        (
+            """
      import keras
 
      raise ImportError("missing dependency foo")
 
      def build_model():
          pass
-     """, "importing", 4),
-])
-def test_user_errors_name_the_problem(tmp_path: Path, body: str, fragment: str,
-                                      line: int | None) -> None:
+     """,
+            "importing",
+            4,
+        ),
+    ],
+)
+def test_user_errors_name_the_problem(
+    tmp_path: Path, body: str, fragment: str, line: int | None
+) -> None:
     model = write_model(tmp_path, body)
     result = trial(model)
     assert result.status is TrialStatus.USER_ERROR
@@ -222,14 +264,17 @@ def test_user_errors_name_the_problem(tmp_path: Path, body: str, fragment: str,
 
 
 def test_float16_output_is_warned_and_cast(tmp_path: Path) -> None:
-    model = write_model(tmp_path, """
+    model = write_model(
+        tmp_path,
+        """
         import keras
 
         def build_model():
             inputs = keras.Input((16,))
             x = keras.layers.Dense(12)(inputs)
             return keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(x))
-    """)
+    """,
+    )
     result = trial(model, "mixed_float16")
     assert result.status is TrialStatus.OK, result.error
     assert any("output is float16" in w for w in result.warnings)

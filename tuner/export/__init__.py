@@ -25,9 +25,21 @@ if TYPE_CHECKING:
     from tuner.export.apply import AppliedConfig, HardwareMismatchWarning, apply_config
     from tuner.search.session import SessionView
 
-__all__ = ["FORMATS", "SCHEMA", "SCHEMA_VERSION", "AppliedConfig", "ConfigError", "Evidence",
-           "HardwareFingerprint", "HardwareMismatchWarning", "Setup", "TunedConfig",
-           "apply_config", "config_from_session", "render"]
+__all__ = [
+    "FORMATS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "AppliedConfig",
+    "ConfigError",
+    "Evidence",
+    "HardwareFingerprint",
+    "HardwareMismatchWarning",
+    "Setup",
+    "TunedConfig",
+    "apply_config",
+    "config_from_session",
+    "render",
+]
 
 #: Names served from :mod:`tuner.export.apply` on first use (PEP 562), so that importing this
 #: package never imports Keras.
@@ -52,8 +64,10 @@ def config_from_session(session: SessionView) -> TunedConfig:
 
     rec = session.recommendation
     if rec is None:
-        raise ConfigError(f"session {session.name} has no recommendation yet: finish it with "
-                          f"mptune tune --resume {session.name}")
+        raise ConfigError(
+            f"session {session.name} has no recommendation yet: finish it with "
+            f"mptune tune --resume {session.name}"
+        )
     profile = HardwareProfile.from_dict(session.hardware)
     return TunedConfig(
         setup=rec.setup,

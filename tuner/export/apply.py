@@ -68,8 +68,9 @@ class AppliedConfig:
         return keras_setup.compile_kwargs(self.setup.loss_scale)
 
 
-def apply_config(path_or_config: str | os.PathLike[str] | TunedConfig, *,
-                 warn_on_mismatch: bool = True) -> AppliedConfig:
+def apply_config(
+    path_or_config: str | os.PathLike[str] | TunedConfig, *, warn_on_mismatch: bool = True
+) -> AppliedConfig:
     """Apply a tuned config: set the precision policy and return the batch size and helpers.
 
     Args:
@@ -82,8 +83,11 @@ def apply_config(path_or_config: str | os.PathLike[str] | TunedConfig, *,
     """
     from tuner import keras_setup
 
-    config = path_or_config if isinstance(path_or_config, TunedConfig) \
+    config = (
+        path_or_config
+        if isinstance(path_or_config, TunedConfig)
         else TunedConfig.load(path_or_config)
+    )
     keras_setup.apply_policy(config.setup)
     if warn_on_mismatch:
         _check_hardware(config)
@@ -99,8 +103,9 @@ def _check_hardware(config: TunedConfig) -> None:
         if tuned.device == "gpu" and profile.gpus:
             # NVML lists every card, even those CUDA_VISIBLE_DEVICES hides from TensorFlow, so
             # any local GPU like the tuned one counts; otherwise compare with the first.
-            candidates = [HardwareFingerprint.from_profile(profile, f"gpu:{g.index}")
-                          for g in profile.gpus]
+            candidates = [
+                HardwareFingerprint.from_profile(profile, f"gpu:{g.index}") for g in profile.gpus
+            ]
         else:
             candidates = [HardwareFingerprint.from_profile(profile, tuned.device)]
     except Exception as exc:  # noqa: BLE001 - a failed check must not stop training
@@ -109,6 +114,9 @@ def _check_hardware(config: TunedConfig) -> None:
     differences = min((tuned.mismatches(here) for here in candidates), key=len)
     if differences:
         warnings.warn(
-            "this config was tuned on other hardware (" + "; ".join(differences)
+            "this config was tuned on other hardware ("
+            + "; ".join(differences)
             + "): its setup may not be the fastest here; run mptune tune on this machine",
-            HardwareMismatchWarning, stacklevel=3)
+            HardwareMismatchWarning,
+            stacklevel=3,
+        )

@@ -66,8 +66,9 @@ class HardwareFingerprint:
         if match and profile.gpus:
             # The worker reports "gpu:N (name)"; a bare "gpu" means the first one.
             index = int(match.group(1) or 0)
-            gpu = next((g for g in profile.gpus if getattr(g, "index", None) == index),
-                       profile.gpus[0])
+            gpu = next(
+                (g for g in profile.gpus if getattr(g, "index", None) == index), profile.gpus[0]
+            )
         cc = gpu.compute_capability if gpu else None
         values = {
             "device": "gpu" if gpu else "cpu",
@@ -88,8 +89,9 @@ class HardwareFingerprint:
             if self.gpu_name != other.gpu_name:
                 found.append(f"GPU {self.gpu_name} vs {other.gpu_name}")
             if self.compute_capability != other.compute_capability:
-                found.append(f"compute capability {self.compute_capability} vs "
-                             f"{other.compute_capability}")
+                found.append(
+                    f"compute capability {self.compute_capability} vs {other.compute_capability}"
+                )
         if self.device == "cpu" and other.device == "cpu":
             if self.cpu_model != other.cpu_model:
                 found.append(f"CPU {self.cpu_model} vs {other.cpu_model}")
@@ -100,8 +102,9 @@ class HardwareFingerprint:
 
 
 def _digest(values: dict[str, Any]) -> str:
-    ident = {k: values[k] for k in ("device", "gpu_name", "compute_capability", "cpu_model",
-                                    "cpu_flags")}
+    ident = {
+        k: values[k] for k in ("device", "gpu_name", "compute_capability", "cpu_model", "cpu_flags")
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
@@ -152,15 +155,17 @@ class TunedConfig:
         root = v.obj(data, "the top level")
         schema = root.get("schema")
         if schema != SCHEMA:
-            raise ConfigError(f"{source}: not an mptune config (field schema is {schema!r}, "
-                              f"expected {SCHEMA!r})")
+            raise ConfigError(
+                f"{source}: not an mptune config (field schema is {schema!r}, expected {SCHEMA!r})"
+            )
         version = root.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise ConfigError(f"{source}: field schema_version must be an integer, got "
-                              f"{version!r}")
+            raise ConfigError(f"{source}: field schema_version must be an integer, got {version!r}")
         if version > SCHEMA_VERSION:
-            raise ConfigError(f"{source}: schema version {version} is newer than this mptune "
-                              f"understands ({SCHEMA_VERSION}); upgrade mptune")
+            raise ConfigError(
+                f"{source}: schema version {version} is newer than this mptune "
+                f"understands ({SCHEMA_VERSION}); upgrade mptune"
+            )
         if version < 1:
             raise ConfigError(f"{source}: field schema_version must be at least 1, got {version}")
         setup = v.setup(root.get("setup"))
@@ -169,35 +174,44 @@ class TunedConfig:
         evidence = Evidence(
             samples_per_second=v.number(e.get("samples_per_second"), "evidence.samples_per_second"),
             samples_per_second_spread=(
-                tuple(v.number(x, "evidence.samples_per_second_spread", False)
-                      for x in v.pair(spread, "evidence.samples_per_second_spread"))
-                if spread is not None else None),
-            baseline_samples_per_second=v.number(e.get("baseline_samples_per_second"),
-                                                 "evidence.baseline_samples_per_second"),
+                v.spread(spread, "evidence.samples_per_second_spread")
+                if spread is not None
+                else None
+            ),
+            baseline_samples_per_second=v.number(
+                e.get("baseline_samples_per_second"), "evidence.baseline_samples_per_second"
+            ),
             speedup_vs_float32=v.number(e.get("speedup_vs_float32"), "evidence.speedup_vs_float32"),
             memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving"),
             peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb"),
             loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap"),
             skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
             reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True),
-            trials=tuple(v.count(t, "evidence.trials") for t in v.array(e.get("trials", []),
-                                                                        "evidence.trials")),
+            trials=tuple(
+                v.count(t, "evidence.trials")
+                for t in v.array(e.get("trials", []), "evidence.trials")
+            ),
         )
         h = v.obj(root.get("hardware"), "hardware")
         device = v.string(h.get("device"), "hardware.device")
         if device not in ("cpu", "gpu"):
-            raise ConfigError(f"{source}: field hardware.device must be 'cpu' or 'gpu', got "
-                              f"{device!r}")
+            raise ConfigError(
+                f"{source}: field hardware.device must be 'cpu' or 'gpu', got {device!r}"
+            )
         hardware = HardwareFingerprint(
             device=device,
             gpu_name=v.optional_string(h.get("gpu_name"), "hardware.gpu_name"),
-            compute_capability=v.optional_string(h.get("compute_capability"),
-                                                 "hardware.compute_capability"),
-            gpu_memory_total_mb=v.number(h.get("gpu_memory_total_mb"),
-                                         "hardware.gpu_memory_total_mb"),
+            compute_capability=v.optional_string(
+                h.get("compute_capability"), "hardware.compute_capability"
+            ),
+            gpu_memory_total_mb=v.number(
+                h.get("gpu_memory_total_mb"), "hardware.gpu_memory_total_mb"
+            ),
             cpu_model=v.optional_string(h.get("cpu_model"), "hardware.cpu_model"),
-            cpu_flags=tuple(v.string(f, "hardware.cpu_flags") for f in
-                            v.array(h.get("cpu_flags", []), "hardware.cpu_flags")),
+            cpu_flags=tuple(
+                v.string(f, "hardware.cpu_flags")
+                for f in v.array(h.get("cpu_flags", []), "hardware.cpu_flags")
+            ),
             digest=v.string(h.get("digest", ""), "hardware.digest", allow_empty=True),
         )
         versions = v.obj(root.get("versions", {}), "versions")
@@ -208,8 +222,9 @@ class TunedConfig:
             hardware=hardware,
             versions={str(k): v.string(x, f"versions.{k}") for k, x in versions.items()},
             created=v.string(root.get("created", ""), "created", allow_empty=True),
-            mptune_version=v.string(root.get("mptune_version", ""), "mptune_version",
-                                    allow_empty=True),
+            mptune_version=v.string(
+                root.get("mptune_version", ""), "mptune_version", allow_empty=True
+            ),
             session=v.optional_string(root.get("session"), "session"),
         )
 
@@ -230,8 +245,9 @@ class TunedConfig:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{name} is not valid JSON (line {exc.lineno}, column "
-                              f"{exc.colno}: {exc.msg})") from None
+            raise ConfigError(
+                f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            ) from None
         return cls.from_dict(data, source=name)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -278,6 +294,11 @@ class _Validator:
             raise self.fail(name, "a list of two numbers", value)
         return value
 
+    def spread(self, value: Any, name: str) -> tuple[float, float]:
+        low, high = (self.number(x, name, False) for x in self.pair(value, name))
+        assert low is not None and high is not None  # not optional: number() raised otherwise
+        return low, high
+
     def string(self, value: Any, name: str, allow_empty: bool = False) -> str:
         if not isinstance(value, str) or (not value and not allow_empty):
             raise self.fail(name, "a non-empty string" if not allow_empty else "a string", value)
@@ -289,8 +310,11 @@ class _Validator:
     def number(self, value: Any, name: str, optional: bool = True) -> float | None:
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             raise self.fail(name, "a finite number" + (" or null" if optional else ""), value)
         return float(value)
 

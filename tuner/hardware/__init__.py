@@ -31,10 +31,26 @@ from tuner.hardware.profile import (
 from tuner.hardware.software import read_software
 
 __all__ = [
-    "SCENARIOS", "CapabilityUnits", "CpuInfo", "FakeNvmlBackend", "GpuInfo", "GpuReading",
-    "HardwareProfile", "NvmlBackend", "NvmlUnavailable", "PolicyAdvice", "PynvmlBackend",
-    "SoftwareInfo", "advise", "backend_from_env", "detect", "read_cpu", "read_gpus",
-    "read_software", "report", "units_for",
+    "SCENARIOS",
+    "CapabilityUnits",
+    "CpuInfo",
+    "FakeNvmlBackend",
+    "GpuInfo",
+    "GpuReading",
+    "HardwareProfile",
+    "NvmlBackend",
+    "NvmlUnavailable",
+    "PolicyAdvice",
+    "PynvmlBackend",
+    "SoftwareInfo",
+    "advise",
+    "backend_from_env",
+    "detect",
+    "read_cpu",
+    "read_gpus",
+    "read_software",
+    "report",
+    "units_for",
 ]
 
 

@@ -44,41 +44,64 @@ def _gpu_advice(gpu: GpuInfo) -> tuple[PolicyAdvice, ...]:
     if units is None:
         name = gpu.name or f"GPU {gpu.index}"
         return (
-            PolicyAdvice(FLOAT32, f"{name}'s compute capability is unknown, so float32 is the "
-                                  "safe baseline"),
-            PolicyAdvice(MIXED_FLOAT16, "float16 pays on GPUs with Tensor Cores (compute "
-                                        "capability 7.0 and newer)"),
-            PolicyAdvice(MIXED_BFLOAT16, "bfloat16 pays on GPUs with bfloat16 Tensor Cores "
-                                         "(compute capability 8.0 and newer)"),
+            PolicyAdvice(
+                FLOAT32, f"{name}'s compute capability is unknown, so float32 is the safe baseline"
+            ),
+            PolicyAdvice(
+                MIXED_FLOAT16,
+                "float16 pays on GPUs with Tensor Cores (compute capability 7.0 and newer)",
+            ),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                "bfloat16 pays on GPUs with bfloat16 Tensor Cores "
+                "(compute capability 8.0 and newer)",
+            ),
         )
     where = f"compute capability {cc} ({units.architecture})"
     if units.bf16_tensor_cores:
         # float16 goes first: on the same Tensor Cores it is as fast or a little faster, and
         # its loss scaling is what the search exists to tune; bfloat16 is the simpler setup.
         return (
-            PolicyAdvice(MIXED_FLOAT16, f"{where} has float16 Tensor Cores: usually the fastest "
-                                        "policy there, but it needs loss scaling, which the "
-                                        "search tunes"),
-            PolicyAdvice(MIXED_BFLOAT16, f"{where} has bfloat16 Tensor Cores too: about as fast "
-                                         "as float16 and needs no loss scaling"),
-            PolicyAdvice(FLOAT32, f"the baseline; TF32 already speeds float32 matmuls on "
-                                  f"{cc} Tensor Cores"),
+            PolicyAdvice(
+                MIXED_FLOAT16,
+                f"{where} has float16 Tensor Cores: usually the fastest "
+                "policy there, but it needs loss scaling, which the "
+                "search tunes",
+            ),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                f"{where} has bfloat16 Tensor Cores too: about as fast "
+                "as float16 and needs no loss scaling",
+            ),
+            PolicyAdvice(
+                FLOAT32, f"the baseline; TF32 already speeds float32 matmuls on {cc} Tensor Cores"
+            ),
         )
     if units.fp16_tensor_cores:
         return (
-            PolicyAdvice(MIXED_FLOAT16, f"{where} has float16 Tensor Cores: mixed_float16 is "
-                                        "typically 2-3x faster than float32 on matmul-heavy "
-                                        "models"),
+            PolicyAdvice(
+                MIXED_FLOAT16,
+                f"{where} has float16 Tensor Cores: mixed_float16 is "
+                "typically 2-3x faster than float32 on matmul-heavy "
+                "models",
+            ),
             PolicyAdvice(FLOAT32, "the baseline, and the fallback where float16 diverges"),
-            PolicyAdvice(MIXED_BFLOAT16, f"{where} has no bfloat16 Tensor Cores: bfloat16 is "
-                                         "emulated and usually slower than float32"),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                f"{where} has no bfloat16 Tensor Cores: bfloat16 is "
+                "emulated and usually slower than float32",
+            ),
         )
     return (
         PolicyAdvice(FLOAT32, f"{where} has no Tensor Cores: float32 is usually fastest"),
-        PolicyAdvice(MIXED_FLOAT16, "mixed_float16 can halve activation memory, but without "
-                                    "Tensor Cores it rarely speeds training up"),
-        PolicyAdvice(MIXED_BFLOAT16, f"{where} has no bfloat16 units: bfloat16 is emulated "
-                                     "and slow"),
+        PolicyAdvice(
+            MIXED_FLOAT16,
+            "mixed_float16 can halve activation memory, but without "
+            "Tensor Cores it rarely speeds training up",
+        ),
+        PolicyAdvice(
+            MIXED_BFLOAT16, f"{where} has no bfloat16 units: bfloat16 is emulated and slow"
+        ),
     )
 
 
@@ -91,39 +114,62 @@ def _cpu_advice(cpu: CpuInfo) -> tuple[PolicyAdvice, ...]:
 
     if bf16_matrix:
         order = [
-            PolicyAdvice(MIXED_BFLOAT16, "this CPU has AMX bfloat16 tile units (amx_bf16): "
-                                         "oneDNN runs bfloat16 matmuls and convolutions on them, "
-                                         "several times faster than float32"),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                "this CPU has AMX bfloat16 tile units (amx_bf16): "
+                "oneDNN runs bfloat16 matmuls and convolutions on them, "
+                "several times faster than float32",
+            ),
             PolicyAdvice(FLOAT32, "the CPU baseline, which AMX bfloat16 units usually beat"),
         ]
     elif bf16_vector:
         order = [
-            PolicyAdvice(FLOAT32, "no NVIDIA GPU and no AMX units: float32 is the CPU baseline "
-                                  "and often the fastest"),
-            PolicyAdvice(MIXED_BFLOAT16, f"{', '.join(bf16_vector)} may make bfloat16 matmuls "
-                                         "and convolutions faster through oneDNN; measure"),
+            PolicyAdvice(
+                FLOAT32,
+                "no NVIDIA GPU and no AMX units: float32 is the CPU baseline and often the fastest",
+            ),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                f"{', '.join(bf16_vector)} may make bfloat16 matmuls "
+                "and convolutions faster through oneDNN; measure",
+            ),
         ]
     else:
         order = [
-            PolicyAdvice(FLOAT32, "no bf16/AMX units on this CPU: mixed precision measured 2-4x "
-                                  "slower than float32 on a small CNN, so float32 is expected "
-                                  "to be fastest"),
-            PolicyAdvice(MIXED_BFLOAT16, "no bfloat16 units on this CPU: bfloat16 is converted "
-                                         "in software, usually the slowest policy"),
+            PolicyAdvice(
+                FLOAT32,
+                "no bf16/AMX units on this CPU: mixed precision measured 2-4x "
+                "slower than float32 on a small CNN, so float32 is expected "
+                "to be fastest",
+            ),
+            PolicyAdvice(
+                MIXED_BFLOAT16,
+                "no bfloat16 units on this CPU: bfloat16 is converted "
+                "in software, usually the slowest policy",
+            ),
         ]
 
     if fp16_units:
-        fp16 = PolicyAdvice(MIXED_FLOAT16, f"this CPU has {', '.join(fp16_units)} (float16 "
-                                           "arithmetic in hardware), which may make "
-                                           "mixed_float16 faster through oneDNN; measure")
+        fp16 = PolicyAdvice(
+            MIXED_FLOAT16,
+            f"this CPU has {', '.join(fp16_units)} (float16 "
+            "arithmetic in hardware), which may make "
+            "mixed_float16 faster through oneDNN; measure",
+        )
     elif arm_half:
-        fp16 = PolicyAdvice(MIXED_FLOAT16, f"this CPU has {', '.join(arm_half)} half-precision "
-                                           "arithmetic, but TensorFlow's CPU kernels seldom use "
-                                           "it for training; measure")
+        fp16 = PolicyAdvice(
+            MIXED_FLOAT16,
+            f"this CPU has {', '.join(arm_half)} half-precision "
+            "arithmetic, but TensorFlow's CPU kernels seldom use "
+            "it for training; measure",
+        )
     else:
-        fp16 = PolicyAdvice(MIXED_FLOAT16, "no float16 units on this CPU: mixed_float16 "
-                                           "measured about 4x slower than float32 on a small "
-                                           "CNN")
+        fp16 = PolicyAdvice(
+            MIXED_FLOAT16,
+            "no float16 units on this CPU: mixed_float16 "
+            "measured about 4x slower than float32 on a small "
+            "CNN",
+        )
     # mixed_float16's usual place: last where bfloat16 has units, else between float32 and a
     # bfloat16 converted in software (which CPUs do worst). Float16 units lift it one place.
     order.insert(2 if bf16_matrix or bf16_vector else 1, fp16)

@@ -67,8 +67,17 @@ class _Row:
     units: CapabilityUnits
 
 
-def _row(first: tuple[int, int], architecture: str, *, tc: bool = False, fp16: bool = False,
-         bf16: bool = False, tf32: bool = False, fp8: bool = False, summary: str) -> _Row:
+def _row(
+    first: tuple[int, int],
+    architecture: str,
+    *,
+    tc: bool = False,
+    fp16: bool = False,
+    bf16: bool = False,
+    tf32: bool = False,
+    fp8: bool = False,
+    summary: str,
+) -> _Row:
     return _Row(first, CapabilityUnits(architecture, tc, fp16, bf16, tf32, fp8, summary))
 
 
@@ -82,22 +91,54 @@ _TABLE: tuple[_Row, ...] = (
     _row((5, 0), "Maxwell", summary=_NO_TC_SLOW_FP16),
     _row((5, 3), "Maxwell", summary=_NO_TC_FAST_FP16 + " (Jetson TX1/Nano)"),
     _row((6, 0), "Pascal", summary=_NO_TC_FAST_FP16 + " (P100)"),
-    _row((6, 1), "Pascal", summary="no Tensor Cores; float16 arithmetic at 1/64 of the float32 "
-                                   "rate"),
+    _row(
+        (6, 1), "Pascal", summary="no Tensor Cores; float16 arithmetic at 1/64 of the float32 rate"
+    ),
     _row((6, 2), "Pascal", summary=_NO_TC_FAST_FP16 + " (Jetson TX2)"),
     # 7.2 (Jetson Xavier) is Volta too.
     _row((7, 0), "Volta", tc=True, fp16=True, summary="float16 Tensor Cores"),
     _row((7, 5), "Turing", tc=True, fp16=True, summary="float16 Tensor Cores"),
     # 8.6 (GeForce RTX 30, A10, A40) and 8.7 (Jetson Orin) are Ampere too.
-    _row((8, 0), "Ampere", tc=True, fp16=True, bf16=True, tf32=True,
-         summary="float16 and bfloat16 Tensor Cores, TF32"),
-    _row((8, 9), "Ada Lovelace", tc=True, fp16=True, bf16=True, tf32=True, fp8=True,
-         summary="float16, bfloat16 and FP8 Tensor Cores, TF32"),
-    _row((9, 0), "Hopper", tc=True, fp16=True, bf16=True, tf32=True, fp8=True,
-         summary="float16, bfloat16 and FP8 Tensor Cores, TF32"),
+    _row(
+        (8, 0),
+        "Ampere",
+        tc=True,
+        fp16=True,
+        bf16=True,
+        tf32=True,
+        summary="float16 and bfloat16 Tensor Cores, TF32",
+    ),
+    _row(
+        (8, 9),
+        "Ada Lovelace",
+        tc=True,
+        fp16=True,
+        bf16=True,
+        tf32=True,
+        fp8=True,
+        summary="float16, bfloat16 and FP8 Tensor Cores, TF32",
+    ),
+    _row(
+        (9, 0),
+        "Hopper",
+        tc=True,
+        fp16=True,
+        bf16=True,
+        tf32=True,
+        fp8=True,
+        summary="float16, bfloat16 and FP8 Tensor Cores, TF32",
+    ),
     # 10.x (B200), 11.0 (Jetson Thor) and 12.x (GeForce RTX 50, RTX PRO) are all Blackwell.
-    _row((10, 0), "Blackwell", tc=True, fp16=True, bf16=True, tf32=True, fp8=True,
-         summary="float16, bfloat16, FP8 and FP4 Tensor Cores, TF32"),
+    _row(
+        (10, 0),
+        "Blackwell",
+        tc=True,
+        fp16=True,
+        bf16=True,
+        tf32=True,
+        fp8=True,
+        summary="float16, bfloat16, FP8 and FP4 Tensor Cores, TF32",
+    ),
 )
 
 #: The newest major capability the table knows by name; newer ones get its units.
@@ -105,7 +146,8 @@ NEWEST_KNOWN_MAJOR = 12
 
 #: TU116/TU117 products, as NVML names them ("NVIDIA GeForce GTX 1660 Ti", "NVIDIA T1000").
 _TURING_WITHOUT_TENSOR_CORES = re.compile(
-    r"GTX\s*16\d0|\bMX\s*[45]50\b|\bT(?:400|550|600|1000|1200)\b", re.IGNORECASE)
+    r"GTX\s*16\d0|\bMX\s*[45]50\b|\bT(?:400|550|600|1000|1200)\b", re.IGNORECASE
+)
 
 
 def units_for(capability: tuple[int, int], name: str | None = None) -> CapabilityUnits:
@@ -127,10 +169,17 @@ def units_for(capability: tuple[int, int], name: str | None = None) -> Capabilit
         if row.first <= cc:
             units = row.units
     if cc[0] > NEWEST_KNOWN_MAJOR:
-        return CapabilityUnits(f"newer than {units.architecture}", units.tensor_cores,
-                               units.fp16_tensor_cores, units.bf16_tensor_cores, units.tf32,
-                               units.fp8, units.summary + " (assumed from the newest known GPUs)")
+        return CapabilityUnits(
+            f"newer than {units.architecture}",
+            units.tensor_cores,
+            units.fp16_tensor_cores,
+            units.bf16_tensor_cores,
+            units.tf32,
+            units.fp8,
+            units.summary + " (assumed from the newest known GPUs)",
+        )
     if cc == (7, 5) and name and _TURING_WITHOUT_TENSOR_CORES.search(name):
-        return CapabilityUnits("Turing", False, False, False, False, False,
-                               _NO_TC_FAST_FP16 + " (TU116/TU117 chip)")
+        return CapabilityUnits(
+            "Turing", False, False, False, False, False, _NO_TC_FAST_FP16 + " (TU116/TU117 chip)"
+        )
     return units

@@ -27,8 +27,17 @@ from tuner.hardware.profile import CpuInfo
 logger = logging.getLogger(__name__)
 
 #: The relevant x86 flags, as /proc/cpuinfo spells them, oldest first.
-X86_FLAGS: tuple[str, ...] = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16",
-                              "amx_tile", "amx_bf16", "amx_fp16")
+X86_FLAGS: tuple[str, ...] = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+)
 #: The relevant Arm flags (the names Arm's architecture manual uses).
 ARM_FLAGS: tuple[str, ...] = ("fp16", "asimdhp", "bf16", "sve")
 #: Linux's arm64 hwcap names that differ from those (arch/arm64/kernel/cpuinfo.c).
@@ -36,19 +45,39 @@ _ARM_LINUX_NAMES = {"fphp": "fp16"}
 
 # aarch64 /proc/cpuinfo has no model name, only implementer and part numbers. The common server
 # and board parts, from Linux's arch/arm64/include/asm/cputype.h.
-_ARM_IMPLEMENTERS = {0x41: "Arm", 0x4E: "NVIDIA", 0x51: "Qualcomm", 0x61: "Apple",
-                     0x48: "HiSilicon", 0xC0: "Ampere", 0x46: "Fujitsu"}
-_ARM_PARTS = {(0x41, 0xD03): "Cortex-A53", (0x41, 0xD07): "Cortex-A57",
-              (0x41, 0xD08): "Cortex-A72", (0x41, 0xD0B): "Cortex-A76",
-              (0x41, 0xD0C): "Neoverse-N1", (0x41, 0xD40): "Neoverse-V1",
-              (0x41, 0xD49): "Neoverse-N2", (0x41, 0xD4F): "Neoverse-V2"}
+_ARM_IMPLEMENTERS = {
+    0x41: "Arm",
+    0x4E: "NVIDIA",
+    0x51: "Qualcomm",
+    0x61: "Apple",
+    0x48: "HiSilicon",
+    0xC0: "Ampere",
+    0x46: "Fujitsu",
+}
+_ARM_PARTS = {
+    (0x41, 0xD03): "Cortex-A53",
+    (0x41, 0xD07): "Cortex-A57",
+    (0x41, 0xD08): "Cortex-A72",
+    (0x41, 0xD0B): "Cortex-A76",
+    (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD40): "Neoverse-V1",
+    (0x41, 0xD49): "Neoverse-N2",
+    (0x41, 0xD4F): "Neoverse-V2",
+}
 
 # macOS sysctl names, mapped to the Linux spelling so that the advice reads one vocabulary.
-_SYSCTL_KEYS = ("machdep.cpu.brand_string", "machdep.cpu.features", "machdep.cpu.leaf7_features",
-                "hw.optional.arm.FEAT_FP16", "hw.optional.arm.FEAT_BF16")
+_SYSCTL_KEYS = (
+    "machdep.cpu.brand_string",
+    "machdep.cpu.features",
+    "machdep.cpu.leaf7_features",
+    "hw.optional.arm.FEAT_FP16",
+    "hw.optional.arm.FEAT_BF16",
+)
 _MAC_X86 = {"AVX2": "avx2", "FMA": "fma", "F16C": "f16c", "AVX512F": "avx512f"}
-_MAC_ARM = {"hw.optional.arm.FEAT_FP16": ("fp16", "asimdhp"),
-            "hw.optional.arm.FEAT_BF16": ("bf16",)}
+_MAC_ARM = {
+    "hw.optional.arm.FEAT_FP16": ("fp16", "asimdhp"),
+    "hw.optional.arm.FEAT_BF16": ("bf16",),
+}
 
 
 def _int(text: str) -> int | None:
@@ -118,8 +147,15 @@ def parse_sysctl(text: str) -> tuple[str | None, tuple[str, ...]]:
         if sep:
             values[key.strip()] = value.strip()
     model = values.get("machdep.cpu.brand_string") or None
-    words = set((values.get("machdep.cpu.features", "") + " "
-                 + values.get("machdep.cpu.leaf7_features", "")).upper().split())
+    words = set(
+        (
+            values.get("machdep.cpu.features", "")
+            + " "
+            + values.get("machdep.cpu.leaf7_features", "")
+        )
+        .upper()
+        .split()
+    )
     found = {linux for mac, linux in _MAC_X86.items() if mac in words}
     for key, linux_names in _MAC_ARM.items():
         if values.get(key) == "1":
@@ -130,8 +166,9 @@ def parse_sysctl(text: str) -> tuple[str | None, tuple[str, ...]]:
 def _read_macos() -> tuple[str | None, tuple[str, ...]]:
     try:
         # One process for every name; names this Mac lacks go to stderr and are skipped.
-        proc = subprocess.run(["sysctl", *_SYSCTL_KEYS], capture_output=True, text=True,
-                              check=False, timeout=2)
+        proc = subprocess.run(
+            ["sysctl", *_SYSCTL_KEYS], capture_output=True, text=True, check=False, timeout=2
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         logger.debug("sysctl failed: %s", exc)
         return None, ()
@@ -173,5 +210,11 @@ def read_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> CpuInfo:
     except Exception as exc:  # noqa: BLE001
         logger.debug("psutil.virtual_memory failed: %s", exc)
         ram = None
-    return CpuInfo(model=model, arch=platform.machine(), physical_cores=physical,
-                   logical_cores=logical, ram_total_mb=ram, flags=flags)
+    return CpuInfo(
+        model=model,
+        arch=platform.machine(),
+        physical_cores=physical,
+        logical_cores=logical,
+        ram_total_mb=ram,
+        flags=flags,
+    )

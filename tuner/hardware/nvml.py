@@ -236,10 +236,12 @@ class PynvmlBackend(NvmlBackend):
             memory_used_mb=used,
             memory_free_mb=_free(total, used),
             power_limit_w=power_mw / 1000 if power_mw is not None else None,
-            sm_clock_mhz=_field(lambda: int(self._call(
-                "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_SM))),
-            memory_clock_mhz=_field(lambda: int(self._call(
-                "nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_MEM))),
+            sm_clock_mhz=_field(
+                lambda: int(self._call("nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_SM))
+            ),
+            memory_clock_mhz=_field(
+                lambda: int(self._call("nvmlDeviceGetMaxClockInfo", handle, nvml.NVML_CLOCK_MEM))
+            ),
             mig_mode=mig,
             units=units_for(cc, name) if cc else None,
         )
@@ -251,32 +253,119 @@ class PynvmlBackend(NvmlBackend):
         return _field(lambda: info.used / 2**20), _field(lambda: info.total / 2**20)
 
 
-def _gpu(name: str, cc: list[int], total: float, used: float, power: float | str, sm: int,
-         mem: int | str, mig: bool | str, uuid: str) -> dict[str, Any]:
-    return {"name": name, "uuid": uuid, "compute_capability": cc, "memory_total_mb": total,
-            "memory_used_mb": used, "power_limit_w": power, "sm_clock_mhz": sm,
-            "memory_clock_mhz": mem, "mig_mode": mig}
+def _gpu(
+    name: str,
+    cc: list[int],
+    total: float,
+    used: float,
+    power: float | str,
+    sm: int,
+    mem: int | str,
+    mig: bool | str,
+    uuid: str,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "uuid": uuid,
+        "compute_capability": cc,
+        "memory_total_mb": total,
+        "memory_used_mb": used,
+        "power_limit_w": power,
+        "sm_clock_mhz": sm,
+        "memory_clock_mhz": mem,
+        "mig_mode": mig,
+    }
 
 
 #: Ready-made fake machines. Names, memory (MiB, as nvidia-smi shows it), power limits and
 #: maximum clocks follow the vendors' specifications for these boards.
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "pascal_6.1": {"driver": "535.183.01", "cuda": "12.2", "gpus": [
-        _gpu("NVIDIA GeForce GTX 1080", [6, 1], 8192, 312, 180, 1911, 5005, NOT_SUPPORTED,
-             "GPU-6d2c3a4e-5b7f-4b1e-9a52-8f1c0e5d7a10")]},
-    "volta_7.0": {"driver": "535.183.01", "cuda": "12.2", "gpus": [
-        _gpu("Tesla V100-SXM2-16GB", [7, 0], 16160, 410, 300, 1530, 877, NOT_SUPPORTED,
-             "GPU-0f3b9c2d-7a4e-4c6e-8d31-2b9e4f6a1c70")]},
-    "ampere_8.0": {"driver": "550.90.07", "cuda": "12.4", "gpus": [
-        _gpu("NVIDIA A100-SXM4-40GB", [8, 0], 40960, 620, 400, 1410, 1215, False,
-             "GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80")]},
-    "hopper_9.0": {"driver": "560.35.03", "cuda": "12.6", "gpus": [
-        _gpu("NVIDIA H100 80GB HBM3", [9, 0], 81559, 540, 700, 1980, 2619, False,
-             "GPU-3c7d1e92-e61a-4f5a-a6b8-9d0e1c2b3a90")]},
+    "pascal_6.1": {
+        "driver": "535.183.01",
+        "cuda": "12.2",
+        "gpus": [
+            _gpu(
+                "NVIDIA GeForce GTX 1080",
+                [6, 1],
+                8192,
+                312,
+                180,
+                1911,
+                5005,
+                NOT_SUPPORTED,
+                "GPU-6d2c3a4e-5b7f-4b1e-9a52-8f1c0e5d7a10",
+            )
+        ],
+    },
+    "volta_7.0": {
+        "driver": "535.183.01",
+        "cuda": "12.2",
+        "gpus": [
+            _gpu(
+                "Tesla V100-SXM2-16GB",
+                [7, 0],
+                16160,
+                410,
+                300,
+                1530,
+                877,
+                NOT_SUPPORTED,
+                "GPU-0f3b9c2d-7a4e-4c6e-8d31-2b9e4f6a1c70",
+            )
+        ],
+    },
+    "ampere_8.0": {
+        "driver": "550.90.07",
+        "cuda": "12.4",
+        "gpus": [
+            _gpu(
+                "NVIDIA A100-SXM4-40GB",
+                [8, 0],
+                40960,
+                620,
+                400,
+                1410,
+                1215,
+                False,
+                "GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80",
+            )
+        ],
+    },
+    "hopper_9.0": {
+        "driver": "560.35.03",
+        "cuda": "12.6",
+        "gpus": [
+            _gpu(
+                "NVIDIA H100 80GB HBM3",
+                [9, 0],
+                81559,
+                540,
+                700,
+                1980,
+                2619,
+                False,
+                "GPU-3c7d1e92-e61a-4f5a-a6b8-9d0e1c2b3a90",
+            )
+        ],
+    },
     # WSL2's NVML answers Not Supported for much of the board's state.
-    "wsl2": {"driver": "556.12", "cuda": "12.5", "gpus": [
-        _gpu("NVIDIA GeForce RTX 3060", [8, 6], 12288, 1100, NOT_SUPPORTED, 1777,
-             NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED)]},
+    "wsl2": {
+        "driver": "556.12",
+        "cuda": "12.5",
+        "gpus": [
+            _gpu(
+                "NVIDIA GeForce RTX 3060",
+                [8, 6],
+                12288,
+                1100,
+                NOT_SUPPORTED,
+                1777,
+                NOT_SUPPORTED,
+                NOT_SUPPORTED,
+                NOT_SUPPORTED,
+            )
+        ],
+    },
     "no_driver": {"init_error": NO_DRIVER},
     "no_gpus": {"driver": "550.90.07", "cuda": "12.4", "gpus": []},
 }
@@ -375,8 +464,10 @@ class FakeNvmlBackend(NvmlBackend):
     def memory(self, index: int) -> tuple[float | None, float | None]:
         self.memory_calls += 1
         raw = _field(lambda: self._gpus()[index]) or {}
-        return (_field(lambda: _number(self._value(raw, "memory_used_mb"))),
-                _field(lambda: _number(self._value(raw, "memory_total_mb"))))
+        return (
+            _field(lambda: _number(self._value(raw, "memory_used_mb"))),
+            _field(lambda: _number(self._value(raw, "memory_total_mb"))),
+        )
 
 
 def backend_from_env() -> NvmlBackend:
@@ -396,9 +487,14 @@ def backend_from_env() -> NvmlBackend:
     try:
         return FakeNvmlBackend.from_json(value)
     except (OSError, ValueError, TypeError) as exc:
-        return FakeNvmlBackend({"init_error": (
-            f"{FAKE_ENV}={value!r} is neither a built-in scenario nor a readable JSON scenario "
-            f"file: {exc}")})
+        return FakeNvmlBackend(
+            {
+                "init_error": (
+                    f"{FAKE_ENV}={value!r} is neither a built-in scenario nor a readable JSON "
+                    f"scenario file: {exc}"
+                )
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -438,8 +534,7 @@ def read_gpus(backend: NvmlBackend) -> GpuReading:
         return GpuReading((), exc.reason, None, None)
     except Exception as exc:  # noqa: BLE001 - a broken NVML must not break detection
         _shutdown(backend)
-        return GpuReading((), f"NVML failed to initialise: {type(exc).__name__}: {exc}",
-                          None, None)
+        return GpuReading((), f"NVML failed to initialise: {type(exc).__name__}: {exc}", None, None)
     try:
         driver, cuda = backend.driver_version(), backend.cuda_driver_version()
         count = backend.device_count()

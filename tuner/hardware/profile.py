@@ -161,7 +161,8 @@ class SoftwareInfo:
         values = _known(cls, data)
         values.setdefault("python", "")
         values["tf_cuda_compute_capabilities"] = tuple(
-            values.get("tf_cuda_compute_capabilities") or ())
+            values.get("tf_cuda_compute_capabilities") or ()
+        )
         return cls(**values)
 
 
@@ -224,8 +225,11 @@ class HardwareProfile:
                 verdict += "; but this TensorFlow is a CPU-only build, so trials run on the CPU"
             return verdict
         reason = self.gpu_unavailable_reason or "reason unknown"
-        head = (reason if reason.startswith("no NVIDIA GPU")
-                else f"no NVIDIA GPU found ({_flatten_parentheses(reason)})")
+        head = (
+            reason
+            if reason.startswith("no NVIDIA GPU")
+            else f"no NVIDIA GPU found ({_flatten_parentheses(reason)})"
+        )
         return f"{head}: {self._cpu_verdict()}"
 
     @staticmethod
@@ -237,10 +241,14 @@ class HardwareProfile:
         if units.bf16_tensor_cores:
             return f"{units.summary}: mixed precision should pay here"
         if units.fp16_tensor_cores:
-            return (f"{units.summary}: mixed_float16 should pay here, mixed_bfloat16 has no "
-                    "Tensor Cores")
-        return (f"{name} has no Tensor Cores: float32 is expected to be fastest, and mixed "
-                "precision saves memory only")
+            return (
+                f"{units.summary}: mixed_float16 should pay here, mixed_bfloat16 has no "
+                "Tensor Cores"
+            )
+        return (
+            f"{name} has no Tensor Cores: float32 is expected to be fastest, and mixed "
+            "precision saves memory only"
+        )
 
     def _cpu_verdict(self) -> str:
         flags = set(self.cpu.flags)
@@ -248,8 +256,10 @@ class HardwareProfile:
             return "this CPU's AMX bfloat16 units should make mixed_bfloat16 pay"
         bf16 = sorted(flags & BF16_VECTOR_FLAGS)
         if bf16:
-            return (f"on this CPU float32 is expected to be fastest, though {', '.join(bf16)} "
-                    "may make mixed_bfloat16 pay: measure")
+            return (
+                f"on this CPU float32 is expected to be fastest, though {', '.join(bf16)} "
+                "may make mixed_bfloat16 pay: measure"
+            )
         fp16 = sorted(flags & FP16_FLAGS)
         if fp16:
             return f"this CPU's {', '.join(fp16)} may make mixed_float16 pay: measure"

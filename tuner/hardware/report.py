@@ -19,20 +19,27 @@ def _on_off(value: bool | None) -> str:
 
 def _wrap(text: str, indent: str, first: str = "") -> list[str]:
     # A hanging indent: continuation lines line up under the text, not under the label.
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=indent,
-                         break_on_hyphens=False) or [first.rstrip()]
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False
+    ) or [first.rstrip()]
 
 
 def _gpu_lines(gpu: GpuInfo) -> list[str]:
     units = gpu.units
     arch = f", {units.architecture}" if units else ""
-    head = (f"GPU {gpu.index}: {_na(gpu.name)} (compute capability {_na(gpu.capability_text)}"
-            f"{arch}): {units.summary if units else 'units unknown'}")
-    memory = (f"memory {_na(gpu.memory_used_mb, '{:,.0f}')} / "
-              f"{_na(gpu.memory_total_mb, '{:,.0f}')} MiB used")
-    board = (f"power limit {_na(gpu.power_limit_w, '{:.0f} W')}, max clocks SM "
-             f"{_na(gpu.sm_clock_mhz, '{} MHz')} / memory {_na(gpu.memory_clock_mhz, '{} MHz')}, "
-             f"MIG {_on_off(gpu.mig_mode)}")
+    head = (
+        f"GPU {gpu.index}: {_na(gpu.name)} (compute capability {_na(gpu.capability_text)}"
+        f"{arch}): {units.summary if units else 'units unknown'}"
+    )
+    memory = (
+        f"memory {_na(gpu.memory_used_mb, '{:,.0f}')} / "
+        f"{_na(gpu.memory_total_mb, '{:,.0f}')} MiB used"
+    )
+    board = (
+        f"power limit {_na(gpu.power_limit_w, '{:.0f} W')}, max clocks SM "
+        f"{_na(gpu.sm_clock_mhz, '{} MHz')} / memory {_na(gpu.memory_clock_mhz, '{} MHz')}, "
+        f"MIG {_on_off(gpu.mig_mode)}"
+    )
     indent = "       "
     return _wrap(head, indent) + _wrap(memory, indent, indent) + _wrap(board, indent, indent)
 
@@ -49,18 +56,23 @@ def render_text(profile: HardwareProfile) -> str:
     """
     lines: list[str] = []
     if profile.gpus:
-        lines.append(f"NVIDIA driver {_na(profile.driver_version)}, CUDA "
-                     f"{_na(profile.cuda_driver_version)}")
+        lines.append(
+            f"NVIDIA driver {_na(profile.driver_version)}, CUDA {_na(profile.cuda_driver_version)}"
+        )
         for gpu in profile.gpus:
             lines += _gpu_lines(gpu)
     else:
         lines += _wrap(f"GPU: none - {_na(profile.gpu_unavailable_reason)}", "     ")
     cpu = profile.cpu
-    lines += _wrap(f"CPU: {_na(cpu.model)} ({cpu.arch or 'n/a'}), {_na(cpu.physical_cores)} cores "
-                   f"/ {_na(cpu.logical_cores)} threads, {_na(cpu.ram_total_mb, '{:,.0f}')} MiB "
-                   "RAM", "     ")
-    lines += _wrap(f"instruction sets: {', '.join(cpu.flags) or 'none of the relevant ones'}",
-                   "     ", "     ")
+    lines += _wrap(
+        f"CPU: {_na(cpu.model)} ({cpu.arch or 'n/a'}), {_na(cpu.physical_cores)} cores "
+        f"/ {_na(cpu.logical_cores)} threads, {_na(cpu.ram_total_mb, '{:,.0f}')} MiB "
+        "RAM",
+        "     ",
+    )
+    lines += _wrap(
+        f"instruction sets: {', '.join(cpu.flags) or 'none of the relevant ones'}", "     ", "     "
+    )
     sw = profile.software
     if sw.tf_is_cuda_build:
         build = f"built with CUDA {_na(sw.tf_cuda_version)}, cuDNN {_na(sw.tf_cudnn_version)}"
@@ -69,8 +81,11 @@ def render_text(profile: HardwareProfile) -> str:
     else:
         build = "build info n/a"
     tf_keras = f", tf_keras {sw.tf_keras}" if sw.tf_keras else ""
-    lines += _wrap(f"Software: Python {sw.python}, TensorFlow {_na(sw.tensorflow)} ({build}), "
-                   f"Keras {_na(sw.keras)}{tf_keras}", "          ")
+    lines += _wrap(
+        f"Software: Python {sw.python}, TensorFlow {_na(sw.tensorflow)} ({build}), "
+        f"Keras {_na(sw.keras)}{tf_keras}",
+        "          ",
+    )
     if sw.tf_cuda_compute_capabilities:
         kernels = ", ".join(sw.tf_cuda_compute_capabilities)
         lines += _wrap(f"TensorFlow CUDA kernels for {kernels}", "          ", "          ")

@@ -21,8 +21,15 @@ logger = logging.getLogger(__name__)
 
 #: Distributions that install the ``tensorflow`` package, most common first. On Windows the
 #: ``tensorflow`` wheel depends on ``tensorflow-intel``, which holds the files.
-TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tensorflow-macos",
-                            "tensorflow-gpu", "tf-nightly", "intel-tensorflow")
+TENSORFLOW_DISTRIBUTIONS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-intel",
+    "tensorflow-macos",
+    "tensorflow-gpu",
+    "tf-nightly",
+    "intel-tensorflow",
+)
 BUILD_INFO = Path("python") / "platform" / "build_info.py"
 
 
@@ -56,8 +63,9 @@ def find_tensorflow_dir() -> Path | None:
     # A layout find_spec does not see (an odd path hook): ask the distributions' records.
     for distribution in TENSORFLOW_DISTRIBUTIONS:
         try:
-            located = Path(str(importlib.metadata.distribution(distribution).locate_file(
-                "tensorflow")))
+            located = Path(
+                str(importlib.metadata.distribution(distribution).locate_file("tensorflow"))
+            )
         except importlib.metadata.PackageNotFoundError:
             continue
         if (located / BUILD_INFO).is_file():
@@ -106,8 +114,7 @@ def read_software(tensorflow_dir: Path | None = None) -> SoftwareInfo:
         tensorflow_dir: the ``tensorflow`` package directory to read ``build_info`` from;
             ``None`` finds the installed one.
     """
-    info = read_build_info(tensorflow_dir if tensorflow_dir is not None
-                           else find_tensorflow_dir())
+    info = read_build_info(tensorflow_dir if tensorflow_dir is not None else find_tensorflow_dir())
     is_cuda = info.get("is_cuda_build")
     capabilities = info.get("cuda_compute_capabilities") or ()
     return SoftwareInfo(

@@ -34,8 +34,7 @@ class SessionOpened:
     resumed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "model": self.model,
-                "resumed": self.resumed}
+        return {"type": self.type, "name": self.name, "model": self.model, "resumed": self.resumed}
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,12 @@ class TrialStarted:
     spec: TrialSpec
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "number": self.number, "stage": self.stage,
-                "spec": self.spec.to_dict()}
+        return {
+            "type": self.type,
+            "number": self.number,
+            "stage": self.stage,
+            "spec": self.spec.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,12 @@ class TrialFinished:
     result: TrialResult
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "number": self.number, "stage": self.stage,
-                "result": self.result.to_dict()}
+        return {
+            "type": self.type,
+            "number": self.number,
+            "stage": self.stage,
+            "result": self.result.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -116,8 +123,14 @@ class Recommended:
 
 SearchEvent = Union[  # noqa: UP007 - a runtime alias: `|` on classes needs Python 3.10+ only,
     # but `from __future__ import annotations` does not cover an assignment
-    SessionOpened, PlanUpdated, StageStarted, TrialStarted, WorkerReported, TrialFinished,
-    Recommended]
+    SessionOpened,
+    PlanUpdated,
+    StageStarted,
+    TrialStarted,
+    WorkerReported,
+    TrialFinished,
+    Recommended,
+]
 
 
 def from_dict(data: dict[str, Any]) -> SearchEvent:
@@ -141,8 +154,9 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
         if kind == WorkerReported.type:
             return WorkerReported(data["number"], dict(data["event"]))
         if kind == TrialFinished.type:
-            return TrialFinished(data["number"], data["stage"],
-                                 TrialResult.from_dict(data["result"]))
+            return TrialFinished(
+                data["number"], data["stage"], TrialResult.from_dict(data["result"])
+            )
         if kind == Recommended.type:
             return Recommended(Recommendation.from_dict(data["recommendation"]))
     except (KeyError, TypeError) as exc:

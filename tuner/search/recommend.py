@@ -32,15 +32,25 @@ class Alternative:
     trials: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.setup.to_dict(), "samples_per_second": self.samples_per_second,
-                "speedup_vs_float32": self.speedup_vs_float32, "loss_gap": self.loss_gap,
-                "rejected": self.rejected, "trials": list(self.trials)}
+        return {
+            **self.setup.to_dict(),
+            "samples_per_second": self.samples_per_second,
+            "speedup_vs_float32": self.speedup_vs_float32,
+            "loss_gap": self.loss_gap,
+            "rejected": self.rejected,
+            "trials": list(self.trials),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Alternative:
-        return cls(Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data}),
-                   data.get("samples_per_second"), data.get("speedup_vs_float32"),
-                   data.get("loss_gap"), data.get("rejected"), tuple(data.get("trials", ())))
+        return cls(
+            Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data}),
+            data.get("samples_per_second"),
+            data.get("speedup_vs_float32"),
+            data.get("loss_gap"),
+            data.get("rejected"),
+            tuple(data.get("trials", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -89,16 +99,20 @@ class Recommendation:
         Raises:
             ValueError: the data names no valid setup or lacks a figure.
         """
-        setup_data = data.get("setup") if isinstance(data.get("setup"), dict) else \
-            {k: data[k] for k in SETUP_FIELDS if k in data}
+        setup_data = (
+            data.get("setup")
+            if isinstance(data.get("setup"), dict)
+            else {k: data[k] for k in SETUP_FIELDS if k in data}
+        )
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["setup"] = Setup.from_dict(setup_data)
         try:
             values["samples_per_second_spread"] = tuple(values["samples_per_second_spread"])
         except (KeyError, TypeError):
             raise ValueError("the recommendation has no measured spread") from None
-        values["alternatives"] = tuple(Alternative.from_dict(a)
-                                       for a in values.get("alternatives", ()))
+        values["alternatives"] = tuple(
+            Alternative.from_dict(a) for a in values.get("alternatives", ())
+        )
         for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
         try:
@@ -107,8 +121,12 @@ class Recommendation:
             raise ValueError(f"an incomplete recommendation: {exc}") from None
 
 
-def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettings,
-              hardware: dict[str, Any] | None = None) -> Recommendation:
+def recommend(
+    outcome: SearchOutcome,
+    space: SearchSpace,
+    settings: SearchSettings,
+    hardware: dict[str, Any] | None = None,
+) -> Recommendation:
     """Choose among the outcome's candidates; never a winner inside the noise.
 
     Raises:
@@ -124,24 +142,33 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
             break
         if _within_noise(cand, leader, settings):
             chosen = cand
-            tie_note = (f"{_label(leader)} measured {leader.speed:,.0f} samples/s against "
-                        f"{cand.speed:,.0f}: inside the measurement noise, so the simpler "
-                        f"{_label(cand)} is recommended")
+            tie_note = (
+                f"{_label(leader)} measured {leader.speed:,.0f} samples/s against "
+                f"{cand.speed:,.0f}: inside the measurement noise, so the simpler "
+                f"{_label(cand)} is recommended"
+            )
             break
 
-    f32_best = next((c for c in outcome.candidates
-                     if c.setup.policy == FLOAT32 and c.rejected is None), None)
+    f32_best = next(
+        (c for c in outcome.candidates if c.setup.policy == FLOAT32 and c.rejected is None), None
+    )
     f32_same = outcome.measured.get(Setup(FLOAT32, chosen.setup.batch_size, LossScale("none")))
     f32_same_ok = f32_same[0].result if f32_same and f32_same[0].result.ok else None
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
     memory_saving = None
-    if chosen.setup.policy != FLOAT32 and f32_same_ok and f32_same_ok.peak_memory_mb \
-            and chosen.peak_memory_mb:
+    if (
+        chosen.setup.policy != FLOAT32
+        and f32_same_ok
+        and f32_same_ok.peak_memory_mb
+        and chosen.peak_memory_mb
+    ):
         memory_saving = 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
     first = chosen.runs[0].result
     notes = list(outcome.notes) + ([tie_note] if tie_note else [])
-    trials = sorted({r.number for r in chosen.runs} | ({chosen.guard_trial} if chosen.guard_trial
-                                                       is not None else set()))
+    trials = sorted(
+        {r.number for r in chosen.runs}
+        | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
+    )
     speedup = chosen.speed / f32_best.speed if f32_best and f32_best.speed else None
     return Recommendation(
         setup=chosen.setup,
@@ -150,8 +177,11 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
         baseline_samples_per_second=baseline.samples_per_second if baseline else None,
         float32_samples_per_second=f32_best.speed if f32_best else None,
         speedup_vs_float32=speedup,
-        speedup_vs_baseline=(chosen.speed / baseline.samples_per_second
-                             if baseline and baseline.samples_per_second else None),
+        speedup_vs_baseline=(
+            chosen.speed / baseline.samples_per_second
+            if baseline and baseline.samples_per_second
+            else None
+        ),
         memory_saving=memory_saving,
         peak_memory_mb=chosen.peak_memory_mb,
         memory_kind=first.memory_kind,
@@ -160,8 +190,9 @@ def recommend(outcome: SearchOutcome, space: SearchSpace, settings: SearchSettin
         reason=_reason(chosen, f32_best, viable, outcome, hardware, tie_note),
         trials=tuple(trials),
         objective=settings.objective,
-        alternatives=tuple(_alternative(c, f32_best) for c in outcome.candidates
-                           if c is not chosen),
+        alternatives=tuple(
+            _alternative(c, f32_best) for c in outcome.candidates if c is not chosen
+        ),
         not_tried=tuple(_not_tried(outcome, space)),
         notes=tuple(notes),
         device=first.device,
@@ -197,8 +228,10 @@ def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str
     if device and device.startswith("gpu") and gpus:
         gpu = gpus[0]
         units = (gpu.get("units") or {}).get("summary") or "no Tensor Cores"
-        return (f"the {gpu.get('name', 'GPU')} (compute capability "
-                f"{gpu.get('compute_capability', '?')}) has {units}")
+        return (
+            f"the {gpu.get('name', 'GPU')} (compute capability "
+            f"{gpu.get('compute_capability', '?')}) has {units}"
+        )
     flags = set((hardware.get("cpu") or {}).get("flags") or [])
     model = (hardware.get("cpu") or {}).get("model") or "this CPU"
     low = sorted(flags & {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "bf16", "fp16"})
@@ -207,9 +240,14 @@ def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str
     return f"{model} has no bfloat16/float16 units, and training ran on the CPU"
 
 
-def _reason(chosen: Candidate, f32: Candidate | None, viable: list[Candidate],
-            outcome: SearchOutcome, hardware: dict[str, Any] | None,
-            tie_note: str | None = None) -> str:
+def _reason(
+    chosen: Candidate,
+    f32: Candidate | None,
+    viable: list[Candidate],
+    outcome: SearchOutcome,
+    hardware: dict[str, Any] | None,
+    tie_note: str | None = None,
+) -> str:
     device = chosen.runs[0].result.device
     hw = _hardware_phrase(hardware, device)
     because = f" ({hw})" if hw else ""
@@ -218,34 +256,53 @@ def _reason(chosen: Candidate, f32: Candidate | None, viable: list[Candidate],
     policy, batch_size = chosen.setup.policy, chosen.setup.batch_size
     if policy == FLOAT32:
         others = [c for c in viable if c.setup.policy != FLOAT32]
-        rel = ", ".join(f"{c.setup.policy} reached {c.speed / chosen.speed:.2f}x" for c in others
-                        if chosen.speed)
+        rel = ", ".join(
+            f"{c.setup.policy} reached {c.speed / chosen.speed:.2f}x"
+            for c in others
+            if chosen.speed
+        )
         abandoned = ", ".join(f"{p} was dropped ({why})" for p, why in outcome.abandoned.items())
         detail = "; ".join(x for x in (rel, abandoned) if x)
-        return (f"float32 at batch size {batch_size} is the best setup here{because}"
-                + (f": {detail}." if detail else "."))
+        return f"float32 at batch size {batch_size} is the best setup here{because}" + (
+            f": {detail}." if detail else "."
+        )
     gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
     if f32 is None or not f32.speed:
-        return (f"{policy} at batch size {batch_size} is the only setup that "
-                f"worked{because}; loss gap to float32 {gap}.")
+        return (
+            f"{policy} at batch size {batch_size} is the only setup that "
+            f"worked{because}; loss gap to float32 {gap}."
+        )
     ratio = chosen.speed / f32.speed
     verdict = "faster" if ratio >= 1 else "slower but leaner in memory"
-    return (f"{policy} at batch size {batch_size} is {ratio:.2f}x "
-            f"{'as fast as' if verdict != 'faster' else 'faster than'} float32 here "
-            f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s){because}, with a loss gap "
-            f"of {gap} to float32 at the same batch size and seed.")
+    return (
+        f"{policy} at batch size {batch_size} is {ratio:.2f}x "
+        f"{'as fast as' if verdict != 'faster' else 'faster than'} float32 here "
+        f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s){because}, with a loss gap "
+        f"of {gap} to float32 at the same batch size and seed."
+    )
 
 
 def _alternative(c: Candidate, f32: Candidate | None) -> Alternative:
-    return Alternative(c.setup, c.speed, c.speed / f32.speed if f32 and f32.speed else None,
-                       c.loss_gap, c.rejected, tuple(sorted(r.number for r in c.runs)))
+    return Alternative(
+        c.setup,
+        c.speed,
+        c.speed / f32.speed if f32 and f32.speed else None,
+        c.loss_gap,
+        c.rejected,
+        tuple(sorted(r.number for r in c.runs)),
+    )
 
 
 def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str]]:
-    items = [{"what": policy, "why": "not in the search space (--policies or the hardware "
-                                     "prior)"} for policy in POLICIES if policy not in space.policies]
-    items += [{"what": f"{policy} beyond batch size {space.start_batch}", "why": why}
-              for policy, why in outcome.abandoned.items()]
+    items = [
+        {"what": policy, "why": "not in the search space (--policies or the hardware prior)"}
+        for policy in POLICIES
+        if policy not in space.policies
+    ]
+    items += [
+        {"what": f"{policy} beyond batch size {space.start_batch}", "why": why}
+        for policy, why in outcome.abandoned.items()
+    ]
     if outcome.stopped_early:
         items.append({"what": "the rest of the search", "why": outcome.stopped_early})
     return items
@@ -256,8 +313,9 @@ def _no_viable_message(outcome: SearchOutcome) -> str:
     for setup, runs in sorted(outcome.measured.items(), key=lambda item: item[0].key):
         r = runs[0].result
         if not r.ok:
-            reasons.append(f"{setup.label}: {r.status.value}"
-                           + (f" ({r.error.message})" if r.error else ""))
+            reasons.append(
+                f"{setup.label}: {r.status.value}" + (f" ({r.error.message})" if r.error else "")
+            )
     reasons += [f"{_label(c)}: {c.rejected}" for c in outcome.candidates if c.rejected]
     shown = "; ".join(reasons[:6]) + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else "")
     return "no viable setup: " + (shown or "no trial finished")
@@ -272,25 +330,39 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     low, high = rec.samples_per_second_spread
     setup = rec.setup
     rows = [
-        ("Setup", f"{setup.policy}, batch size {setup.batch_size}, loss scale "
-                  f"{setup.loss_scale}"),
-        ("Throughput", f"{rec.samples_per_second:,.0f} samples/s (measured "
-                       f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})"),
-        ("Against float32", f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
-                            f"setup, {_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at "
-                            "the starting batch size"),
-        ("Memory", f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
-                   + (f", {rec.memory_saving:.0%} less than float32 at this batch size"
-                      if rec.memory_saving is not None else "")),
+        ("Setup", f"{setup.policy}, batch size {setup.batch_size}, loss scale {setup.loss_scale}"),
+        (
+            "Throughput",
+            f"{rec.samples_per_second:,.0f} samples/s (measured "
+            f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})",
+        ),
+        (
+            "Against float32",
+            f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
+            f"setup, {_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at "
+            "the starting batch size",
+        ),
+        (
+            "Memory",
+            f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
+            + (
+                f", {rec.memory_saving:.0%} less than float32 at this batch size"
+                if rec.memory_saving is not None
+                else ""
+            ),
+        ),
         ("Loss gap", f"{rec.loss_gap:.2%} to float32" if rec.loss_gap is not None else "n/a"),
         ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
         ("Why", rec.reason),
     ]
     for alt in rec.alternatives:
         verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
-        rows.append(("Alternative", f"{alt.setup.label}: "
-                                    f"{_fmt(alt.samples_per_second, ',.0f')} samples/s, "
-                                    f"{verdict}"))
+        rows.append(
+            (
+                "Alternative",
+                f"{alt.setup.label}: {_fmt(alt.samples_per_second, ',.0f')} samples/s, {verdict}",
+            )
+        )
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes]
     return rows

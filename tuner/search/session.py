@@ -89,16 +89,19 @@ class PlannedSampler(optuna.samplers.BaseSampler):
     def __init__(self) -> None:
         self.planned: dict[str, Any] = {}
 
-    def infer_relative_search_space(self, study: optuna.Study,
-                                    trial: FrozenTrial) -> dict[str, Any]:
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, Any]:
         return {}
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, Any]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
         return {}
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: Any) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any
+    ) -> Any:
         return self.planned[param_name]
 
 
@@ -116,8 +119,12 @@ class StoredTrial:
 class TuningSession:
     """A stored tuning session (an Optuna study) and the trials in it."""
 
-    def __init__(self, study: optuna.Study, storage: optuna.storages.BaseStorage,
-                 sampler: PlannedSampler | None = None) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        storage: optuna.storages.BaseStorage,
+        sampler: PlannedSampler | None = None,
+    ) -> None:
         self.study = study
         self.storage = storage
         self.sampler = sampler
@@ -127,8 +134,9 @@ class TuningSession:
         return self.study.study_name
 
     @classmethod
-    def create(cls, name: str, storage_url: str | None, attrs: dict[str, Any],
-               resume: bool = False) -> TuningSession:
+    def create(
+        cls, name: str, storage_url: str | None, attrs: dict[str, Any], resume: bool = False
+    ) -> TuningSession:
         """Create a session, or continue the one called ``name`` when it exists.
 
         Args:
@@ -145,8 +153,13 @@ class TuningSession:
         if resume and not exists:
             raise MptuneError(f"no session named {name!r} to resume (see mptune sessions)")
         sampler = PlannedSampler()
-        study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    load_if_exists=True, sampler=sampler)
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            direction="maximize",
+            load_if_exists=True,
+            sampler=sampler,
+        )
         session = cls(study, storage, sampler)
         if not exists:
             for key, value in attrs.items():
@@ -191,10 +204,15 @@ class TuningSession:
         """Everything stored about this session, as one frozen record (read once)."""
         attrs = self.attrs
         return SessionView(
-            name=self.name, model=str(attrs.get("model") or ""), created=attrs.get("created"),
-            space=dict(attrs.get("space") or {}), settings=dict(attrs.get("settings") or {}),
-            hardware=dict(attrs.get("hardware") or {}), trials=tuple(self.trials()),
-            recommendation=self.recommendation())
+            name=self.name,
+            model=str(attrs.get("model") or ""),
+            created=attrs.get("created"),
+            space=dict(attrs.get("space") or {}),
+            settings=dict(attrs.get("settings") or {}),
+            hardware=dict(attrs.get("hardware") or {}),
+            trials=tuple(self.trials()),
+            recommendation=self.recommendation(),
+        )
 
     def fail_orphans(self) -> int:
         """Mark trials left RUNNING by a process that died as failed; returns how many.
@@ -211,21 +229,25 @@ class TuningSession:
             pid = attrs.get("pid")
             if isinstance(pid, int) and pid != os.getpid() and psutil.pid_exists(pid):
                 continue
-            self.storage.set_trial_user_attr(trial._trial_id, "note",
-                                             "the tuning process died while this trial ran")
+            self.storage.set_trial_user_attr(
+                trial._trial_id, "note", "the tuning process died while this trial ran"
+            )
             self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             count += 1
         if count:
-            logger.warning("marked %d trial(s) of session %s as failed: their process died",
-                           count, self.name)
+            logger.warning(
+                "marked %d trial(s) of session %s as failed: their process died", count, self.name
+            )
         return count
 
     def start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         """Record a trial as running (Optuna's ask) before its worker starts."""
         if self.sampler is None:
             raise RuntimeError("a session opened with load() is read-only")
-        self.sampler.planned = {"policy": spec.setup.policy.name,
-                                "batch_size": spec.setup.batch_size}
+        self.sampler.planned = {
+            "policy": spec.setup.policy.name,
+            "batch_size": spec.setup.batch_size,
+        }
         trial = self.study.ask(DISTRIBUTIONS)
         trial.set_user_attr("spec", spec.to_dict())
         trial.set_user_attr("loss_scale", str(spec.loss_scale))
@@ -252,9 +274,9 @@ class TuningSession:
     def trials(self) -> list[StoredTrial]:
         """Every closed trial, oldest first."""
         stored = []
-        for trial in self.study.get_trials(deepcopy=False,
-                                           states=(TrialState.COMPLETE, TrialState.FAIL,
-                                                   TrialState.PRUNED)):
+        for trial in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        ):
             stored.append(_stored(trial))
         return stored
 
@@ -268,8 +290,9 @@ def _stored(trial: FrozenTrial) -> StoredTrial:
             result = TrialResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             logger.warning("trial %d has an unreadable result (%s); ignored", trial.number, exc)
-    return StoredTrial(trial.number, str(attrs.get("stage", "")), result, trial.state.name,
-                       attrs.get("note"))
+    return StoredTrial(
+        trial.number, str(attrs.get("stage", "")), result, trial.state.name, attrs.get("note")
+    )
 
 
 @dataclass(frozen=True)
@@ -299,12 +322,24 @@ class SessionView:
     def to_dict(self) -> dict[str, Any]:
         """What ``mptune show --json`` prints."""
         return {
-            "session": self.name, "model": self.model, "created": self.created,
-            "settings": self.settings, "space": self.space, "hardware": self.hardware,
-            "trials": [{"number": t.number, "stage": t.stage, "state": t.state, "note": t.note,
-                        "result": t.result.to_dict() if t.result else None}
-                       for t in self.trials],
-            "recommendation": self.recommendation.to_dict() if self.recommendation else None}
+            "session": self.name,
+            "model": self.model,
+            "created": self.created,
+            "settings": self.settings,
+            "space": self.space,
+            "hardware": self.hardware,
+            "trials": [
+                {
+                    "number": t.number,
+                    "stage": t.stage,
+                    "state": t.state,
+                    "note": t.note,
+                    "result": t.result.to_dict() if t.result else None,
+                }
+                for t in self.trials
+            ],
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -331,7 +366,14 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
                 label = Setup.from_dict(rec["setup"]).label
             except ValueError:
                 label = "unreadable"
-        summaries.append(SessionSummary(summary.study_name, attrs.get("model"),
-                                        attrs.get("created"), summary.n_trials, label))
+        summaries.append(
+            SessionSummary(
+                summary.study_name,
+                attrs.get("model"),
+                attrs.get("created"),
+                summary.n_trials,
+                label,
+            )
+        )
     summaries.sort(key=lambda s: s.created or "", reverse=True)
     return summaries

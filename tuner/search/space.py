@@ -81,8 +81,9 @@ def parse_batch_sizes(text: str) -> tuple[tuple[int, ...], bool]:
             return ladder_range(low, high), True
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"malformed batch sizes {text!r}: write a list (16,32,64) or a "
-                         "range (8-1024)") from None
+        raise ValueError(
+            f"malformed batch sizes {text!r}: write a list (16,32,64) or a range (8-1024)"
+        ) from None
     if not sizes or min(sizes) < 1:
         raise ValueError(f"malformed batch sizes {text!r}: sizes must be at least 1")
     return tuple(sorted(set(sizes))), False
@@ -153,8 +154,9 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"unknown objective {self.objective!r}: choose one of "
-                             + ", ".join(OBJECTIVES))
+            raise ValueError(
+                f"unknown objective {self.objective!r}: choose one of " + ", ".join(OBJECTIVES)
+            )
         if self.max_trials is not None and self.max_trials < 1:
             raise ValueError(f"--max-trials must be at least 1, not {self.max_trials}")
         if self.budget_minutes is not None and not self.budget_minutes > 0:

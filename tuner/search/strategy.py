@@ -138,10 +138,16 @@ class SearchOutcome:
 class Evaluator:
     """Runs trials for the strategy, or recalls them from the session."""
 
-    def __init__(self, session: TuningSession, source: ModelSource, settings: SearchSettings,
-                 on_event: Callable[[SearchEvent], None] | None = None,
-                 cancel: threading.Event | None = None, runner: TrialRunner = run_trial,
-                 memory_budget_mb: float | None = None) -> None:
+    def __init__(
+        self,
+        session: TuningSession,
+        source: ModelSource,
+        settings: SearchSettings,
+        on_event: Callable[[SearchEvent], None] | None = None,
+        cancel: threading.Event | None = None,
+        runner: TrialRunner = run_trial,
+        memory_budget_mb: float | None = None,
+    ) -> None:
         self.session = session
         self.source = source
         self.settings = settings
@@ -157,17 +163,23 @@ class Evaluator:
             self.closed_trials += 1
             if stored.result is not None:
                 self.known.setdefault(stored.result.spec.setup, []).append(
-                    Measured(stored.number, stored.result))
+                    Measured(stored.number, stored.result)
+                )
         self.recalled = sum(len(v) for v in self.known.values())
         self.ran = 0
 
     def spec(self, setup: Setup) -> TrialSpec:
         s = self.settings
         return TrialSpec(
-            model=self.source.spec, setup=setup,
-            warmup_steps=s.warmup_steps, measure_seconds=s.measure_seconds,
-            min_steps=max(s.min_steps, s.guard_steps), seed=s.seed, timeout_s=s.timeout_s,
-            device=s.device)
+            model=self.source.spec,
+            setup=setup,
+            warmup_steps=s.warmup_steps,
+            measure_seconds=s.measure_seconds,
+            min_steps=max(s.min_steps, s.guard_steps),
+            seed=s.seed,
+            timeout_s=s.timeout_s,
+            device=s.device,
+        )
 
     def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
         """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored."""
@@ -180,8 +192,12 @@ class Evaluator:
         self.on_event(TrialStarted(trial.number, stage, spec))
         t0 = time.monotonic()
         try:
-            result = self.runner(spec, lambda e: self.on_event(WorkerReported(trial.number, e)),
-                                 cancel=self.cancel, source=self.source)
+            result = self.runner(
+                spec,
+                lambda e: self.on_event(WorkerReported(trial.number, e)),
+                cancel=self.cancel,
+                source=self.source,
+            )
         except (KeyboardInterrupt, TrialCancelled):
             self.session.abandon_trial(trial, "stopped by the user")
             raise
@@ -209,7 +225,9 @@ class Evaluator:
 
     def over_memory_budget(self, m: Measured) -> bool:
         peak = m.result.peak_memory_mb
-        return self.memory_budget_mb is not None and peak is not None and peak > self.memory_budget_mb
+        return (
+            self.memory_budget_mb is not None and peak is not None and peak > self.memory_budget_mb
+        )
 
 
 class Search:
@@ -257,8 +275,14 @@ class Search:
             except BudgetExhausted as exc:
                 stopped = str(exc)
                 self.notes.append(f"stopped before re-measuring: {exc}")
-        return SearchOutcome(candidates, self.baseline, dict(self.abandoned), self.notes,
-                             stopped, dict(self.ev.known))
+        return SearchOutcome(
+            candidates,
+            self.baseline,
+            dict(self.abandoned),
+            self.notes,
+            stopped,
+            dict(self.ev.known),
+        )
 
     def _search(self) -> None:
         start = self.space.start_batch
@@ -280,7 +304,7 @@ class Search:
         for policy in alive:
             self._stage("batch", f"batch-size ladder for {policy}")
             self._ladder(policy, at_start[policy])
-            alive_left = alive[alive.index(policy) + 1:]
+            alive_left = alive[alive.index(policy) + 1 :]
             self._plan(3 * len(alive_left) + (3 if MIXED_FLOAT16 in alive else 0) + 2)
 
         if MIXED_FLOAT16 in alive and self.pick(MIXED_FLOAT16) is not None:
@@ -291,15 +315,21 @@ class Search:
         if m.result.status is TrialStatus.USER_ERROR:
             err = m.result.error
             where = f"{err.location}: " if err and err.location else ""
-            raise MptuneError(f"the model fails in its own code, so no search can run: "
-                              f"{where}{err.message if err else 'unknown error'}")
+            raise MptuneError(
+                f"the model fails in its own code, so no search can run: "
+                f"{where}{err.message if err else 'unknown error'}"
+            )
         return m
 
     def usable(self, policy: str) -> list[Measured]:
         """Every setup of ``policy`` that ran ok within the memory budget (first runs)."""
-        return [runs[0] for setup, runs in self.ev.known.items()
-                if setup.policy == policy and runs[0].result.ok
-                and not self.ev.over_memory_budget(runs[0])]
+        return [
+            runs[0]
+            for setup, runs in self.ev.known.items()
+            if setup.policy == policy
+            and runs[0].result.ok
+            and not self.ev.over_memory_budget(runs[0])
+        ]
 
     def pick(self, policy: str) -> Candidate | None:
         """The policy's best setup for the objective, from what was measured."""
@@ -312,9 +342,11 @@ class Search:
         usable = {p: m for p, m in at_start.items() if m.result.ok}
         for policy, m in at_start.items():
             if not m.result.ok:
-                self.abandoned[policy] = (f"{m.result.status.value} at batch size "
-                                          f"{m.result.spec.batch_size}: "
-                                          f"{m.result.error.message if m.result.error else ''}")
+                self.abandoned[policy] = (
+                    f"{m.result.status.value} at batch size "
+                    f"{m.result.spec.batch_size}: "
+                    f"{m.result.error.message if m.result.error else ''}"
+                )
         if not usable:
             return
         fastest = max(m.speed for m in usable.values())
@@ -323,13 +355,17 @@ class Search:
             if policy == FLOAT32:
                 continue  # the baseline and the guard's reference is never dropped
             slower = m.speed < (1 - ABANDON_SLOWER) * fastest
-            no_memory_gain = m.memory_per_sample >= (1 - ABANDON_MEMORY) * leanest \
-                if math.isfinite(leanest) else True
+            no_memory_gain = (
+                m.memory_per_sample >= (1 - ABANDON_MEMORY) * leanest
+                if math.isfinite(leanest)
+                else True
+            )
             if slower and (no_memory_gain or self.settings.objective == "speed"):
                 self.abandoned[policy] = (
                     f"clearly behind at batch size {m.result.spec.batch_size}: "
                     f"{m.speed / fastest:.2f}x the fastest policy's throughput"
-                    + ("" if not no_memory_gain else " and no memory saving"))
+                    + ("" if not no_memory_gain else " and no memory saving")
+                )
 
     def _ladder(self, policy: str, first: Measured) -> None:
         rungs = self.space.rungs()
@@ -339,11 +375,11 @@ class Search:
         best = first
         failed_at: int | None = None
         growth = 0.0
-        for b in rungs[start_index + 1:]:
+        for b in rungs[start_index + 1 :]:
             m = self.ev.measure(base.replace(batch_size=b), stage)
             if not m.result.ok or self.ev.over_memory_budget(m):
                 failed_at = b
-                why = ("over the memory budget" if m.result.ok else m.result.status.value)
+                why = "over the memory budget" if m.result.ok else m.result.status.value
                 self.notes.append(f"{policy}: batch size {b} {why}; larger batches skipped")
                 break
             gain = m.speed / best.speed - 1 if best.speed else math.inf
@@ -361,8 +397,12 @@ class Search:
                 if m.speed < best.speed * (1 + self.settings.noise_floor):
                     break
                 best = m
-        if (self.space.refine and failed_at is not None and growth > 0.10
-                and best.result.spec.batch_size < failed_at):
+        if (
+            self.space.refine
+            and failed_at is not None
+            and growth > 0.10
+            and best.result.spec.batch_size < failed_at
+        ):
             middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
             if best.result.spec.batch_size < middle < failed_at:
                 self.ev.measure(base.replace(batch_size=middle), "refine")
@@ -373,18 +413,23 @@ class Search:
         others = [s for s in self.space.loss_scales if s != cand.setup.loss_scale]
         if not others:
             return
-        self._stage("loss-scale",
-                    f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}")
+        self._stage(
+            "loss-scale", f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}"
+        )
         for scale in others:
             m = self.ev.measure(cand.setup.replace(loss_scale=scale), "loss-scale")
             r = m.result
             if not r.ok:
-                self.notes.append(f"mixed_float16 with loss scale {scale}: {r.status.value}"
-                                  + (f" ({r.error.message})" if r.error else ""))
+                self.notes.append(
+                    f"mixed_float16 with loss scale {scale}: {r.status.value}"
+                    + (f" ({r.error.message})" if r.error else "")
+                )
                 continue
             if r.skipped_steps > 0.1 * max(1, r.steps_completed):
-                self.notes.append(f"mixed_float16 with loss scale {scale}: {r.skipped_steps} of "
-                                  f"{r.steps_completed} steps skipped")
+                self.notes.append(
+                    f"mixed_float16 with loss scale {scale}: {r.skipped_steps} of "
+                    f"{r.steps_completed} steps skipped"
+                )
 
     # -- guard and noise --------------------------------------------------------------------
     def _finalists_after_guard(self, allow_new_trials: bool) -> list[Candidate]:
@@ -395,8 +440,7 @@ class Search:
                 continue
             reference = self._float32_at(cand.setup.batch_size, allow_new_trials)
             if reference is None:
-                cand.rejected = ("not compared with float32 at the same batch size "
-                                 "(budget reached)")
+                cand.rejected = "not compared with float32 at the same batch size (budget reached)"
                 continue
             mine = cand.runs[0]
             if not reference.result.ok:
@@ -404,30 +448,41 @@ class Search:
                 # at the largest batch where both ran; precision, not batch size, is on trial.
                 pair = self._common_batch(cand, allow_new_trials)
                 if pair is None:
-                    cand.rejected = (f"float32 at batch size {cand.setup.batch_size} "
-                                     f"{reference.result.status.value} and no smaller batch to "
-                                     "compare at")
+                    cand.rejected = (
+                        f"float32 at batch size {cand.setup.batch_size} "
+                        f"{reference.result.status.value} and no smaller batch to "
+                        "compare at"
+                    )
                     continue
                 mine, reference = pair
                 self.notes.append(
                     f"{cand.setup.policy} was compared with float32 at batch size "
                     f"{reference.result.spec.batch_size}: float32 does not run at batch size "
-                    f"{cand.setup.batch_size}")
+                    f"{cand.setup.batch_size}"
+                )
             cand.guard_trial = reference.number
             gap = loss_gap(mine.result, reference.result, self.settings.guard_steps)
             cand.loss_gap = gap
             if gap is None or gap > self.settings.loss_tolerance:
-                cand.rejected = (f"loss gap to float32 {_pct(gap)} over the tolerance "
-                                 f"{self.settings.loss_tolerance:.0%}" if gap is not None
-                                 else "no comparable loss window")
+                cand.rejected = (
+                    f"loss gap to float32 {_pct(gap)} over the tolerance "
+                    f"{self.settings.loss_tolerance:.0%}"
+                    if gap is not None
+                    else "no comparable loss window"
+                )
         return finalists
 
-    def _common_batch(self, cand: Candidate,
-                      allow_new_trials: bool) -> tuple[Measured, Measured] | None:
+    def _common_batch(
+        self, cand: Candidate, allow_new_trials: bool
+    ) -> tuple[Measured, Measured] | None:
         """The candidate's setup and float32 at the largest smaller batch where float32 ran."""
-        fits = sorted(s.batch_size for s, runs in self.ev.known.items()
-                      if s == _float32(s.batch_size) and s.batch_size < cand.setup.batch_size
-                      and runs[0].result.ok)
+        fits = sorted(
+            s.batch_size
+            for s, runs in self.ev.known.items()
+            if s == _float32(s.batch_size)
+            and s.batch_size < cand.setup.batch_size
+            and runs[0].result.ok
+        )
         if not fits:
             return None
         batch = fits[-1]
@@ -449,9 +504,13 @@ class Search:
         key = _float32(batch_size)
         if key in self.ev.known:
             return self.ev.known[key][0]
-        oom_below = [runs[0] for s, runs in self.ev.known.items()
-                     if s.policy == FLOAT32 and s.batch_size <= batch_size
-                     and runs[0].result.status is TrialStatus.OOM]
+        oom_below = [
+            runs[0]
+            for s, runs in self.ev.known.items()
+            if s.policy == FLOAT32
+            and s.batch_size <= batch_size
+            and runs[0].result.status is TrialStatus.OOM
+        ]
         if oom_below:  # it will not fit a larger batch either
             return min(oom_below, key=lambda m: m.result.spec.batch_size)
         if not allow_new_trials:
@@ -468,7 +527,10 @@ class Search:
             return
         viable.sort(key=lambda c: c.speed, reverse=True)
         leader = viable[0]
-        contenders = [leader, *[c for c in viable[1:] if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1]]
+        contenders = [
+            leader,
+            *[c for c in viable[1:] if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1],
+        ]
         self._stage("remeasure", "measuring the leading setups again")
         for cand in contenders:
             measured = self.ev.measure(cand.setup, "remeasure", repeat=1)

@@ -54,12 +54,19 @@ def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None
     return total * (1 - headroom) if total else None
 
 
-def tune(model: str, *, space: SearchSpace | None = None,
-         settings: SearchSettings | None = None, storage: str | None = None,
-         study: str | None = None, resume: bool = False,
-         on_event: Callable[[SearchEvent], None] | None = None,
-         cancel: threading.Event | None = None, runner: TrialRunner = run_trial,
-         profile: Any = None) -> TuneResult:
+def tune(
+    model: str,
+    *,
+    space: SearchSpace | None = None,
+    settings: SearchSettings | None = None,
+    storage: str | None = None,
+    study: str | None = None,
+    resume: bool = False,
+    on_event: Callable[[SearchEvent], None] | None = None,
+    cancel: threading.Event | None = None,
+    runner: TrialRunner = run_trial,
+    profile: Any = None,
+) -> TuneResult:
     """Search for the best setup of ``model`` on this machine, storing every trial.
 
     Args:
@@ -91,19 +98,34 @@ def tune(model: str, *, space: SearchSpace | None = None,
     settings = settings or SearchSettings()
     space = space or SearchSpace(policies=hardware_prior(profile))
     name = study or default_study_name(model)
-    session = TuningSession.create(name, storage, {
-        "model": model,
-        "space": {"policies": list(space.policies), "batch_sizes": list(space.batch_sizes),
-                  "loss_scales": [str(s) for s in space.loss_scales],
-                  "start_batch": space.start_batch},
-        "settings": dataclasses.asdict(settings),
-        "hardware": profile.to_dict(),
-    }, resume=resume)
+    session = TuningSession.create(
+        name,
+        storage,
+        {
+            "model": model,
+            "space": {
+                "policies": list(space.policies),
+                "batch_sizes": list(space.batch_sizes),
+                "loss_scales": [str(s) for s in space.loss_scales],
+                "start_batch": space.start_batch,
+            },
+            "settings": dataclasses.asdict(settings),
+            "hardware": profile.to_dict(),
+        },
+        resume=resume,
+    )
     session.fail_orphans()
     emit = on_event or (lambda event: None)
     emit(SessionOpened(session.name, model, resumed=bool(session.trials())))
-    evaluator = Evaluator(session, source, settings, emit, cancel, runner,
-                          memory_budget_mb(profile, settings.device, settings.memory_headroom))
+    evaluator = Evaluator(
+        session,
+        source,
+        settings,
+        emit,
+        cancel,
+        runner,
+        memory_budget_mb(profile, settings.device, settings.memory_headroom),
+    )
     outcome = Search(evaluator, space, settings).run()
     rec = recommend(outcome, space, settings, profile.to_dict())
     session.set_attr("recommendation", rec.to_dict())

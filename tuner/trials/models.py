@@ -53,8 +53,15 @@ BUILTINS: dict[str, BuiltinWorkload] = {
         BuiltinWorkload(
             "transformer",
             "A small transformer text classifier (embedding, attention, feed-forward).",
-            {"seq_len": 64, "vocab": 2000, "embed_dim": 64, "heads": 2, "ff_dim": 128,
-             "layers": 1, "classes": 2},
+            {
+                "seq_len": 64,
+                "vocab": 2000,
+                "embed_dim": 64,
+                "heads": 2,
+                "ff_dim": 128,
+                "layers": 1,
+                "classes": 2,
+            },
         ),
     )
 }
@@ -125,21 +132,25 @@ def _parse_builtin(spec: str) -> ModelSource:
     name, _, arg_text = rest.partition(":")
     workload = BUILTINS.get(name)
     if workload is None:
-        raise MptuneError(f"unknown built-in model {name!r}: choose one of "
-                          + ", ".join(f"builtin:{n}" for n in BUILTINS))
+        raise MptuneError(
+            f"unknown built-in model {name!r}: choose one of "
+            + ", ".join(f"builtin:{n}" for n in BUILTINS)
+        )
     params = dict(workload.params)
     for item in filter(None, (a.strip() for a in arg_text.split(","))):
         key, sep, value = item.partition("=")
         if not sep:
             raise MptuneError(f"malformed parameter {item!r} in {spec}: write key=value")
         if key not in params:
-            raise MptuneError(f"builtin:{name} has no parameter {key!r}: it takes "
-                              + ", ".join(params))
+            raise MptuneError(
+                f"builtin:{name} has no parameter {key!r}: it takes " + ", ".join(params)
+            )
         try:
             number = int(value)
         except ValueError:
-            raise MptuneError(f"parameter {key} in {spec} must be a whole number, "
-                              f"not {value!r}") from None
+            raise MptuneError(
+                f"parameter {key} in {spec} must be a whole number, not {value!r}"
+            ) from None
         if number < 1:
             raise MptuneError(f"parameter {key} in {spec} must be at least 1, not {number}")
         params[key] = number
@@ -157,10 +168,13 @@ def _parse_python(spec: str, path: Path) -> ModelSource:
         raise MptuneError(f"syntax error: {exc.msg}", location=f"{spec}:{exc.lineno}") from None
     names = _top_level_names(tree)
     if "build_model" not in names:
-        raise MptuneError(f"{spec} defines no build_model(): mptune calls build_model() to "
-                          "get the model (and make_dataset(batch_size) for data, if defined)")
-    return ModelSource(spec, "python", path.name, path=str(path),
-                       has_make_dataset="make_dataset" in names)
+        raise MptuneError(
+            f"{spec} defines no build_model(): mptune calls build_model() to "
+            "get the model (and make_dataset(batch_size) for data, if defined)"
+        )
+    return ModelSource(
+        spec, "python", path.name, path=str(path), has_make_dataset="make_dataset" in names
+    )
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

@@ -46,14 +46,16 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
     """Map what happened to a status and, unless ``ok``, the reason."""
     if facts.over_memory_limit:
         return TrialStatus.OOM, TrialError(
-            f"worker memory passed the limit of {facts.memory_limit_mb:.0f} MB")
+            f"worker memory passed the limit of {facts.memory_limit_mb:.0f} MB"
+        )
     if facts.timed_out:
         return TrialStatus.TIMEOUT, TrialError(f"killed at the time limit of {facts.timeout_s:g} s")
     if facts.error is not None:
         return _classify_error(facts.error, facts.user_model)
     if facts.result is None:
         return TrialStatus.CRASHED, TrialError(
-            _death_message(facts.returncode), traceback=facts.log_tail or None)
+            _death_message(facts.returncode), traceback=facts.log_tail or None
+        )
     return _classify_result(facts.result)
 
 
@@ -78,16 +80,19 @@ def _classify_result(result: dict[str, Any]) -> tuple[TrialStatus, TrialError | 
     if losses and not math.isfinite(losses[-1]):
         return TrialStatus.DIVERGED, TrialError(
             f"the loss is not finite at the last step ({result.get('nonfinite_steps', 0)} "
-            "non-finite steps)")
+            "non-finite steps)"
+        )
     if result.get("weights_finite") is False:
         return TrialStatus.DIVERGED, TrialError(
             "weights hold inf/NaN after training: a step overflowed and was applied "
-            "(a fixed loss scale never skips such a step)")
+            "(a fixed loss scale never skips such a step)"
+        )
     scales = [s for s in result.get("loss_scales", []) if s is not None]
     skipped = result.get("skipped_flags", [])
     if scales and scales[-1] <= 1.0 and skipped and skipped[-1]:
         return TrialStatus.DIVERGED, TrialError(
-            "the dynamic loss scale collapsed to 1 and steps still overflow")
+            "the dynamic loss scale collapsed to 1 and steps still overflow"
+        )
     return TrialStatus.OK, None
 
 

@@ -17,7 +17,9 @@ class TrialStatus(str, enum.Enum):
 
     OK = "ok"
     OOM = "oom"  #: ResourceExhaustedError, or over the memory limit
-    DIVERGED = "diverged"  #: non-finite loss/weights, or the loss scale at its floor still overflowing
+    DIVERGED = (
+        "diverged"  #: non-finite loss/weights, or the loss scale at its floor still overflowing
+    )
     USER_ERROR = "user_error"  #: an exception raised by the user's model, data or code
     TIMEOUT = "timeout"  #: killed at its time limit
     CRASHED = "crashed"  #: the worker died without a result, or mptune itself failed
@@ -101,15 +103,18 @@ class TrialResult:
             "skipped_steps": self.skipped_steps,
             "nonfinite_steps": self.nonfinite_steps,
             "steps_completed": self.steps_completed,
-            "timings": {**dataclasses.asdict(self.timings),
-                        "measured_share": self.timings.measured_share},
+            "timings": {
+                **dataclasses.asdict(self.timings),
+                "measured_share": self.timings.measured_share,
+            },
             "error": dataclasses.asdict(self.error) if self.error else None,
             "warnings": list(self.warnings),
             "device": self.device,
             "versions": dict(self.versions),
             "spec": self.spec.to_dict(),
         }
-        return _json_safe(data)
+        safe: dict[str, Any] = _json_safe(data)
+        return safe
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:

@@ -104,8 +104,13 @@ def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> d
 class _WorkerRun:
     """One worker process from spawn to result: the state of a single :func:`run_trial`."""
 
-    def __init__(self, spec: TrialSpec, source: ModelSource,
-                 on_event: EventCallback | None, cancel: threading.Event | None) -> None:
+    def __init__(
+        self,
+        spec: TrialSpec,
+        source: ModelSource,
+        on_event: EventCallback | None,
+        cancel: threading.Event | None,
+    ) -> None:
         self.spec = spec
         self.source = source
         self.on_event = on_event
@@ -123,13 +128,19 @@ class _WorkerRun:
 
     def run(self) -> TrialResult:
         read_fd, write_fd = os.pipe()
-        log = tempfile.NamedTemporaryFile(prefix="mptune-worker-", suffix=".log", delete=False)
+        # The worker writes the file; it is closed here once the child has it, unlinked at the end.
+        log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix="mptune-worker-", suffix=".log", delete=False
+        )
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), env=worker_environment(self.spec),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=worker_environment(self.spec),
                 start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
             )
         finally:
@@ -156,10 +167,15 @@ class _WorkerRun:
             os.unlink(log.name)
         total_s = time.monotonic() - t0
         facts = WorkerFacts(
-            result=self.result, error=self.error, user_model=self.source.is_user_code,
-            timed_out=self.timed_out, timeout_s=self.spec.timeout_s,
-            over_memory_limit=self.over_memory_limit, memory_limit_mb=self.spec.memory_limit_mb,
-            returncode=returncode, log_tail=log_tail,
+            result=self.result,
+            error=self.error,
+            user_model=self.source.is_user_code,
+            timed_out=self.timed_out,
+            timeout_s=self.spec.timeout_s,
+            over_memory_limit=self.over_memory_limit,
+            memory_limit_mb=self.spec.memory_limit_mb,
+            returncode=returncode,
+            log_tail=log_tail,
         )
         status, error = classify(facts)
         return self._assemble(status, error, total_s)
@@ -246,9 +262,12 @@ class _WorkerRun:
             memory_kind=res.get("memory_kind", "cpu_rss" if self.peak_rss_mb else None),
             losses=tuple(v if v is not None else float("nan") for v in losses),
             loss_scales=scales,
-            skipped_steps=int(res.get("skipped_steps", sum(bool(s.get("skipped")) for s in measured))),
-            nonfinite_steps=int(res.get("nonfinite_steps",
-                                        sum(bool(s.get("nonfinite")) for s in measured))),
+            skipped_steps=int(
+                res.get("skipped_steps", sum(bool(s.get("skipped")) for s in measured))
+            ),
+            nonfinite_steps=int(
+                res.get("nonfinite_steps", sum(bool(s.get("nonfinite")) for s in measured))
+            ),
             steps_completed=len(losses),
             timings=timings,
             error=error,
@@ -259,15 +278,22 @@ class _WorkerRun:
 
 
 def _source_dict(source: ModelSource) -> dict[str, Any]:
-    return {"spec": source.spec, "kind": source.kind, "name": source.name, "path": source.path,
-            "params": dict(source.params), "has_make_dataset": source.has_make_dataset}
+    return {
+        "spec": source.spec,
+        "kind": source.kind,
+        "name": source.name,
+        "path": source.path,
+        "params": dict(source.params),
+        "has_make_dataset": source.has_make_dataset,
+    }
 
 
 def _rss_mb(pid: int) -> float | None:
     import psutil
 
     try:
-        return psutil.Process(pid).memory_info().rss / 2**20
+        rss: float = psutil.Process(pid).memory_info().rss / 2**20
+        return rss
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
 

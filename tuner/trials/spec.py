@@ -83,19 +83,24 @@ class TrialSpec:
         return self.setup.loss_scale
 
     @classmethod
-    def create(cls, model: str, policy: str, batch_size: int, loss_scale: str | None = None,
-               **kwargs: Any) -> TrialSpec:
+    def create(
+        cls, model: str, policy: str, batch_size: int, loss_scale: str | None = None, **kwargs: Any
+    ) -> TrialSpec:
         """Build a spec from user-facing values; ``loss_scale=None`` means the policy's default.
 
         Raises:
             ValueError: naming the bad value.
         """
-        return cls(model=model, setup=Setup(policy, batch_size, loss_scale),  # type: ignore[arg-type]
-                   **kwargs)
+        return cls(
+            model=model,
+            setup=Setup(policy, batch_size, loss_scale),
+            **kwargs,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "setup"}
+        data = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "setup"
+        }
         return {"model": data.pop("model"), **self.setup.to_dict(), **data}
 
     @classmethod

@@ -68,27 +68,39 @@ def narrow_layers(model: keras.Model) -> list[str]:
     return found
 
 
-def check_model(model: keras.Model, policy: str, batch_size: int,
-                sample_x: Any) -> tuple[keras.Model, list[tuple[str, str]]]:
+def check_model(
+    model: keras.Model, policy: str, batch_size: int, sample_x: Any
+) -> tuple[keras.Model, list[tuple[str, str]]]:
     """Run the checks; returns the model to train (maybe wrapped) and ``(code, message)``
     warnings."""
     warnings: list[tuple[str, str]] = []
     low = low_precision_outputs(model, sample_x)
     if low:
-        warnings.append(("low_precision_output",
-                         f"the model's output is {low[0]}: the mixed-precision guides keep the "
-                         "last layer in float32 (e.g. Activation('softmax', dtype='float32')); "
-                         "this trial appends a float32 cast"))
+        warnings.append(
+            (
+                "low_precision_output",
+                f"the model's output is {low[0]}: the mixed-precision guides keep the "
+                "last layer in float32 (e.g. Activation('softmax', dtype='float32')); "
+                "this trial appends a float32 cast",
+            )
+        )
         model = with_float32_output(model)
     if policy != FLOAT32:
         narrow = narrow_layers(model)
         if narrow:
             more = f" and {len(narrow) - 6} more" if len(narrow) > 6 else ""
             shown = ", ".join(narrow[:6]) + more
-            warnings.append(("not_multiple_of_8",
-                             f"widths that are not multiples of 8 keep Tensor Cores idle: {shown}"))
+            warnings.append(
+                (
+                    "not_multiple_of_8",
+                    f"widths that are not multiples of 8 keep Tensor Cores idle: {shown}",
+                )
+            )
         if batch_size % 8:
-            warnings.append(("batch_not_multiple_of_8",
-                             f"batch size {batch_size} is not a multiple of 8 "
-                             "(Tensor Core advice)"))
+            warnings.append(
+                (
+                    "batch_not_multiple_of_8",
+                    f"batch size {batch_size} is not a multiple of 8 (Tensor Core advice)",
+                )
+            )
     return model, warnings

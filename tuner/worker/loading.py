@@ -51,8 +51,9 @@ def _load_python(source: ModelSource) -> LoadedModel:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     loader = spec.loader
-    call_user(lambda: loader.exec_module(module), f"importing {source.spec}", source.path,
-              source.spec)
+    call_user(
+        lambda: loader.exec_module(module), f"importing {source.spec}", source.path, source.spec
+    )
     build = getattr(module, "build_model", None)
     if not callable(build):
         raise UserCodeError(f"{source.spec}: build_model is not a function")
@@ -67,8 +68,10 @@ def _check_is_model(model: Any, what: str) -> None:
         return
     module = type(model).__module__
     if module.startswith(("tf_keras", "keras.src.legacy", "tensorflow.python.keras")):
-        raise UserCodeError(f"{what} returned a tf_keras (Keras 2) model: mptune needs a "
-                            "Keras 3 model (import keras, not tf.keras with TF_USE_LEGACY_KERAS)")
+        raise UserCodeError(
+            f"{what} returned a tf_keras (Keras 2) model: mptune needs a "
+            "Keras 3 model (import keras, not tf.keras with TF_USE_LEGACY_KERAS)"
+        )
     raise UserCodeError(f"{what} returned {type(model).__name__}, not a keras.Model")
 
 
@@ -86,14 +89,18 @@ def _compiled_with(model: keras.Model) -> tuple[Any, Any, Any]:
 
 
 def _load_keras_file(source: ModelSource, policy: str) -> LoadedModel:
-    original = call_user(lambda: keras.saving.load_model(source.path),
-                         f"loading {source.spec}", None)
+    original = call_user(
+        lambda: keras.saving.load_model(source.path), f"loading {source.spec}", None
+    )
     _check_is_model(original, f"loading {source.spec}")
     optimizer, loss, jit = _compiled_with(original)
     config = keras.saving.serialize_keras_object(original)
     _retarget_dtype_policies(config, policy)
-    model = call_user(lambda: keras.saving.deserialize_keras_object(config),
-                      f"rebuilding {source.spec} under {policy}", None)
+    model = call_user(
+        lambda: keras.saving.deserialize_keras_object(config),
+        f"rebuilding {source.spec} under {policy}",
+        None,
+    )
     model.set_weights(original.get_weights())
     return LoadedModel(model, optimizer, loss, jit)
 
@@ -127,19 +134,22 @@ def _retarget_dtype_policies(config: Any, policy: str) -> None:
             dtype["config"]["name"] = policy
 
 
-def user_batches(source: ModelSource, loaded: LoadedModel, batch_size: int, n_batches: int,
-                 seed: int) -> list[Batch]:
+def user_batches(
+    source: ModelSource, loaded: LoadedModel, batch_size: int, n_batches: int, seed: int
+) -> list[Batch]:
     """Batches from the user's ``make_dataset(batch_size)``, or synthesised from the model."""
     make = getattr(loaded.module, "make_dataset", None) if loaded.module else None
     if callable(make):
-        data = call_user(lambda: make(batch_size), f"make_dataset({batch_size})", source.path,
-                         source.spec)
+        data = call_user(
+            lambda: make(batch_size), f"make_dataset({batch_size})", source.path, source.spec
+        )
         return _batches_from_user_data(data, batch_size, n_batches, source)
     return synthesise_batches(loaded.model, loaded.loss, batch_size, n_batches, seed)
 
 
-def _batches_from_user_data(data: Any, batch_size: int, n_batches: int,
-                            source: ModelSource) -> list[Batch]:
+def _batches_from_user_data(
+    data: Any, batch_size: int, n_batches: int, source: ModelSource
+) -> list[Batch]:
     import tensorflow as tf
 
     what = f"make_dataset({batch_size}) in {source.spec}"
@@ -165,12 +175,17 @@ def _batches_from_user_data(data: Any, batch_size: int, n_batches: int,
             raise UserCodeError(f"{what} returned x and y with different sample counts")
         count = max(1, min(n_batches, n // batch_size))
         if n < batch_size:
-            raise UserCodeError(f"{what} returned {n} samples, fewer than one batch of "
-                                f"{batch_size}")
-        return [(_slice(x, i * batch_size, batch_size), _slice(y, i * batch_size, batch_size))
-                for i in range(count)]
-    raise UserCodeError(f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
-                        "(x, y) batches or a tuple (x, y) of arrays")
+            raise UserCodeError(
+                f"{what} returned {n} samples, fewer than one batch of {batch_size}"
+            )
+        return [
+            (_slice(x, i * batch_size, batch_size), _slice(y, i * batch_size, batch_size))
+            for i in range(count)
+        ]
+    raise UserCodeError(
+        f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
+        "(x, y) batches or a tuple (x, y) of arrays"
+    )
 
 
 def _as_batch(element: Any, what: str) -> Batch:
@@ -182,8 +197,10 @@ def _as_batch(element: Any, what: str) -> Batch:
 def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
     n = _leading_dim(batch[0])
     if n is not None and n != batch_size:
-        raise UserCodeError(f"{what} yields batches of {n} samples, not {batch_size}: "
-                            "batch the dataset with the batch_size argument")
+        raise UserCodeError(
+            f"{what} yields batches of {n} samples, not {batch_size}: "
+            "batch the dataset with the batch_size argument"
+        )
 
 
 def _leading_dim(value: Any) -> int | None:
@@ -197,10 +214,10 @@ def _leading_dim(value: Any) -> int | None:
 
 def _slice(value: Any, start: int, size: int) -> Any:
     if isinstance(value, dict):
-        return {k: v[start:start + size] for k, v in value.items()}
+        return {k: v[start : start + size] for k, v in value.items()}
     if isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
-        return [v[start:start + size] for v in value]
-    return value[start:start + size]
+        return [v[start : start + size] for v in value]
+    return value[start : start + size]
 
 
 def pool_size(sample_bytes: int, batch_size: int) -> int:
@@ -208,14 +225,17 @@ def pool_size(sample_bytes: int, batch_size: int) -> int:
     return max(1, min(_POOL_BATCHES, _POOL_BYTES // max(1, sample_bytes * batch_size)))
 
 
-def synthesise_batches(model: keras.Model, loss: Any, batch_size: int, n_batches: int,
-                       seed: int) -> list[Batch]:
+def synthesise_batches(
+    model: keras.Model, loss: Any, batch_size: int, n_batches: int, seed: int
+) -> list[Batch]:
     """Random inputs shaped like the model's inputs, targets shaped for its loss."""
     inputs = getattr(model, "inputs", None)
     outputs = getattr(model, "outputs", None)
     if not inputs or not outputs:
-        raise UserCodeError("the model has no known input shape, so mptune cannot make data for "
-                            "it: start it with keras.Input(...) or define make_dataset(batch_size)")
+        raise UserCodeError(
+            "the model has no known input shape, so mptune cannot make data for "
+            "it: start it with keras.Input(...) or define make_dataset(batch_size)"
+        )
     rng = np.random.default_rng(seed)
     vocab = _smallest_vocabulary(model)
     loss_name = _loss_name(loss)
@@ -230,8 +250,10 @@ def synthesise_batches(model: keras.Model, loss: Any, batch_size: int, n_batches
 def _shape(tensor: Any, batch_size: int) -> tuple[int, ...]:
     dims = tuple(tensor.shape)[1:]
     if any(d is None for d in dims):
-        raise UserCodeError(f"input {getattr(tensor, 'name', '')!r} has a variable dimension "
-                            f"{tuple(tensor.shape)}: define make_dataset(batch_size)")
+        raise UserCodeError(
+            f"input {getattr(tensor, 'name', '')!r} has a variable dimension "
+            f"{tuple(tensor.shape)}: define make_dataset(batch_size)"
+        )
     return (batch_size, *dims)
 
 
@@ -242,8 +264,9 @@ def _random_like(tensor: Any, batch_size: int, rng: np.random.Generator, vocab: 
     return rng.standard_normal(shape, dtype=np.float32)
 
 
-def _target_like(tensor: Any, batch_size: int, rng: np.random.Generator,
-                 loss_name: str) -> np.ndarray:
+def _target_like(
+    tensor: Any, batch_size: int, rng: np.random.Generator, loss_name: str
+) -> np.ndarray:
     shape = _shape(tensor, batch_size)
     classes = shape[-1] if len(shape) > 1 else 1
     if "sparse_categorical" in loss_name:
@@ -266,8 +289,9 @@ def _loss_name(loss: Any) -> str:
 
 
 def _smallest_vocabulary(model: keras.Model) -> int:
-    dims = [layer.input_dim for layer in _all_layers(model)
-            if isinstance(layer, keras.layers.Embedding)]
+    dims = [
+        layer.input_dim for layer in _all_layers(model) if isinstance(layer, keras.layers.Embedding)
+    ]
     return min(dims) if dims else 100
 
 

@@ -51,9 +51,16 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     from tuner.worker import checks, loading, training
 
     device = _configure_device(tf, spec)
-    channel.emit("started", pid=os.getpid(), device=device, versions={
-        "python": platform.python_version(), "tensorflow": tf.__version__,
-        "keras": keras.__version__})
+    channel.emit(
+        "started",
+        pid=os.getpid(),
+        device=device,
+        versions={
+            "python": platform.python_version(),
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+        },
+    )
 
     phase[0] = "build"
     t_build = time.perf_counter()
@@ -64,22 +71,27 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
         model = builtins.build(source.name, source.params)
         loaded = loading.LoadedModel(model, None, builtins.LOSS)
         pool = loading.pool_size(builtins.sample_bytes(source.name, source.params), spec.batch_size)
-        batches = builtins.make_batches(source.name, source.params, spec.batch_size, pool, spec.seed)
+        batches = builtins.make_batches(
+            source.name, source.params, spec.batch_size, pool, spec.seed
+        )
     else:
         loaded = loading.load_user_model(source, spec.policy.name)
         pool = loading.pool_size(4 * 1024, spec.batch_size)
         batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
-    model, warnings = checks.check_model(loaded.model, spec.policy.name, spec.batch_size,
-                                         batches[0][0])
+    model, warnings = checks.check_model(
+        loaded.model, spec.policy.name, spec.batch_size, batches[0][0]
+    )
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
-    keras_setup.compile_model(model, spec.setup, loaded.optimizer, loaded.loss,
-                              jit_compile=loaded.jit_compile)
+    keras_setup.compile_model(
+        model, spec.setup, loaded.optimizer, loaded.loss, jit_compile=loaded.jit_compile
+    )
     build_s = time.perf_counter() - t_build
 
     on_cpu = device.startswith("cpu")
-    runner = training.StepRunner(model, batches, spec.loss_scale, channel.emit,
-                                 spec.memory_limit_mb if on_cpu else None)
+    runner = training.StepRunner(
+        model, batches, spec.loss_scale, channel.emit, spec.memory_limit_mb if on_cpu else None
+    )
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
     warm = runner.run("warmup", spec.warmup_steps)
@@ -100,8 +112,11 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     channel.emit(
         "result",
         samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
-        step_time_ms={"p50": p50 * 1000, "p90": float(np.percentile(times, 90)) * 1000,
-                      "mean": float(times.mean()) * 1000},
+        step_time_ms={
+            "p50": p50 * 1000,
+            "p90": float(np.percentile(times, 90)) * 1000,
+            "mean": float(times.mean()) * 1000,
+        },
         peak_memory_mb=peak,
         memory_kind=memory_kind,
         losses=log.losses,
@@ -126,7 +141,8 @@ def _configure_device(tf: Any, spec: TrialSpec) -> str:
     gpu = gpus[0]  # the runner narrowed CUDA_VISIBLE_DEVICES to the chosen GPU
     if spec.memory_limit_mb is not None:
         tf.config.set_logical_device_configuration(
-            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(spec.memory_limit_mb))])
+            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(spec.memory_limit_mb))]
+        )
     else:
         # Without growth TensorFlow reserves the whole card and the peak means nothing.
         tf.config.experimental.set_memory_growth(gpu, True)

@@ -52,9 +52,14 @@ class StepRunner:
     the timed region covers the whole step, on a GPU too.
     """
 
-    def __init__(self, model: keras.Model, batches: Sequence[tuple[Any, Any]],
-                 loss_scale: LossScale, emit: Callable[..., None],
-                 cpu_memory_limit_mb: float | None = None) -> None:
+    def __init__(
+        self,
+        model: keras.Model,
+        batches: Sequence[tuple[Any, Any]],
+        loss_scale: LossScale,
+        emit: Callable[..., None],
+        cpu_memory_limit_mb: float | None = None,
+    ) -> None:
         self.model = model
         self.batches = batches
         self.loss_scale = loss_scale
@@ -65,8 +70,14 @@ class StepRunner:
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
 
-    def run(self, phase: str, steps: int | None, seconds: float = 0.0, min_steps: int = 1,
-            max_steps: int = 1) -> StepLog:
+    def run(
+        self,
+        phase: str,
+        steps: int | None,
+        seconds: float = 0.0,
+        min_steps: int = 1,
+        max_steps: int = 1,
+    ) -> StepLog:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
         least ``min_steps`` and at most ``max_steps``."""
         log = StepLog()
@@ -76,8 +87,11 @@ class StepRunner:
         while True:
             if steps is not None and count >= steps:
                 break
-            if steps is None and count >= min_steps and (
-                    count >= max_steps or time.perf_counter() - start >= seconds):
+            if (
+                steps is None
+                and count >= min_steps
+                and (count >= max_steps or time.perf_counter() - start >= seconds)
+            ):
                 break
             x, y = self.batches[self.global_step % len(self.batches)]
             self.global_step += 1
@@ -97,12 +111,21 @@ class StepRunner:
             log.nonfinite.append(nonfinite)
             log.times_s.append(dt)
             count += 1
-            self.emit("step", phase=phase, step=count, loss=loss, loss_scale=scale,
-                      skipped=skipped, nonfinite=nonfinite, time_ms=round(dt * 1000, 3))
+            self.emit(
+                "step",
+                phase=phase,
+                step=count,
+                loss=loss,
+                loss_scale=scale,
+                skipped=skipped,
+                nonfinite=nonfinite,
+                time_ms=round(dt * 1000, 3),
+            )
             if self.cpu_memory_limit_mb is not None and peak_rss_mb() > self.cpu_memory_limit_mb:
                 raise MemoryLimitExceeded(
                     f"peak resident memory {peak_rss_mb():.0f} MB passed the limit of "
-                    f"{self.cpu_memory_limit_mb:.0f} MB")
+                    f"{self.cpu_memory_limit_mb:.0f} MB"
+                )
         log.elapsed_s = time.perf_counter() - start
         return log
 
@@ -121,8 +144,10 @@ class StepRunner:
             import tensorflow as tf
 
             raise tf.errors.ResourceExhaustedError(
-                None, None, f"OOM when allocating tensor (injected by {FAULT_ENV} at step "
-                            f"{self.global_step})")
+                None,
+                None,
+                f"OOM when allocating tensor (injected by {FAULT_ENV} at step {self.global_step})",
+            )
         if kind == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         if kind == "hang":
@@ -134,4 +159,3 @@ def _parse_fault(text: str) -> tuple[str, int] | None:
     if kind not in ("oom", "crash", "hang") or not step.isdigit():
         return None
     return kind, int(step)
-

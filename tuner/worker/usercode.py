@@ -37,16 +37,19 @@ def user_location(exc: BaseException, path: str | None, shown_as: str | None = N
     for frame in traceback.extract_tb(tb) if tb else ():
         if os.path.realpath(frame.filename) == target:
             found = frame.lineno
-    if found is None and isinstance(exc, SyntaxError) and exc.filename \
-            and os.path.realpath(exc.filename) == target:
+    if (
+        found is None
+        and isinstance(exc, SyntaxError)
+        and exc.filename
+        and os.path.realpath(exc.filename) == target
+    ):
         found = exc.lineno
     if found is None:
         return None
     return f"{shown_as or os.path.basename(path)}:{found}"
 
 
-def call_user(fn: Callable[[], T], what: str, path: str | None,
-              shown_as: str | None = None) -> T:
+def call_user(fn: Callable[[], T], what: str, path: str | None, shown_as: str | None = None) -> T:
     """Run ``fn``; turn anything it raises into a :class:`UserCodeError` naming ``what``.
 
     Out-of-memory errors pass through untouched: they are a trial outcome, not a bug.
@@ -58,5 +61,6 @@ def call_user(fn: Callable[[], T], what: str, path: str | None,
     except Exception as exc:
         if type(exc).__name__ == "ResourceExhaustedError":
             raise
-        raise UserCodeError(f"{what} failed: {first_line(exc)}",
-                            user_location(exc, path, shown_as)) from exc
+        raise UserCodeError(
+            f"{what} failed: {first_line(exc)}", user_location(exc, path, shown_as)
+        ) from exc
