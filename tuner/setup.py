@@ -26,8 +26,9 @@ DEFAULT_GROWTH_STEPS = 2000
 #: The largest batch size a setup may carry: far above any real step, far below what overflows
 #: a C int in TensorFlow's shape code.
 MAX_BATCH_SIZE = 1 << 24
-#: The largest loss scale (initial or fixed): float32 overflows at about 3.4e38.
-MAX_LOSS_SCALE = 2.0**64
+#: The largest loss scale (initial or fixed): the largest power of two float32 holds (its
+#: maximum is about 3.4e38); a larger one would be infinite inside the optimizer.
+MAX_LOSS_SCALE = 2.0**127
 MAX_GROWTH_STEPS = 10**9
 
 LossScaleKind = Literal["none", "dynamic", "fixed"]
@@ -135,7 +136,7 @@ class LossScale:
             raise ValueError(f"a {self.kind} loss scale takes no initial scale or growth steps")
         for what, number in (("initial scale", self.initial_scale), ("fixed scale", self.value)):
             if number is not None and not (math.isfinite(number) and 0 < number <= MAX_LOSS_SCALE):
-                raise ValueError(f"{what} must be a positive number up to 2**64, not {number}")
+                raise ValueError(f"{what} must be a positive number up to 2**127, not {number}")
         if self.growth_steps is not None and not (
             isinstance(self.growth_steps, int) and 1 <= self.growth_steps <= MAX_GROWTH_STEPS
         ):

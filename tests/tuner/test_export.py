@@ -135,7 +135,7 @@ def test_setup_checks_and_canonicalises_itself() -> None:
         ),
         (
             {"policy": "float32", "batch_size": 8, "loss_scale": "fixed:1e300"},
-            r"field setup.loss_scale: .*fixed scale must be a positive number up to 2\*\*64",
+            r"field setup.loss_scale: .*fixed scale must be a positive number up to 2\*\*127",
         ),
     ],
 )
