@@ -118,9 +118,9 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
     assert "final loss" in proc.stdout
 
 
-@pytest.mark.slow
-def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> None:
-    window = make_window()
+def start_a_long_trial(window, qtbot) -> list[psutil.Process]:
+    """Start a search whose first trial measures for 30 s; return once it is measuring, with
+    the trial worker's processes."""
     configure_tiny_search(window, measure=30.0)
     measuring = []
     window.bridge.eventsReady.connect(
@@ -128,11 +128,18 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
             e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"
         )
     )
-    qtbot.waitUntil(window.start_button.isEnabled)
+    qtbot.waitUntil(window.start_button.isEnabled, timeout=10_000)
     window.start_search()
     qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
     workers = psutil.Process().children(recursive=True)
     assert workers, "a trial worker should be running"
+    return workers
+
+
+@pytest.mark.slow
+def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> None:
+    window = make_window()
+    workers = start_a_long_trial(window, qtbot)
     t0 = time.monotonic()
     with qtbot.waitSignal(window.bridge.finished, timeout=10_000) as finished:
         window.stop_button.click()
@@ -227,18 +234,7 @@ def test_closing_while_storage_blocks_returns_at_once(make_window, qtbot) -> Non
 @pytest.mark.slow
 def test_closing_during_a_search_ends_its_worker_within_a_second(make_window, qtbot) -> None:
     window = make_window()
-    configure_tiny_search(window, measure=30.0)
-    measuring = []
-    window.bridge.eventsReady.connect(
-        lambda events: measuring.extend(
-            e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"
-        )
-    )
-    qtbot.waitUntil(lambda: window.start_button.isEnabled(), timeout=10_000)
-    window.start_search()
-    qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
-    workers = psutil.Process().children(recursive=True)
-    assert workers, "a trial worker should be running"
+    workers = start_a_long_trial(window, qtbot)
     t0 = time.monotonic()
     window.close()
     assert time.monotonic() - t0 < 1.0

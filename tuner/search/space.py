@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.policies import POLICIES, check_policy
-from tuner.trials.spec import LossScale
+from tuner.policies import POLICIES
+from tuner.setup import LossScale, Policy
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
 #: dynamic default, a dynamic scale that starts lower and grows sooner, and two fixed scales.
@@ -38,7 +38,7 @@ class SearchSpace:
         if not self.policies:
             raise ValueError("the search space has no policy")
         for policy in self.policies:
-            check_policy(policy)
+            Policy.parse(policy)
         if not self.batch_sizes:
             object.__setattr__(self, "batch_sizes", ladder_range(*DEFAULT_BATCH_RANGE))
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
@@ -97,7 +97,7 @@ def parse_policies(text: str) -> tuple[str, ...]:
     """
     policies = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     for policy in policies:
-        check_policy(policy)
+        Policy.parse(policy)
     if not policies:
         raise ValueError("no policy given")
     return policies
