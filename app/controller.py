@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
@@ -35,12 +36,8 @@ class Controller(QObject):
     Args:
         engine: the engine's face (:mod:`tuner.api`, or a fake with the same functions).
         parent: the owning QObject (the window).
-
-    Signals:
-        busyChanged(bool): whether any call is under way (for a busy cursor or spinner).
     """
 
-    busyChanged = Signal(bool)
     _delivered = Signal(object)  # (callback, value), emitted on a worker thread
 
     def __init__(self, engine: ModuleType | Any = api, parent: QObject | None = None) -> None:
@@ -76,16 +73,11 @@ class Controller(QObject):
         )
         with self._lock:
             self._threads.add(thread)
-            first = len(self._threads) == 1
-        if first:
-            self.busyChanged.emit(True)
         thread.start()
 
     def wait(self, timeout: float) -> bool:
         """Join the calls under way for up to ``timeout`` seconds in all; True when none is
-        left. For tests and shutdown only: the GUI never calls it while it runs."""
-        import time
-
+        left. For tests only: the window never calls it."""
         deadline = time.monotonic() + timeout
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -102,20 +94,19 @@ class Controller(QObject):
         on_done: Callable[[T], object],
         on_error: Callable[[Exception], object] | None,
     ) -> None:
+        item: tuple[Callable[[Any], object], Any]
         try:
-            value = function()
+            item = (on_done, function())
         except Exception as exc:  # noqa: BLE001 - handed to the GUI thread, never lost
-            self._delivered.emit((on_error, exc) if on_error else (_log_error, exc))
-        else:
-            self._delivered.emit((on_done, value))
-        finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
+            item = (on_error or _log_error, exc)
+        # Off the books before the result is handed over, so that `busy` is already false
+        # when the last callback runs.
+        with self._lock:
+            self._threads.discard(threading.current_thread())
+        self._delivered.emit(item)
 
     def _on_delivered(self, item: tuple[Callable[[Any], object], Any]) -> None:
         callback, value = item
-        if not self.busy:
-            self.busyChanged.emit(False)
         if self._closed:
             return
         callback(value)

@@ -86,6 +86,7 @@ class QtMainWindow(QMainWindow):
         # A stopped search can be resumed: Start then continues the same stored session.
         self._resumable: tuple[str, str] | None = None  # (session, model)
         self.export_dialog: QtExportDialog | None = None
+        self.history_dialog: QtHistoryDialog | None = None
 
         self.hardware = QtHardwarePanel()
         self.setup = QtSetupPanel(self.settings)

@@ -46,8 +46,7 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     import numpy as np
     import tensorflow as tf
 
-    from tuner import keras_setup
-    from tuner import workloads as builtins
+    from tuner import keras_setup, workloads
     from tuner.worker import checks, loading, training
 
     device = _configure_device(tf, spec)
@@ -68,10 +67,12 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     keras.utils.set_random_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
     if source.kind == "builtin":
-        model = builtins.build(source.name, source.params)
-        loaded = loading.LoadedModel(model, None, builtins.LOSS)
-        pool = loading.pool_size(builtins.sample_bytes(source.name, source.params), spec.batch_size)
-        batches = builtins.make_batches(
+        model = workloads.build(source.name, source.params)
+        loaded = loading.LoadedModel(model, None, workloads.LOSS)
+        pool = loading.pool_size(
+            workloads.sample_bytes(source.name, source.params), spec.batch_size
+        )
+        batches = workloads.make_batches(
             source.name, source.params, spec.batch_size, pool, spec.seed
         )
     else:
