@@ -357,3 +357,255 @@ def test_text_fields_cannot_break_out_of_comments(fmt: str) -> None:
     tree = ast.parse(code)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "system"]
     assert calls == []
+
+
+def write_config(tmp_path: Path, mutate) -> Path:
+    """A config file: make_config() changed by ``mutate``, written as JSON (json.dumps spells a
+    control character or a lone surrogate as a \\u escape, as a hostile file would)."""
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(corrupt(mutate)))
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.update(model="builtin:mlp\x00"), "field model"),
+        (lambda d: d.update(model="my\rmodel.py"), "field model"),
+        (lambda d: d.update(session="s\x001"), "field session"),
+        (lambda d: d.update(created="2026\x1b[31m"), "field created"),
+        (lambda d: d["evidence"].update(reason="fast\x00"), "field evidence.reason"),
+        (lambda d: d["hardware"].update(cpu_model="CPU\x85"), "field hardware.cpu_model"),
+        (lambda d: d["hardware"].update(cpu_flags=["avx\x7f"]), "field hardware.cpu_flags"),
+        (lambda d: d["versions"].update({"keras\x00": "3"}), "field versions (a key)"),
+    ],
+)
+def test_control_characters_are_rejected_naming_the_field(
+    tmp_path: Path, mutate, field: str
+) -> None:
+    path = write_config(tmp_path, mutate)
+    with pytest.raises(ConfigError, match=r"must not contain control characters") as info:
+        TunedConfig.load(path)
+    assert field in str(info.value) and "\n" not in str(info.value)
+
+
+def test_free_text_keeps_tabs_and_line_breaks(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        lambda d: (
+            d["evidence"].update(reason="fast\tand\nstable"),
+            d.update(model=str(tmp_path / "new\nline.py")),
+        ),
+    )
+    config = TunedConfig.load(path)
+    assert config.evidence.reason == "fast\tand\nstable"
+    for fmt, keras in (("snippet", "3"), ("snippet", "2"), ("script", "3")):
+        compile(render(config, fmt, keras), "x.py", "exec")
+
+
+NASTY = [
+    "nul\x00byte",
+    "escape\x1b[31m and bell\x07",
+    "lone \ud800 surrogate",
+    "breaks\r\n\x0b\x0c\x1c\x85\u2028\u2029end",
+    "tab\tDEL\x7f C1\x9b",
+    'quotes \'"""\' and back\\slash\\',
+    "coding: latin-1",
+    "-*- coding=no-such-codec -*-",
+    "ünïcødé 模型 \ufeff",
+]
+
+
+@pytest.mark.parametrize("nasty", NASTY)
+def test_any_string_renders_code_that_compiles(nasty: str) -> None:
+    """A config built in code is not checked; whatever its strings, the generated file
+    compiles, both as text and as the UTF-8 bytes a saved file holds (which Python decodes by
+    any coding declaration in the first two lines)."""
+    base = make_config()
+    config = dataclasses.replace(
+        base,
+        model=nasty,
+        session=nasty,
+        created=nasty,
+        evidence=dataclasses.replace(base.evidence, reason=nasty),
+        hardware=dataclasses.replace(base.hardware, cpu_model=nasty, gpu_name=nasty),
+    )
+    for fmt, keras in (("snippet", "3"), ("snippet", "2"), ("script", "3")):
+        code = render(config, fmt, keras)
+        compile(code, "x.py", "exec")
+        compile(code.encode("utf-8"), "x.py", "exec")
+        if fmt == "script":
+            assert assignments(code)["MODEL"] == nasty
+
+
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.update(session="s\ud800"), "field session"),
+        (lambda d: d.update(model="builtin:mlp\udfff"), "field model"),
+        (lambda d: d["evidence"].update(reason="\udc80"), "field evidence.reason"),
+        (lambda d: d["versions"].update(keras="3\ud800"), "field versions.keras"),
+        (lambda d: d["versions"].update({"\ud800": "3"}), "field versions (a key)"),
+    ],
+)
+def test_lone_surrogates_are_rejected_naming_the_field(tmp_path: Path, mutate, field: str) -> None:
+    path = write_config(tmp_path, mutate)
+    assert "\\ud" in path.read_text()  # a \\u escape, as JSON spells it
+    with pytest.raises(ConfigError, match="must be valid Unicode text") as info:
+        TunedConfig.load(path)
+    assert field in str(info.value)
+    str(info.value).encode("utf-8")  # the message itself can be printed anywhere
+
+
+def nested(depth: int) -> list:
+    """``depth`` lists, one inside the other, built without recursion."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_deeply_nested_json_is_rejected(tmp_path: Path) -> None:
+    only_notes = tmp_path / "notes.json"
+    only_notes.write_text('{"notes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    inside = tmp_path / "inside.json"
+    inside.write_text(with_deep_notes())
+    for path in (only_notes, inside):
+        with pytest.raises(ConfigError, match="nested too deeply") as info:
+            TunedConfig.load(path)
+        assert str(info.value).startswith(str(path))
+    from tuner.export import apply_config
+
+    # It fails before Keras is imported, on one line.
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        apply_config(inside)
+
+
+def test_deeply_nested_data_is_rejected_naming_the_field() -> None:
+    data = make_config().to_dict()
+    data["notes"] = nested(100_000)
+    with pytest.raises(ConfigError, match=r"^cfg\.json: field notes is nested too deeply"):
+        TunedConfig.from_dict(data, source="cfg.json")
+    data = make_config().to_dict()
+    data["evidence"]["trials"] = nested(100_000)  # a field that is read and shown when wrong
+    with pytest.raises(ConfigError, match="field evidence is nested too deeply"):
+        TunedConfig.from_dict(data, source="cfg.json")
+    data = make_config().to_dict()
+    data["later"] = {"a": nested(20)}  # within the limit: unknown fields are still ignored
+    assert TunedConfig.from_dict(data) == make_config()
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (
+            lambda d: d["evidence"].update(samples_per_second=-1.0),
+            "field evidence.samples_per_second must be a number at least 0, got -1.0",
+        ),
+        (
+            lambda d: d["evidence"].update(samples_per_second=10**400),
+            "field evidence.samples_per_second must be a finite number",
+        ),
+        (
+            lambda d: d["evidence"].update(samples_per_second_spread=[1250.0, 1200.0]),
+            "field evidence.samples_per_second_spread must be a list of two numbers, the lower",
+        ),
+        (
+            lambda d: d["evidence"].update(samples_per_second_spread=[-5.0, 1.0]),
+            "field evidence.samples_per_second_spread must be a number at least 0",
+        ),
+        (
+            lambda d: d["evidence"].update(baseline_samples_per_second=-2),
+            "field evidence.baseline_samples_per_second must be a number at least 0",
+        ),
+        (
+            lambda d: d["evidence"].update(speedup_vs_float32=-0.5),
+            "field evidence.speedup_vs_float32 must be a number at least 0",
+        ),
+        (
+            lambda d: d["evidence"].update(memory_saving=1.5),
+            "field evidence.memory_saving must be a number at most 1",
+        ),
+        (
+            lambda d: d["evidence"].update(peak_memory_mb=-1),
+            "field evidence.peak_memory_mb must be a number at least 0",
+        ),
+        (
+            lambda d: d["evidence"].update(loss_gap=-0.01),
+            "field evidence.loss_gap must be a number at least 0",
+        ),
+        (
+            lambda d: d["evidence"].update(skipped_steps=2**63),
+            "field evidence.skipped_steps must be a whole number from 0 to 2**63-1",
+        ),
+        (
+            lambda d: d["evidence"].update(trials=[0, -1]),
+            "field evidence.trials must be a whole number from 0",
+        ),
+        (
+            lambda d: d["hardware"].update(gpu_memory_total_mb=-40960.0),
+            "field hardware.gpu_memory_total_mb must be a number at least 0",
+        ),
+    ],
+)
+def test_numbers_out_of_range_name_the_field(tmp_path: Path, mutate, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        TunedConfig.load(write_config(tmp_path, mutate))
+    assert fragment in str(info.value)
+
+
+def test_numbers_in_range_still_load(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        lambda d: d["evidence"].update(
+            memory_saving=-0.25, samples_per_second=0, samples_per_second_spread=[7.0, 7.0]
+        ),
+    )
+    config = TunedConfig.load(path)
+    assert config.evidence.memory_saving == -0.25  # more memory than float32: negative
+    assert config.evidence.samples_per_second_spread == (7.0, 7.0)
+
+
+def test_numbers_json_cannot_hold(tmp_path: Path) -> None:
+    text = make_config().to_json()
+    infinite = tmp_path / "infinite.json"
+    infinite.write_text(text.replace('"loss_gap": 0.0', '"loss_gap": 1e999'))
+    with pytest.raises(ConfigError, match=r"field evidence\.loss_gap must be a finite number"):
+        TunedConfig.load(infinite)
+    long = tmp_path / "long.json"
+    long.write_text(text.replace('"loss_gap": 0.0', '"loss_gap": 1' + "0" * 5000))
+    with pytest.raises(ConfigError, match=r"long\.json is not valid JSON: a number has too many"):
+        TunedConfig.load(long)
+
+
+def with_deep_notes() -> str:
+    """A good config with 100,000 nested lists in an extra field (json.dumps cannot write it)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    return make_config().to_json().rstrip().rstrip("}") + ', "notes": ' + deep + "}"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (lambda: json.dumps(corrupt(lambda d: d.update(session="s\x00"))), "field session"),
+        (lambda: json.dumps(corrupt(lambda d: d.update(model="m\ud800"))), "field model"),
+        (with_deep_notes, "nested too deeply"),
+        (
+            lambda: json.dumps(corrupt(lambda d: d["evidence"].update(loss_gap=-1))),
+            "field evidence.loss_gap",
+        ),
+    ],
+)
+def test_export_cli_reports_a_bad_config_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text, fragment: str
+) -> None:
+    from tuner import cli
+
+    path = tmp_path / "tuned.json"
+    path.write_text(text())
+    assert cli.main(["export", str(path), "--format", "script"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mptune: error:"), err
+    assert fragment in lines[0] and "Traceback" not in err

@@ -79,15 +79,17 @@ def apply_config(
             the one the config was tuned on.
 
     Raises:
-        ConfigError: the file is missing, corrupt, or of a newer schema.
+        ConfigError: the file is missing, corrupt (a bad field, control characters or a lone
+            surrogate in a string, JSON nested too deeply), or of a newer schema.
     """
-    from tuner import keras_setup
-
     config = (
         path_or_config
         if isinstance(path_or_config, TunedConfig)
         else TunedConfig.load(path_or_config)
     )
+    # Keras only once the config is known good: a bad file fails at once, on one line.
+    from tuner import keras_setup
+
     keras_setup.apply_policy(config.setup)
     if warn_on_mismatch:
         _check_hardware(config)

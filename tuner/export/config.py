@@ -1,7 +1,9 @@
 """The tuned config: a versioned JSON schema, validated field by field.
 
 A config file is data. Loading one parses JSON and checks types and values; nothing in it is
-ever executed, imported or evaluated.
+ever executed, imported or evaluated. Every string is valid Unicode text without control characters
+(free text may hold tabs and line breaks), every figure is finite and in its range, and the JSON is
+at most :data:`MAX_DEPTH` levels deep, so whatever a config holds, it loads or fails on one line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,18 @@ from tuner.setup import SETUP_FIELDS, LossScale, Policy, Setup
 SCHEMA = "mptune.config"
 SCHEMA_VERSION = 1
 
+#: How deep a config's JSON may nest: the schema needs 3 levels; the slack is for later versions.
+MAX_DEPTH = 32
+#: The largest count (skipped steps, trial numbers) a config may carry: a signed 64-bit integer.
+MAX_COUNT = 2**63 - 1
+
 _GPU_DEVICE_RE = re.compile(r"^gpu(?::(\d+))?\b", re.IGNORECASE)
+#: Control characters (Unicode category Cc): C0, DEL and C1.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: The same, less tab and newline, for free text.
+_TEXT_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: A lone surrogate: JSON can spell one ("\\ud800"), but it is not text and cannot be written out.
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 
 
 class ConfigError(MptuneError):
@@ -152,6 +165,7 @@ class TunedConfig:
             ConfigError: naming the file (``source``) and the field.
         """
         v = _Validator(source)
+        v.shallow(data)
         root = v.obj(data, "the top level")
         schema = root.get("schema")
         if schema != SCHEMA:
@@ -172,21 +186,28 @@ class TunedConfig:
         e = v.obj(root.get("evidence", {}), "evidence")
         spread = e.get("samples_per_second_spread")
         evidence = Evidence(
-            samples_per_second=v.number(e.get("samples_per_second"), "evidence.samples_per_second"),
+            samples_per_second=v.number(
+                e.get("samples_per_second"), "evidence.samples_per_second", low=0.0
+            ),
             samples_per_second_spread=(
                 v.spread(spread, "evidence.samples_per_second_spread")
                 if spread is not None
                 else None
             ),
             baseline_samples_per_second=v.number(
-                e.get("baseline_samples_per_second"), "evidence.baseline_samples_per_second"
+                e.get("baseline_samples_per_second"),
+                "evidence.baseline_samples_per_second",
+                low=0.0,
             ),
-            speedup_vs_float32=v.number(e.get("speedup_vs_float32"), "evidence.speedup_vs_float32"),
-            memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving"),
-            peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb"),
-            loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap"),
+            speedup_vs_float32=v.number(
+                e.get("speedup_vs_float32"), "evidence.speedup_vs_float32", low=0.0
+            ),
+            # 1 - mixed peak / float32 peak: negative where the mixed policy used more memory.
+            memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving", high=1.0),
+            peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb", low=0.0),
+            loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap", low=0.0),
             skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
-            reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True),
+            reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True, text=True),
             trials=tuple(
                 v.count(t, "evidence.trials")
                 for t in v.array(e.get("trials", []), "evidence.trials")
@@ -205,7 +226,7 @@ class TunedConfig:
                 h.get("compute_capability"), "hardware.compute_capability"
             ),
             gpu_memory_total_mb=v.number(
-                h.get("gpu_memory_total_mb"), "hardware.gpu_memory_total_mb"
+                h.get("gpu_memory_total_mb"), "hardware.gpu_memory_total_mb", low=0.0
             ),
             cpu_model=v.optional_string(h.get("cpu_model"), "hardware.cpu_model"),
             cpu_flags=tuple(
@@ -217,10 +238,14 @@ class TunedConfig:
         versions = v.obj(root.get("versions", {}), "versions")
         return cls(
             setup=setup,
-            model=v.string(root.get("model"), "model"),
+            # A model file's path may hold a tab or a line break (POSIX allows both); it is
+            # only ever written into generated code as a Python literal.
+            model=v.string(root.get("model"), "model", text=True),
             evidence=evidence,
             hardware=hardware,
-            versions={str(k): v.string(x, f"versions.{k}") for k, x in versions.items()},
+            versions={
+                v.key(k, "versions"): v.string(x, f"versions.{k}") for k, x in versions.items()
+            },
             created=v.string(root.get("created", ""), "created", allow_empty=True),
             mptune_version=v.string(
                 root.get("mptune_version", ""), "mptune_version", allow_empty=True
@@ -248,6 +273,12 @@ class TunedConfig:
             raise ConfigError(
                 f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from None
+        except RecursionError:
+            raise ConfigError(
+                f"{name}: the JSON is nested too deeply (more than {MAX_DEPTH} levels)"
+            ) from None
+        except ValueError:  # Python refuses integers over 4300 digits (int_max_str_digits)
+            raise ConfigError(f"{name} is not valid JSON: a number has too many digits") from None
         return cls.from_dict(data, source=name)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -276,8 +307,39 @@ class _Validator:
         self.source = source
 
     def fail(self, field_name: str, expected: str, value: Any) -> ConfigError:
-        shown = repr(value) if len(repr(value)) < 60 else repr(value)[:57] + "..."
-        return ConfigError(f"{self.source}: field {field_name} must be {expected}, got {shown}")
+        try:
+            shown = repr(value)
+        except (ValueError, RecursionError):  # an integer over 4300 digits, or deep nesting
+            shown = f"a {type(value).__name__}"
+        shown = shown if len(shown) < 60 else shown[:57] + "..."
+        return ConfigError(
+            f"{self.source}: field {_printable(field_name)} must be {expected}, got {shown}"
+        )
+
+    def shallow(self, data: Any) -> None:
+        """Check, without recursion, that ``data`` nests at most :data:`MAX_DEPTH` levels.
+
+        Raises:
+            ConfigError: naming the top-level field that nests too deeply.
+        """
+        # (value, its depth, the top-level field it is in)
+        stack: list[tuple[Any, int, str]] = [(data, 1, "the top level")]
+        while stack:
+            node, depth, top = stack.pop()
+            if not isinstance(node, (dict, list)):
+                continue
+            if depth > MAX_DEPTH:
+                raise ConfigError(
+                    f"{self.source}: field {_printable(top)} is nested too deeply "
+                    f"(more than {MAX_DEPTH} levels)"
+                )
+            if isinstance(node, dict):
+                stack.extend(
+                    (child, depth + 1, str(key) if depth == 1 else top)
+                    for key, child in node.items()
+                )
+            else:
+                stack.extend((child, depth + 1, top) for child in node)
 
     def obj(self, value: Any, name: str) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -295,28 +357,68 @@ class _Validator:
         return value
 
     def spread(self, value: Any, name: str) -> tuple[float, float]:
-        low, high = (self.number(x, name, False) for x in self.pair(value, name))
+        low, high = (self.number(x, name, False, low=0.0) for x in self.pair(value, name))
         assert low is not None and high is not None  # not optional: number() raised otherwise
+        if low > high:
+            raise self.fail(name, "a list of two numbers, the lower first", value)
         return low, high
 
-    def string(self, value: Any, name: str, allow_empty: bool = False) -> str:
+    def string(self, value: Any, name: str, allow_empty: bool = False, text: bool = False) -> str:
+        """A string; ``text`` (free text) may hold tabs and newlines, a name no control
+        character at all."""
         if not isinstance(value, str) or (not value and not allow_empty):
             raise self.fail(name, "a non-empty string" if not allow_empty else "a string", value)
+        surrogate = _SURROGATE_RE.search(value)
+        if surrogate:
+            raise ConfigError(
+                f"{self.source}: field {_printable(name)} must be valid Unicode text, "
+                f"got a lone surrogate {surrogate.group()!r}"
+            )
+        control = (_TEXT_CONTROL_RE if text else _CONTROL_RE).search(value)
+        if control:
+            raise ConfigError(
+                f"{self.source}: field {_printable(name)} must not contain control characters, "
+                f"got {control.group()!r} at position {control.start()}"
+            )
         return value
+
+    def key(self, value: str, name: str) -> str:
+        """A key of object ``name``, held to the rules of a name."""
+        return self.string(value, f"{name} (a key)", allow_empty=True)
 
     def optional_string(self, value: Any, name: str) -> str | None:
         return None if value is None else self.string(value, name, allow_empty=True)
 
-    def number(self, value: Any, name: str, optional: bool = True) -> float | None:
+    def number(
+        self,
+        value: Any,
+        name: str,
+        optional: bool = True,
+        low: float = -math.inf,
+        high: float = math.inf,
+    ) -> float | None:
+        """A finite number from ``low`` to ``high`` (or null where ``optional``)."""
         if value is None and optional:
             return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            raise self.fail(name, "a finite number" + (" or null" if optional else ""), value)
-        return float(value)
+        expected = "a finite number" + (" or null" if optional else "")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(name, expected, value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise self.fail(name, expected, value) from None
+        if not math.isfinite(number):
+            raise self.fail(name, expected, value)
+        if not low <= number <= high:
+            bounds = (
+                f"from {low:g} to {high:g}"
+                if math.isfinite(low) and math.isfinite(high)
+                else f"at least {low:g}"
+                if math.isfinite(low)
+                else f"at most {high:g}"
+            )
+            raise self.fail(name, f"a number {bounds}", value)
+        return number
 
     def positive_int(self, value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -327,7 +429,8 @@ class _Validator:
         s = self.obj(value, "setup")
         extra = sorted(map(str, set(s) - SETUP_FIELDS))
         if extra:
-            raise ConfigError(f"{self.source}: unknown field(s) in setup: {', '.join(extra)}")
+            shown = ", ".join(map(_printable, extra))
+            raise ConfigError(f"{self.source}: unknown field(s) in setup: {shown}")
         parts: dict[str, Any] = {}
         for name, parse in (("policy", Policy.parse), ("loss_scale", LossScale.parse)):
             try:
@@ -341,6 +444,11 @@ class _Validator:
             raise ConfigError(f"{self.source}: field setup.batch_size: {exc}") from None
 
     def count(self, value: Any, name: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(name, "a whole number of 0 or more", value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise self.fail(name, "a whole number from 0 to 2**63-1", value)
         return value
+
+
+def _printable(text: str) -> str:
+    """``text`` for a message: characters that cannot be shown are escaped as in ``repr``."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

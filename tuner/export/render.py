@@ -2,11 +2,15 @@
 
 The snippet and script come from Jinja2 templates in ``assets/templates``. Every value written
 into generated code goes through the ``pyrepr`` filter (Python's ``repr``), so a path with
-quotes, spaces, backslashes or non-ASCII characters comes out as a correct Python literal.
+quotes, spaces, backslashes or non-ASCII characters comes out as a correct Python literal; free
+text in a comment goes through ``oneline``, which keeps it to one line of printable characters.
+Whatever strings a config holds (a loaded one is checked, one built in code is not), the
+generated file compiles.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import jinja2
@@ -37,9 +41,17 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+#: What Python reads as a source encoding declaration in a comment on line 1 or 2 (PEP 263).
+_CODING_RE = re.compile(r"coding(?=[:=])")
+
+
 def _oneline(value: Any) -> str:
-    """Free text for a comment: every kind of line break (``\\r`` too) becomes a space."""
-    return " ".join(str(value).splitlines())
+    """Free text for a comment: every kind of line break (``\\r`` too) becomes a space, any other
+    character that is not printable (NUL, escape, a lone surrogate) is escaped as in ``repr``,
+    and ``coding:`` becomes ``coding :`` so that the text cannot declare the file's encoding."""
+    text = " ".join(str(value).splitlines())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return _CODING_RE.sub("coding ", text)
 
 
 def _pyrepr(value: Any) -> str:
