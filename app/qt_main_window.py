@@ -271,7 +271,8 @@ class QtMainWindow(QMainWindow):
         resume = self._resumable is not None and self._resumable[1] == arguments["model"]
         if resume:
             assert self._resumable is not None
-            arguments.update(study=self._resumable[0], resume=True)
+            # A session owns its space and settings: the continued search uses the stored ones.
+            arguments.update(study=self._resumable[0], resume=True, space=None, settings=None)
         else:
             # A new search starts from a clean slate; a resumed one keeps the finished trials
             # of its session on show (the recommendation will cite them).

@@ -237,7 +237,7 @@ def kill_all_workers() -> int:
 
 
 # -- searches and sessions ------------------------------------------------------------------
-def tune(model: str, **kwargs: Any) -> TuneResult:
+def tune(model: str | None = None, **kwargs: Any) -> TuneResult:
     """Search for the best setup of ``model``; see :func:`tuner.search.tune.tune` for the
     keyword arguments (``space``, ``settings``, ``storage``, ``study``, ``resume``,
     ``on_event``, ``cancel``, ``profile``)."""
@@ -273,6 +273,17 @@ def open_session(name: str, storage: str | None = None) -> SessionView:
     from tuner.search.session import TuningSession
 
     return TuningSession.load(name, storage).view()
+
+
+def find_session(name: str, storage: str | None = None) -> SessionView | None:
+    """The stored session called ``name``, or None when there is none.
+
+    Raises:
+        MptuneError: the storage cannot be opened.
+    """
+    from tuner.search.tune import _stored_session
+
+    return _stored_session(name, storage)
 
 
 def event_from_dict(data: dict[str, Any]) -> SearchEvent:

@@ -8,15 +8,31 @@ file; a trial ending ``user_error`` is bad input too), 130 after Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
+import os
+import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tuner import __version__, api
-from tuner.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_TRIAL_FAILED, MptuneError
+from tuner.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TRIAL_FAILED,
+    MptuneError,
+    Terminated,
+)
+
+#: The model a new search tunes when none is given.
+DEFAULT_MODEL = "builtin:cnn"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument(
         "--device",
         default="auto",
+        type=_device,
         metavar="DEV",
         help="auto (first GPU if any), cpu or gpu:N (default auto)",
     )
@@ -126,11 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--study (or --resume NAME) continues.",
     )
     tune.add_argument(
-        "--model", default="builtin:cnn", metavar="SPEC", help="as for trial (default builtin:cnn)"
+        "--model",
+        metavar="SPEC",
+        help="as for trial (default: the session's when continuing one, else builtin:cnn)",
     )
     tune.add_argument(
         "--objective",
-        default="speed",
         choices=("speed", "memory", "balanced"),
         help="speed: samples/s; memory: least memory per sample within 80%% of "
         "the fastest; balanced: the same within 95%% (default speed)",
@@ -157,7 +175,6 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--start-batch",
         type=_positive_int,
-        default=64,
         metavar="N",
         help="batch size of the float32 baseline (default 64)",
     )
@@ -171,18 +188,24 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument(
         "--loss-tolerance",
         type=_fraction,
-        default=0.05,
         metavar="F",
         help="largest loss gap to float32 (default 0.05)",
     )
     tune.add_argument(
         "--measure-seconds",
         type=_positive_float,
-        default=2.0,
         metavar="S",
         help="measuring time per trial (default 2)",
     )
-    tune.add_argument("--device", default="auto", metavar="DEV", help="auto, cpu or gpu:N")
+    tune.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="wall-clock limit per trial; a trial past it ends 'timeout' (default 300)",
+    )
+    tune.add_argument(
+        "--device", type=_device, metavar="DEV", help="auto, cpu or gpu:N (default auto)"
+    )
     tune.add_argument(
         "--storage",
         metavar="URL",
@@ -297,6 +320,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _device(text: str) -> str:
+    if not re.fullmatch(r"auto|cpu|gpu:\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}: write auto, cpu or gpu:N")
+    return text.strip()
+
+
 def _loss_scale(text: str) -> str:
     try:
         api.LossScale.parse(text)
@@ -353,33 +382,55 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from tuner.console import TuneProgress, output_console, render_recommendation, trials_table
 
-    api.check_model(args.model)
+    if args.out:
+        _check_writable(args.out)
+    name = args.resume or args.study
+    stored = api.find_session(name, args.storage) if name else None
+    if args.resume and stored is None:
+        raise MptuneError(f"no session named {args.resume!r} to resume (see mptune sessions)")
+    model = args.model or (stored.model if stored else DEFAULT_MODEL)
+    api.check_model(model)
     profile = api.detect()
+    # A continued session keeps its own space and settings; flags given now are checked against
+    # them by tune(), which refuses a change that would mix incomparable trials.
+    given_settings = {
+        key: value
+        for key, value in {
+            "objective": args.objective,
+            "max_trials": args.max_trials,
+            "budget_minutes": args.budget_minutes,
+            "loss_tolerance": args.loss_tolerance,
+            "measure_seconds": args.measure_seconds,
+            "device": args.device,
+            "timeout_s": args.timeout,
+        }.items()
+        if value is not None
+    }
+    given_space: dict[str, Any] = {}
+    if args.policies:
+        given_space["policies"] = args.policies
+    if args.start_batch is not None:
+        given_space["start_batch"] = args.start_batch
+    if args.batch_sizes:
+        given_space["batch_sizes"], given_space["refine"] = args.batch_sizes
+    if args.loss_scales:
+        given_space["loss_scales"] = args.loss_scales
     try:
-        settings = api.SearchSettings(
-            objective=args.objective,
-            max_trials=args.max_trials,
-            budget_minutes=args.budget_minutes,
-            loss_tolerance=args.loss_tolerance,
-            measure_seconds=args.measure_seconds,
-            device=args.device,
+        base_settings = stored.search_settings() if stored else api.SearchSettings()
+        settings = dataclasses.replace(base_settings, **given_settings)
+        base_space = (
+            stored.search_space()
+            if stored
+            else api.SearchSpace(policies=api.hardware_prior(profile))
         )
-        space_args: dict[str, Any] = {
-            "policies": args.policies or api.hardware_prior(profile),
-            "start_batch": args.start_batch,
-        }
-        if args.batch_sizes:
-            space_args["batch_sizes"], space_args["refine"] = args.batch_sizes
-        if args.loss_scales:
-            space_args["loss_scales"] = args.loss_scales
-        space = api.SearchSpace(**space_args)
+        space = dataclasses.replace(base_space, **given_space) if given_space else base_space
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
     progress = TuneProgress()
     try:
         with progress:
             result = api.tune(
-                args.model,
+                model if stored is None or args.model else None,
                 space=space,
                 settings=settings,
                 storage=args.storage,
@@ -388,23 +439,21 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 on_event=progress.on_event,
                 profile=profile,
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if progress.session:
             print(
-                f"mptune: interrupted; finished trials are kept in session {progress.session} "
+                f"mptune: {_stopped(exc)}; finished trials are kept in session {progress.session} "
                 f"(continue with: mptune tune --resume {progress.session}"
                 + (f" --storage {args.storage}" if args.storage else "")
                 + ")",
                 file=sys.stderr,
             )
-            return EXIT_INTERRUPTED
+            return _interrupted_exit(exc)
         raise
     view = api.open_session(result.session, args.storage)
-    if args.out:
-        api.session_config(view).save(args.out)
     if args.json:
         print(json.dumps({**result.recommendation.to_dict(), "session": result.session}, indent=2))
-        return EXIT_OK
+        return _write_out(args.out, view)
     console = output_console()
     console.print(trials_table(view.trials, f"Session {result.session}"))
     console.print(
@@ -413,8 +462,40 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         highlight=False,
     )
     console.print(render_recommendation(result.recommendation), highlight=False, markup=False)
-    if args.out:
+    status = _write_out(args.out, view)
+    if args.out and status == EXIT_OK:
         console.print(f"\nTuned config written to {args.out}", highlight=False)
+    return status
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an ``--out`` path that cannot be written before a search spends its time."""
+    target = Path(path)
+    if target.is_dir():
+        raise MptuneError(f"--out {path} is a directory: give a file name, e.g. {path}/tuned.json")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise MptuneError(f"--out {path}: {parent}: not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MptuneError(f"--out {path}: cannot write in {parent}")
+
+
+def _write_out(path: str | None, view: Any) -> int:
+    """Write the tuned config after the recommendation is printed; a failure now loses nothing
+    (the session keeps it) and says how to export it again."""
+    if not path:
+        return EXIT_OK
+    try:
+        api.session_config(view).save(path)
+    except OSError as exc:
+        print(
+            f"mptune: error: could not write the tuned config to {path}: {exc.strerror or exc} "
+            f"(the session keeps it: mptune export {view.name} -o FILE)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     return EXIT_OK
 
 
@@ -484,6 +565,27 @@ def _cmd_gui(args: argparse.Namespace) -> int:
     return run()
 
 
+def _stopped(exc: KeyboardInterrupt) -> str:
+    return f"stopped by {exc.name}" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _interrupted_exit(exc: KeyboardInterrupt) -> int:
+    return exc.exit_code if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def _end_cleanly_on_signals() -> None:
+    """SIGTERM and SIGHUP end mptune the way Ctrl-C does (the worker killed, the running trial
+    closed in the store) instead of leaving that to the next run. A signal the caller set to be
+    ignored (``nohup``) stays ignored."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _raise_terminated)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (the console script exits with it)."""
     parser = build_parser()
@@ -495,14 +597,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return EXIT_OK
+    if args.command in ("trial", "tune") and threading.current_thread() is threading.main_thread():
+        _end_cleanly_on_signals()
     try:
         return int(args.handler(args))
     except MptuneError as exc:
         print(f"mptune: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("mptune: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print(f"mptune: {_stopped(exc)}", file=sys.stderr)
+        return _interrupted_exit(exc)
     except Exception as exc:
         if args.verbose:
             raise

@@ -35,3 +35,21 @@ class MptuneError(Exception):
 
     def __str__(self) -> str:
         return f"{self.location}: {self.message}" if self.location else self.message
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to end by a signal (SIGTERM, SIGHUP): raised like Ctrl-C's
+    KeyboardInterrupt, so that the same clean-up runs (the worker killed, the running trial
+    closed in the store), and the CLI exits with 128 + the signal's number, as shells expect.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

@@ -292,6 +292,9 @@ def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Run from a background job, pytest's children inherit SIGINT as ignored, and Python
+        # then never raises KeyboardInterrupt: give the child what an interactive shell gives.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None and proc.stdout is not None
     for line in proc.stderr:  # the first trial is done, the second is running

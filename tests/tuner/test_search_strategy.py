@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,10 +11,11 @@ from typing import Any
 import pytest
 
 from tuner.errors import MptuneError
-from tuner.search.recommend import NoViableSetup
+from tuner.search.recommend import NoViableSetup, Recommendation, evidence_rows
 from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import SearchSettings, SearchSpace, parse_batch_sizes
 from tuner.search.tune import tune
+from tuner.setup import Setup
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
@@ -50,20 +52,35 @@ class Machine:
     oom_at: dict[str, int] = field(default_factory=dict)
     loss_offset: dict[str, float] = field(default_factory=dict)
     status: dict[tuple[str, str], TrialStatus] = field(default_factory=dict)
+    # The n-th run of (policy, batch size) at its default loss scale: a figure (samples/s) or
+    # a failure; runs past the end of the list follow the model above.
+    script: dict[tuple[str, int], list[float | TrialStatus]] = field(default_factory=dict)
+    background_load: float | None = None
     calls: list[TrialSpec] = field(default_factory=list)
     interrupt_at: int | None = None
 
+    def runs_of(self, policy: str, batch_size: int) -> int:
+        return sum(1 for s in self.calls if s.setup == Setup(policy, batch_size))
+
     def __call__(self, spec: TrialSpec, on_event=None, *, cancel=None, source=None) -> TrialResult:
+        nth = sum(1 for s in self.calls if s.setup == spec.setup)
         self.calls.append(spec)
         if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
             raise KeyboardInterrupt
         forced = self.status.get((spec.policy, str(spec.loss_scale)))
         if forced is not None:
             return TrialResult(spec, forced, error=TrialError(f"scripted {forced.value}"))
+        scripted = self.script.get((str(spec.policy), spec.batch_size), [])
+        default_scale = spec.setup == Setup(spec.policy, spec.batch_size)
+        planned = scripted[nth] if default_scale and nth < len(scripted) else None
+        if isinstance(planned, TrialStatus):
+            return TrialResult(spec, planned, error=TrialError(f"scripted {planned.value}"))
         if spec.batch_size >= self.oom_at.get(spec.policy, 1 << 30):
             return TrialResult(spec, TrialStatus.OOM, error=TrialError("OOM when allocating"))
         doublings = math.log2(min(spec.batch_size, self.knee) / 64)
         sps = self.speed[spec.policy] * (1 + self.growth) ** doublings
+        if planned is not None:
+            sps = planned
         offset = self.loss_offset.get(spec.policy, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
         return TrialResult(
@@ -74,6 +91,7 @@ class Machine:
             losses=losses,
             steps_completed=STEPS,
             device="cpu",
+            background_load=self.background_load,
         )
 
 
@@ -259,3 +277,114 @@ def test_a_relative_model_path_is_stored_absolute(
     assert all(spec.model == str(tmp_path / "net.py") for spec in machine.calls)
     session = TuningSession.load(result.session, f"sqlite:///{tmp_path / 's.db'}")
     assert session.attrs["model"] == str(tmp_path / "net.py")
+
+
+# -- the float32 figure, retries, ties, a busy machine ----------------------------------------
+
+
+def test_speedup_is_stated_against_a_faster_later_float32_trial(tmp_path: Path) -> None:
+    # float32's own ladder stops at batch 128 (1% growth); the guard's float32 reference at
+    # mixed_bfloat16's batch 256 then measures faster than that.
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 2000, "mixed_float16": 300},
+        script={("float32", 64): [1000.0], ("float32", 128): [1010.0], ("float32", 256): [1500.0]},
+    )
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup == Setup("mixed_bfloat16", 256)
+    # The guard ran float32 at 256 after float32's ladder had stopped.
+    assert [s.batch_size for s in machine.calls if s.policy == "float32"][:3] == [64, 128, 256]
+    assert rec.float32_samples_per_second == pytest.approx(1500.0)
+    assert rec.speedup_vs_float32 == pytest.approx(rec.samples_per_second / 1500.0)
+    assert f"{rec.samples_per_second / 1500.0:.2f}x faster" in rec.reason
+    (f32,) = [a for a in rec.alternatives if a.setup.policy == "float32"]
+    assert f32.setup.batch_size == 256 and f32.speedup_vs_float32 == pytest.approx(1.0)
+
+
+def float32_only(**kwargs: Any) -> Machine:
+    """Both mixed policies are dropped at the start: only float32's ladder runs."""
+    return Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("status", "said"), [(TrialStatus.CRASHED, "crashed"), (TrialStatus.TIMEOUT, "timed out")]
+)
+def test_a_crash_or_timeout_is_retried_and_the_ladder_goes_on(
+    tmp_path: Path, status: TrialStatus, said: str
+) -> None:
+    machine = float32_only(script={("float32", 128): [status]})
+    rec = run(machine, tmp_path).recommendation
+    assert machine.runs_of("float32", 128) == 2
+    assert machine.runs_of("float32", 256) >= 1  # the ladder went on past the retried rung
+    assert f"float32: batch size 128 {said}, ran again: ok" in rec.notes
+
+
+def test_a_rung_that_crashes_twice_ends_the_ladder(tmp_path: Path) -> None:
+    machine = float32_only(script={("float32", 128): [TrialStatus.CRASHED, TrialStatus.CRASHED]})
+    rec = run(machine, tmp_path).recommendation
+    assert machine.runs_of("float32", 128) == 2
+    assert machine.runs_of("float32", 256) == 0
+    assert "float32: batch size 128 crashed twice; larger batches skipped" in rec.notes
+    assert rec.setup == Setup("float32", 64)
+
+
+def test_an_oom_is_not_retried(tmp_path: Path) -> None:
+    machine = float32_only(script={("float32", 128): [TrialStatus.OOM]})
+    rec = run(machine, tmp_path).recommendation
+    assert machine.runs_of("float32", 128) == 1
+    assert machine.runs_of("float32", 256) == 0
+    assert "float32: batch size 128 oom; larger batches skipped" in rec.notes
+
+
+def test_a_resumed_search_recalls_the_retry_and_the_remeasurement(tmp_path: Path) -> None:
+    # No growth past 128: float32 b128 (crashed, then ok) is the pick and is measured again.
+    script: dict[tuple[str, int], list[float | TrialStatus]] = {
+        ("float32", 128): [TrialStatus.CRASHED, 1300.0, 1280.0]
+    }
+    machine = float32_only(script=script, knee=128)
+    first = run(machine, tmp_path, study="again")
+    rec = first.recommendation
+    assert rec.setup == Setup("float32", 128)
+    assert machine.runs_of("float32", 128) == 3  # the crash, its retry, the re-measurement
+    assert len(rec.trials) == 2 and rec.samples_per_second_spread == (1280.0, 1300.0)
+    second = float32_only(script=script, knee=128)
+    again = run(second, tmp_path, study="again", resume=True)
+    assert second.calls == []
+    assert again.recalled == len(machine.calls)
+    assert again.recommendation == rec
+
+
+@pytest.mark.parametrize("flipped", [False, True])
+def test_overlapping_spreads_tie_and_the_simpler_setup_wins(tmp_path: Path, flipped: bool) -> None:
+    # No growth past batch 64, so both policies stay at 64; each is measured twice.
+    f32, bf16 = [1000.0, 1100.0], [1090.0, 1030.0]
+    if flipped:
+        f32, bf16 = bf16, f32
+    machine = Machine(
+        speed={"float32": 900, "mixed_bfloat16": 900, "mixed_float16": 300},
+        knee=64,
+        script={("float32", 64): list(f32), ("mixed_bfloat16", 64): list(bf16)},
+    )
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup == Setup("float32", 64)
+    assert [t.setup for t in rec.ties] == [Setup("mixed_bfloat16", 64)]
+    assert rec.ties[0].spread == (min(bf16), max(bf16))
+    assert "faster" not in rec.reason and "tie within the measurement noise" in rec.reason
+    (tie,) = [text for name, text in evidence_rows(rec) if name == "Tie"]
+    assert tie.startswith("float32 b64 and mixed_bfloat16 b64 tie within the measurement noise")
+    assert "re-run on an idle machine" in tie
+    assert Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+@pytest.mark.parametrize(("load", "busy"), [(0.5, True), (0.0, False), (None, False)])
+def test_a_busy_machine_is_said(tmp_path: Path, load: float | None, busy: bool) -> None:
+    machine = float32_only(background_load=load)
+    rec = run(machine, tmp_path).recommendation
+    rows = dict(evidence_rows(rec))
+    if busy:
+        assert rec.busy and rec.busy.startswith("the machine was busy: other processes used")
+        assert "50% of the CPU" in rec.busy and "re-run on an idle machine" in rec.busy
+        assert rec.busy in rec.notes and "Busy machine" in rows
+        assert Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+    else:
+        assert rec.busy is None and "Busy machine" not in rows
+        assert not any("busy" in note for note in rec.notes)

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import Candidate, SearchOutcome
+from tuner.search.strategy import Candidate, SearchOutcome, first_ok
 from tuner.setup import SETUP_FIELDS, LossScale, Setup
+
+#: Other processes' share of the CPU above which the machine counts as busy. On a 2-core
+#: machine one core kept busy by something else is 0.5 and takes the core a trial's input
+#: pipeline or second op thread would use; half of that (0.25) already slows a trial noticeably
+#: and unevenly, while the odd short burst on an otherwise idle machine stays well below it.
+BUSY_LOAD = 0.25
 
 
 class NoViableSetup(MptuneError):
@@ -30,9 +37,11 @@ class Alternative:
     loss_gap: float | None
     rejected: str | None
     trials: tuple[int, ...] = ()
+    #: lowest and highest samples/s measured; None in alternatives stored by earlier versions
+    spread: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             **self.setup.to_dict(),
             "samples_per_second": self.samples_per_second,
             "speedup_vs_float32": self.speedup_vs_float32,
@@ -40,6 +49,9 @@ class Alternative:
             "rejected": self.rejected,
             "trials": list(self.trials),
         }
+        if self.spread is not None:
+            data["spread"] = list(self.spread)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Alternative:
@@ -50,7 +62,15 @@ class Alternative:
             data.get("loss_gap"),
             data.get("rejected"),
             tuple(data.get("trials", ())),
+            _pair(data.get("spread")),
         )
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    low, high = value
+    return (float(low), float(high)) if low is not None and high is not None else None
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,10 @@ class Recommendation:
     notes: tuple[str, ...] = ()
     device: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    #: viable setups whose measurements overlap the chosen one's, or lie within the noise
+    ties: tuple[Alternative, ...] = ()
+    #: what other processes used of the CPU during the trials, when that was enough to skew them
+    busy: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -87,6 +111,7 @@ class Recommendation:
         data["samples_per_second_spread"] = list(self.samples_per_second_spread)
         data["trials"] = list(self.trials)
         data["alternatives"] = [alt.to_dict() for alt in self.alternatives]
+        data["ties"] = [alt.to_dict() for alt in self.ties]
         data["not_tried"] = [dict(item) for item in self.not_tried]
         data["notes"] = list(self.notes)
         data["versions"] = dict(self.versions)
@@ -113,6 +138,7 @@ class Recommendation:
         values["alternatives"] = tuple(
             Alternative.from_dict(a) for a in values.get("alternatives", ())
         )
+        values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
         for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
         try:
@@ -136,24 +162,26 @@ def recommend(
     if not viable:
         raise NoViableSetup(_no_viable_message(outcome))
     leader = max(viable, key=lambda c: _score(c, viable, settings))
-    chosen, tie_note = leader, None
-    for cand in sorted(viable, key=Candidate.simplicity):
-        if cand is leader or cand.simplicity() >= leader.simplicity():
-            break
-        if _within_noise(cand, leader, settings):
-            chosen = cand
-            tie_note = (
-                f"{_label(leader)} measured {leader.speed:,.0f} samples/s against "
-                f"{cand.speed:,.0f}: inside the measurement noise, so the simpler "
-                f"{_label(cand)} is recommended"
-            )
-            break
-
-    f32_best = next(
-        (c for c in outcome.candidates if c.setup.policy == FLOAT32 and c.rejected is None), None
+    # Setups whose figures overlap are a tie, and a tie goes to the simplest of them: which of
+    # them measured a little faster this time is noise, and must not decide the answer.
+    tied = [c for c in viable if c is leader or _tie(c, leader, viable, settings)]
+    chosen = min(tied, key=_simplest)
+    ties = sorted(
+        (c for c in viable if c is not chosen and _tie(c, chosen, viable, settings)),
+        key=_simplest,
     )
+    tie_note = None
+    if chosen is not leader:
+        tie_note = (
+            f"{_label(leader)} measured {leader.speed:,.0f} samples/s against "
+            f"{chosen.speed:,.0f}: inside the measurement noise, so the simpler "
+            f"{_label(chosen)} is recommended"
+        )
+
+    f32_best = _best_float32(outcome)
     f32_same = outcome.measured.get(Setup(FLOAT32, chosen.setup.batch_size, LossScale("none")))
-    f32_same_ok = f32_same[0].result if f32_same and f32_same[0].result.ok else None
+    f32_same_run = first_ok(f32_same) if f32_same else None
+    f32_same_ok = f32_same_run.result if f32_same_run else None
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
     memory_saving = None
     if (
@@ -164,11 +192,12 @@ def recommend(
     ):
         memory_saving = 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
     first = chosen.runs[0].result
-    notes = list(outcome.notes) + ([tie_note] if tie_note else [])
     trials = sorted(
         {r.number for r in chosen.runs}
         | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
     )
+    busy = _busy(outcome, trials)
+    notes = list(outcome.notes) + [n for n in (tie_note, busy) if n]
     speedup = chosen.speed / f32_best.speed if f32_best and f32_best.speed else None
     return Recommendation(
         setup=chosen.setup,
@@ -187,7 +216,7 @@ def recommend(
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=_reason(chosen, f32_best, viable, outcome, hardware, tie_note),
+        reason=_reason(chosen, f32_best, viable, outcome, hardware, ties, settings),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(
@@ -197,6 +226,65 @@ def recommend(
         notes=tuple(notes),
         device=first.device,
         versions=dict(first.versions),
+        ties=tuple(_alternative(c, f32_best) for c in ties),
+        busy=busy,
+    )
+
+
+def _simplest(c: Candidate) -> tuple[tuple[int, int, int], str, str]:
+    """Sort key, simplest first; the names make the order total, so a choice among tied setups
+    never depends on the order they were measured in."""
+    return c.simplicity(), str(c.setup.policy), str(c.setup.loss_scale)
+
+
+def _best_float32(outcome: SearchOutcome) -> Candidate | None:
+    """The fastest float32 setup over every ok float32 run of the session within the memory
+    budget (the ladder's, the guard's references, the re-measurements): a speed-up is never
+    stated against a float32 figure that another float32 trial beats."""
+    budget = outcome.memory_budget_mb
+    best: Candidate | None = None
+    for setup, runs in outcome.measured.items():
+        if setup.policy != FLOAT32:
+            continue
+        ok = [
+            r
+            for r in runs
+            if r.result.ok
+            and not (
+                budget is not None
+                and r.result.peak_memory_mb is not None
+                and r.result.peak_memory_mb > budget
+            )
+        ]
+        if ok and (best is None or Candidate(setup, ok).speed > best.speed):
+            best = Candidate(setup, ok)
+    return best
+
+
+def _busy(outcome: SearchOutcome, evidence: list[int]) -> str | None:
+    """A note when other processes' CPU use was high enough to skew the figures, else None
+    (also when no trial knows its background load)."""
+    loads = {
+        m.number: m.result.background_load
+        for runs in outcome.measured.values()
+        for m in runs
+        if m.result.background_load is not None
+    }
+    if not loads:
+        return None
+    mine = [loads[n] for n in evidence if n in loads] or list(loads.values())
+    median, peak = statistics.median(mine), max(loads.values())
+    if median <= BUSY_LOAD and peak <= BUSY_LOAD:
+        return None
+    busy = sorted(n for n, load in loads.items() if load > BUSY_LOAD)
+    shown = ", ".join(f"#{n}" for n in busy[:6]) + (
+        f" and {len(busy) - 6} more" if len(busy) > 6 else ""
+    )
+    return (
+        f"the machine was busy: other processes used {'up to ' if len(busy) > 1 else ''}"
+        f"{peak:.0%} of the CPU during trial{'s' if len(busy) > 1 else ''} {shown} "
+        f"(median {median:.0%} over the recommendation's trials); the figures may be low and "
+        "uneven: re-run on an idle machine"
     )
 
 
@@ -210,15 +298,61 @@ def _score(cand: Candidate, viable: list[Candidate], settings: SearchSettings) -
     return -cand.memory_per_sample
 
 
-def _within_noise(cand: Candidate, leader: Candidate, settings: SearchSettings) -> bool:
-    noise = max(settings.noise_floor, cand.relative_spread, leader.relative_spread)
+def _noise(a: Candidate, b: Candidate, settings: SearchSettings) -> float:
+    """The relative difference that is noise between two setups: the larger of the noise floor
+    and their measured spreads."""
+    return max(settings.noise_floor, a.relative_spread, b.relative_spread)
+
+
+def _overlap(a: Candidate, b: Candidate) -> bool:
+    """Whether the measured ranges of samples/s overlap."""
+    return a.spread[0] <= b.spread[1] and b.spread[0] <= a.spread[1]
+
+
+def _tie(a: Candidate, b: Candidate, viable: list[Candidate], settings: SearchSettings) -> bool:
+    """Whether nothing measured separates ``a`` and ``b`` for the objective (symmetric)."""
+    noise = _noise(a, b, settings)
     if settings.objective == "speed":
-        return leader.speed - cand.speed <= noise * leader.speed
-    return cand.memory_per_sample <= leader.memory_per_sample * (1 + noise)
+        return _overlap(a, b) or abs(a.speed - b.speed) <= noise * max(a.speed, b.speed)
+    if not (
+        math.isfinite(_score(a, viable, settings)) and math.isfinite(_score(b, viable, settings))
+    ):
+        return False  # below the objective's throughput floor
+    low = min(a.memory_per_sample, b.memory_per_sample)
+    return abs(a.memory_per_sample - b.memory_per_sample) <= noise * low
 
 
 def _label(c: Candidate) -> str:
     return c.setup.describe()
+
+
+def _short(setup: Setup) -> str:
+    """``mixed_bfloat16 b128``, with the loss scale where it is not the policy's default."""
+    default = setup.loss_scale == LossScale.default_for(setup.policy)
+    return f"{setup.policy} b{setup.batch_size}" + ("" if default else f" {setup.loss_scale}")
+
+
+def _figures(spread: tuple[float, float] | None, speed: float | None) -> str:
+    if spread is None:
+        return _fmt(speed, ",.0f")
+    low, high = spread
+    return f"{low:,.0f}" if round(low) == round(high) else f"{low:,.0f}-{high:,.0f}"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _tie_text(
+    setup: Setup,
+    spread: tuple[float, float],
+    speed: float,
+    ties: tuple[Alternative, ...],
+) -> str:
+    """``a and b tie within the measurement noise (spreads ... samples/s)``."""
+    names = [_short(setup)] + [_short(t.setup) for t in ties]
+    figures = [_figures(spread, speed)] + [_figures(t.spread, t.samples_per_second) for t in ties]
+    return f"{_and(names)} tie within the measurement noise (spreads {_and(figures)} samples/s)"
 
 
 def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str:
@@ -246,14 +380,31 @@ def _reason(
     viable: list[Candidate],
     outcome: SearchOutcome,
     hardware: dict[str, Any] | None,
-    tie_note: str | None = None,
+    ties: list[Candidate],
+    settings: SearchSettings,
 ) -> str:
     device = chosen.runs[0].result.device
     hw = _hardware_phrase(hardware, device)
     because = f" ({hw})" if hw else ""
-    if tie_note:
-        return tie_note[0].upper() + tie_note[1:] + f"{because}."
     policy, batch_size = chosen.setup.policy, chosen.setup.batch_size
+    gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
+    tie = ""
+    if ties:
+        alts = tuple(_alternative(c, None) for c in ties)
+        tie = (
+            _tie_text(chosen.setup, chosen.spread, chosen.speed, alts)
+            + f", so the simpler {_short(chosen.setup)} is recommended"
+        )
+    if ties and (policy == FLOAT32 or any(c.setup.policy == FLOAT32 for c in ties)):
+        # A tie with float32: no speed-up to state.
+        tail = "" if policy == FLOAT32 else f"; loss gap to float32 {gap}"
+        return f"{tie}{because}{tail}."
+    tie_sentence = (
+        f" It ties with {_and([_short(c.setup) for c in ties])} within the measurement noise "
+        "and is the simpler setup."
+        if ties
+        else ""
+    )
     if policy == FLOAT32:
         others = [c for c in viable if c.setup.policy != FLOAT32]
         rel = ", ".join(
@@ -266,19 +417,23 @@ def _reason(
         return f"float32 at batch size {batch_size} is the best setup here{because}" + (
             f": {detail}." if detail else "."
         )
-    gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
     if f32 is None or not f32.speed:
         return (
             f"{policy} at batch size {batch_size} is the only setup that "
-            f"worked{because}; loss gap to float32 {gap}."
+            f"worked{because}; loss gap to float32 {gap}.{tie_sentence}"
         )
     ratio = chosen.speed / f32.speed
-    verdict = "faster" if ratio >= 1 else "slower but leaner in memory"
+    figures = f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s)"
+    noise = _noise(chosen, f32, settings)
+    if _overlap(chosen, f32) or abs(ratio - 1) <= noise:
+        verdict = f"as fast as float32 here within the measurement noise {figures}"
+    elif ratio > 1:
+        verdict = f"{ratio:.2f}x faster than float32 here {figures}"
+    else:
+        verdict = f"{ratio:.2f}x as fast as float32 here but leaner in memory {figures}"
     return (
-        f"{policy} at batch size {batch_size} is {ratio:.2f}x "
-        f"{'as fast as' if verdict != 'faster' else 'faster than'} float32 here "
-        f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s){because}, with a loss gap "
-        f"of {gap} to float32 at the same batch size and seed."
+        f"{policy} at batch size {batch_size} is {verdict}{because}, with a loss gap "
+        f"of {gap} to float32 at the same batch size and seed.{tie_sentence}"
     )
 
 
@@ -290,6 +445,7 @@ def _alternative(c: Candidate, f32: Candidate | None) -> Alternative:
         c.loss_gap,
         c.rejected,
         tuple(sorted(r.number for r in c.runs)),
+        c.spread if c.runs else None,
     )
 
 
@@ -311,10 +467,12 @@ def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str
 def _no_viable_message(outcome: SearchOutcome) -> str:
     reasons = []
     for setup, runs in sorted(outcome.measured.items(), key=lambda item: item[0].key):
-        r = runs[0].result
-        if not r.ok:
+        if first_ok(runs) is None:
+            r = runs[-1].result
+            again = " (ran twice)" if len(runs) > 1 else ""
             reasons.append(
-                f"{setup.label}: {r.status.value}" + (f" ({r.error.message})" if r.error else "")
+                f"{setup.label}: {r.status.value}{again}"
+                + (f" ({r.error.message})" if r.error else "")
             )
     reasons += [f"{_label(c)}: {c.rejected}" for c in outcome.candidates if c.rejected]
     shown = "; ".join(reasons[:6]) + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else "")
@@ -355,6 +513,11 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
         ("Why", rec.reason),
     ]
+    if rec.ties:
+        text = _tie_text(rec.setup, rec.samples_per_second_spread, rec.samples_per_second, rec.ties)
+        rows.append(("Tie", f"{text}; re-run on an idle machine to separate them"))
+    if rec.busy:
+        rows.append(("Busy machine", rec.busy[0].upper() + rec.busy[1:]))
     for alt in rec.alternatives:
         verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
         rows.append(
@@ -364,5 +527,5 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
             )
         )
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
-    rows += [("Note", note) for note in rec.notes]
+    rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows

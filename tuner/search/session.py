@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
 from tuner.policies import POLICIES
+from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
@@ -51,18 +56,77 @@ def default_storage_url() -> str:
     return f"sqlite:///{directory / 'sessions.db'}"
 
 
-def open_storage(url: str | None) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url`` (default: the SQLite file).
+#: How often a search records that it is alive: its lease on the session, and Optuna's heartbeat
+#: of the running trial.
+HEARTBEAT_S = 10
+#: A trial or a lease whose heartbeat is older than this belongs to a search that died (on any
+#: host): Optuna fails such trials, and another search may take the session over.
+GRACE_S = 60
+#: The leases of :mod:`tuner.search.lease` are studies named with this prefix; session lists
+#: leave them out, and no session may be named so.
+LOCK_PREFIX = "mptune-lock:"
+
+
+def open_storage(url: str | None) -> optuna.storages.RDBStorage:
+    """An Optuna storage for ``url`` (default: the SQLite file), with Optuna's trial heartbeat on.
 
     Raises:
         MptuneError: the URL is malformed or the database cannot be reached, in one line.
     """
     url = url or default_storage_url()
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=_engine_kwargs(url),
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+            )
     except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds; one problem here
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise MptuneError(f"cannot open session storage {_redact(url)}: {reason}") from None
+        raise MptuneError(
+            f"cannot open session storage {_redact(url)}: {_reason(exc, url)}"
+        ) from None
+
+
+def _reason(exc: BaseException, url: str) -> str:
+    """One line for a storage failure: the database's own words, never the password."""
+    root: BaseException = exc
+    while root.__cause__ is not None or (
+        root.__context__ is not None and not root.__suppress_context__
+    ):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    text = str(root).strip() or str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0]
+    line = re.sub(r"^\((?:[\w.]+)\)\s*", "", line)  # sqlalchemy's "(sqlite3.OperationalError) "
+    password = _password(url)
+    if password:
+        # Also the pieces of it a parser may have split off at an unencoded "@" or ":".
+        for piece in sorted({password, *re.split(r"[@:/]", password)}, key=len, reverse=True):
+            if len(piece) >= 2:
+                line = line.replace(piece, "***")
+        if "@" in password:
+            line += " (the password holds an '@': write it as %40 in the URL)"
+    return line
+
+
+def _password(url: str) -> str | None:
+    _, sep, tail = url.partition("://")
+    if not sep or "@" not in tail:
+        return None
+    creds = tail.rpartition("@")[0]
+    return creds.split(":", 1)[1] if ":" in creds else None
+
+
+@contextmanager
+def storage_errors(url: str | None) -> Iterator[None]:
+    """Turn a failure of the session database (read-only file, a dropped connection, a full
+    disk) into one line naming the storage: it is the environment, not mptune, that failed."""
+    try:
+        yield
+    except optuna.exceptions.StorageInternalError as exc:
+        where = _redact(url or default_storage_url())
+        raise MptuneError(f"session storage {where} failed: {_reason(exc, where)}") from None
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -122,7 +186,7 @@ class TuningSession:
     def __init__(
         self,
         study: optuna.Study,
-        storage: optuna.storages.BaseStorage,
+        storage: optuna.storages.RDBStorage,
         sampler: PlannedSampler | None = None,
     ) -> None:
         self.study = study
@@ -148,6 +212,8 @@ class TuningSession:
         Raises:
             MptuneError: ``resume`` and no such session, or the storage cannot be opened.
         """
+        if name.startswith(LOCK_PREFIX) or not name.strip():
+            raise MptuneError(f"{name!r} cannot be a session name")
         storage = open_storage(storage_url)
         exists = name in optuna.get_all_study_names(storage)
         if resume and not exists:
@@ -175,7 +241,7 @@ class TuningSession:
             MptuneError: there is no such session.
         """
         storage = open_storage(storage_url)
-        if name not in optuna.get_all_study_names(storage):
+        if name.startswith(LOCK_PREFIX) or name not in optuna.get_all_study_names(storage):
             raise MptuneError(f"no session named {name!r} (see mptune sessions)")
         return cls(optuna.load_study(study_name=name, storage=storage), storage)
 
@@ -215,14 +281,27 @@ class TuningSession:
         )
 
     def fail_orphans(self) -> int:
-        """Mark trials left RUNNING by a process that died as failed; returns how many.
+        """Mark trials left RUNNING by a search that died as failed; returns how many.
 
-        A trial started on this host whose process is gone can never finish. Trials of other
-        hosts are left alone: they may belong to a worker that is still running there.
+        A trial started on this host whose process is gone can never finish. A trial of another
+        host is failed when its heartbeat is older than :data:`GRACE_S` (Optuna's
+        ``fail_stale_trials``); while its heartbeat is fresh its search may still be running.
         """
-        host = socket.gethostname()
         count = 0
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        # Optuna's fail_stale_trials, with a note on each trial: Optuna keeps the heartbeats
+        # but has no public way to ask which trials are stale.
+        for trial_id in self.storage._get_stale_trial_ids(self.study._study_id):
+            try:
+                self.storage.set_trial_user_attr(
+                    trial_id, "note", f"its search sent no heartbeat for over {GRACE_S} s"
+                )
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+                count += 1
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # another process failed it first
+        still = self._running()
+        host = socket.gethostname()
+        for trial in still:
             attrs = trial.user_attrs
             if attrs.get("host") != host:
                 continue
@@ -236,9 +315,12 @@ class TuningSession:
             count += 1
         if count:
             logger.warning(
-                "marked %d trial(s) of session %s as failed: their process died", count, self.name
+                "marked %d trial(s) of session %s as failed: their search died", count, self.name
             )
         return count
+
+    def _running(self) -> list[FrozenTrial]:
+        return self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
     def start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         """Record a trial as running (Optuna's ask) before its worker starts."""
@@ -248,7 +330,12 @@ class TuningSession:
             "policy": spec.setup.policy.name,
             "batch_size": spec.setup.batch_size,
         }
-        trial = self.study.ask(DISTRIBUTIONS)
+        with warnings.catch_warnings():
+            # Optuna warns that its heartbeat is meant for optimize(); Heartbeat renews it here.
+            warnings.simplefilter("ignore")
+            trial = self.study.ask(DISTRIBUTIONS)
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            self.storage.record_heartbeat(trial._trial_id)
         trial.set_user_attr("spec", spec.to_dict())
         trial.set_user_attr("loss_scale", str(spec.loss_scale))
         trial.set_user_attr("stage", stage)
@@ -319,6 +406,30 @@ class SessionView:
     trials: tuple[StoredTrial, ...]
     recommendation: Recommendation | None
 
+    def search_space(self) -> SearchSpace:
+        """The search space the session was created with.
+
+        Raises:
+            MptuneError: what is stored is not a valid space.
+        """
+        try:
+            return SearchSpace.from_dict(self.space)
+        except (ValueError, TypeError) as exc:
+            raise MptuneError(
+                f"session {self.name!r} has an unreadable search space: {exc}"
+            ) from None
+
+    def search_settings(self) -> SearchSettings:
+        """The search settings the session was created with (budgets included).
+
+        Raises:
+            MptuneError: what is stored is not valid settings.
+        """
+        try:
+            return SearchSettings.from_dict(self.settings)
+        except (ValueError, TypeError) as exc:
+            raise MptuneError(f"session {self.name!r} has unreadable settings: {exc}") from None
+
     def to_dict(self) -> dict[str, Any]:
         """What ``mptune show --json`` prints."""
         return {
@@ -358,6 +469,8 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
     storage = open_storage(storage_url)
     summaries = []
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.study_name.startswith(LOCK_PREFIX):
+            continue
         attrs = summary.user_attrs
         rec = attrs.get("recommendation")
         label = None

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from tuner.policies import POLICIES
 from tuner.setup import LossScale, Policy
@@ -13,6 +17,7 @@ DEFAULT_LOSS_SCALES = ("dynamic", "dynamic:1024:500", "fixed:1024", "fixed:128")
 DEFAULT_BATCH_RANGE = (8, 1024)
 DEFAULT_START_BATCH = 64
 OBJECTIVES = ("speed", "memory", "balanced")
+_DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,38 @@ class SearchSpace:
     def rungs(self) -> tuple[int, ...]:
         """The ladder's rungs: the explicit list, or the powers of two in the range."""
         return self.batch_sizes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (a session's ``space`` attribute)."""
+        return {
+            "policies": list(self.policies),
+            "batch_sizes": list(self.batch_sizes),
+            "loss_scales": [str(s) for s in self.loss_scales],
+            "start_batch": self.start_batch,
+            "refine": self.refine,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchSpace:
+        """Inverse of :meth:`to_dict` (sessions stored before ``refine`` was kept refine).
+
+        Raises:
+            ValueError: the stored space is not valid.
+        """
+        return cls(
+            policies=tuple(data.get("policies") or POLICIES),
+            batch_sizes=tuple(int(b) for b in data.get("batch_sizes") or ()),
+            loss_scales=tuple(
+                LossScale.parse(str(s)) for s in data.get("loss_scales") or DEFAULT_LOSS_SCALES
+            ),
+            start_batch=int(data.get("start_batch") or DEFAULT_START_BATCH),
+            refine=bool(data.get("refine", True)),
+        )
+
+    def differences(self, other: SearchSpace) -> list[str]:
+        """``name: mine -> other`` for each field that differs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [f"{k} {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
 
 def ladder_range(low: int, high: int) -> tuple[int, ...]:
@@ -165,3 +202,34 @@ class SearchSettings:
             raise ValueError("the loss tolerance must be 0 or more")
         if not 0 <= self.memory_headroom < 1:
             raise ValueError("the memory headroom must be between 0 and 1")
+        if not _DEVICE_RE.match(self.device):
+            raise ValueError(f"unknown device {self.device!r}: write auto, cpu or gpu:N")
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"--timeout must be a positive number, not {self.timeout_s}")
+        if not (math.isfinite(self.measure_seconds) and self.measure_seconds > 0):
+            raise ValueError(f"--measure-seconds must be positive, not {self.measure_seconds}")
+
+    #: Fields a resumed search may change: they limit how much more is run, not what is measured.
+    BUDGET_FIELDS: ClassVar[tuple[str, ...]] = ("max_trials", "budget_minutes", "timeout_s")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (a session's ``settings`` attribute)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchSettings:
+        """Inverse of :meth:`to_dict`; fields unknown to this version are ignored.
+
+        Raises:
+            ValueError: a stored value is out of range.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def differences(self, other: SearchSettings, ignore: tuple[str, ...] = ()) -> list[str]:
+        """``name: mine -> other`` for each field that differs (except ``ignore``)."""
+        return [
+            f"{f.name} {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.name not in ignore and getattr(self, f.name) != getattr(other, f.name)
+        ]

@@ -7,10 +7,12 @@ The order of work (DESIGN.md, "Search, in outline"):
    memory is abandoned there;
 3. per remaining policy, a batch-size ladder up the rungs: stop at OOM, at the memory budget,
    or when throughput stops growing; go down when the first step up does not pay; refine
-   between the last fit and the first OOM when throughput was still growing;
+   between the last fit and the first OOM when throughput was still growing (a trial that
+   crashed or timed out is run once more before its rung counts as failed);
 4. for mixed_float16, the loss-scale candidates at its chosen batch size;
 5. the numerical guard: each policy's best setup against float32 at the same batch size, seed
-   and data (a float32 trial at that batch is run if there is none);
+   and data (a float32 trial at that batch is run if there is none); float32's own best setup
+   is picked after these, so that it knows every float32 trial;
 6. the leading setups are measured again, and the recommendation never calls a winner inside
    the noise.
 
@@ -26,10 +28,10 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tuner.errors import MptuneError
+from tuner.errors import MptuneError, Terminated
 from tuner.policies import FLOAT32, MIXED_FLOAT16
 from tuner.search.events import (
     PlanUpdated,
@@ -39,6 +41,7 @@ from tuner.search.events import (
     TrialStarted,
     WorkerReported,
 )
+from tuner.search.lease import Heartbeat
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import LossScale, Setup
@@ -57,6 +60,11 @@ ABANDON_SLOWER = 0.25
 ABANDON_MEMORY = 0.05
 #: Re-measure a runner-up whose figure is within this of the leader's.
 REMEASURE_WITHIN = 0.15
+#: A trial that ended like this may have been unlucky (a worker killed from outside, a stalled
+#: machine), so it is run once more before its setup counts as failed. An OOM, a divergence or
+#: an error in the user's code would only repeat: those are not retried.
+RETRIED = frozenset({TrialStatus.CRASHED, TrialStatus.TIMEOUT})
+_ENDED = {TrialStatus.CRASHED: "crashed", TrialStatus.TIMEOUT: "timed out"}
 
 
 class BudgetExhausted(Exception):
@@ -133,6 +141,23 @@ class SearchOutcome:
     notes: list[str]
     stopped_early: str | None
     measured: dict[Setup, list[Measured]]
+    memory_budget_mb: float | None = None
+
+
+def first_ok(runs: Sequence[Measured]) -> Measured | None:
+    """The first of a setup's runs that ended ok: the one the search uses for that setup (a run
+    that crashed or timed out may come before it, retried)."""
+    return next((r for r in runs if r.result.ok), None)
+
+
+def representative(runs: Sequence[Measured]) -> Measured:
+    """The run that stands for a setup: its first ok run, else its last (failed) run."""
+    return first_ok(runs) or runs[-1]
+
+
+def _unlucky_once(runs: Sequence[Measured]) -> bool:
+    """One run, which crashed or timed out: it is owed its retry."""
+    return len(runs) == 1 and runs[0].result.status in RETRIED
 
 
 class Evaluator:
@@ -147,8 +172,10 @@ class Evaluator:
         cancel: threading.Event | None = None,
         runner: TrialRunner = run_trial,
         memory_budget_mb: float | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.session = session
+        self.heartbeat = heartbeat
         self.source = source
         self.settings = settings
         self.on_event = on_event or (lambda event: None)
@@ -191,6 +218,8 @@ class Evaluator:
         trial = self.session.start_trial(spec, stage)
         self.on_event(TrialStarted(trial.number, stage, spec))
         t0 = time.monotonic()
+        if self.heartbeat is not None:
+            self.heartbeat.trial_id = trial._trial_id
         try:
             result = self.runner(
                 spec,
@@ -198,12 +227,16 @@ class Evaluator:
                 cancel=self.cancel,
                 source=self.source,
             )
-        except (KeyboardInterrupt, TrialCancelled):
-            self.session.abandon_trial(trial, "stopped by the user")
+        except (KeyboardInterrupt, TrialCancelled) as exc:
+            by = exc.name if isinstance(exc, Terminated) else "the user"
+            self.session.abandon_trial(trial, f"stopped by {by}")
             raise
         except BaseException:
             self.session.abandon_trial(trial, "mptune failed while running this trial")
             raise
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.trial_id = None
         self.trial_seconds.append(time.monotonic() - t0)
         number = self.session.finish_trial(trial, result)
         self.ran += 1
@@ -282,6 +315,7 @@ class Search:
             self.notes,
             stopped,
             dict(self.ev.known),
+            self.ev.memory_budget_mb,
         )
 
     def _search(self) -> None:
@@ -296,7 +330,7 @@ class Search:
         at_start = {first: self.baseline}
         for policy in policies:
             if policy not in at_start:
-                at_start[policy] = self.ev.measure(Setup(policy, start), "policies")
+                at_start[policy] = self._measure(Setup(policy, start), "policies")
         self._abandon_laggards(at_start)
 
         alive = [p for p in policies if p not in self.abandoned]
@@ -310,8 +344,53 @@ class Search:
         if MIXED_FLOAT16 in alive and self.pick(MIXED_FLOAT16) is not None:
             self._loss_scale_stage()
 
+    def _note(self, text: str) -> None:
+        if text not in self.notes:  # a recalled retry is met again by a later stage
+            self.notes.append(text)
+
+    def _measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
+        """The ``repeat``-th measurement of ``setup``; one that crashed or timed out is run
+        once more (``repeat + 1``), and that second run is returned. Recalled trials come back
+        the same way, so a resumed search takes the same path."""
+        m = self.ev.measure(setup, stage, repeat=repeat)
+        if m.result.status not in RETRIED:
+            return m
+        again = self.ev.measure(setup, stage, repeat=repeat + 1)
+        if again.result.ok:
+            self._note(f"{_where(setup)} {_ENDED[m.result.status]}, ran again: ok")
+        return again
+
+    def _failure(self, m: Measured) -> str:
+        """How ``m`` failed, counting the run before it when ``m`` was its retry: ``oom``,
+        ``crashed twice``, ``timed out, then crashed``."""
+        runs = self.ev.known.get(m.result.spec.setup, [])
+        index = next((i for i, r in enumerate(runs) if r.number == m.number), 0)
+        status = m.result.status
+        before = runs[index - 1].result.status if index > 0 else None
+        if before not in RETRIED or status is TrialStatus.OK:
+            return status.value
+        assert before is not None
+        if status is before:
+            return f"{_ENDED[before]} twice"
+        return f"{_ENDED[before]}, then {_ENDED.get(status, status.value)}"
+
+    def _recall_or_measure(
+        self, setup: Setup, stage: str, allow_new_trials: bool
+    ) -> Measured | None:
+        """The stored run that stands for ``setup``, or a new measurement (with its retry) when
+        there is none and new trials are allowed; None when neither."""
+        runs = self.ev.known.get(setup, [])
+        if runs and not (allow_new_trials and _unlucky_once(runs)):
+            return representative(runs)
+        if not allow_new_trials:
+            return None
+        try:
+            return self._measure(setup, stage)
+        except BudgetExhausted:
+            return representative(runs) if runs else None
+
     def _first_trial(self, policy: str, batch_size: int) -> Measured:
-        m = self.ev.measure(Setup(policy, batch_size), "baseline")
+        m = self._measure(Setup(policy, batch_size), "baseline")
         if m.result.status is TrialStatus.USER_ERROR:
             err = m.result.error
             where = f"{err.location}: " if err and err.location else ""
@@ -322,14 +401,9 @@ class Search:
         return m
 
     def usable(self, policy: str) -> list[Measured]:
-        """Every setup of ``policy`` that ran ok within the memory budget (first runs)."""
-        return [
-            runs[0]
-            for setup, runs in self.ev.known.items()
-            if setup.policy == policy
-            and runs[0].result.ok
-            and not self.ev.over_memory_budget(runs[0])
-        ]
+        """Every setup of ``policy`` that ran ok within the memory budget (first ok runs)."""
+        firsts = [first_ok(runs) for setup, runs in self.ev.known.items() if setup.policy == policy]
+        return [m for m in firsts if m is not None and not self.ev.over_memory_budget(m)]
 
     def pick(self, policy: str) -> Candidate | None:
         """The policy's best setup for the objective, from what was measured."""
@@ -343,7 +417,7 @@ class Search:
         for policy, m in at_start.items():
             if not m.result.ok:
                 self.abandoned[policy] = (
-                    f"{m.result.status.value} at batch size "
+                    f"{self._failure(m)} at batch size "
                     f"{m.result.spec.batch_size}: "
                     f"{m.result.error.message if m.result.error else ''}"
                 )
@@ -376,10 +450,10 @@ class Search:
         failed_at: int | None = None
         growth = 0.0
         for b in rungs[start_index + 1 :]:
-            m = self.ev.measure(base.replace(batch_size=b), stage)
+            m = self._measure(base.replace(batch_size=b), stage)
             if not m.result.ok or self.ev.over_memory_budget(m):
                 failed_at = b
-                why = "over the memory budget" if m.result.ok else m.result.status.value
+                why = "over the memory budget" if m.result.ok else self._failure(m)
                 self.notes.append(f"{policy}: batch size {b} {why}; larger batches skipped")
                 break
             gain = m.speed / best.speed - 1 if best.speed else math.inf
@@ -391,8 +465,11 @@ class Search:
         if best is first and start_index > 0:
             # Going up did not pay: see whether a smaller batch is faster.
             for b in reversed(rungs[:start_index]):
-                m = self.ev.measure(base.replace(batch_size=b), stage)
+                m = self._measure(base.replace(batch_size=b), stage)
                 if not m.result.ok:
+                    self._note(
+                        f"{policy}: batch size {b} {self._failure(m)}; smaller batches skipped"
+                    )
                     break
                 if m.speed < best.speed * (1 + self.settings.noise_floor):
                     break
@@ -405,7 +482,7 @@ class Search:
         ):
             middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
             if best.result.spec.batch_size < middle < failed_at:
-                self.ev.measure(base.replace(batch_size=middle), "refine")
+                self._measure(base.replace(batch_size=middle), "refine")
 
     def _loss_scale_stage(self) -> None:
         cand = self.pick(MIXED_FLOAT16)
@@ -417,11 +494,11 @@ class Search:
             "loss-scale", f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}"
         )
         for scale in others:
-            m = self.ev.measure(cand.setup.replace(loss_scale=scale), "loss-scale")
+            m = self._measure(cand.setup.replace(loss_scale=scale), "loss-scale")
             r = m.result
             if not r.ok:
                 self.notes.append(
-                    f"mixed_float16 with loss scale {scale}: {r.status.value}"
+                    f"mixed_float16 with loss scale {scale}: {self._failure(m)}"
                     + (f" ({r.error.message})" if r.error else "")
                 )
                 continue
@@ -433,44 +510,55 @@ class Search:
 
     # -- guard and noise --------------------------------------------------------------------
     def _finalists_after_guard(self, allow_new_trials: bool) -> list[Candidate]:
-        finalists = [c for p in self.space.policies if (c := self.pick(p)) is not None]
-        for cand in finalists:
-            if cand.setup.policy == FLOAT32:
-                cand.loss_gap = 0.0
-                continue
-            reference = self._float32_at(cand.setup.batch_size, allow_new_trials)
-            if reference is None:
-                cand.rejected = "not compared with float32 at the same batch size (budget reached)"
-                continue
-            mine = cand.runs[0]
-            if not reference.result.ok:
-                # float32 does not fit (or fails) where the mixed policy runs: compare the two
-                # at the largest batch where both ran; precision, not batch size, is on trial.
-                pair = self._common_batch(cand, allow_new_trials)
-                if pair is None:
-                    cand.rejected = (
-                        f"float32 at batch size {cand.setup.batch_size} "
-                        f"{reference.result.status.value} and no smaller batch to "
-                        "compare at"
-                    )
-                    continue
-                mine, reference = pair
-                self.notes.append(
-                    f"{cand.setup.policy} was compared with float32 at batch size "
-                    f"{reference.result.spec.batch_size}: float32 does not run at batch size "
-                    f"{cand.setup.batch_size}"
-                )
-            cand.guard_trial = reference.number
-            gap = loss_gap(mine.result, reference.result, self.settings.guard_steps)
-            cand.loss_gap = gap
-            if gap is None or gap > self.settings.loss_tolerance:
+        """Each policy's best setup, the mixed ones checked against float32. float32 is picked
+        last: the guard may run float32 at batch sizes its own ladder never reached, and the
+        float32 candidate (what a speed-up is stated against) must know every float32 trial."""
+        mixed = {
+            p: c for p in self.space.policies if p != FLOAT32 and (c := self.pick(p)) is not None
+        }
+        for cand in mixed.values():
+            self._guard(cand, allow_new_trials)
+        f32 = self.pick(FLOAT32) if FLOAT32 in self.space.policies else None
+        if f32 is not None:
+            f32.loss_gap = 0.0
+        finalists = [f32 if p == FLOAT32 else mixed.get(p) for p in self.space.policies]
+        return [c for c in finalists if c is not None]
+
+    def _guard(self, cand: Candidate, allow_new_trials: bool) -> None:
+        """Compare a mixed policy's candidate with float32 at the same batch size, seed and data;
+        set its loss gap, or why it is rejected."""
+        reference = self._float32_at(cand.setup.batch_size, allow_new_trials)
+        if reference is None:
+            cand.rejected = "not compared with float32 at the same batch size (budget reached)"
+            return
+        mine = cand.runs[0]
+        if not reference.result.ok:
+            # float32 does not fit (or fails) where the mixed policy runs: compare the two
+            # at the largest batch where both ran; precision, not batch size, is on trial.
+            pair = self._common_batch(cand, allow_new_trials)
+            if pair is None:
                 cand.rejected = (
-                    f"loss gap to float32 {_pct(gap)} over the tolerance "
-                    f"{self.settings.loss_tolerance:.0%}"
-                    if gap is not None
-                    else "no comparable loss window"
+                    f"float32 at batch size {cand.setup.batch_size} "
+                    f"{self._failure(reference)} and no smaller batch to "
+                    "compare at"
                 )
-        return finalists
+                return
+            mine, reference = pair
+            self.notes.append(
+                f"{cand.setup.policy} was compared with float32 at batch size "
+                f"{reference.result.spec.batch_size}: float32 does not run at batch size "
+                f"{cand.setup.batch_size}"
+            )
+        cand.guard_trial = reference.number
+        gap = loss_gap(mine.result, reference.result, self.settings.guard_steps)
+        cand.loss_gap = gap
+        if gap is None or gap > self.settings.loss_tolerance:
+            cand.rejected = (
+                f"loss gap to float32 {_pct(gap)} over the tolerance "
+                f"{self.settings.loss_tolerance:.0%}"
+                if gap is not None
+                else "no comparable loss window"
+            )
 
     def _common_batch(
         self, cand: Candidate, allow_new_trials: bool
@@ -481,45 +569,34 @@ class Search:
             for s, runs in self.ev.known.items()
             if s == _float32(s.batch_size)
             and s.batch_size < cand.setup.batch_size
-            and runs[0].result.ok
+            and first_ok(runs) is not None
         )
         if not fits:
             return None
         batch = fits[-1]
-        key = cand.setup.replace(batch_size=batch)
-        if key in self.ev.known:
-            mine = self.ev.known[key][0]
-        elif allow_new_trials:
-            try:
-                mine = self.ev.measure(key, "guard")
-            except BudgetExhausted:
-                return None
-        else:
+        mine = self._recall_or_measure(
+            cand.setup.replace(batch_size=batch), "guard", allow_new_trials
+        )
+        reference = first_ok(self.ev.known[_float32(batch)])
+        if mine is None or not mine.result.ok or reference is None:
             return None
-        if not mine.result.ok:
-            return None
-        return mine, self.ev.known[_float32(batch)][0]
+        return mine, reference
 
     def _float32_at(self, batch_size: int, allow_new_trials: bool) -> Measured | None:
         key = _float32(batch_size)
-        if key in self.ev.known:
-            return self.ev.known[key][0]
-        oom_below = [
-            runs[0]
-            for s, runs in self.ev.known.items()
-            if s.policy == FLOAT32
-            and s.batch_size <= batch_size
-            and runs[0].result.status is TrialStatus.OOM
-        ]
-        if oom_below:  # it will not fit a larger batch either
-            return min(oom_below, key=lambda m: m.result.spec.batch_size)
-        if not allow_new_trials:
-            return None
-        self._stage("guard", f"float32 reference at batch size {batch_size}")
-        try:
-            return self.ev.measure(key, "guard")
-        except BudgetExhausted:
-            return None
+        if key not in self.ev.known:
+            oom_below = [
+                runs[0]
+                for s, runs in self.ev.known.items()
+                if s.policy == FLOAT32
+                and s.batch_size <= batch_size
+                and runs[0].result.status is TrialStatus.OOM
+            ]
+            if oom_below:  # it will not fit a larger batch either
+                return min(oom_below, key=lambda m: m.result.spec.batch_size)
+            if allow_new_trials:
+                self._stage("guard", f"float32 reference at batch size {batch_size}")
+        return self._recall_or_measure(key, "guard", allow_new_trials)
 
     def _remeasure(self, candidates: list[Candidate]) -> None:
         viable = [c for c in candidates if c.rejected is None]
@@ -533,12 +610,16 @@ class Search:
         ]
         self._stage("remeasure", "measuring the leading setups again")
         for cand in contenders:
-            measured = self.ev.measure(cand.setup, "remeasure", repeat=1)
+            # The next measurement after those the candidate stands on (a crashed run and its
+            # retry included), so that a resumed search recalls the same trials.
+            stored = [r.number for r in self.ev.known.get(cand.setup, [])]
+            used = max(stored.index(r.number) for r in cand.runs if r.number in stored)
+            measured = self._measure(cand.setup, "remeasure", repeat=used + 1)
             if measured.number not in [r.number for r in cand.runs]:
                 if measured.result.ok:
                     cand.runs.append(measured)
                 else:
-                    cand.rejected = f"re-measurement {measured.result.status.value}"
+                    cand.rejected = f"re-measurement {self._failure(measured)}"
 
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
@@ -554,6 +635,16 @@ def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> flo
         return math.inf
     mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
     return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
+
+
+def _where(setup: Setup) -> str:
+    """``float32: batch size 256``, with the loss scale where it is not the policy's default."""
+    scale = (
+        ""
+        if setup.loss_scale == LossScale.default_for(setup.policy)
+        else f" (loss scale {setup.loss_scale})"
+    )
+    return f"{setup.policy}: batch size {setup.batch_size}{scale}"
 
 
 def _float32(batch_size: int) -> Setup:

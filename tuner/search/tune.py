@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 from collections.abc import Callable
@@ -10,9 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from tuner.errors import MptuneError
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
+from tuner.search.lease import Heartbeat, Lease
 from tuner.search.recommend import Recommendation, recommend
-from tuner.search.session import TuningSession
+from tuner.search.session import SessionView, TuningSession, storage_errors
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import Evaluator, Search, SearchOutcome, TrialRunner
 from tuner.trials.models import parse_model_spec
@@ -55,7 +56,7 @@ def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None
 
 
 def tune(
-    model: str,
+    model: str | None = None,
     *,
     space: SearchSpace | None = None,
     settings: SearchSettings | None = None,
@@ -69,10 +70,16 @@ def tune(
 ) -> TuneResult:
     """Search for the best setup of ``model`` on this machine, storing every trial.
 
+    A session owns its model, space and settings: continuing one (``resume``, or a ``study``
+    that exists) uses them. ``None`` means "the session's"; a given model, space or setting that
+    differs from the session's is refused, naming both, except the budgets
+    (:attr:`SearchSettings.BUDGET_FIELDS`), which a continued search may change.
+
     Args:
-        model: the model spec (see :mod:`tuner.trials.models`).
-        space: what to try; ``None``: the hardware prior's policies and the default ladder.
-        settings: objective, budgets, tolerances.
+        model: the model spec (see :mod:`tuner.trials.models`); ``None`` only to continue.
+        space: what to try; ``None``: the session's, or for a new one the hardware prior's
+            policies and the default ladder.
+        settings: objective, budgets, tolerances; ``None``: the session's, or the defaults.
         storage: Optuna storage URL; ``None`` for the default SQLite file.
         study: the session name; an existing session of that name is continued.
         resume: the session must exist already.
@@ -82,10 +89,20 @@ def tune(
         profile: the hardware profile; ``None`` detects it.
 
     Raises:
-        MptuneError: bad model spec, unreachable storage, a model that fails in its own code.
+        MptuneError: bad model spec, unreachable storage, a model that fails in its own code,
+            a continued session given another model or space, a session another search holds.
         NoViableSetup: every setup failed.
         TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
     """
+    if resume and not study:
+        raise MptuneError("resuming needs the session's name")
+    stored = _stored_session(study, storage)
+    if resume and stored is None:
+        raise MptuneError(f"no session named {study!r} to resume (see mptune sessions)")
+    if stored is not None:
+        model, space, settings = _continue(stored, model, space, settings)
+    if model is None:
+        raise MptuneError("no model given (a new search needs --model)")
     source = parse_model_spec(model)
     # A model file is stored by its absolute path: the session, its exports and a resumed search
     # must find it from any working directory.
@@ -98,36 +115,90 @@ def tune(
     settings = settings or SearchSettings()
     space = space or SearchSpace(policies=hardware_prior(profile))
     name = study or default_study_name(model)
-    session = TuningSession.create(
-        name,
-        storage,
-        {
-            "model": model,
-            "space": {
-                "policies": list(space.policies),
-                "batch_sizes": list(space.batch_sizes),
-                "loss_scales": [str(s) for s in space.loss_scales],
-                "start_batch": space.start_batch,
+    with storage_errors(storage):
+        session = TuningSession.create(
+            name,
+            storage,
+            {
+                "model": model,
+                "space": space.to_dict(),
+                "settings": settings.to_dict(),
+                "hardware": profile.to_dict(),
             },
-            "settings": dataclasses.asdict(settings),
-            "hardware": profile.to_dict(),
-        },
-        resume=resume,
-    )
-    session.fail_orphans()
-    emit = on_event or (lambda event: None)
-    emit(SessionOpened(session.name, model, resumed=bool(session.trials())))
-    evaluator = Evaluator(
-        session,
-        source,
-        settings,
-        emit,
-        cancel,
-        runner,
-        memory_budget_mb(profile, settings.device, settings.memory_headroom),
-    )
-    outcome = Search(evaluator, space, settings).run()
-    rec = recommend(outcome, space, settings, profile.to_dict())
-    session.set_attr("recommendation", rec.to_dict())
+            resume=resume,
+        )
+        lease = Lease(session.storage, session.name)
+        lease.acquire()
+    try:
+        with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
+            if stored is not None and stored.search_settings() != settings:
+                session.set_attr("settings", settings.to_dict())  # the new budgets
+            session.fail_orphans()
+            emit = on_event or (lambda event: None)
+            emit(SessionOpened(session.name, model, resumed=bool(session.trials())))
+            evaluator = Evaluator(
+                session,
+                source,
+                settings,
+                emit,
+                cancel,
+                runner,
+                memory_budget_mb(profile, settings.device, settings.memory_headroom),
+                heartbeat=heartbeat,
+            )
+            outcome = Search(evaluator, space, settings).run()
+            rec = recommend(outcome, space, settings, profile.to_dict())
+            session.set_attr("recommendation", rec.to_dict())
+    finally:
+        lease.release()
     emit(Recommended(rec))
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
+
+
+def _stored_session(study: str | None, storage: str | None) -> SessionView | None:
+    """The stored session called ``study``, or None when there is none (or no name)."""
+    if not study:
+        return None
+    with storage_errors(storage):
+        try:
+            return TuningSession.load(study, storage).view()
+        except MptuneError as exc:
+            if str(exc).startswith("no session named"):
+                return None
+            raise
+
+
+def _continue(
+    stored: SessionView,
+    model: str | None,
+    space: SearchSpace | None,
+    settings: SearchSettings | None,
+) -> tuple[str, SearchSpace, SearchSettings]:
+    """The model, space and settings of a continued session; refuses a different one."""
+    mine = stored.model
+    if model is not None:
+        source = parse_model_spec(model)
+        if (source.path or model) != mine:
+            raise MptuneError(
+                f"session {stored.name!r} tunes {mine}, not {source.path or model}: one session "
+                "holds one model's trials. Leave out --model to continue it, or give another "
+                "--study to start a new session"
+            )
+    kept_space = stored.search_space()
+    if space is not None and space != kept_space:
+        raise MptuneError(
+            f"session {stored.name!r} was searched over another space "
+            f"({'; '.join(kept_space.differences(space))}): continue it without those flags, "
+            "or give another --study"
+        )
+    kept = stored.search_settings()
+    if settings is not None:
+        changed = kept.differences(settings, ignore=SearchSettings.BUDGET_FIELDS)
+        if changed:
+            raise MptuneError(
+                f"session {stored.name!r} was measured with other settings "
+                f"({'; '.join(changed)}): its trials would not compare. Continue it without "
+                "those flags, or give another --study"
+            )
+        kept = settings
+    return mine, kept_space, kept

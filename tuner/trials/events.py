@@ -14,6 +14,10 @@ Event types, in the order a worker sends them:
 * ``error``: ``exception``, ``message``, ``location``, ``phase``, ``oom``, ``user_code``,
   ``traceback``
 
+Every line the worker writes carries the trial's secret token (:data:`TOKEN_FIELD`), which the
+parent sent on the worker's stdin; the reader drops a line without it as foreign (the user's code
+wrote to the inherited descriptor) and counts it, so a model cannot forge a result.
+
 The parent adds ``memory`` events (``rss_mb`` of the worker, sampled) for live plots.
 """
 
@@ -27,6 +31,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 Event = dict[str, Any]
+
+#: The field that carries the trial's token on every line the worker writes.
+TOKEN_FIELD = "token"
 
 
 def encode_event(event: Event) -> bytes:
@@ -59,12 +66,15 @@ class EventReader:
     """Incremental decoder for the event channel.
 
     Feed it bytes as they arrive; it returns the complete events. Bad lines are logged at
-    WARNING and counted in :attr:`bad_lines`.
+    WARNING and counted in :attr:`bad_lines`. With a ``token``, only lines carrying it are
+    events (the token is removed from them); the others are counted in :attr:`foreign_lines`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token: str | None = None) -> None:
         self._buffer = b""
+        self._token = token
         self.bad_lines = 0
+        self.foreign_lines = 0
 
     def feed(self, data: bytes) -> list[Event]:
         self._buffer += data
@@ -87,6 +97,10 @@ class EventReader:
             return None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             self._reject(line, "no 'type' field")
+            return None
+        if self._token is not None and event.pop(TOKEN_FIELD, None) != self._token:
+            self.foreign_lines += 1
+            logger.warning("ignored a line on the event channel not written by mptune")
             return None
         return event
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import signal
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,10 @@ class WorkerFacts:
         memory_limit_mb: that limit, for the message.
         returncode: the worker's exit status (negative: killed by that signal).
         log_tail: the end of the worker's stdout/stderr, for a crash with no error event.
+        batch_size: the trial's batch size, to check the result's throughput.
+        measured_step_ms: the times of the measured ``step`` events the parent received, which
+            the result must agree with.
+        foreign_lines: lines on the event channel that mptune's code did not write.
     """
 
     result: dict[str, Any] | None
@@ -40,6 +45,9 @@ class WorkerFacts:
     memory_limit_mb: float | None = None
     returncode: int | None = None
     log_tail: str = ""
+    batch_size: int | None = None
+    measured_step_ms: tuple[float, ...] | None = None
+    foreign_lines: int = 0
 
 
 def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
@@ -53,10 +61,44 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
     if facts.error is not None:
         return _classify_error(facts.error, facts.user_model)
     if facts.result is None:
-        return TrialStatus.CRASHED, TrialError(
-            _death_message(facts.returncode), traceback=facts.log_tail or None
-        )
+        message = _death_message(facts.returncode)
+        if facts.foreign_lines:
+            message += (
+                f"; the model wrote {facts.foreign_lines} line(s) to mptune's event channel, "
+                "which were ignored"
+            )
+        return TrialStatus.CRASHED, TrialError(message, traceback=facts.log_tail or None)
+    contradiction = _contradiction(facts)
+    if contradiction is not None:
+        return TrialStatus.CRASHED, TrialError(contradiction)
     return _classify_result(facts.result)
+
+
+#: How far a result's throughput may be from what its step events imply (rounding of step times).
+RESULT_TOLERANCE = 0.05
+
+
+def _contradiction(facts: WorkerFacts) -> str | None:
+    """Why the result cannot be trusted: it disagrees with the step events the parent saw."""
+    if facts.measured_step_ms is None or facts.result is None:
+        return None
+    steps = list(facts.measured_step_ms)
+    claimed_steps = len(facts.result.get("losses") or [])
+    if claimed_steps != len(steps):
+        return (
+            f"the result reports {claimed_steps} measured steps, but the worker reported "
+            f"{len(steps)}: the result is not trusted"
+        )
+    claimed = facts.result.get("samples_per_second")
+    if steps and facts.batch_size and isinstance(claimed, (int, float)):
+        p50_s = statistics.median(steps) / 1000
+        implied = facts.batch_size / p50_s if p50_s > 0 else math.inf
+        if not math.isclose(claimed, implied, rel_tol=RESULT_TOLERANCE):
+            return (
+                f"the result claims {claimed:,.0f} samples/s, but its step times imply "
+                f"{implied:,.0f}: the result is not trusted"
+            )
+    return None
 
 
 def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatus, TrialError]:

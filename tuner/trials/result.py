@@ -85,6 +85,9 @@ class TrialResult:
     warnings: tuple[str, ...] = ()
     device: str | None = None  #: what the worker ran on, e.g. "cpu" or "gpu:0 (NVIDIA A100)"
     versions: dict[str, str] = field(default_factory=dict)
+    #: Share of the machine's CPU time that processes other than mptune's used while this trial
+    #: measured (0: an idle machine, 1: every core busy with something else); None: not known.
+    background_load: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -111,6 +114,7 @@ class TrialResult:
             "warnings": list(self.warnings),
             "device": self.device,
             "versions": dict(self.versions),
+            "background_load": self.background_load,
             "spec": self.spec.to_dict(),
         }
         safe: dict[str, Any] = _json_safe(data)
@@ -138,6 +142,7 @@ class TrialResult:
             warnings=tuple(data.get("warnings", ())),
             device=data.get("device"),
             versions=dict(data.get("versions") or {}),
+            background_load=data.get("background_load"),
         )
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -21,8 +22,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tuner.trials.events import Event, EventReader, as_float
 from tuner.trials.models import ModelSource, parse_model_spec
@@ -115,7 +117,9 @@ class _WorkerRun:
         self.source = source
         self.on_event = on_event
         self.cancel = cancel
-        self.reader = EventReader()
+        #: Every line the worker writes carries it; a line without it was not written by mptune.
+        self.token = secrets.token_hex(16)
+        self.reader = EventReader(self.token)
         self.started: Event | None = None
         self.started_at: float | None = None
         self.result: Event | None = None
@@ -125,13 +129,15 @@ class _WorkerRun:
         self.timed_out = False
         self.over_memory_limit = False
         self.peak_rss_mb: float | None = None
+        self.load_window: _LoadWindow | None = None
+        self.background_load: float | None = None
 
     def run(self) -> TrialResult:
         read_fd, write_fd = os.pipe()
-        # The worker writes the file; it is closed here once the child has it, unlinked at the end.
-        log = tempfile.NamedTemporaryFile(  # noqa: SIM115
-            prefix="mptune-worker-", suffix=".log", delete=False
-        )
+        # The worker's stdout and stderr go to a file with no name: it is unlinked as soon as
+        # the worker has it, so nothing is left behind however this process ends, and its tail
+        # is read back through this process's own descriptor.
+        log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -143,28 +149,40 @@ class _WorkerRun:
                 env=worker_environment(self.spec),
                 start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
             )
+        except BaseException:
+            log.close()
+            raise
         finally:
             os.close(write_fd)
-            log.close()
         with _LIVE_LOCK:
             _LIVE.add(proc)
         try:
-            payload = {"spec": self.spec.to_dict(), "source": _source_dict(self.source)}
+            payload = {
+                "spec": self.spec.to_dict(),
+                "source": _source_dict(self.source),
+                "token": self.token,
+            }
             assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps(payload).encode())
-                proc.stdin.close()
+                # One line; stdin then stays open as the worker's lifeline: when this process
+                # closes it or dies, the worker ends its process group (hold_lifeline).
+                proc.stdin.write(json.dumps(payload).encode() + b"\n")
+                proc.stdin.flush()
             except BrokenPipeError:
                 pass  # it died at once; the log says why
             self._pump(proc, read_fd, t0)
         finally:
+            # The whole group, even when the worker itself has exited: a process the model
+            # forked may still be running. Not yet reaped, so the group id is still ours.
             _kill_group(proc)
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
             os.close(read_fd)
             returncode = proc.wait()
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
-            log_tail = _read_tail(log.name)
-            os.unlink(log.name)
+            log_tail = _read_tail(log)
+            log.close()
         total_s = time.monotonic() - t0
         facts = WorkerFacts(
             result=self.result,
@@ -176,6 +194,11 @@ class _WorkerRun:
             memory_limit_mb=self.spec.memory_limit_mb,
             returncode=returncode,
             log_tail=log_tail,
+            batch_size=self.spec.batch_size,
+            measured_step_ms=tuple(
+                float(s.get("time_ms") or 0.0) for s in self.steps if s.get("phase") == "measure"
+            ),
+            foreign_lines=self.reader.foreign_lines,
         )
         status, error = classify(facts)
         return self._assemble(status, error, total_s)
@@ -197,25 +220,37 @@ class _WorkerRun:
                     next_sample = now + MEMORY_SAMPLE_INTERVAL_S
                     if self._sample_memory(proc, now - t0):
                         return
-                if selector.select(timeout=min(MEMORY_SAMPLE_INTERVAL_S, deadline - now)):
+                exited = _has_exited(proc)
+                # Once the worker has exited, read what it left in the pipe and stop: a child
+                # it forked may hold the pipe open, so end-of-file may never come.
+                timeout = 0.0 if exited else min(MEMORY_SAMPLE_INTERVAL_S, deadline - now)
+                if selector.select(timeout=timeout):
                     data = os.read(read_fd, 1 << 16)
-                    if not data:  # the worker closed the channel: it is done or dead
-                        for event in self.reader.close():
+                    if data:
+                        for event in self.reader.feed(data):
                             self._handle(event, t0)
-                        return
-                    for event in self.reader.feed(data):
-                        self._handle(event, t0)
+                        continue
+                elif not exited:
+                    continue
+                for event in self.reader.close():  # closed, or exited and drained
+                    self._handle(event, t0)
+                return
 
     def _handle(self, event: Event, t0: float) -> None:
         kind = event["type"]
         if kind == "started":
             self.started, self.started_at = event, time.monotonic() - t0
+        elif kind == "phase" and event.get("phase") == "measure":
+            pid = int((self.started or {}).get("pid") or 0)
+            self.load_window = _LoadWindow.open(pid) if pid else None
         elif kind == "step":
             self.steps.append(event)
         elif kind == "warning":
             self.warnings.append(str(event.get("message", "")))
         elif kind == "result":
             self.result = event
+            if self.load_window is not None:
+                self.background_load = self.load_window.close()
         elif kind == "error":
             self.error = event
         if self.on_event is not None:
@@ -271,10 +306,74 @@ class _WorkerRun:
             steps_completed=len(losses),
             timings=timings,
             error=error,
-            warnings=tuple(self.warnings),
+            warnings=tuple(self.warnings)
+            + (
+                (
+                    f"ignored {self.reader.foreign_lines} line(s) that the model wrote to "
+                    "mptune's event channel",
+                )
+                if self.reader.foreign_lines
+                else ()
+            ),
             device=(self.started or {}).get("device"),
             versions=dict((self.started or {}).get("versions") or {}),
+            background_load=self.background_load,
         )
+
+
+@dataclass
+class _LoadWindow:
+    """CPU time the machine spent on other processes while a trial measured.
+
+    The machine's busy CPU time over the window, less the worker's (and its children's) and this
+    process's own, as a share of the window's CPU capacity: a busy machine is named in the
+    recommendation so that its user knows to re-run, instead of trusting a slow figure.
+    """
+
+    wall: float
+    busy: float
+    ours: float
+    pid: int
+
+    @classmethod
+    def open(cls, pid: int) -> _LoadWindow | None:
+        ours = _our_cpu_s(pid)
+        if ours is None:
+            return None
+        return cls(time.monotonic(), _machine_busy_s(), ours, pid)
+
+    def close(self) -> float | None:
+        ours = _our_cpu_s(self.pid)
+        wall = time.monotonic() - self.wall
+        if ours is None or wall <= 0:
+            return None
+        import psutil
+
+        capacity = wall * (psutil.cpu_count() or 1)
+        others = (_machine_busy_s() - self.busy) - (ours - self.ours)
+        return min(1.0, max(0.0, others / capacity))
+
+
+def _machine_busy_s() -> float:
+    import psutil
+
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return float(sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0))
+
+
+def _our_cpu_s(pid: int) -> float | None:
+    """CPU seconds of the worker (with its finished children) plus this process."""
+    import psutil
+
+    try:
+        total = 0.0
+        for proc in (psutil.Process(pid), psutil.Process()):
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ValueError):
+        return None
 
 
 def _source_dict(source: ModelSource) -> dict[str, Any]:
@@ -299,18 +398,33 @@ def _rss_mb(pid: int) -> float | None:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the worker and anything it started (it leads its own process group)."""
-    if proc.poll() is not None:
+    """Kill the worker and anything it started (it leads its own process group).
+
+    Until the worker is reaped its pid, and so its group id, cannot be reused, so this is safe
+    to call after the worker has exited but before ``wait``: that is when a child the model
+    forked is still to be ended.
+    """
+    if proc.returncode is not None:  # reaped: the id may belong to someone else by now
         return
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _read_tail(path: str) -> str:
+def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the worker has exited, without reaping it (so its group can still be killed)."""
+    if proc.returncode is not None:
+        return True
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _LOG_TAIL_CHARS))
-            return fh.read().decode(errors="replace")
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _read_tail(fh: IO[bytes]) -> str:
+    try:
+        fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, fh.tell() - _LOG_TAIL_CHARS))
+        return fh.read().decode(errors="replace")
     except OSError:
         return ""

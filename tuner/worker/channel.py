@@ -1,24 +1,35 @@
-"""The worker's end of the event channel."""
+"""The worker's ends of its two pipes to the parent: the event channel and the lifeline."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 from typing import Any
 
-from tuner.trials.events import encode_event
+from tuner.trials.events import TOKEN_FIELD, encode_event
 
 
 class Channel:
-    """Writes events as JSON lines to the pipe the parent gave us; never to stdout."""
+    """Writes events as JSON lines to the pipe the parent gave us; never to stdout.
 
-    def __init__(self, fd: int) -> None:
+    Every line carries the trial's token, which the parent sent on the worker's stdin: a line
+    the user's code writes to this descriptor (it is inherited, and its number is on the command
+    line) has no token, and the parent ignores it.
+    """
+
+    def __init__(self, fd: int, token: str = "") -> None:
         self._fd = fd
+        self._token = token
         self._t0 = time.monotonic()
 
     def emit(self, type_: str, **fields: Any) -> None:
-        data = encode_event({"type": type_, "t": round(time.monotonic() - self._t0, 4), **fields})
-        view = memoryview(data)
+        event = {"type": type_, "t": round(time.monotonic() - self._t0, 4), **fields}
+        if self._token:
+            event[TOKEN_FIELD] = self._token
+        view = memoryview(encode_event(event))
         while view:  # a pipe write can be partial when the parent is slow to read
             written = os.write(self._fd, view)
             view = view[written:]
@@ -27,3 +38,31 @@ class Channel:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def hold_lifeline(fd: int = 0) -> threading.Thread:
+    """End this worker's whole process group when the parent goes away.
+
+    The parent keeps the write end of our stdin open for as long as it wants the trial to run
+    and never hands that end to anyone else, so end-of-file on it means the parent closed it or
+    died (by any signal, SIGKILL included: the kernel closes a dead process's descriptors). The
+    descriptor is moved off fd 0 first, and fd 0 becomes ``/dev/null``, so the user's code
+    cannot read from it. The worker leads its own process group, so the kill takes the model's
+    own child processes (data loaders, a forked helper) with it.
+    """
+    lifeline = os.dup(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(lifeline, 4096):
+                pass
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        os._exit(1)  # not in a group of our own (run by hand): at least end ourselves
+
+    thread = threading.Thread(target=watch, name="mptune-lifeline", daemon=True)
+    thread.start()
+    return thread

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
-from tuner.worker.channel import Channel
+from tuner.worker.channel import Channel, hold_lifeline
 from tuner.worker.usercode import UserCodeError, first_line, user_location
 
 
@@ -26,8 +26,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.worker")
     parser.add_argument("--channel-fd", type=int, required=True)
     args = parser.parse_args(argv)
-    channel = Channel(args.channel_fd)
-    payload = json.loads(sys.stdin.read())
+    # The payload is one line; stdin then stays open as the lifeline (see hold_lifeline).
+    payload = json.loads(sys.stdin.buffer.readline())
+    hold_lifeline(0)
+    channel = Channel(args.channel_fd, str(payload.get("token") or ""))
     spec = TrialSpec.from_dict(payload["spec"])
     source = ModelSource(**payload["source"])
     phase = ["import"]
