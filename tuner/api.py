@@ -281,9 +281,9 @@ def find_session(name: str, storage: str | None = None) -> SessionView | None:
     Raises:
         MptuneError: the storage cannot be opened.
     """
-    from tuner.search.tune import _stored_session
+    from tuner.search.tune import stored_session
 
-    return _stored_session(name, storage)
+    return stored_session(name, storage)
 
 
 def event_from_dict(data: dict[str, Any]) -> SearchEvent:

@@ -240,10 +240,23 @@ class TuningSession:
         Raises:
             MptuneError: there is no such session.
         """
-        storage = open_storage(storage_url)
-        if name.startswith(LOCK_PREFIX) or name not in optuna.get_all_study_names(storage):
+        session = cls.find(name, storage_url)
+        if session is None:
             raise MptuneError(f"no session named {name!r} (see mptune sessions)")
-        return cls(optuna.load_study(study_name=name, storage=storage), storage)
+        return session
+
+    @classmethod
+    def find(cls, name: str, storage_url: str | None) -> TuningSession | None:
+        """The existing session called ``name``, or None.
+
+        Raises:
+            MptuneError: the storage cannot be opened or read.
+        """
+        storage = open_storage(storage_url)
+        with storage_errors(storage_url):
+            if name.startswith(LOCK_PREFIX) or name not in optuna.get_all_study_names(storage):
+                return None
+            return cls(optuna.load_study(study_name=name, storage=storage), storage)
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -334,8 +347,7 @@ class TuningSession:
             # Optuna warns that its heartbeat is meant for optimize(); Heartbeat renews it here.
             warnings.simplefilter("ignore")
             trial = self.study.ask(DISTRIBUTIONS)
-        if isinstance(self.storage, optuna.storages.RDBStorage):
-            self.storage.record_heartbeat(trial._trial_id)
+        self.storage.record_heartbeat(trial._trial_id)
         trial.set_user_attr("spec", spec.to_dict())
         trial.set_user_attr("loss_scale", str(spec.loss_scale))
         trial.set_user_attr("stage", stage)

@@ -96,7 +96,7 @@ def tune(
     """
     if resume and not study:
         raise MptuneError("resuming needs the session's name")
-    stored = _stored_session(study, storage)
+    stored = stored_session(study, storage)
     if resume and stored is None:
         raise MptuneError(f"no session named {study!r} to resume (see mptune sessions)")
     if stored is not None:
@@ -155,17 +155,13 @@ def tune(
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
 
 
-def _stored_session(study: str | None, storage: str | None) -> SessionView | None:
-    """The stored session called ``study``, or None when there is none (or no name)."""
-    if not study:
+def stored_session(study: str | None, storage: str | None) -> SessionView | None:
+    """The stored session called ``study``, read whole; None when there is none (or no name)."""
+    session = TuningSession.find(study, storage) if study else None
+    if session is None:
         return None
     with storage_errors(storage):
-        try:
-            return TuningSession.load(study, storage).view()
-        except MptuneError as exc:
-            if str(exc).startswith("no session named"):
-                return None
-            raise
+        return session.view()
 
 
 def _continue(
