@@ -52,6 +52,7 @@ from tuner.search.space import (
 )
 from tuner.setup import LossScale, Policy, Setup
 from tuner.trials.events import Event as WorkerMessage
+from tuner.trials.hazards import Hazard
 from tuner.trials.models import BUILTINS, ModelSource
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled
@@ -78,6 +79,7 @@ __all__ = [
     "ConfigError",
     "FakeNvmlBackend",
     "HardwareProfile",
+    "Hazard",
     "LossScale",
     "ModelSource",
     "MptuneError",

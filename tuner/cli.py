@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="untimed warm-up steps (default 5)",
     )
     trial.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="skip the numerics probe of a low-precision policy (docs/numerics.md)",
+    )
+    trial.add_argument(
         "--timeout",
         type=_positive_float,
         default=300.0,
@@ -359,6 +365,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             device=args.device,
             memory_limit_mb=args.memory_limit,
             seed=args.seed,
+            probe=args.probe,
         )
     except ValueError as exc:
         raise MptuneError(str(exc)) from None

@@ -18,7 +18,12 @@ from rich.table import Table
 from tuner import api
 from tuner.api import TrialResult, TrialSpec, WorkerMessage
 
-_PHASES = {"build": "building the model", "warmup": "warming up", "measure": "measuring"}
+_PHASES = {
+    "build": "building the model",
+    "probe": "probing numerics against float32",
+    "warmup": "warming up",
+    "measure": "measuring",
+}
 
 
 class TrialProgress:
@@ -134,6 +139,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
             for name, v in (
                 ("start-up", t.startup_s),
                 ("build", t.build_s),
+                ("numerics probe", t.probe_s),
                 ("warm-up", t.warmup_s),
                 ("measured", t.measure_s),
             )
@@ -141,10 +147,24 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         ]
         share = f" ({t.measured_share:.0%} measuring)" if t.measured_share is not None else ""
         rows.append(("time", f"{t.total_s:.1f} s: " + ", ".join(parts) + share))
+    for hazard in result.hazards:
+        rows += hazard_rows(hazard)
     for warning in result.warnings:
         rows.append(("warning", warning))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:
+    """A hazard as two labelled lines: what was found, and the fix."""
+    where = f" in {hazard.layer}" if hazard.layer else ""
+    return [
+        (
+            "hazard",
+            f"{hazard.severity} ({hazard.kind}) under {hazard.policy}{where}: {hazard.evidence}",
+        ),
+        ("fix", hazard.fix),
+    ]
 
 
 class TuneProgress:
@@ -274,6 +294,9 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             if r.ok
             else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
         )
+        if r.hazards:
+            kinds = sorted({h.kind for h in r.hazards})
+            status += f" (hazard: {', '.join(kinds)})"
         setup = r.spec.setup
         table.add_row(
             str(t.number),

@@ -152,11 +152,41 @@ def test_trial_json_has_the_documented_keys() -> None:
         "nonfinite_steps",
         "timings",
         "error",
+        "hazards",
+        "numerics",
     ):
         assert key in result
     assert result["status"] == "ok" and result["error"] is None
     assert len(result["losses"]) == 2 and result["loss_scales"] == [32768.0, 32768.0]
-    assert set(result["timings"]) >= {"startup_s", "build_s", "warmup_s", "measure_s", "total_s"}
+    assert set(result["timings"]) >= {
+        "startup_s",
+        "build_s",
+        "probe_s",
+        "warmup_s",
+        "measure_s",
+        "total_s",
+    }
+    assert result["hazards"] == []  # the tiny MLP is safe under mixed_float16
+    assert result["numerics"]["probe_s"] > 0
+
+
+@pytest.mark.slow
+def test_no_probe_skips_the_numerics_probe() -> None:
+    proc = mptune(
+        "trial",
+        "--model",
+        TINY_MLP,
+        "--policy",
+        "mixed_bfloat16",
+        "--batch-size",
+        "8",
+        "--no-probe",
+        "--json",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["numerics"] == {} and result["timings"]["probe_s"] is None
 
 
 @pytest.mark.slow
@@ -199,3 +229,4 @@ def test_detect_with_scripted_gpu_reports_it() -> None:
 def test_no_command_prints_help() -> None:
     proc = mptune()
     assert proc.returncode == 0 and "detect" in proc.stdout and "trial" in proc.stdout
+

@@ -16,6 +16,7 @@ from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import SearchSettings, SearchSpace, parse_batch_sizes
 from tuner.search.tune import tune
 from tuner.setup import Setup
+from tuner.trials.hazards import Hazard
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
@@ -56,6 +57,10 @@ class Machine:
     # a failure; runs past the end of the list follow the model above.
     script: dict[tuple[str, int], list[float | TrialStatus]] = field(default_factory=dict)
     background_load: float | None = None
+    #: policies the model is unsafe under: their trials end unsafe, with figures and this hazard
+    unsafe: dict[str, Hazard] = field(default_factory=dict)
+    #: what the numerics probe reports for a policy, in the trial that asks for it
+    numerics: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[TrialSpec] = field(default_factory=list)
     interrupt_at: int | None = None
 
@@ -83,9 +88,14 @@ class Machine:
             sps = planned
         offset = self.loss_offset.get(spec.policy, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
+        hazard = self.unsafe.get(str(spec.policy))
+        probed = spec.probe and spec.policy.is_mixed
         return TrialResult(
             spec,
-            TrialStatus.OK,
+            TrialStatus.UNSAFE if hazard else TrialStatus.OK,
+            error=TrialError(f"{spec.policy} is unsafe for this model") if hazard else None,
+            hazards=(hazard,) if hazard and probed else (),
+            numerics=self.numerics.get(str(spec.policy), {"probe_s": 0.5}) if probed else {},
             samples_per_second=sps,
             peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
             losses=losses,
@@ -388,3 +398,82 @@ def test_a_busy_machine_is_said(tmp_path: Path, load: float | None, busy: bool) 
     else:
         assert rec.busy is None and "Busy machine" not in rows
         assert not any("busy" in note for note in rec.notes)
+
+
+def rounded_ids(policy: str) -> Hazard:
+    return Hazard(
+        "integer_cast",
+        policy,
+        "layer 'embed' (TokenAndPositionEmbedding)",
+        "its float32 input holds whole numbers up to 19,999",
+        'declare the model input as integers (keras.Input(..., dtype="int32"))',
+        severity="unsafe",
+    )
+
+
+def test_an_unsafe_policy_is_never_recommended_but_its_gain_is_reported(tmp_path: Path) -> None:
+    """mixed_bfloat16 measures 2x float32 (with the fix applied), but it corrupts this model's
+    token ids: float32 is recommended, and the recommendation says what bfloat16 would gain
+    and how to fix the model."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 2000, "mixed_float16": 400},
+        unsafe={"mixed_bfloat16": rounded_ids("mixed_bfloat16")},
+    )
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup.policy == "float32"
+    bf16 = [s for s in machine.calls if s.policy == "mixed_bfloat16"]
+    assert len(bf16) == 1  # no ladder for an unsafe policy
+    [alt] = [a for a in rec.alternatives if a.setup.policy == "mixed_bfloat16"]
+    assert alt.rejected and "unsafe for this model" in alt.rejected
+    assert "2.00x float32's throughput at batch size 64" in alt.rejected
+    assert alt.samples_per_second == 2000
+    assert [h.kind for h in rec.hazards] == ["integer_cast"]
+    assert rec.hazards[0].unsafe and rec.hazards[0].policy == "mixed_bfloat16"
+    rows = dict(evidence_rows(rec))
+    assert 'dtype="int32"' in rows["Unsafe"]
+    # Stored and read back whole.
+    again = Recommendation.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert again.hazards == rec.hazards
+
+
+def test_the_numerics_probe_runs_once_per_low_precision_policy(tmp_path: Path) -> None:
+    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1500, "mixed_float16": 1400})
+    run(machine, tmp_path)
+    probed = [s for s in machine.calls if s.probe and s.policy.is_mixed]
+    assert sorted(str(s.policy) for s in probed) == ["mixed_bfloat16", "mixed_float16"]
+    assert all(s.batch_size == 64 for s in probed)  # the first trial of each, at the start
+
+
+def test_when_every_low_precision_policy_is_unsafe_float32_is_the_answer(tmp_path: Path) -> None:
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 2000, "mixed_float16": 1800},
+        unsafe={p: rounded_ids(p) for p in ("mixed_bfloat16", "mixed_float16")},
+    )
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup.policy == "float32"
+    assert {h.policy for h in rec.hazards} == {"mixed_bfloat16", "mixed_float16"}
+    assert "unsafe for this model" in rec.reason
+
+
+def test_the_loss_scale_stage_starts_from_the_probes_evidence(tmp_path: Path) -> None:
+    """The probe's largest float32 gradient times a fixed scale passes 65,504: that scale
+    would overflow every step, so it is not run, and the note says why."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_float16": 2000},
+        numerics={
+            "mixed_float16": {
+                "probe_s": 0.5,
+                "grad_max": 100.0,
+                "overflow_scale": 655.04,
+                "flush_share": {"1": 0.2, "128": 0.01, "32768": 0.0},
+            }
+        },
+    )
+    space = SearchSpace(policies=("float32", "mixed_float16"))
+    rec = run(machine, tmp_path, space=space).recommendation
+    scales = {str(s.loss_scale) for s in machine.calls if s.policy == "mixed_float16"}
+    assert "fixed:1024" not in scales and "fixed:128" in scales
+    notes = " ".join(rec.notes)
+    assert "fixed:1024: not run" in notes and "passes float16's 65,504" in notes
+    assert "without loss scaling 20.00% of float32's gradient values" in notes
+

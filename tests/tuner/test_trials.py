@@ -277,8 +277,120 @@ def test_float16_output_is_warned_and_cast(tmp_path: Path) -> None:
     )
     result = trial(model, "mixed_float16")
     assert result.status is TrialStatus.OK, result.error
-    assert any("output is float16" in w for w in result.warnings)
-    assert any("dense" in w and "units=12" in w for w in result.warnings)
+    [hazard] = result.hazards
+    assert hazard.kind == "low_precision_output" and hazard.layer == "layer 'dense_1' (Dense)"
+    assert "softmax is computed in float16" in hazard.evidence
+    # No Tensor Cores on a CPU: no advice about widths that are not multiples of 8.
+    assert not any("units=12" in w for w in result.warnings)
+
+
+TEXT_MODEL = """
+    import keras
+    import numpy as np
+
+    VOCAB, LENGTH = 5000, 16
+
+    class TokenAndPositionEmbedding(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.token_emb = keras.layers.Embedding(VOCAB, 16)
+            self.pos_emb = keras.layers.Embedding(LENGTH, 16)
+
+        def call(self, x):
+            positions = self.pos_emb(keras.ops.arange(LENGTH))
+            return self.token_emb(x) + positions
+
+    def build_model():
+        inputs = keras.Input(shape=(LENGTH,){dtype})
+        x = TokenAndPositionEmbedding(name="embed")(inputs)
+        x = keras.layers.GlobalAveragePooling1D()(x)
+        outputs = keras.layers.Dense(2, activation="softmax", dtype="float32")(x)
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        return model
+
+    def make_dataset(batch_size):
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, VOCAB, size=(4 * batch_size, LENGTH))
+        return x.astype("{x_dtype}"), rng.integers(0, 2, size=(4 * batch_size,))
+"""
+
+
+def test_token_ids_through_a_float32_input_are_unsafe_with_figures_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """The published pattern: ids in a float32 Input reach a custom embedding layer, which
+    casts them to bfloat16 (exact only up to 256)."""
+    model = write_model(tmp_path, TEXT_MODEL.format(dtype="", x_dtype="float32"))
+    result = trial(model, "mixed_bfloat16")
+    assert result.status is TrialStatus.UNSAFE, result.error
+    assert "unsafe for this model" in result.error.message
+    assert "layer 'embed' (TokenAndPositionEmbedding)" in result.error.message
+    [hazard] = [h for h in result.hazards if h.unsafe]
+    assert hazard.kind == "integer_cast" and hazard.layer == (
+        "layer 'embed' (TokenAndPositionEmbedding)"
+    )
+    assert 'dtype="int32"' in hazard.fix
+    # Measured as the policy would run once fixed: figures, and the fix named.
+    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.numerics["fixed_layers"] == ["embed"]
+    assert any("measured with the fix applied" in w for w in result.warnings)
+    assert result.timings.probe_s and result.timings.probe_s > 0
+    # float32 runs it as it is; with integer ids the policy is safe.
+    assert trial(model, "float32").status is TrialStatus.OK
+    fixed = write_model(
+        tmp_path, TEXT_MODEL.format(dtype=', dtype="int32"', x_dtype="int32"), "fixed.py"
+    )
+    result = trial(fixed, "mixed_bfloat16")
+    assert result.status is TrialStatus.OK, result.error
+    assert result.hazards == ()
+
+
+POLICY_ONLY_FAILURE = """
+    import keras
+    import tensorflow as tf
+
+    class Projection(keras.layers.Layer):
+        def call(self, x):
+            return tf.matmul(x, tf.ones((8, 8), tf.float32))
+
+    def build_model():
+        inputs = keras.Input((8,))
+        x = Projection(name="projection")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(x))
+"""
+
+
+def test_a_failure_only_under_the_policy_is_unsafe_not_the_users_error(tmp_path: Path) -> None:
+    model = write_model(tmp_path, POLICY_ONLY_FAILURE)
+    result = trial(model, "mixed_float16")
+    assert result.status is TrialStatus.UNSAFE
+    assert "fails only under mixed_float16" in result.error.message
+    assert "does not match type float16" in result.error.message  # its meaningful line
+    assert trial(model, "float32").status is TrialStatus.OK
+
+
+def test_a_tensorflow_error_is_reported_by_its_meaningful_line(tmp_path: Path) -> None:
+    model = write_model(
+        tmp_path,
+        """
+        import keras
+        import numpy as np
+
+        def build_model():
+            inputs = keras.Input((4,), dtype="int32")
+            x = keras.layers.Flatten()(keras.layers.Embedding(10, 4)(inputs))
+            return keras.Model(inputs, keras.layers.Dense(1)(x))
+
+        def make_dataset(batch_size):
+            return np.full((batch_size, 4), 12, np.int32), np.zeros((batch_size, 1), np.float32)
+    """,
+    )
+    result = trial(model, "float32")
+    assert result.status is TrialStatus.USER_ERROR
+    assert "is not in [0, 10)" in result.error.message
+    assert "Graph execution error" not in result.error.message
+    assert "Graph execution error" in result.error.traceback  # the whole of it, for --verbose
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +414,11 @@ def test_saved_keras_model_is_rebuilt_under_the_policy(saved_keras_model: str) -
     result = trial(saved_keras_model, "mixed_float16", steps=3)
     assert result.status is TrialStatus.OK, result.error
     # It was saved in float32; rebuilt under mixed_float16 its softmax becomes float16.
-    assert any("output is float16" in w for w in result.warnings)
+    assert [(h.kind, h.layer) for h in result.hazards] == [
+        ("low_precision_output", "layer 'dense_1' (Dense)")
+    ]
+    assert "softmax is computed in float16" in result.hazards[0].evidence
+    assert result.numerics["probe_s"] > 0  # the probe compared the rebuilt model with float32
     # Dynamic loss scaling is on: Keras starts at 32768 and halves on an overflowing step
     # (which a warm-up step with some weights is).
     scale = result.loss_scales[0]

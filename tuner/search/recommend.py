@@ -12,6 +12,7 @@ from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import Candidate, SearchOutcome, first_ok
 from tuner.setup import SETUP_FIELDS, LossScale, Setup
+from tuner.trials.hazards import Hazard, merge
 
 #: Other processes' share of the CPU above which the machine counts as busy. On a 2-core
 #: machine one core kept busy by something else is 0.5 and takes the core a trial's input
@@ -103,6 +104,8 @@ class Recommendation:
     ties: tuple[Alternative, ...] = ()
     #: what other processes used of the CPU during the trials, when that was enough to skew them
     busy: str | None = None
+    #: precision hazards the search found, for every policy it probed (unsafe first)
+    hazards: tuple[Hazard, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -115,6 +118,7 @@ class Recommendation:
         data["not_tried"] = [dict(item) for item in self.not_tried]
         data["notes"] = list(self.notes)
         data["versions"] = dict(self.versions)
+        data["hazards"] = [h.to_dict() for h in self.hazards]
         return data
 
     @classmethod
@@ -139,6 +143,7 @@ class Recommendation:
             Alternative.from_dict(a) for a in values.get("alternatives", ())
         )
         values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
+        values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
         for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
         try:
@@ -228,6 +233,7 @@ def recommend(
         versions=dict(first.versions),
         ties=tuple(_alternative(c, f32_best) for c in ties),
         busy=busy,
+        hazards=merge(*(m.result.hazards for runs in outcome.measured.values() for m in runs)),
     )
 
 
@@ -412,7 +418,12 @@ def _reason(
             for c in others
             if chosen.speed
         )
-        abandoned = ", ".join(f"{p} was dropped ({why})" for p, why in outcome.abandoned.items())
+        abandoned = ", ".join(
+            f"{p} is unsafe for this model (its hazard says why and how to fix the model)"
+            if _is_unsafe(why)
+            else f"{p} was dropped ({why})"
+            for p, why in outcome.abandoned.items()
+        )
         detail = "; ".join(x for x in (rel, abandoned) if x)
         return f"float32 at batch size {batch_size} is the best setup here{because}" + (
             f": {detail}." if detail else "."
@@ -438,6 +449,8 @@ def _reason(
 
 
 def _alternative(c: Candidate, f32: Candidate | None) -> Alternative:
+    if not c.runs:  # it never measured (a policy that fails on this model)
+        return Alternative(c.setup, None, None, c.loss_gap, c.rejected)
     return Alternative(
         c.setup,
         c.speed,
@@ -456,12 +469,20 @@ def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str
         if policy not in space.policies
     ]
     items += [
-        {"what": f"{policy} beyond batch size {space.start_batch}", "why": why}
+        {
+            "what": f"{policy} beyond batch size {space.start_batch}",
+            "why": "unsafe for this model (see its hazard)" if _is_unsafe(why) else why,
+        }
         for policy, why in outcome.abandoned.items()
     ]
     if outcome.stopped_early:
         items.append({"what": "the rest of the search", "why": outcome.stopped_early})
     return items
+
+
+def _is_unsafe(why: str) -> bool:
+    """Whether a reason a policy was dropped is the numerics probe's (its hazards tell more)."""
+    return "is unsafe for this model" in why
 
 
 def _no_viable_message(outcome: SearchOutcome) -> str:
@@ -520,12 +541,17 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         rows.append(("Busy machine", rec.busy[0].upper() + rec.busy[1:]))
     for alt in rec.alternatives:
         verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
+        if alt.rejected and alt.speedup_vs_float32 is not None and "throughput" not in verdict:
+            verdict += f" (measured {alt.speedup_vs_float32:.2f}x float32)"
         rows.append(
             (
                 "Alternative",
                 f"{alt.setup.label}: {_fmt(alt.samples_per_second, ',.0f')} samples/s, {verdict}",
             )
         )
+    for hazard in rec.hazards:
+        label = "Unsafe" if hazard.unsafe else "Hazard"
+        rows.append((label, hazard.describe()))
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows

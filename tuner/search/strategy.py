@@ -105,11 +105,13 @@ class Candidate:
 
     @property
     def speed(self) -> float:
-        return statistics.median(r.speed for r in self.runs)
+        """Median effective samples/s; 0 for a setup that never measured (a policy that fails
+        on this model)."""
+        return statistics.median(r.speed for r in self.runs) if self.runs else 0.0
 
     @property
     def spread(self) -> tuple[float, float]:
-        speeds = [r.speed for r in self.runs]
+        speeds = [r.speed for r in self.runs] or [0.0]
         return min(speeds), max(speeds)
 
     @property
@@ -119,6 +121,8 @@ class Candidate:
 
     @property
     def memory_per_sample(self) -> float:
+        if not self.runs:
+            return math.inf
         return statistics.median(r.memory_per_sample for r in self.runs)
 
     @property
@@ -206,7 +210,17 @@ class Evaluator:
             seed=s.seed,
             timeout_s=s.timeout_s,
             device=s.device,
+            probe=setup.policy != FLOAT32 and self.probed(setup.policy.name) is None,
         )
+
+    def probed(self, policy: str) -> Measured | None:
+        """The trial of ``policy`` in which the numerics probe ran, if one did."""
+        for setup, runs in self.known.items():
+            if setup.policy == policy:
+                for m in runs:
+                    if m.result.numerics:
+                        return m
+        return None
 
     def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
         """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored."""
@@ -280,6 +294,8 @@ class Search:
         self.notes: list[str] = []
         self.baseline: Measured | None = None
         self.planned = 0
+        #: policies the model is unsafe under, with the trial that found it
+        self.unsafe: dict[str, Measured] = {}
 
     # -- progress ---------------------------------------------------------------------------
     def _plan(self, remaining: int) -> None:
@@ -415,7 +431,10 @@ class Search:
     def _abandon_laggards(self, at_start: dict[str, Measured]) -> None:
         usable = {p: m for p, m in at_start.items() if m.result.ok}
         for policy, m in at_start.items():
-            if not m.result.ok:
+            if m.result.status is TrialStatus.UNSAFE:
+                self.unsafe[policy] = m
+                self.abandoned[policy] = _unsafe_text(m, self.baseline)
+            elif not m.result.ok:
                 self.abandoned[policy] = (
                     f"{self._failure(m)} at batch size "
                     f"{m.result.spec.batch_size}: "
@@ -493,7 +512,25 @@ class Search:
         self._stage(
             "loss-scale", f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}"
         )
+        evidence = self.ev.probed(MIXED_FLOAT16)
+        numerics = evidence.result.numerics if evidence is not None else {}
+        shares = numerics.get("flush_share") or {}
+        if "1" in shares:
+            self._note(
+                f"numerics probe (trial #{evidence.number if evidence else '?'}): without loss "
+                f"scaling {shares['1']:.2%} of float32's gradient values would flush to zero "
+                "in float16"
+            )
         for scale in others:
+            limit = numerics.get("overflow_scale")
+            if scale.kind == "fixed" and limit and scale.value and scale.value > limit:
+                self._note(
+                    f"mixed_float16 with loss scale {scale}: not run; the numerics probe's "
+                    f"largest gradient ({numerics.get('grad_max', 0):.3g}) times {scale.value:g} "
+                    "passes float16's 65,504, so every step would overflow and a fixed scale "
+                    "never skips a step"
+                )
+                continue
             m = self._measure(cand.setup.replace(loss_scale=scale), "loss-scale")
             r = m.result
             if not r.ok:
@@ -521,6 +558,13 @@ class Search:
         f32 = self.pick(FLOAT32) if FLOAT32 in self.space.policies else None
         if f32 is not None:
             f32.loss_gap = 0.0
+        for policy, m in self.unsafe.items():
+            # Never recommended; its figures (taken with the fix applied) still say what the
+            # policy would gain once the model is fixed.
+            runs = [m] if m.result.samples_per_second else []
+            mixed[policy] = Candidate(
+                m.result.spec.setup, runs, rejected=_unsafe_text(m, self.baseline)
+            )
         finalists = [f32 if p == FLOAT32 else mixed.get(p) for p in self.space.policies]
         return [c for c in finalists if c is not None]
 
@@ -620,6 +664,23 @@ class Search:
                     cand.runs.append(measured)
                 else:
                     cand.rejected = f"re-measurement {self._failure(measured)}"
+
+
+def _unsafe_text(m: Measured, baseline: Measured | None) -> str:
+    """Why a policy is not recommended, and what it would gain once the model is fixed."""
+    reason = m.result.error.message if m.result.error else "unsafe for this model"
+    if (
+        m.speed
+        and baseline is not None
+        and baseline.result.ok
+        and baseline.speed
+        and baseline.result.spec.policy == FLOAT32
+    ):
+        reason += (
+            f"; measured with the fix applied it reached {m.speed / baseline.speed:.2f}x "
+            f"float32's throughput at batch size {m.result.spec.batch_size}"
+        )
+    return reason
 
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:

@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.trials.hazards import TITLES, Hazard
 from tuner.trials.result import TrialError, TrialStatus
 
 
@@ -34,6 +35,7 @@ class WorkerFacts:
         measured_step_ms: the times of the measured ``step`` events the parent received, which
             the result must agree with.
         foreign_lines: lines on the event channel that mptune's code did not write.
+        hazards: what the numerics probe and the model checks found.
     """
 
     result: dict[str, Any] | None
@@ -48,6 +50,7 @@ class WorkerFacts:
     batch_size: int | None = None
     measured_step_ms: tuple[float, ...] | None = None
     foreign_lines: int = 0
+    hazards: tuple[Hazard, ...] = ()
 
 
 def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
@@ -60,6 +63,7 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
         return TrialStatus.TIMEOUT, TrialError(f"killed at the time limit of {facts.timeout_s:g} s")
     if facts.error is not None:
         return _classify_error(facts.error, facts.user_model)
+    unsafe = next((h for h in facts.hazards if h.unsafe), None)
     if facts.result is None:
         message = _death_message(facts.returncode)
         if facts.foreign_lines:
@@ -71,6 +75,12 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
     contradiction = _contradiction(facts)
     if contradiction is not None:
         return TrialStatus.CRASHED, TrialError(contradiction)
+    if unsafe is not None:
+        # The figures stand (taken with the hazard's fix applied); the policy does not.
+        where = f" in {unsafe.layer}" if unsafe.layer else ""
+        return TrialStatus.UNSAFE, TrialError(
+            f"{unsafe.policy} is unsafe for this model: {TITLES[unsafe.kind]}{where}"
+        )
     return _classify_result(facts.result)
 
 
@@ -110,6 +120,9 @@ def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatu
     )
     if error.get("oom"):
         return TrialStatus.OOM, reason
+    # The model fails under this policy and float32 runs the same data: not the user's error.
+    if error.get("policy_caused"):
+        return TrialStatus.UNSAFE, reason
     # A user's model owns every exception in its trial (shapes, its layers, its data); with a
     # built-in model an exception is mptune's own bug, reported as a crash.
     if error.get("user_code") or user_model:

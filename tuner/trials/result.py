@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.trials.hazards import Hazard
 from tuner.trials.spec import TrialSpec
 
 
@@ -21,6 +22,10 @@ class TrialStatus(str, enum.Enum):
         "diverged"  #: non-finite loss/weights, or the loss scale at its floor still overflowing
     )
     USER_ERROR = "user_error"  #: an exception raised by the user's model, data or code
+    #: the policy corrupts this model's data, or the model fails only under this policy (not
+    #: under float32 on the same data): not the user's error, and never recommended. A trial
+    #: that measured keeps its figures, taken with mptune's fix applied.
+    UNSAFE = "unsafe"
     TIMEOUT = "timeout"  #: killed at its time limit
     CRASHED = "crashed"  #: the worker died without a result, or mptune itself failed
 
@@ -33,12 +38,14 @@ class Timings:
     """Where a trial's wall time went, in seconds.
 
     ``startup_s`` is process start and the TensorFlow import; ``build_s`` loading the model,
-    making the data and compiling; ``warmup_s`` the untimed first steps (tracing, autotuning);
+    making the data and compiling; ``probe_s`` the numerics probe (low-precision policies, the
+    first trial of each in a search); ``warmup_s`` the untimed first steps (tracing, autotuning);
     ``measure_s`` the timed steps; ``total_s`` everything, as the parent saw it.
     """
 
     startup_s: float | None = None
     build_s: float | None = None
+    probe_s: float | None = None
     warmup_s: float | None = None
     measure_s: float | None = None
     total_s: float | None = None
@@ -88,6 +95,14 @@ class TrialResult:
     #: Share of the machine's CPU time that processes other than mptune's used while this trial
     #: measured (0: an idle machine, 1: every core busy with something else); None: not known.
     background_load: float | None = None
+    #: precision hazards the numerics probe found (empty: none found, or no probe ran)
+    hazards: tuple[Hazard, ...] = ()
+    #: the probe's measurements, for the search and the plots: ``probe_s``, ``fixed_layers``
+    #: (layers whose inputs mptune kept in float32 to measure an unsafe policy), ``flush_share``
+    #: (share of gradient values that flush to zero in float16, by loss scale), ``grad_max``,
+    #: ``layer_errors`` (relative error against float32, per layer in call order); empty when no
+    #: probe ran
+    numerics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -115,6 +130,8 @@ class TrialResult:
             "device": self.device,
             "versions": dict(self.versions),
             "background_load": self.background_load,
+            "hazards": [h.to_dict() for h in self.hazards],
+            "numerics": dict(self.numerics),
             "spec": self.spec.to_dict(),
         }
         safe: dict[str, Any] = _json_safe(data)
@@ -143,6 +160,8 @@ class TrialResult:
             device=data.get("device"),
             versions=dict(data.get("versions") or {}),
             background_load=data.get("background_load"),
+            hazards=tuple(Hazard.from_dict(h) for h in data.get("hazards") or ()),
+            numerics=dict(data.get("numerics") or {}),
         )
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tuner.trials.events import Event, EventReader, as_float
+from tuner.trials.hazards import Hazard, merge
 from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
 from tuner.trials.result import Timings, TrialResult
@@ -125,6 +126,8 @@ class _WorkerRun:
         self.result: Event | None = None
         self.error: Event | None = None
         self.warnings: list[str] = []
+        self.hazards: list[Hazard] = []
+        self.numerics: dict[str, Any] = {}
         self.steps: list[Event] = []
         self.timed_out = False
         self.over_memory_limit = False
@@ -199,6 +202,7 @@ class _WorkerRun:
                 float(s.get("time_ms") or 0.0) for s in self.steps if s.get("phase") == "measure"
             ),
             foreign_lines=self.reader.foreign_lines,
+            hazards=tuple(self.hazards),
         )
         status, error = classify(facts)
         return self._assemble(status, error, total_s)
@@ -247,6 +251,11 @@ class _WorkerRun:
             self.steps.append(event)
         elif kind == "warning":
             self.warnings.append(str(event.get("message", "")))
+        elif kind == "hazard":
+            with contextlib.suppress(ValueError):
+                self.hazards.append(Hazard.from_dict(event))
+        elif kind == "numerics":
+            self.numerics = {k: v for k, v in event.items() if k not in ("type", "token")}
         elif kind == "result":
             self.result = event
             if self.load_window is not None:
@@ -278,6 +287,7 @@ class _WorkerRun:
         timings = Timings(
             startup_s=self.started_at,
             build_s=res.get("build_s", worker_t.get("build_s")),
+            probe_s=res.get("probe_s", self.numerics.get("probe_s")),
             warmup_s=res.get("warmup_s"),
             measure_s=res.get("measure_s"),
             total_s=total_s,
@@ -318,6 +328,8 @@ class _WorkerRun:
             device=(self.started or {}).get("device"),
             versions=dict((self.started or {}).get("versions") or {}),
             background_load=self.background_load,
+            hazards=merge(self.hazards),
+            numerics=dict(self.numerics),
         )
 
 

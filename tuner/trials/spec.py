@@ -37,6 +37,8 @@ class TrialSpec:
         device: ``auto`` (the first GPU if there is one), ``cpu`` or ``gpu:N``.
         memory_limit_mb: over this the trial counts as out of memory (GPU: a TensorFlow
             memory limit; CPU: the worker's peak resident memory).
+        probe: run the numerics probe before the timed steps (low-precision policies only; a
+            search runs it in the first trial of each policy).
     """
 
     model: str
@@ -50,6 +52,7 @@ class TrialSpec:
     timeout_s: float = 300.0
     device: str = "auto"
     memory_limit_mb: float | None = None
+    probe: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.setup, Setup):
@@ -101,6 +104,8 @@ class TrialSpec:
         data = {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "setup"
         }
+        if data["probe"]:
+            del data["probe"]  # the default, left out: specs stored before it existed match
         return {"model": data.pop("model"), **self.setup.to_dict(), **data}
 
     @classmethod

@@ -1,10 +1,13 @@
 """Checks of a model before its trial, with the advice the mixed-precision guides give.
 
-* A float16/bfloat16 model output: the guides say to keep the last layer (the softmax) in
-  float32 for numeric stability. The trial warns and appends a float32 cast.
+* A float16/bfloat16 model output or loss: the guides say to keep the last layer (the softmax)
+  in float32 for numeric stability. This is a ``low_precision_output`` hazard naming the layer;
+  the trial appends a float32 cast (which keeps the loss in float32, not the softmax).
 * Widths that are not multiples of 8: NVIDIA's Tensor Core guidance is that matrix dimensions
   should be multiples of 8 for float16 (NVIDIA, "Train With Mixed Precision", Deep Learning
-  Performance Guide).
+  Performance Guide). Said only where Tensor Cores exist (NVIDIA compute capability 7.0 and
+  up), and never about the layer that produces a model output: its width is the number of
+  classes or targets, which the user cannot pad.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import keras
 
 from tuner.policies import FLOAT32
+from tuner.trials.hazards import FLOAT16_TINY, LOW_PRECISION_OUTPUT, Hazard
 from tuner.worker.loading import _all_layers
 
 #: Layer attributes that become a matrix dimension.
@@ -58,9 +62,13 @@ class _Float32Output(keras.Model):  # type: ignore[misc]
 
 
 def narrow_layers(model: keras.Model) -> list[str]:
-    """Layers with a width that is not a multiple of 8, as ``name (attribute=value)``."""
+    """Layers with a width that is not a multiple of 8, as ``name (attribute=value)``; the
+    layers that produce the model's outputs are left out."""
+    final = {id(layer) for layer in output_layers(model)}
     found = []
     for layer in _all_layers(model):
+        if id(layer) in final:
+            continue
         for attribute in _WIDTH_ATTRIBUTES:
             value = getattr(layer, attribute, None)
             if isinstance(value, int) and value % 8:
@@ -68,24 +76,138 @@ def narrow_layers(model: keras.Model) -> list[str]:
     return found
 
 
-def check_model(
-    model: keras.Model, policy: str, batch_size: int, sample_x: Any
-) -> tuple[keras.Model, list[tuple[str, str]]]:
-    """Run the checks; returns the model to train (maybe wrapped) and ``(code, message)``
-    warnings."""
-    warnings: list[tuple[str, str]] = []
-    low = low_precision_outputs(model, sample_x)
-    if low:
-        warnings.append(
-            (
-                "low_precision_output",
-                f"the model's output is {low[0]}: the mixed-precision guides keep the "
-                "last layer in float32 (e.g. Activation('softmax', dtype='float32')); "
-                "this trial appends a float32 cast",
+#: Layers that pass their input's width through (an activation after the output Dense).
+_PASS_THROUGH = ("Activation", "Softmax", "Dropout", "ReLU", "Identity", "Reshape", "Flatten")
+
+
+def output_layers(model: keras.Model) -> list[Any]:
+    """The layers whose width is a model output's width: for each output, the layer that
+    produced it, and through activations and dropouts the layer with a width before them. A
+    subclassed model (no graph): its last layer with a width."""
+    outputs = getattr(model, "outputs", None)
+    if not outputs:
+        widths = [
+            layer
+            for layer in _all_layers(model)
+            if any(isinstance(getattr(layer, a, None), int) for a in _WIDTH_ATTRIBUTES)
+        ]
+        return widths[-1:]
+    found = []
+    for tensor in outputs:
+        layer = _producer(tensor)
+        while layer is not None:
+            found.append(layer)
+            if type(layer).__name__ not in _PASS_THROUGH:
+                break
+            layer = _producer(_single_input(layer))
+    return found
+
+
+def _single_input(layer: Any) -> Any:
+    try:
+        inputs = layer.input
+    except (AttributeError, ValueError):  # not called in a graph, or called more than once
+        return None
+    return None if isinstance(inputs, (list, tuple, dict)) else inputs
+
+
+def _producer(tensor: Any) -> Any:
+    history = getattr(tensor, "_keras_history", None)
+    return history[0] if history else None
+
+
+_PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")
+
+
+def _activation_name(layer: Any) -> str | None:
+    if type(layer).__name__ == "Softmax":
+        return "softmax"
+    activation = getattr(layer, "activation", None)
+    name = getattr(activation, "__name__", None) or (
+        activation if isinstance(activation, str) else None
+    )
+    return name if name in _PROBABILITY_ACTIVATIONS else None
+
+
+def output_hazards(model: keras.Model, policy: str, loss: Any, low: list[str]) -> list[Hazard]:
+    """A probability output (softmax, sigmoid) or a loss computed in float16/bfloat16."""
+    hazards = []
+    dtype = low[0] if low else None
+    named = [
+        layer
+        for layer in output_layers(model)
+        if _activation_name(layer) and str(getattr(layer, "compute_dtype", "")) in _LOW
+    ]
+    if named:
+        layer = named[0]
+        kind = str(layer.compute_dtype)
+        hazards.append(
+            Hazard(
+                LOW_PRECISION_OUTPUT,
+                policy,
+                f"layer '{layer.name}' ({type(layer).__name__})",
+                f"the model's output {_activation_name(layer)} is computed in {kind}, which "
+                f"keeps about {_DIGITS[kind]} significant digits"
+                + (f" and nothing below {FLOAT16_TINY:.1e}" if kind == "float16" else "")
+                + ": small probabilities and the log in the loss lose their precision (this "
+                "trial appends a float32 cast after it, which does not help the softmax)",
+                f'give that layer dtype="float32" (e.g. Dense(..., activation='
+                f'"{_activation_name(layer)}", dtype="float32"), or a separate '
+                'Activation(..., dtype="float32") after linear logits)',
+                figure=f"{_activation_name(layer)} in {kind}",
             )
         )
+    elif dtype is not None:
+        hazards.append(
+            Hazard(
+                LOW_PRECISION_OUTPUT,
+                policy,
+                None,
+                f"the model's output is {dtype}: the loss sees {dtype} predictions (this trial "
+                "appends a float32 cast)",
+                'give the model\'s last layer dtype="float32" '
+                '(e.g. Activation("linear", dtype="float32"))',
+                figure=f"output in {dtype}",
+            )
+        )
+    loss_dtype = str(getattr(loss, "dtype", "") or "")
+    if loss_dtype in _LOW:
+        hazards.append(
+            Hazard(
+                LOW_PRECISION_OUTPUT,
+                policy,
+                f"loss {getattr(loss, 'name', type(loss).__name__)!r}",
+                f"the loss is computed in {loss_dtype}",
+                'create the loss with dtype="float32" (Keras\'s default)',
+                figure=f"loss in {loss_dtype}",
+            )
+        )
+    return hazards
+
+
+_LOW = ("float16", "bfloat16")
+_DIGITS = {"float16": "3", "bfloat16": "2"}
+
+
+def check_model(
+    model: keras.Model,
+    policy: str,
+    batch_size: int,
+    sample_x: Any,
+    loss: Any = None,
+    tensor_cores: bool = False,
+) -> tuple[keras.Model, list[tuple[str, str]], list[Hazard]]:
+    """Run the checks; returns the model to train (maybe wrapped), ``(code, message)``
+    warnings and hazards."""
+    warnings: list[tuple[str, str]] = []
+    hazards: list[Hazard] = []
+    if policy == FLOAT32:
+        return model, warnings, hazards
+    low = low_precision_outputs(model, sample_x)
+    hazards += output_hazards(model, policy, loss, low)
+    if low:
         model = with_float32_output(model)
-    if policy != FLOAT32:
+    if tensor_cores:
         narrow = narrow_layers(model)
         if narrow:
             more = f" and {len(narrow) - 6} more" if len(narrow) > 6 else ""
@@ -103,4 +225,4 @@ def check_model(
                     f"batch size {batch_size} is not a multiple of 8 (Tensor Core advice)",
                 )
             )
-    return model, warnings
+    return model, warnings, hazards

@@ -16,6 +16,8 @@ import numpy as np
 from tuner.trials.models import ModelSource
 from tuner.worker.usercode import UserCodeError, call_user
 
+#: The name the user's model file is imported under.
+USER_MODULE = "mptune_user_model"
 #: Upper bound for the synthetic/cached data pool held in memory.
 _POOL_BYTES = 256 * 2**20
 _POOL_BATCHES = 8
@@ -46,7 +48,7 @@ def _load_python(source: ModelSource) -> LoadedModel:
     directory = os.path.dirname(source.path)
     if directory not in sys.path:
         sys.path.insert(0, directory)  # let the file import its neighbours
-    spec = importlib.util.spec_from_file_location("mptune_user_model", source.path)
+    spec = importlib.util.spec_from_file_location(USER_MODULE, source.path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -14,12 +14,30 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.policies import FLOAT32
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
 from tuner.worker.usercode import UserCodeError, first_line, user_location
+
+
+class PolicyFailure(Exception):
+    """The model fails under the trial's policy, and float32 runs the same batch."""
+
+
+@dataclass
+class _Context:
+    """What the error path needs to tell a policy-caused failure from the model's own."""
+
+    build_float32: Callable[[], Any] | None = None
+    batches: list[tuple[Any, Any]] = field(default_factory=list)
+    loss: Any = None
+    runner: Any = None
+    probed: bool = False
 
 
 def main(argv: list[str]) -> int:
@@ -33,25 +51,37 @@ def main(argv: list[str]) -> int:
     spec = TrialSpec.from_dict(payload["spec"])
     source = ModelSource(**payload["source"])
     phase = ["import"]
+    context = _Context()
     try:
-        _run(spec, source, channel, phase)
+        _run(spec, source, channel, phase, context)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
-        channel.emit("error", **_describe(exc, phase[0], source))
+        facts = _describe(exc, phase[0], source)
+        if isinstance(exc, PolicyFailure):
+            facts["policy_caused"] = True
+        elif _float32_survives(exc, facts, spec, context):
+            facts["policy_caused"] = True
+            facts["message"] = (
+                f"fails only under {spec.policy.name}; float32 trains the same batch: "
+                f"{facts['message']}"
+            )
+        channel.emit("error", **facts)
         return 1
     finally:
         channel.close()
 
 
-def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str]) -> None:
+def _run(
+    spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str], context: _Context
+) -> None:
     import keras
     import numpy as np
     import tensorflow as tf
 
     from tuner import keras_setup, workloads
-    from tuner.worker import checks, loading, training
+    from tuner.worker import checks, loading, probe, training
 
-    device = _configure_device(tf, spec)
+    device, tensor_cores = _configure_device(tf, spec)
     channel.emit(
         "started",
         pid=os.getpid(),
@@ -64,6 +94,8 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
     )
 
     phase[0] = "build"
+    if spec.policy.name != FLOAT32:
+        context.build_float32 = _float32_builder(spec, source, keras_setup, workloads)
     t_build = time.perf_counter()
     channel.emit("phase", phase="build")
     keras.utils.set_random_seed(spec.seed)
@@ -81,20 +113,67 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
         loaded = loading.load_user_model(source, spec.policy.name)
         pool = loading.pool_size(4 * 1024, spec.batch_size)
         batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
-    model, warnings = checks.check_model(
-        loaded.model, spec.policy.name, spec.batch_size, batches[0][0]
+    context.batches, context.loss = batches, loaded.loss
+    probe_s = None
+    if spec.policy.name != FLOAT32 and spec.probe and context.build_float32 is not None:
+        phase[0] = "probe"
+        channel.emit("phase", phase="probe")
+        t_probe = time.perf_counter()
+        report = probe.probe(
+            loaded.model,
+            context.build_float32,
+            spec.policy.name,
+            batches[0],
+            loaded.loss,
+            _initial_scale(spec),
+            lambda value, n: loading._slice(value, 0, n),
+        )
+        context.probed = True
+        probe_s = time.perf_counter() - t_probe
+        for hazard in report.hazards:
+            channel.emit("hazard", **hazard.to_dict())
+        channel.emit("numerics", **report.numerics)
+        if report.note:
+            channel.emit("warning", code="probe", message=report.note)
+        if report.failure is not None:
+            unsafe = next((h for h in report.hazards if h.unsafe), None)
+            raise PolicyFailure(
+                f"fails only under {spec.policy.name}; float32 runs the same batch: "
+                f"{report.failure}"
+                + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
+            )
+        if report.unsafe_layers:
+            names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
+            channel.emit(
+                "warning",
+                code="measured_with_fix",
+                message=f"measured with the fix applied: {names} "
+                + ("keeps its" if len(report.unsafe_layers) == 1 else "keep their")
+                + " inputs in float32 (autocast=False), as the hazard's fix says",
+            )
+        phase[0] = "build"
+    model, warnings, hazards = checks.check_model(
+        loaded.model,
+        spec.policy.name,
+        spec.batch_size,
+        batches[0][0],
+        loaded.loss,
+        tensor_cores=tensor_cores,
     )
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
+    for hazard in hazards:
+        channel.emit("hazard", **hazard.to_dict())
     keras_setup.compile_model(
         model, spec.setup, loaded.optimizer, loaded.loss, jit_compile=loaded.jit_compile
     )
-    build_s = time.perf_counter() - t_build
+    build_s = time.perf_counter() - t_build - (probe_s or 0.0)
 
     on_cpu = device.startswith("cpu")
     runner = training.StepRunner(
         model, batches, spec.loss_scale, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
+    context.runner = runner
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
     warm = runner.run("warmup", spec.warmup_steps)
@@ -129,18 +208,20 @@ def _run(spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str
         nonfinite_steps=sum(log.nonfinite),
         weights_finite=all(bool(np.isfinite(w).all()) for w in model.get_weights()),
         build_s=build_s,
+        probe_s=probe_s,
         warmup_s=warm.elapsed_s,
         measure_s=log.elapsed_s,
     )
 
 
-def _configure_device(tf: Any, spec: TrialSpec) -> str:
-    """Pick the device and set GPU memory behaviour before TensorFlow touches it."""
+def _configure_device(tf: Any, spec: TrialSpec) -> tuple[str, bool]:
+    """Pick the device and set GPU memory behaviour before TensorFlow touches it; returns the
+    device and whether it has Tensor Cores (NVIDIA compute capability 7.0 and up)."""
     gpus = [] if spec.device == "cpu" else tf.config.list_physical_devices("GPU")
     if spec.device.startswith("gpu:") and not gpus:
         raise UserCodeError(f"device {spec.device} was asked for, but TensorFlow sees no GPU")
     if not gpus:
-        return "cpu"
+        return "cpu", False
     gpu = gpus[0]  # the runner narrowed CUDA_VISIBLE_DEVICES to the chosen GPU
     if spec.memory_limit_mb is not None:
         tf.config.set_logical_device_configuration(
@@ -149,9 +230,90 @@ def _configure_device(tf: Any, spec: TrialSpec) -> str:
     else:
         # Without growth TensorFlow reserves the whole card and the peak means nothing.
         tf.config.experimental.set_memory_growth(gpu, True)
-    name = tf.config.experimental.get_device_details(gpu).get("device_name", "GPU")
+    details = tf.config.experimental.get_device_details(gpu)
+    name = details.get("device_name", "GPU")
+    capability = tuple(details.get("compute_capability") or (0, 0))
     index = spec.device.split(":")[1] if spec.device.startswith("gpu:") else "0"
-    return f"gpu:{index} ({name})"
+    return f"gpu:{index} ({name})", capability >= (7, 0)
+
+
+def _initial_scale(spec: TrialSpec) -> float | None:
+    scale = spec.loss_scale
+    if scale.kind == "dynamic":
+        return float(scale.effective_initial_scale)
+    if scale.kind == "fixed":
+        return float(scale.value) if scale.value is not None else None
+    return None
+
+
+def _float32_builder(
+    spec: TrialSpec, source: ModelSource, keras_setup: Any, workloads: Any
+) -> Callable[[], Any] | None:
+    """A function that builds the trial's model again under float32: same seed, same code (the
+    user's module as the trial imported it, so its top level does not run twice)."""
+    import keras
+
+    from tuner.setup import Policy
+    from tuner.worker import loading
+    from tuner.worker.usercode import call_user
+
+    def under_float32(build: Callable[[], Any]) -> Callable[[], Any]:
+        def twin() -> Any:
+            keras.utils.set_random_seed(spec.seed)
+            keras_setup.apply_policy(Policy(FLOAT32))
+            try:
+                return build()
+            finally:
+                keras_setup.apply_policy(spec.policy)
+
+        return twin
+
+    if source.kind == "builtin":
+        return under_float32(lambda: workloads.build(source.name, source.params))
+    if source.kind == "python":
+
+        def build_again() -> Any:
+            module = sys.modules.get(loading.USER_MODULE)
+            build = getattr(module, "build_model", None)
+            if not callable(build):
+                raise UserCodeError(f"{source.spec}: build_model is not a function")
+            return call_user(build, "build_model()", source.path, source.spec)
+
+        return under_float32(build_again)
+    if source.kind == "keras":
+        return under_float32(lambda: loading.load_user_model(source, FLOAT32).model)
+    return None
+
+
+def _float32_survives(
+    exc: BaseException, facts: dict[str, Any], spec: TrialSpec, context: _Context
+) -> bool:
+    """Whether float32 trains the batch the trial failed on: then the policy caused the
+    failure. Only asked of a failure (not an out-of-memory error, not a stop) under a
+    low-precision policy, after the data was made; never raises."""
+    if (
+        not isinstance(exc, Exception)
+        or facts.get("oom")
+        or context.build_float32 is None
+        or facts.get("phase") not in ("build", "warmup", "measure")
+    ):
+        return False
+    try:
+        from tuner import keras_setup
+        from tuner.setup import LossScale, Setup
+
+        twin = context.build_float32()
+        if not context.batches:  # it failed while being built: float32 builds it
+            return True
+        step = context.runner.global_step if context.runner is not None else 1
+        x, y = context.batches[max(0, step - 1) % len(context.batches)]
+        keras_setup.compile_model(
+            twin, Setup(FLOAT32, spec.batch_size, LossScale("none")), None, context.loss
+        )
+        loss = twin.train_on_batch(x, y, return_dict=True)["loss"]
+        return bool(loss is not None)
+    except BaseException:  # noqa: BLE001 - float32 fails too, or cannot be asked: not the policy
+        return False
 
 
 def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, Any]:
@@ -160,8 +322,9 @@ def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, 
     user_code = isinstance(exc, UserCodeError)
     root = exc.__cause__ if user_code and exc.__cause__ is not None else exc
     location = getattr(exc, "location", None) or user_location(root, source.path, source.spec)
-    message = str(exc) if user_code else first_line(exc)
+    message = str(exc) if user_code or isinstance(exc, PolicyFailure) else first_line(exc)
     return {
+        "policy_caused": False,
         "exception": type(root).__name__,
         "message": message,
         "location": location,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import traceback
 from collections.abc import Callable
 from typing import TypeVar
@@ -18,12 +19,63 @@ class UserCodeError(Exception):
         self.location = location
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\](\s*name:.*)?$")
+_NODE = re.compile(r"Detected at node (\S+)")
+_CALLING = re.compile(r"Exception encountered when calling (\S+?)\.?$")
+#: Lines of a TensorFlow or Keras error message that frame the error instead of stating it.
+_FRAMING = (
+    "Graph execution error",
+    "Detected at node",
+    "Exception encountered when calling",
+    "Arguments received by",
+    "Stack trace for op definition",
+    "Traceback (most recent call last)",
+    'File "',
+    "[[",
+    "\u2022",
+)
+
+
+def meaningful_line(exc: BaseException, limit: int = 300) -> str:
+    """The line of an exception's message that says what went wrong.
+
+    TensorFlow's graph-execution errors start with ``Graph execution error:`` and a stack of
+    op definitions, and state the error last (``indices[3,17] = 20000 is not in [0, 20000)``);
+    Keras wraps errors raised in a layer in ``Exception encountered when calling X.call()``.
+    For those the stated error is taken, with where it happened; any other message gives its
+    first line.
+    """
+    text = _ANSI.sub("", str(exc)).strip()
+    lines = text.splitlines()
+    framed = bool(lines) and lines[0].strip().startswith(_FRAMING)
+    if not framed:
+        return lines[0].strip() if lines else ""
+    stated = []
+    for raw in lines:
+        if not raw.strip() or raw[:1] in (" ", "\t"):
+            continue  # blank, or a frame or source line of a traceback
+        line = _OP_SUFFIX.sub("", _FUNCTION_NODE.sub("", raw.strip())).strip()
+        if line and not line.startswith(_FRAMING):
+            stated.append(line)
+    if not stated:
+        return lines[0].strip()
+    where = ""
+    node = _NODE.search(text)
+    calling = _CALLING.search(lines[0].strip())
+    if node:
+        where = f" (at {'/'.join(node.group(1).split('/')[-3:])})"
+    elif calling:
+        where = f" (in {calling.group(1)})"
+    line = stated[-1] + where
+    return line[: limit - 3] + "..." if len(line) > limit else line
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one line: its class and the first line of its message."""
-    text = str(exc).strip().splitlines()
-    line = text[0].strip() if text else ""
-    if len(line) > limit:
-        line = line[: limit - 3] + "..."
+    """An exception as one line: its class and the line of its message that states the error
+    (:func:`meaningful_line`)."""
+    line = meaningful_line(exc, limit)
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 

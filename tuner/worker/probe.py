@@ -1,0 +1,614 @@
+"""The numerics probe: a model under a low-precision policy against the same model under
+float32, with identical weights on an identical batch, layer by layer.
+
+The float32 twin is built by the same code (``build_model()``, the ``.keras`` file, the
+built-in builder) with float32 as the global policy, and given the trial model's weights. Every
+layer's ``call`` is wrapped for the two forward passes, so what each layer received (after
+Keras autocast its inputs) and returned is compared directly. From that comparison and the
+gradients of one batch the probe reports :class:`~tuner.trials.hazards.Hazard` s; the limits
+and thresholds are in :mod:`tuner.trials.hazards` and explained in docs/numerics.md.
+
+It runs eagerly on a slice of the first batch (at most :data:`PROBE_SAMPLES` samples), before
+the trial compiles its model, and restores every wrapped ``call`` before it returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+
+from tuner.trials.hazards import (
+    DIVERGENCE,
+    DIVERGENCE_ROUNDOFFS,
+    FLOAT16_MAX,
+    FLOAT16_TINY,
+    INTEGER_CAST,
+    INTEGER_LIMIT,
+    OVERFLOW,
+    POLICY_FAILURE,
+    UNDERFLOW,
+    UNDERFLOW_SHARE,
+    UNIT_ROUNDOFF,
+    Hazard,
+)
+from tuner.worker.usercode import first_line
+
+#: Samples of the first batch the probe runs on: enough for the value ranges, cheap eagerly.
+PROBE_SAMPLES = 32
+#: Loss scales whose effect on float16 gradients is predicted from the float32 gradients.
+PREDICTED_SCALES = (1.0, 2.0**7, 2.0**15, 2.0**24)
+#: What one forward pass may keep of the layers' inputs and outputs; past it, later layers
+#: are not compared (a large model on large samples), and the trial says so.
+RECORD_BUDGET_BYTES = 384 * 2**20
+#: Layers that read their input as indices (a rounded id selects another row or bucket).
+_INDEX_LAYERS = ("Embedding", "CategoryEncoding", "IntegerLookup", "Hashing", "HashedCrossing")
+_LOW = {"float16", "bfloat16"}
+
+
+@dataclass
+class ProbeReport:
+    """What the probe found.
+
+    Attributes:
+        hazards: the hazards, most serious first.
+        unsafe_layers: the trial model's layers whose autocast corrupts data. The probe sets
+            ``autocast = False`` on them (the fix it suggests), so that the trial measures what
+            the policy would gain once the model is fixed, and compares the rest with the fix.
+        numerics: measurements for the result (see ``TrialResult.numerics``).
+        failure: the policy's forward pass raised (float32's did not), with the fix applied
+            where there is one: its one-line reason. The trial cannot measure the policy.
+        compared: False when no comparison could be made (``note`` says why).
+        note: why the probe could not compare, for the trial's warnings.
+    """
+
+    hazards: list[Hazard] = field(default_factory=list)
+    unsafe_layers: list[Any] = field(default_factory=list)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
+    compared: bool = True
+    note: str | None = None
+
+
+@dataclass
+class _Call:
+    """One call of one layer, as its ``call`` saw it."""
+
+    layer: int  #: the layer's index in the walk
+    entry: int  #: order the calls began in
+    inputs: list[np.ndarray | None]
+    outputs: list[np.ndarray | None] | None = None
+    exit: int | None = None  #: order the calls ended in; None: it raised
+
+
+@dataclass
+class _Layers:
+    """A model's layers, depth first, with each layer's parent (an index, None at the top)."""
+
+    layers: list[Any]
+    parents: list[int | None]
+
+    @classmethod
+    def walk(cls, model: Any) -> _Layers:
+        layers: list[Any] = []
+        parents: list[int | None] = []
+        seen: set[int] = set()
+
+        def visit(layer: Any, parent: int | None) -> None:
+            for sub in _sublayers(layer):
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                layers.append(sub)
+                parents.append(parent)
+                visit(sub, len(layers) - 1)
+
+        visit(model, None)
+        return cls(layers, parents)
+
+    def descends(self, index: int, ancestor: int) -> bool:
+        parent = self.parents[index]
+        while parent is not None:
+            if parent == ancestor:
+                return True
+            parent = self.parents[parent]
+        return False
+
+    def name(self, index: int) -> str:
+        layer = self.layers[index]
+        return f"layer '{layer.name}' ({type(layer).__name__})"
+
+
+def _sublayers(layer: Any) -> list[Any]:
+    found = getattr(layer, "_layers", None)
+    if found is None:
+        found = getattr(layer, "layers", None) or []
+    return [x for x in found if isinstance(x, keras.layers.Layer)]
+
+
+def _array(value: Any) -> np.ndarray | None:
+    """A tensor as a NumPy array (bfloat16 kept as ml_dtypes' bfloat16); None otherwise."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return None
+    if not hasattr(value, "dtype") or not hasattr(value, "shape"):
+        return None
+    try:
+        return np.asarray(keras.ops.convert_to_numpy(value))
+    except Exception:  # noqa: BLE001 - a symbolic or exotic value: not compared
+        return None
+
+
+def _dtype(a: np.ndarray) -> str:
+    return str(keras.backend.standardize_dtype(a.dtype))
+
+
+def _is_float(a: np.ndarray | None) -> bool:
+    return a is not None and _dtype(a) in {"float16", "bfloat16", "float32", "float64"}
+
+
+class _Recorder:
+    """Wraps every layer's ``call`` to record what it received and returned."""
+
+    def __init__(self, layers: _Layers, budget_bytes: int | None = None) -> None:
+        self.layers = layers
+        self.budget_bytes = RECORD_BUDGET_BYTES if budget_bytes is None else budget_bytes
+        self.recorded_bytes = 0
+        self.truncated = False
+        self.calls: list[_Call] = []
+        self._entries = itertools.count()
+        self._exits = itertools.count()
+
+    @contextmanager
+    def recording(self) -> Iterator[_Recorder]:
+        wrapped = []
+        try:
+            for index, layer in enumerate(self.layers.layers):
+                original = layer.call
+                object.__setattr__(layer, "call", self._wrap(index, original))
+                wrapped.append(layer)
+            yield self
+        finally:
+            for layer in wrapped:
+                if "call" in layer.__dict__:
+                    object.__delattr__(layer, "call")
+
+    def _wrap(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            record = _Call(
+                index, next(self._entries), [self._keep(v) for v in keras.tree.flatten(list(args))]
+            )
+            self.calls.append(record)
+            out = original(*args, **kwargs)
+            record.outputs = [self._keep(v) for v in keras.tree.flatten(out)]
+            record.exit = next(self._exits)
+            return out
+
+        return call
+
+    def _keep(self, value: Any) -> np.ndarray | None:
+        """``value`` as an array while the budget lasts."""
+        if self.recorded_bytes >= self.budget_bytes:
+            self.truncated = True
+            return None
+        array = _array(value)
+        if array is not None:
+            self.recorded_bytes += array.nbytes
+        return array
+
+    def by_key(self) -> dict[tuple[int, int], _Call]:
+        """Calls by (layer, how many times that layer had been called before)."""
+        counts: dict[int, int] = {}
+        keyed = {}
+        for call in self.calls:
+            n = counts.get(call.layer, 0)
+            counts[call.layer] = n + 1
+            keyed[(call.layer, n)] = call
+        return keyed
+
+
+def probe(
+    model: keras.Model,
+    build_float32: Callable[[], keras.Model],
+    policy: str,
+    batch: tuple[Any, Any],
+    loss: Any,
+    loss_scale: float | None,
+    slice_batch: Callable[[Any, int], Any],
+) -> ProbeReport:
+    """Compare ``model`` (built under ``policy``) with its float32 twin.
+
+    Args:
+        model: the trial's model, before compile().
+        build_float32: builds the same model under the float32 policy (the caller sets it).
+        policy: ``mixed_float16`` or ``mixed_bfloat16``.
+        batch: the trial's first ``(x, y)`` batch.
+        loss: the loss the trial compiles with (name, function or ``Loss``), for gradients.
+        loss_scale: the trial's (initial) loss scale; None for no scaling.
+        slice_batch: takes the first N samples of an ``x`` or ``y`` structure.
+    """
+    t0 = time.perf_counter()
+    report = ProbeReport()
+    low = "float16" if policy == "mixed_float16" else "bfloat16"
+    x = slice_batch(batch[0], PROBE_SAMPLES)
+    y = slice_batch(batch[1], PROBE_SAMPLES)
+    try:
+        twin = build_float32()
+        _ensure_built(twin, x)
+        policy_built_error = _try(lambda: _ensure_built(model, x))
+        twin.set_weights(model.get_weights())
+    except Exception as exc:  # noqa: BLE001 - the probe must never fail the trial
+        return _not_compared(report, f"the float32 twin could not be prepared: {first_line(exc)}")
+    walk_twin, walk_model = _Layers.walk(twin), _Layers.walk(model)
+    if [type(x).__name__ for x in walk_twin.layers] != [
+        type(x).__name__ for x in walk_model.layers
+    ]:
+        return _not_compared(report, "the float32 twin's layers differ from the model's")
+
+    reference = _Recorder(walk_twin)
+    with reference.recording():
+        twin_error = _try(lambda: twin(x, training=False))
+    if twin_error is not None:
+        return _not_compared(report, f"float32 fails on the same batch too: {twin_error}")
+    mine = _Recorder(walk_model)
+    with mine.recording():
+        failure = policy_built_error or _try(lambda: model(x, training=False))
+    report.failure = failure
+    if reference.truncated or mine.truncated:
+        report.note = (
+            "the numerics probe compared only the layers that fit its memory budget of "
+            f"{RECORD_BUDGET_BYTES // 2**20} MB"
+        )
+
+    pairs = _pairs(reference, mine)
+    flagged = _integer_casts(report, pairs, walk_model, policy, low, failure)
+    if flagged:
+        # Measure the policy as it would run once fixed: those layers keep their inputs.
+        for layer in report.unsafe_layers:
+            layer.autocast = False
+        report.numerics["fixed_layers"] = [layer.name for layer in report.unsafe_layers]
+        mine = _Recorder(walk_model)
+        with mine.recording():
+            failure = _try(lambda: model(x, training=False))
+        report.failure = failure
+        pairs = _pairs(reference, mine)
+    elif failure is not None:
+        raised = [c for _, c in pairs if c.exit is None]
+        where = walk_model.name(max(raised, key=lambda c: c.entry).layer) if raised else None
+        report.hazards.append(
+            Hazard(
+                POLICY_FAILURE,
+                policy,
+                where,
+                f"the forward pass fails under {policy} on a batch that float32 runs: {failure}",
+                'keep the failing layer in float32 (dtype="float32" on it) or train in float32',
+                severity="unsafe",
+            )
+        )
+    errors = _layer_errors(pairs, walk_model)
+    report.numerics["layer_errors"] = [[walk_model.layers[i].name, e] for i, e in errors][:64]
+    if failure is None:
+        if low == "float16":
+            _overflow(report, pairs, walk_model, policy)
+        _divergence(report, errors, walk_model, policy, low)
+        if low == "float16":
+            _underflow(report, twin, model, x, y, loss, loss_scale, policy)
+    report.numerics["probe_s"] = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _not_compared(report: ProbeReport, why: str) -> ProbeReport:
+    report.compared = False
+    report.note = f"the numerics probe did not compare with float32: {why}"
+    return report
+
+
+def _try(fn: Callable[[], Any]) -> str | None:
+    """Run ``fn``; its failure as one line, or None."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - a failure is a finding here
+        return first_line(exc)
+    return None
+
+
+def _ensure_built(model: Any, x: Any) -> None:
+    if not getattr(model, "built", False):
+        model(x, training=False)
+
+
+def _pairs(reference: _Recorder, mine: _Recorder) -> list[tuple[_Call, _Call]]:
+    """(float32 call, policy call) of the same layer and call number, in the policy's order."""
+    twin = reference.by_key()
+    return [(twin[key], call) for key, call in mine.by_key().items() if key in twin]
+
+
+def _integer_casts(
+    report: ProbeReport,
+    pairs: list[tuple[_Call, _Call]],
+    layers: _Layers,
+    policy: str,
+    low: str,
+    failure: str | None,
+) -> list[int]:
+    """Whole numbers that a layer's autocast rounded, and that then select something."""
+    limit = INTEGER_LIMIT[low]
+    flagged: list[int] = []
+    by_layer = {call.layer: (ref, call) for ref, call in pairs}
+    for ref, call in sorted(pairs, key=lambda p: p[1].entry):
+        if any(call.layer == f or layers.descends(call.layer, f) for f in flagged):
+            continue
+        for a32, alow in zip(ref.inputs, call.inputs, strict=False):
+            if a32 is None or alow is None or not (_is_float(a32) and _is_float(alow)):
+                continue
+            if _dtype(alow) not in _LOW:
+                continue
+            if _dtype(a32) in _LOW or not a32.size or not np.all(np.isfinite(a32)):
+                continue
+            whole = np.array_equal(a32, np.round(a32))
+            changed = alow.astype(np.float32) != a32.astype(np.float32)
+            if not whole or not changed.any():
+                continue
+            consumer = _index_consumer(call.layer, layers, by_layer)
+            output_error = _relative_error(ref, call)
+            threshold = DIVERGENCE_ROUNDOFFS * UNIT_ROUNDOFF[low]
+            raised = call.exit is None and failure is not None
+            if consumer is None and not raised and not (output_error or 0.0) > threshold:
+                continue  # ordinary rounding of counts: the divergence check covers it
+            first = int(np.flatnonzero(changed.ravel())[0])
+            before = float(a32.ravel()[first])
+            after = float(alow.astype(np.float32).ravel()[first])
+            effect = (
+                f"before they reach {layers.name(consumer)}"
+                if consumer is not None
+                else f"and its output differs from float32's by {output_error:.0%}"
+                if output_error is not None
+                else "and the layer then fails"
+            )
+            evidence = (
+                f"its float32 input holds whole numbers up to {float(np.abs(a32).max()):,.0f} "
+                f"(ids, indices or counts), and {policy} casts it to {low}, which holds whole "
+                f"numbers exactly only up to {limit:,}: {int(changed.sum()):,} of "
+                f"{a32.size:,} values changed ({before:,.0f} became {after:,.0f}) {effect}"
+            )
+            if failure is not None:
+                evidence += f"; the forward pass then fails: {failure}"
+            name = layers.layers[call.layer].name
+            report.hazards.append(
+                Hazard(
+                    INTEGER_CAST,
+                    policy,
+                    layers.name(call.layer),
+                    evidence,
+                    f"declare the model input that carries these numbers as integers "
+                    f"(keras.Input(..., dtype=\"int32\")), or keep '{name}' from casting its "
+                    f'inputs (autocast=False, or dtype="float32" on that layer)',
+                    severity="unsafe",
+                    figure=f"{before:,.0f} became {after:,.0f}",
+                )
+            )
+            report.unsafe_layers.append(layers.layers[call.layer])
+            flagged.append(call.layer)
+            break
+    return flagged
+
+
+def _index_consumer(
+    index: int, layers: _Layers, by_layer: dict[int, tuple[_Call, _Call]]
+) -> int | None:
+    """A layer inside ``index`` (or ``index`` itself) that reads indices and got other values
+    than under float32."""
+    for candidate, (ref, call) in sorted(by_layer.items()):
+        if candidate != index and not layers.descends(candidate, index):
+            continue
+        if not any(isinstance(layers.layers[candidate], cls) for cls in _index_classes()):
+            continue
+        for a32, alow in zip(ref.inputs, call.inputs, strict=False):
+            if a32 is None or alow is None or a32.shape != alow.shape:
+                continue
+            if not np.array_equal(a32.astype(np.float64), alow.astype(np.float64)):
+                return candidate
+    return None
+
+
+def _index_classes() -> list[type]:
+    return [c for name in _INDEX_LAYERS if isinstance(c := getattr(keras.layers, name, None), type)]
+
+
+def _floats(arrays: Sequence[np.ndarray | None] | None) -> list[np.ndarray]:
+    return [a.astype(np.float64) for a in arrays or () if _is_float(a) and a is not None]
+
+
+def _relative_error(ref: _Call, call: _Call) -> float | None:
+    """|policy - float32| / |float32| (Frobenius norms) over the floating outputs; None: nothing to
+    compare (it raised, or no float output)."""
+    a, b = _floats(ref.outputs), _floats(call.outputs)
+    if call.exit is None or not a or len(a) != len(b):
+        return None
+    if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
+        return None
+    num = math.fsum(float(np.sum((y - x) ** 2)) for x, y in zip(a, b, strict=True))
+    den = math.fsum(float(np.sum(x**2)) for x in a)
+    if not math.isfinite(num):
+        return math.inf
+    return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def _layer_errors(pairs: list[tuple[_Call, _Call]], layers: _Layers) -> list[tuple[int, float]]:
+    """Each layer call's relative error, in the order the calls ended (innermost first)."""
+    found = []
+    for ref, call in sorted(pairs, key=lambda p: (p[1].exit is None, p[1].exit or 0)):
+        error = _relative_error(ref, call)
+        if error is not None:
+            found.append((call.layer, error))
+    return found
+
+
+def _overflow(
+    report: ProbeReport,
+    pairs: list[tuple[_Call, _Call]],
+    layers: _Layers,
+    policy: str,
+) -> None:
+    """The first layer whose output passes float16's largest value."""
+    for ref, call in sorted(pairs, key=lambda p: (p[1].exit is None, p[1].exit or 0)):
+        if call.exit is None:
+            continue
+        a, b = _floats(ref.outputs), _floats(call.outputs)
+        if not a or len(a) != len(b):
+            continue
+        peak = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in a)
+        became_inf = any(
+            bool(np.any(~np.isfinite(y) & np.isfinite(x))) for x, y in zip(a, b, strict=True)
+        )
+        if peak <= FLOAT16_MAX and not became_inf:
+            continue
+        report.hazards.append(
+            Hazard(
+                OVERFLOW,
+                policy,
+                layers.name(call.layer),
+                f"its output reaches {peak:,.4g} in float32, above float16's largest value "
+                f"{FLOAT16_MAX:,.0f}"
+                + (": under mixed_float16 it holds inf" if became_inf else ""),
+                'keep this layer in float32 (dtype="float32" on it), or scale its input '
+                "down (normalise the data, or a normalisation layer before it); "
+                "mixed_bfloat16 has float32's range",
+                figure=f"reaches {peak:,.3g}",
+            )
+        )
+        return
+
+
+def _divergence(
+    report: ProbeReport,
+    errors: list[tuple[int, float]],
+    layers: _Layers,
+    policy: str,
+    low: str,
+) -> None:
+    """The first layer whose relative error against float32 passes the threshold."""
+    threshold = DIVERGENCE_ROUNDOFFS * UNIT_ROUNDOFF[low]
+    worst = max((e for _, e in errors), default=0.0)
+    report.numerics["max_layer_error"] = worst if math.isfinite(worst) else None
+    for index, error in errors:
+        if error <= threshold:
+            continue
+        shown = "inf" if math.isinf(error) else f"{error:.1%}"
+        report.hazards.append(
+            Hazard(
+                DIVERGENCE,
+                policy,
+                layers.name(index),
+                f"its output differs from float32's by {shown} on the same batch and weights "
+                f"(the threshold is {threshold:.1%}, {DIVERGENCE_ROUNDOFFS} times {low}'s "
+                f"rounding error {UNIT_ROUNDOFF[low]:.2g}); the layers before it stay within "
+                "it",
+                'keep this layer in float32 (dtype="float32" on it) and compare the loss '
+                "curves; a large error here often means inputs of very different magnitudes",
+                figure=f"{shown} off float32",
+            )
+        )
+        return
+
+
+def _loss_fn(loss: Any) -> Callable[[Any, Any], Any] | None:
+    if loss is None:
+        return keras.losses.get("mean_squared_error")  # type: ignore[no-any-return]
+    if isinstance(loss, str):
+        return keras.losses.get(loss)  # type: ignore[no-any-return]
+    if callable(loss):
+        return loss  # type: ignore[no-any-return]
+    return None  # a list or dict of losses: no single gradient to look at
+
+
+def _gradients(model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[np.ndarray]:
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        # The loss in float32, as the trial computes it (a low-precision output gets a float32
+        # cast there): a float16 loss times the scale would overflow by itself.
+        pred = keras.tree.map_structure(
+            lambda t: keras.ops.cast(t, "float32"), model(x, training=False)
+        )
+        value = keras.ops.mean(loss_fn(y, pred)) * scale
+    grads = tape.gradient(value, model.trainable_weights)
+    return [
+        np.zeros(tuple(w.shape), np.float32)
+        if g is None
+        else np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(g, "float32")))
+        for g, w in zip(grads, model.trainable_weights, strict=True)
+    ]
+
+
+def _underflow(
+    report: ProbeReport,
+    twin: Any,
+    model: Any,
+    x: Any,
+    y: Any,
+    loss: Any,
+    loss_scale: float | None,
+    policy: str,
+) -> None:
+    """Gradient values that flush to zero in float16: predicted per loss scale from float32's
+    gradients, measured at the trial's scale."""
+    loss_fn = _loss_fn(loss)
+    if loss_fn is None:
+        return
+    try:
+        reference = _gradients(twin, x, y, loss_fn, 1.0)
+        scale = loss_scale or 1.0
+        measured = _gradients(model, x, y, loss_fn, scale)
+    except Exception as exc:  # noqa: BLE001 - no gradients, no underflow evidence
+        report.numerics["gradients"] = f"not compared: {first_line(exc)}"
+        return
+    flat = np.concatenate([np.abs(g).ravel() for g in reference]) if reference else np.zeros(0)
+    nonzero = flat[flat > 0]
+    if not nonzero.size:
+        return
+    report.numerics["grad_max"] = float(nonzero.max())
+    report.numerics["flush_share"] = {
+        f"{s:g}": float(np.mean(nonzero * s < FLOAT16_TINY)) for s in PREDICTED_SCALES
+    }
+    report.numerics["overflow_scale"] = float(FLOAT16_MAX / nonzero.max())
+    lost = total = 0
+    worst: tuple[float, str] | None = None
+    for g32, glow, weight in zip(reference, measured, model.trainable_weights, strict=True):
+        mask = g32 != 0
+        n = int(mask.sum())
+        if not n:
+            continue
+        flushed = int(np.sum(mask & (glow == 0)))
+        lost += flushed
+        total += n
+        share = flushed / n
+        if n >= 64 and (worst is None or share > worst[0]):
+            worst = (share, str(getattr(weight, "path", weight.name)))
+    if not total:
+        return
+    share = lost / total
+    report.numerics["flush_share_measured"] = {f"{scale:g}": share}
+    if share <= UNDERFLOW_SHARE:
+        return
+    where = f"; the most in {worst[1]} ({worst[0]:.0%})" if worst else ""
+    scale_text = "without loss scaling" if scale == 1.0 else f"at loss scale {scale:g}"
+    report.hazards.append(
+        Hazard(
+            UNDERFLOW,
+            policy,
+            None,
+            f"{share:.1%} of the gradient values that float32 computes flush to zero in "
+            f"float16 {scale_text} (below {FLOAT16_TINY:.2g}){where}",
+            "use dynamic loss scaling (LossScaleOptimizer, Keras's default under "
+            "mixed_float16) or a larger fixed scale; the predicted share per scale is in the "
+            "trial's numerics",
+            figure=f"{share:.1%} flushed",
+        )
+    )
