@@ -5,18 +5,21 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tests_support import make_config
+from tests_support import HAZARDS, make_config
 
-from tuner.export import ConfigError, HardwareFingerprint, Setup, TunedConfig, render
+from tuner.export import ConfigError, HardwareFingerprint, Hazard, Setup, TunedConfig, render
+from tuner.export.render import COMMENT_WIDTH
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -302,7 +305,7 @@ def test_export_cli_rejects_a_corrupt_config(tmp_path: Path) -> None:
 
 def test_export_cli_writes_every_format(tmp_path: Path) -> None:
     path = tmp_path / "tuned.json"
-    make_config(policy="mixed_float16", loss_scale="fixed:128").save(path)
+    make_config(policy="mixed_float16", loss_scale="fixed:128", hazards=HAZARDS).save(path)
     for fmt, keras in (("json", "3"), ("snippet", "3"), ("snippet", "2"), ("script", "3")):
         out = tmp_path / f"out-{fmt}-{keras}.txt"
         proc = subprocess.run(
@@ -609,3 +612,258 @@ def test_export_cli_reports_a_bad_config_on_one_line(
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("mptune: error:"), err
     assert fragment in lines[0] and "Traceback" not in err
+
+
+# -- precision hazards ----------------------------------------------------------------------
+def comments(code: str) -> list[str]:
+    """The text of every comment in ``code``, as Python's tokenizer finds them."""
+    tokens = tokenize.generate_tokens(io.StringIO(code).readline)
+    return [t.string for t in tokens if t.type == tokenize.COMMENT]
+
+
+def comment_text(code: str) -> str:
+    """All comments joined into one line, their wrapping undone."""
+    return " ".join(c.lstrip("#").strip() for c in comments(code))
+
+
+def test_round_trip_with_hazards(tmp_path: Path) -> None:
+    config = make_config(policy="mixed_bfloat16", hazards=HAZARDS)
+    path = tmp_path / "tuned.json"
+    config.save(path)
+    assert TunedConfig.load(path) == config
+    data = json.loads(path.read_text())
+    assert data["hazards"] == [h.to_dict() for h in HAZARDS]
+    assert set(data["hazards"][0]) == {
+        "kind",
+        "layer",
+        "policy",
+        "evidence",
+        "fix",
+        "severity",
+        "figure",
+    }
+    assert data["hazards"][2]["layer"] is None  # the model as a whole
+    assert TunedConfig.from_dict(config.to_dict()).hazards == HAZARDS
+    assert json.loads(render(config, "json"))["hazards"] == data["hazards"]
+    assert config.policy_hazards() == (HAZARDS[1],)
+
+
+def test_a_config_without_hazards_still_loads(tmp_path: Path) -> None:
+    """A config written before hazards existed has no such key: it loads with none."""
+    data = make_config().to_dict()
+    assert data.pop("hazards") == []
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    config = TunedConfig.load(path)
+    assert config.hazards == () and config == make_config()
+    assert "mptune numerics" not in render(config, "snippet")
+
+
+def test_hazard_free_text_keeps_tabs_and_line_breaks(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        lambda d: d.update(
+            hazards=[{**HAZARDS[0].to_dict(), "evidence": "a\tb\nc", "layer": "x\ny", "fix": "f"}]
+        ),
+    )
+    hazard = TunedConfig.load(path).hazards[0]
+    assert (hazard.evidence, hazard.layer, hazard.fix) == ("a\tb\nc", "x\ny", "f")
+
+
+def with_hazard(**changes: Any):
+    """A mutation of config data: HAZARDS[0] with ``changes`` (None: the key removed)."""
+
+    def mutate(data: dict) -> None:
+        hazard = {**HAZARDS[0].to_dict(), **changes}
+        data["hazards"] = [HAZARDS[1].to_dict(), {k: v for k, v in hazard.items() if v is not ...}]
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda d: d.update(hazards="none"), "field hazards must be a list, got 'none'"),
+        (lambda d: d.update(hazards={"kind": "x"}), "field hazards must be a list"),
+        (lambda d: d.update(hazards=[HAZARDS[0].to_dict(), 3]), "field hazards[1] must be an"),
+        (with_hazard(kind="nope"), "field hazards[1].kind: unknown hazard kind 'nope'"),
+        (with_hazard(kind=...), "field hazards[1].kind must be a non-empty string, got None"),
+        (with_hazard(kind=7), "field hazards[1].kind must be a non-empty string, got 7"),
+        (with_hazard(policy="float64"), "field hazards[1].policy: unknown policy 'float64'"),
+        (with_hazard(policy=""), "field hazards[1].policy must be a non-empty string"),
+        (with_hazard(severity="fatal"), "field hazards[1].severity: unknown severity 'fatal'"),
+        (with_hazard(severity=...), "field hazards[1].severity must be a non-empty string"),
+        (with_hazard(evidence=...), "field hazards[1].evidence must be a non-empty string"),
+        (with_hazard(evidence=""), "field hazards[1].evidence must be a non-empty string, got ''"),
+        (with_hazard(evidence=["a"]), "field hazards[1].evidence must be a non-empty string"),
+        (with_hazard(fix=None), "field hazards[1].fix must be a non-empty string, got None"),
+        (with_hazard(layer=5), "field hazards[1].layer must be a string, got 5"),
+        (
+            with_hazard(evidence="x" * 4001),
+            "field hazards[1].evidence must be at most 4,000 characters, got 4,001",
+        ),
+        (
+            with_hazard(layer="L" * 5000),
+            "field hazards[1].layer must be at most 4,000 characters, got 5,000",
+        ),
+        (
+            lambda d: d.update(hazards=[HAZARDS[0].to_dict()] * 1001),
+            "field hazards must list at most 1,000 hazards, got 1,001",
+        ),
+    ],
+)
+def test_bad_hazards_name_the_field(tmp_path: Path, mutate, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        TunedConfig.load(write_config(tmp_path, mutate))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'tuned.json'}: ") and fragment in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"evidence": "fast\x00"}, "field hazards[1].evidence"),
+        ({"fix": "do \x1b[31mthis"}, "field hazards[1].fix"),
+        ({"layer": "dense\x85"}, "field hazards[1].layer"),
+        ({"kind": "overflow\t"}, "field hazards[1].kind"),
+        ({"policy": "mixed_float16\n"}, "field hazards[1].policy"),
+        ({"severity": "unsafe\r"}, "field hazards[1].severity"),
+    ],
+)
+def test_hazard_control_characters_are_rejected(tmp_path: Path, changes: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match="must not contain control characters") as info:
+        TunedConfig.load(write_config(tmp_path, with_hazard(**changes)))
+    assert field in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["evidence", "fix", "layer"])
+def test_hazard_lone_surrogates_are_rejected(tmp_path: Path, key: str) -> None:
+    path = write_config(tmp_path, with_hazard(**{key: "x\ud800"}))
+    with pytest.raises(ConfigError, match="must be valid Unicode text") as info:
+        TunedConfig.load(path)
+    assert f"field hazards[1].{key}" in str(info.value)
+
+
+FORMATS_RENDERED = [("snippet", "3"), ("snippet", "2"), ("script", "3")]
+
+
+@pytest.mark.parametrize("fmt, keras", FORMATS_RENDERED)
+def test_every_format_shows_the_hazards_as_comments(fmt: str, keras: str) -> None:
+    """Chosen mixed_bfloat16: its own warning, and why mixed_float16 (unsafe) was not chosen;
+    mixed_float16's mere warning stays in the JSON only."""
+    config = make_config(policy="mixed_bfloat16", hazards=HAZARDS)
+    code = render(config, fmt, keras)
+    compile(code, "x.py", "exec")
+    text = comment_text(code)
+    unsafe, warning, other_warning = HAZARDS
+    # Each hazard: a "# mptune numerics: ..." comment, then "# fix: ...", wrapped.
+    heads = [c for c in comments(code) if not c.startswith("#   ")]
+    first = next(
+        i
+        for i, c in enumerate(heads)
+        if c.startswith("# mptune numerics: divergence in 'dense_1' (Dense): its output")
+    )
+    assert heads[first + 1].startswith("# fix: keep this layer in float32")
+    assert heads[first + 2].startswith(
+        "# mptune numerics (why not mixed_float16): integer_cast in 'embedding' (Embedding):"
+    )
+    assert heads[first + 3].startswith("# fix: declare the model input")
+    # The whole evidence and fix, their wrapping undone.
+    assert f"mptune numerics: divergence in 'dense_1' (Dense): {warning.evidence}" in text
+    assert f"fix: {warning.fix}" in text
+    assert f"{unsafe.evidence} fix: {unsafe.fix}" in text
+    assert other_warning.evidence not in code
+    # Only comments: the code is the same as without hazards, and every added line is one.
+    plain = render(make_config(policy="mixed_bfloat16"), fmt, keras)
+    assert code_only(code) == code_only(plain)
+    added = [line for line in code.splitlines() if line not in plain.splitlines()]
+    assert len(added) >= 4 and all(line.startswith("# ") for line in added)
+    assert all(len(line) <= COMMENT_WIDTH for line in added)
+
+
+def code_only(code: str) -> str:
+    """The code's syntax tree, which holds no comments."""
+    return ast.dump(ast.parse(code))
+
+
+@pytest.mark.parametrize(
+    "policy, shown, hidden",
+    [
+        # float32 chosen: only the other policies' unsafe hazards.
+        ("float32", ["why not mixed_float16): integer_cast"], ["divergence", "underflow"]),
+        # A config edited to use the unsafe policy: its own hazards, the unsafe one marked.
+        (
+            "mixed_float16",
+            ["mptune numerics (unsafe): integer_cast", "mptune numerics: underflow:"],
+            ["divergence", "why not"],
+        ),
+    ],
+)
+def test_which_hazards_the_comments_show(policy: str, shown: list, hidden: list) -> None:
+    for fmt, keras in FORMATS_RENDERED:
+        text = comment_text(render(make_config(policy=policy, hazards=HAZARDS), fmt, keras))
+        for fragment in shown:
+            assert fragment in text
+        for fragment in hidden:
+            assert fragment not in text
+
+
+def test_long_hazard_text_is_wrapped() -> None:
+    hazard = Hazard("overflow", "float32", "'d' (Dense)", "word " * 200 + "x" * 300, "fix " * 100)
+    code = render(make_config(hazards=(hazard,)), "snippet")
+    plain = render(make_config(), "snippet").splitlines()
+    lines = [line for line in code.splitlines() if line not in plain]
+    assert len(lines) > 10 and all(line.startswith("# ") for line in lines)
+    assert max(map(len, lines)) <= COMMENT_WIDTH
+    assert "x" * 300 in comment_text(code).replace(" ", "")  # a long word broken, not lost
+
+
+@pytest.mark.parametrize("nasty", NASTY)
+def test_any_hazard_text_renders_code_that_compiles(nasty: str) -> None:
+    """Hazards built in code are not checked; whatever their text, the generated file compiles
+    and the text stays in comments."""
+    hazards = (
+        Hazard("integer_cast", nasty, nasty, nasty, nasty, severity="unsafe"),
+        Hazard("overflow", "float32", nasty, nasty, nasty),
+        Hazard("underflow", "float32", None, nasty + "\\", "\\" + nasty),
+    )
+    config = make_config(hazards=hazards)
+    for fmt, keras in FORMATS_RENDERED:
+        code = render(config, fmt, keras)
+        compile(code, "x.py", "exec")
+        compile(code.encode("utf-8"), "x.py", "exec")
+        assert code_only(code) == code_only(render(make_config(), fmt, keras))
+
+
+@pytest.mark.parametrize("fmt", ["snippet", "script"])
+def test_hazard_text_cannot_break_out_of_comments(fmt: str) -> None:
+    attack = 'x"""\r\nimport os; os.system("echo pwned")\n# \\\n'
+    hazards = (
+        Hazard("overflow", "float32", attack, attack, attack),
+        Hazard("integer_cast", attack, attack, attack, attack, severity="unsafe"),
+    )
+    code = render(make_config(hazards=hazards), fmt)
+    tree = ast.parse(code)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "system"]
+    assert calls == []
+    assert 'import os; os.system("echo pwned")' in comment_text(code)
+
+
+def test_config_from_session_carries_the_hazards() -> None:
+    from tuner.export import config_from_session
+
+    base = make_config(policy="mixed_bfloat16", hazards=HAZARDS)
+    evidence = dataclasses.asdict(base.evidence)
+    rec = SimpleNamespace(
+        setup=base.setup, device="cpu", versions=base.versions, hazards=HAZARDS, **evidence
+    )
+    session = SimpleNamespace(
+        name="s1",
+        model=base.model,
+        recommendation=rec,
+        hardware={"cpu": {"model": "Test CPU", "flags": ["avx2"]}},
+    )
+    config = config_from_session(session)  # type: ignore[arg-type]
+    assert config.hazards == HAZARDS and config.evidence == base.evidence
+    assert TunedConfig.from_dict(json.loads(config.to_json())) == config

@@ -11,15 +11,35 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests_support import make_config
+from tests_support import HAZARDS, make_config
 
-from tuner.export import HardwareFingerprint, render
+from tuner.export import HardwareFingerprint, Hazard, TunedConfig, render
+from tuner.policies import POLICIES
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: Hazard text that a careless template would turn into broken or hostile code.
+AWKWARD = (
+    "quotes ' \" \"\"\" ''' and back\\slash\\ \n"
+    "import os; os.system('exit 3')\r\n# coding: latin-1 \u2028 tab\t end\\"
+)
+#: For every policy, an unsafe hazard and a warning: whichever is chosen, every snippet and
+#: script carries hazard comments.
+AWKWARD_HAZARDS = tuple(
+    Hazard(kind, policy, f"'odd \"{policy}\"\\' (Dense)", AWKWARD, AWKWARD, severity=severity)
+    for policy in POLICIES
+    for kind, severity in (("integer_cast", "unsafe"), ("overflow", "warning"))
+)
+
+
+def tuned(**kwargs: Any) -> TunedConfig:
+    """make_config with the awkward hazards."""
+    return make_config(**kwargs, hazards=AWKWARD_HAZARDS)
 
 
 def python(
@@ -43,7 +63,8 @@ def test_keras3_snippets_train(tmp_path: Path) -> None:
         ("mixed_float16", "dynamic:1024:500", "LossScaleOptimizer"),
         ("mixed_float16", "fixed:128", "Adam"),
     ):
-        snippet = render(make_config(policy=policy, loss_scale=scale, batch_size=8), "snippet")
+        snippet = render(tuned(policy=policy, loss_scale=scale, batch_size=8), "snippet")
+        assert "os.system('exit 3')" in snippet  # in a comment
         checks.append(
             snippet
             + textwrap.dedent(f"""
@@ -79,8 +100,9 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
     checks = []
     for scale, dynamic, value in (("fixed:64", False, 64.0), ("dynamic:1024:500", True, 1024.0)):
         snippet = render(
-            make_config(policy="mixed_float16", loss_scale=scale, batch_size=8), "snippet", "2"
+            tuned(policy="mixed_float16", loss_scale=scale, batch_size=8), "snippet", "2"
         )
+        assert "os.system('exit 3')" in snippet  # in a comment
         checks.append(
             snippet
             + textwrap.dedent(f"""
@@ -111,8 +133,11 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
 
 
 def run_script(config, tmp_path: Path) -> str:
+    """Run the script for ``config``, with the awkward hazards, for three steps."""
+    config = dataclasses.replace(config, hazards=AWKWARD_HAZARDS)
     script = tmp_path / "train_tuned.py"
-    script.write_text(render(config, "script"))
+    script.write_text(render(config, "script"), encoding="utf-8")
+    assert "os.system('exit 3')" in script.read_text(encoding="utf-8")  # in a comment
     proc = subprocess.run(
         [sys.executable, str(script), "--max-steps", "3"],
         cwd=tmp_path,
@@ -188,7 +213,10 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     dynamic = tmp_path / "dynamic.json"
     make_config(policy="mixed_float16", loss_scale="dynamic:1024:500").save(dynamic)
     none = tmp_path / "none.json"
-    make_config(policy="mixed_bfloat16", loss_scale="none").save(none)
+    make_config(policy="mixed_bfloat16", loss_scale="none", hazards=HAZARDS).save(none)
+    # A config edited to use mixed_float16, which the search found unsafe for this model.
+    unsafe = tmp_path / "unsafe.json"
+    make_config(policy="mixed_float16", loss_scale="dynamic", hazards=HAZARDS).save(unsafe)
     # Tuned on an H100; this process's NVML is scripted to be an A100 (MPTUNE_FAKE_NVML).
     h100 = tmp_path / "h100.json"
     dataclasses.replace(
@@ -202,12 +230,20 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     ).save(h100)
     proc = python(
         textwrap.dedent(f"""
-        import dataclasses, warnings
+        import dataclasses, logging, warnings
         import keras
         from tuner import apply_config
         from tuner.export import HardwareFingerprint, TunedConfig
         from tuner.export.apply import HardwareMismatchWarning
         from tuner.hardware import detect
+
+        logged = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                logged.append(record.getMessage())
+
+        logging.getLogger("tuner.export.apply").addHandler(Keep())
 
         def applied(config, **kwargs):
             with warnings.catch_warnings(record=True) as caught:
@@ -241,6 +277,19 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
         base = keras.optimizers.Adam()
         assert tuned.wrap_optimizer(base) is base
         assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
+        # Its hazard is a warning: kept with the config, not logged.
+        assert [h.kind for h in tuned.hazards] == ["divergence"] and logged == [], logged
+
+        # A policy the config lists as unsafe: applied, and each unsafe hazard logged.
+        tuned, _ = applied({str(unsafe)!r}, warn_on_mismatch=False)
+        assert keras.mixed_precision.global_policy().name == "mixed_float16"
+        assert [h.kind for h in tuned.hazards] == ["integer_cast", "underflow"]
+        assert len(logged) == 1, logged
+        assert logged[0].startswith(
+            "mptune numerics: unsafe: mixed_float16, 'embedding' (Embedding): its float32"
+        ), logged
+        assert "Fix: declare the model input" in logged[0], logged
+        logged.clear()
 
         # Another GPU than the tuned one is named; the same GPU is not a mismatch.
         _, warned = applied({str(h100)!r})

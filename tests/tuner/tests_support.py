@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuner import __version__
-from tuner.export import Evidence, HardwareFingerprint, Setup, TunedConfig
+from tuner.export import Evidence, HardwareFingerprint, Hazard, Setup, TunedConfig
 
 
 def make_config(
@@ -11,6 +11,7 @@ def make_config(
     policy: str = "float32",
     loss_scale: str = "none",
     batch_size: int = 16,
+    hazards: tuple[Hazard, ...] = (),
 ) -> TunedConfig:
     return TunedConfig(
         setup=Setup(policy, batch_size, loss_scale),
@@ -30,4 +31,39 @@ def make_config(
         created="2026-11-22T00:00:00+00:00",
         mptune_version=__version__,
         session="s1",
+        hazards=hazards,
     )
+
+
+#: Hazards as the numerics probe words them: one unsafe for mixed_float16 (the values of a
+#: vocabulary of 30,000 ids), a warning for each mixed policy (one of the model as a whole).
+HAZARDS = (
+    Hazard(
+        "integer_cast",
+        "mixed_float16",
+        "'embedding' (Embedding)",
+        "its float32 input holds whole numbers up to 30,000 (ids, indices or counts), and "
+        "mixed_float16 casts it to float16, which holds whole numbers exactly only up to "
+        "2,048: 412 of 512 values changed (2,049 became 2,048) before they reach 'embedding' "
+        "(Embedding)",
+        "declare the model input that carries these numbers as integers (keras.Input(..., "
+        "dtype=\"int32\")), or keep 'embedding' from casting its inputs (autocast=False)",
+        severity="unsafe",
+        figure="2,049 became 2,048",
+    ),
+    Hazard(
+        "divergence",
+        "mixed_bfloat16",
+        "'dense_1' (Dense)",
+        "its output differs from float32's by 14.2% on the same batch and weights (the "
+        "threshold is 12.5%)",
+        'keep this layer in float32 (dtype="float32" on it) and compare the loss curves',
+    ),
+    Hazard(
+        "underflow",
+        "mixed_float16",
+        None,
+        "3.2% of the gradient values that float32 computes flush to zero in float16",
+        "use dynamic loss scaling (LossScaleOptimizer)",
+    ),
+)

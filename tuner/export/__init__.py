@@ -20,6 +20,7 @@ from tuner.export.config import (
 )
 from tuner.export.render import FORMATS, render
 from tuner.setup import Setup
+from tuner.trials.hazards import Hazard
 
 if TYPE_CHECKING:
     from tuner.export.apply import AppliedConfig, HardwareMismatchWarning, apply_config
@@ -34,6 +35,7 @@ __all__ = [
     "Evidence",
     "HardwareFingerprint",
     "HardwareMismatchWarning",
+    "Hazard",
     "Setup",
     "TunedConfig",
     "apply_config",
@@ -89,4 +91,5 @@ def config_from_session(session: SessionView) -> TunedConfig:
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         mptune_version=__version__,
         session=session.name,
+        hazards=tuple(rec.hazards),
     )

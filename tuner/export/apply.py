@@ -21,6 +21,7 @@ from typing import Any
 
 from tuner.export.config import HardwareFingerprint, TunedConfig
 from tuner.setup import Setup
+from tuner.trials.hazards import Hazard
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class AppliedConfig:
 
     Attributes:
         setup: the tuned setup.
-        config: the whole config it came from (evidence, hardware, versions).
+        config: the whole config it came from (evidence, hazards, hardware, versions).
     """
 
     setup: Setup
@@ -52,6 +53,11 @@ class AppliedConfig:
     @property
     def loss_scale(self) -> str:
         return str(self.setup.loss_scale)
+
+    @property
+    def hazards(self) -> tuple[Hazard, ...]:
+        """The precision hazards the config lists for the applied policy."""
+        return self.config.policy_hazards()
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """``optimizer`` (a Keras 3 optimizer or its name) with the tuned loss scaling; see
@@ -78,6 +84,9 @@ def apply_config(
         warn_on_mismatch: warn (:class:`HardwareMismatchWarning`) when this machine differs from
             the one the config was tuned on.
 
+    The config's unsafe hazards for the applied policy (a config edited to use a policy mptune
+    found unsafe) are logged as warnings (logger ``tuner.export.apply``); nothing else changes.
+
     Raises:
         ConfigError: the file is missing, corrupt (a bad field, control characters or a lone
             surrogate in a string, JSON nested too deeply), or of a newer schema.
@@ -91,6 +100,10 @@ def apply_config(
     from tuner import keras_setup
 
     keras_setup.apply_policy(config.setup)
+    # mptune never recommends an unsafe policy; a config edited by hand to use one says so.
+    for hazard in config.policy_hazards():
+        if hazard.unsafe:
+            logger.warning("mptune numerics: unsafe: %s", hazard.describe())
     if warn_on_mismatch:
         _check_hardware(config)
     return AppliedConfig(config.setup, config)

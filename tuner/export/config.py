@@ -4,6 +4,10 @@ A config file is data. Loading one parses JSON and checks types and values; noth
 ever executed, imported or evaluated. Every string is valid Unicode text without control characters
 (free text may hold tabs and line breaks), every figure is finite and in its range, and the JSON is
 at most :data:`MAX_DEPTH` levels deep, so whatever a config holds, it loads or fails on one line.
+
+The config carries the recommendation's precision hazards (``hazards``, beside ``evidence``):
+each one's kind, policy and severity must be a known name, and its text is bounded by
+:data:`MAX_HAZARD_TEXT`. A config written before hazards existed has none.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import MptuneError
+from tuner.policies import POLICIES
 from tuner.setup import SETUP_FIELDS, LossScale, Policy, Setup
+from tuner.trials.hazards import KINDS, SEVERITIES, Hazard
 
 SCHEMA = "mptune.config"
 SCHEMA_VERSION = 1
@@ -28,6 +34,11 @@ SCHEMA_VERSION = 1
 MAX_DEPTH = 32
 #: The largest count (skipped steps, trial numbers) a config may carry: a signed 64-bit integer.
 MAX_COUNT = 2**63 - 1
+#: The most hazards a config may list: the probe reports a handful per policy.
+MAX_HAZARDS = 1000
+#: The longest a hazard's text (its layer, evidence or fix) may be, in characters: the probe's
+#: sentences are a few hundred; the limit keeps the comments generated code carries readable.
+MAX_HAZARD_TEXT = 4000
 
 _GPU_DEVICE_RE = re.compile(r"^gpu(?::(\d+))?\b", re.IGNORECASE)
 #: Control characters (Unicode category Cc): C0, DEL and C1.
@@ -133,6 +144,14 @@ class TunedConfig:
     created: str = ""
     mptune_version: str = ""
     session: str | None = None
+    #: Every precision hazard the search's numerics probe found, for every policy it probed
+    #: (unsafe first), as the recommendation lists them: those of ``setup.policy`` are warnings
+    #: about the chosen setup, the unsafe ones of other policies say why those were not chosen.
+    hazards: tuple[Hazard, ...] = ()
+
+    def policy_hazards(self) -> tuple[Hazard, ...]:
+        """The hazards of the chosen policy (``setup.policy``)."""
+        return tuple(h for h in self.hazards if h.policy == self.setup.policy.name)
 
     def to_dict(self) -> dict[str, Any]:
         evidence = asdict(self.evidence)
@@ -150,6 +169,7 @@ class TunedConfig:
             "model": self.model,
             "setup": self.setup.to_dict(),
             "evidence": evidence,
+            "hazards": [h.to_dict() for h in self.hazards],
             "hardware": hardware,
             "versions": dict(self.versions),
         }
@@ -213,6 +233,12 @@ class TunedConfig:
                 for t in v.array(e.get("trials", []), "evidence.trials")
             ),
         )
+        hazards = v.array(root.get("hazards", []), "hazards")
+        if len(hazards) > MAX_HAZARDS:
+            raise ConfigError(
+                f"{source}: field hazards must list at most {MAX_HAZARDS:,} hazards, "
+                f"got {len(hazards):,}"
+            )
         h = v.obj(root.get("hardware"), "hardware")
         device = v.string(h.get("device"), "hardware.device")
         if device not in ("cpu", "gpu"):
@@ -251,6 +277,7 @@ class TunedConfig:
                 root.get("mptune_version", ""), "mptune_version", allow_empty=True
             ),
             session=v.optional_string(root.get("session"), "session"),
+            hazards=tuple(v.hazard(x, f"hazards[{i}]") for i, x in enumerate(hazards)),
         )
 
     @classmethod
@@ -363,11 +390,23 @@ class _Validator:
             raise self.fail(name, "a list of two numbers, the lower first", value)
         return low, high
 
-    def string(self, value: Any, name: str, allow_empty: bool = False, text: bool = False) -> str:
+    def string(
+        self,
+        value: Any,
+        name: str,
+        allow_empty: bool = False,
+        text: bool = False,
+        limit: int | None = None,
+    ) -> str:
         """A string; ``text`` (free text) may hold tabs and newlines, a name no control
-        character at all."""
+        character at all; ``limit``: at most that many characters."""
         if not isinstance(value, str) or (not value and not allow_empty):
             raise self.fail(name, "a non-empty string" if not allow_empty else "a string", value)
+        if limit is not None and len(value) > limit:
+            raise ConfigError(
+                f"{self.source}: field {_printable(name)} must be at most {limit:,} characters, "
+                f"got {len(value):,}"
+            )
         surrogate = _SURROGATE_RE.search(value)
         if surrogate:
             raise ConfigError(
@@ -442,6 +481,40 @@ class _Validator:
             return Setup(parts["policy"], batch_size, parts["loss_scale"])
         except ValueError as exc:
             raise ConfigError(f"{self.source}: field setup.batch_size: {exc}") from None
+
+    def choice(self, value: Any, name: str, choices: tuple[str, ...], what: str) -> str:
+        """A name from ``choices`` (``what`` names the kind of value in the message)."""
+        text = self.string(value, name)
+        if text not in choices:
+            raise ConfigError(
+                f"{self.source}: field {_printable(name)}: unknown {what} {text!r}: "
+                f"choose one of {', '.join(choices)}"
+            )
+        return text
+
+    def hazard(self, value: Any, name: str) -> Hazard:
+        """One entry of ``hazards``: kind, policy and severity from their known names; layer
+        (null for the model as a whole), evidence and fix as free text of at most
+        :data:`MAX_HAZARD_TEXT` characters."""
+        h = self.obj(value, name)
+        layer = h.get("layer")
+        return Hazard(
+            kind=self.choice(h.get("kind"), f"{name}.kind", KINDS, "hazard kind"),
+            policy=self.choice(h.get("policy"), f"{name}.policy", POLICIES, "policy"),
+            layer=None
+            if layer is None
+            else self.string(
+                layer, f"{name}.layer", allow_empty=True, text=True, limit=MAX_HAZARD_TEXT
+            ),
+            evidence=self.string(
+                h.get("evidence"), f"{name}.evidence", text=True, limit=MAX_HAZARD_TEXT
+            ),
+            fix=self.string(h.get("fix"), f"{name}.fix", text=True, limit=MAX_HAZARD_TEXT),
+            severity=self.choice(h.get("severity"), f"{name}.severity", SEVERITIES, "severity"),
+            figure=None
+            if h.get("figure") is None
+            else self.string(h.get("figure"), f"{name}.figure", text=True, limit=200),
+        )
 
     def count(self, value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:

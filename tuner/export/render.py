@@ -6,11 +6,16 @@ quotes, spaces, backslashes or non-ASCII characters comes out as a correct Pytho
 text in a comment goes through ``oneline``, which keeps it to one line of printable characters.
 Whatever strings a config holds (a loaded one is checked, one built in code is not), the
 generated file compiles.
+
+The snippet and the script carry the config's precision hazards as comments
+(:func:`hazard_comments`): the chosen policy's own, and the unsafe ones of the policies not
+chosen, each with its fix.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any, Literal
 
 import jinja2
@@ -25,6 +30,9 @@ KERAS_VERSIONS = ("3", "2")
 
 Format = Literal["json", "snippet", "script"]
 KerasVersion = Literal["3", "2"]
+
+#: Generated comments are wrapped to this many characters a line.
+COMMENT_WIDTH = 88
 
 
 def _environment() -> jinja2.Environment:
@@ -52,6 +60,43 @@ def _oneline(value: Any) -> str:
     text = " ".join(str(value).splitlines())
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return _CODING_RE.sub("coding ", text)
+
+
+def comment_lines(text: Any) -> list[str]:
+    """Free text as comment lines of at most :data:`COMMENT_WIDTH` characters (a word longer
+    than a line is broken): made one line by :func:`_oneline` first, so that no piece of it can
+    leave the comment, then wrapped, each line after the first indented under it."""
+    return textwrap.wrap(
+        _oneline(text),
+        width=COMMENT_WIDTH,
+        initial_indent="# ",
+        subsequent_indent="#   ",
+        break_on_hyphens=False,
+    ) or ["#"]
+
+
+def hazard_comments(config: TunedConfig) -> list[str]:
+    """The config's hazards as comment lines for generated code.
+
+    Every hazard of the chosen policy (warnings: the policy stays the best choice, but the
+    model deserves the fix), then the unsafe hazards of the other policies (why they were not
+    chosen, and how to fix the model so that they could be): for each, ``# mptune numerics:
+    KIND in LAYER: EVIDENCE`` and ``# fix: FIX``, wrapped. The other policies' warnings are in
+    the JSON config only.
+    """
+    chosen = config.setup.policy.name
+    shown = [h for h in config.hazards if h.policy == chosen]
+    shown += [h for h in config.hazards if h.policy != chosen and h.unsafe]
+    lines: list[str] = []
+    for hazard in shown:
+        if hazard.policy != chosen:
+            head = f"mptune numerics (why not {hazard.policy})"
+        else:
+            head = "mptune numerics" + (" (unsafe)" if hazard.unsafe else "")
+        where = f" in {hazard.layer}" if hazard.layer else ""
+        lines += comment_lines(f"{head}: {hazard.kind}{where}: {hazard.evidence}")
+        lines += comment_lines(f"fix: {hazard.fix}")
+    return lines
 
 
 def _pyrepr(value: Any) -> str:
@@ -118,6 +163,7 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "mptune_version": __version__,
         "created": config.created,
         "session": config.session,
+        "hazard_comments": hazard_comments(config),
     }
 
 
