@@ -44,6 +44,13 @@ from tuner.resources import asset_path
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
 #: The trials table shows at least this many rows at the smallest supported window size.
 MIN_TABLE_ROWS = 8
+#: What the running trial is doing, by the worker's phase.
+PHASES = {
+    "build": "building the model",
+    "probe": "probing numerics against float32",
+    "warmup": "warming up",
+    "measure": "measuring",
+}
 
 
 class QtMainWindow(QMainWindow):
@@ -78,6 +85,7 @@ class QtMainWindow(QMainWindow):
         self.bridge.finished.connect(self._on_search_finished)
         self._search_started = 0.0
         self._trial_started = 0.0
+        self._trial_text = ""  # the running trial, as the status line names it
         self._trial_seconds: list[float] = []
         self._best_speed = 0.0
         self._memory_budget: float | None = None
@@ -305,6 +313,10 @@ class QtMainWindow(QMainWindow):
                 elif message["type"] == "memory" and not (self.profile and self.profile.gpus):
                     t = self._trial_started - self._search_started + message["t"]
                     self.plots.add_memory([t], [message["rss_mb"]])
+                elif message["type"] == "phase":
+                    self._show_phase(str(message.get("phase")))
+                elif message["type"] == "hazard":
+                    self._on_hazard(message)
                 continue
             if steps:
                 self.plots.add_steps(steps)
@@ -327,16 +339,29 @@ class QtMainWindow(QMainWindow):
             self._trial_started = time.monotonic()
             setup = event.spec.setup
             self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
-            self.status.setText(
+            self._trial_text = (
                 f"Trial #{event.number}: {setup.policy}, batch "
                 f"{setup.batch_size}, loss scale {setup.loss_scale}"
             )
+            self.status.setText(self._trial_text)
         elif isinstance(event, api.TrialFinished):
             self._trial_seconds.append(time.monotonic() - self._trial_started)
             self.add_trial(event.number, event.stage, event.result)
             self.progress.setValue(min(self.progress.value() + 1, self.progress.maximum()))
         elif isinstance(event, api.Recommended):
             self.show_recommendation(event.recommendation)
+
+    def _show_phase(self, phase: str) -> None:
+        if self._trial_text:
+            self.status.setText(f"{self._trial_text}: {PHASES.get(phase, phase)}")
+
+    def _on_hazard(self, message: api.WorkerMessage) -> None:
+        """A hazard the running trial's worker found (before its steps): marked on the plots."""
+        try:
+            hazard = api.Hazard.from_dict(message)
+        except ValueError:
+            return  # malformed: the trial's result still lists its hazards
+        self.plots.add_hazard(hazard)
 
     def add_trial(self, number: int, stage: str, result: api.TrialResult) -> None:
         """Put a finished trial in the table and the plots."""
@@ -405,7 +430,10 @@ class QtMainWindow(QMainWindow):
         self.plots.redraw()
 
     def _on_trial_selected(self, row: TrialRow) -> None:
-        self.plots.show_trial_curves(list(row.result.losses), list(row.result.loss_scales))
+        result = row.result
+        self.plots.show_trial_curves(
+            list(result.losses), list(result.loss_scales), hazards=result.hazards
+        )
 
     def save_plots(self) -> None:
         path, _ = QFileDialog.getSaveFileName(

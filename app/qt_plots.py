@@ -7,7 +7,7 @@ fluid through pyqtgraph's downsampling and clip-to-view.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,22 @@ from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
 
-from tuner.api import POLICIES
+from tuner.api import POLICIES, Hazard
 
 POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
+#: Hazard markers: an unsafe policy's in red, a warning's in amber.
+HAZARD_COLOURS = {"unsafe": "#be123c", "warning": "#b45309"}
+#: Hazards about the loss scale's range go on the loss-scale plot; the others on the loss plot.
+SCALE_HAZARDS = ("underflow", "overflow")
+#: A marker's words per hazard kind (the hazard's ``figure`` follows them).
+_MARKER = {
+    "integer_cast": "integer cast",
+    "policy_failure": "fails under this policy",
+    "overflow": "overflow",
+    "underflow": "underflow",
+    "low_precision_output": "low-precision output",
+    "divergence": "divergence",
+}
 pg.setConfigOptions(antialias=True, background="w", foreground="#222")
 
 
@@ -149,6 +162,10 @@ class QtLivePlots(QWidget):
             pen=pg.mkPen("#3b82f6", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
             name="float32 baseline",
         )
+        # Hazard markers of the trial on show, on the loss-scale plot and on the loss plot.
+        self.scale_markers: list[pg.InfiniteLine] = []
+        self.loss_markers: list[pg.InfiniteLine] = []
+        self._scaled = True
         self._points: dict[str, list[tuple[float, float]]] = {p: [] for p in POLICIES}
         self._peaks: list[tuple[float, float]] = []
         self._best: tuple[list[int], list[float]] = ([], [])
@@ -192,12 +209,49 @@ class QtLivePlots(QWidget):
     def start_trial(self, scaled: bool = True) -> None:
         """A new trial: its loss curve starts empty, and so does the loss-scale curve when the
         trial scales its loss (otherwise the last scaled trial's trace stays in view)."""
+        self._scaled = scaled
         if scaled:
             self._scale.clear()
             self._skipped = []
             self._dirty.add("loss_scale")
+            self._remove_markers(self.loss_scale, self.scale_markers)
         self._loss.clear()
         self._dirty.add("loss")
+        self._remove_markers(self.loss, self.loss_markers)
+
+    def add_hazard(self, hazard: Hazard) -> None:
+        """Mark a hazard of the current trial at its first step: underflow and overflow on the
+        loss-scale plot (on the loss plot when the trial scales no loss, whose loss-scale plot
+        still shows an earlier trial), the others on the loss plot. The line's tooltip gives
+        the hazard in full."""
+        on_scale = hazard.kind in SCALE_HAZARDS and self._scaled
+        plot, markers = (
+            (self.loss_scale, self.scale_markers) if on_scale else (self.loss, self.loss_markers)
+        )
+        colour = HAZARD_COLOURS.get(hazard.severity, HAZARD_COLOURS["warning"])
+        line = pg.InfiniteLine(
+            pos=1,
+            angle=90,
+            pen=pg.mkPen(colour, width=2, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label=marker_text(hazard),
+            labelOpts={
+                # Stacked from the bottom (a falling loss leaves the lower left free, and the
+                # legend sits top right), one line of text apart.
+                "position": min(0.95, 0.08 + 0.14 * len(markers)),
+                "color": colour,
+                "fill": pg.mkBrush(255, 255, 255, 210),
+                "anchors": [(0, 0.5), (0, 0.5)],
+            },
+        )
+        line.setToolTip(hazard.describe())
+        # A marker does not stretch the view: the trial's curve decides its range.
+        plot.getPlotItem().addItem(line, ignoreBounds=True)
+        markers.append(line)
+
+    def _remove_markers(self, plot: pg.PlotWidget, markers: list[pg.InfiniteLine]) -> None:
+        for line in markers:
+            plot.getPlotItem().removeItem(line)
+        markers.clear()
 
     def add_steps(self, steps: list[dict[str, Any]]) -> None:
         """Step events of the current trial (measured and warm-up, numbered in order)."""
@@ -221,10 +275,18 @@ class QtLivePlots(QWidget):
             self._dirty.add("loss_scale")
 
     def show_trial_curves(
-        self, losses: list[float], scales: list[float | None], skipped: list[bool] | None = None
+        self,
+        losses: list[float],
+        scales: list[float | None],
+        skipped: list[bool] | None = None,
+        hazards: Iterable[Hazard] = (),
     ) -> None:
-        """Replace the step curves with a stored trial's (a row picked in the table)."""
+        """Replace the step curves with a stored trial's (a row picked in the table), with its
+        hazards marked."""
         self.start_trial()
+        self._scaled = any(s is not None for s in scales)
+        for hazard in hazards:
+            self.add_hazard(hazard)
         # Not strict: a stored trial whose lists differ in length shows their common steps.
         steps = [
             {"loss": loss, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
@@ -298,6 +360,14 @@ class QtLivePlots(QWidget):
                 pg.exporters.ImageExporter(plot.getPlotItem()).export(target)
             written.append(target)
         return written
+
+
+def marker_text(hazard: Hazard) -> str:
+    """A hazard in a few words for its marker, e.g. ``⚠ underflow: 2.1% flushed`` or
+    ``⚠ unsafe integer cast: 19,999 became 19,968``."""
+    title = _MARKER.get(hazard.kind, hazard.kind.replace("_", " "))
+    unsafe = "unsafe " if hazard.unsafe else ""
+    return f"\u26a0 {unsafe}{title}" + (f": {hazard.figure}" if hazard.figure else "")
 
 
 def _render_svg(widget: QGraphicsView, path: str) -> None:

@@ -1,13 +1,26 @@
-"""The recommendation: the chosen setup, its evidence and reason, alternatives."""
+"""The recommendation: the chosen setup, its evidence and reason, hazards, alternatives."""
 
 from __future__ import annotations
 
 import html
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from tuner import api
+
+#: The label colour of a hazard row: an unsafe policy's in red, a warning's in amber.
+HAZARD_COLOURS = {"Unsafe": "#be123c", "Hazard": "#b45309"}
+#: Rows the warnings come before: they bear on the answer more than the alternatives do.
+_AFTER_HAZARDS = ("Alternative", "Not tried", "Note")
 
 
 class QtRecommendation(QWidget):
@@ -22,7 +35,14 @@ class QtRecommendation(QWidget):
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.summary)
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # Hazards and alternatives make the text longer than the tab: it scrolls.
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidget(self.summary)
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        layout.addWidget(self.scroll_area, 1)
         buttons = QHBoxLayout()
         self.export_button = QPushButton("Export...")
         self.apply_button = QPushButton("Apply to my script")
@@ -32,7 +52,6 @@ class QtRecommendation(QWidget):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout.addLayout(buttons)
-        layout.addStretch(1)
         self.export_button.clicked.connect(lambda: self.exportRequested.emit("json"))
         self.apply_button.clicked.connect(lambda: self.exportRequested.emit("snippet"))
         self.recommendation: api.Recommendation | None = None
@@ -47,11 +66,47 @@ class QtRecommendation(QWidget):
         if rec is None:
             self.summary.setText(html.escape(message or "No recommendation."))
             return
-        rows = [(label, html.escape(text)) for label, text in api.evidence_rows(rec)]
-        # The setup line in bold: it is the answer.
-        rows[0] = (rows[0][0], f"<b>{rows[0][1]}</b>")
-        self.summary.setText(
-            "<table cellspacing='4'>"
-            + "".join(f"<tr><td valign='top'><b>{k}</b></td><td>{v}</td></tr>" for k, v in rows)
-            + "</table>"
-        )
+        self.summary.setText(render(rec))
+
+
+def render(rec: api.Recommendation) -> str:
+    """The recommendation's evidence rows as a rich-text table: the setup in bold, each unsafe
+    policy's hazard under it, the warnings before the alternatives; a hazard in colour, its
+    evidence and its fix on lines of their own."""
+    rows: list[tuple[str, str, str]] = []  # (label, label cell, text cell)
+    hazard_rows: list[tuple[str, str, str]] = []
+    hazards = iter(rec.hazards)
+    for label, text in api.evidence_rows(rec):
+        if label in HAZARD_COLOURS:
+            colour = HAZARD_COLOURS[label]
+            cell = f"<b style='color:{colour}'>\u26a0&nbsp;{html.escape(label)}</b>"
+            hazard_rows.append((label, cell, _hazard_cell(next(hazards, None), text)))
+        else:
+            rows.append((label, f"<b>{html.escape(label)}</b>", html.escape(text)))
+    # The setup line in bold: it is the answer.
+    rows[0] = (*rows[0][:2], f"<b>{rows[0][2]}</b>")
+    # Unsafe policies right under the setup (they are why mixed precision is not the answer);
+    # warnings before the alternatives.
+    unsafe = [row for row in hazard_rows if row[0] == "Unsafe"]
+    at = next((i for i, row in enumerate(rows) if row[0] in _AFTER_HAZARDS), len(rows))
+    rows[at:at] = [row for row in hazard_rows if row[0] != "Unsafe"]
+    rows[1:1] = unsafe
+    return (
+        "<table cellspacing='4'>"
+        + "".join(f"<tr><td valign='top'>{k}</td><td>{v}</td></tr>" for _, k, v in rows)
+        + "</table>"
+    )
+
+
+def _hazard_cell(hazard: api.Hazard | None, text: str) -> str:
+    """A hazard's row: where (policy and layer), what was measured, and the fix, each on a
+    line; the engine's line as it is when it is not this hazard's."""
+    if hazard is None or hazard.describe() != text:
+        return html.escape(text)
+    where = f", {html.escape(hazard.layer)}" if hazard.layer else ""
+    colour = HAZARD_COLOURS["Unsafe" if hazard.unsafe else "Hazard"]
+    return (
+        f"<span style='color:{colour}'><b>{html.escape(hazard.policy)}</b>{where}: "
+        f"{html.escape(hazard.kind.replace('_', ' '))}</span><br>"
+        f"{html.escape(hazard.evidence)}.<br><i>Fix:</i> {html.escape(hazard.fix)}"
+    )

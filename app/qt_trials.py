@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from app.tooltips import TOOLTIPS
@@ -41,6 +43,14 @@ _TIPS = {
 }
 
 Index = QModelIndex | QPersistentModelIndex
+
+#: The status cell's text colour: failures red; an unsafe policy (the model's numbers are
+#: corrupted, not the trial broken) in its own colour, on a tint of it.
+FAILED_COLOUR = "#b91c1c"
+UNSAFE_COLOUR = "#9d174d"
+UNSAFE_BACKGROUND = "#fce7f3"
+#: The colour of the hazard marker on a trial that stays a candidate (warnings only).
+HAZARD_COLOUR = "#b45309"
 
 
 @dataclass(frozen=True)
@@ -87,9 +97,8 @@ class TrialsModel(QAbstractTableModel):
             return self._text(column, value)
         if role == Qt.ItemDataRole.UserRole:  # what sorting compares
             return value if value is not None else -math.inf
-        if role == Qt.ItemDataRole.ToolTipRole and column == "status":
-            error = row.result.error
-            return error.message if error else None
+        if column == "status" and role in _STATUS_ROLES:
+            return _status_data(row.result, role)
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
             "policy",
@@ -102,7 +111,6 @@ class TrialsModel(QAbstractTableModel):
     def _value(self, row: TrialRow, column: str) -> Any:
         r = row.result
         setup = r.spec.setup
-        status = r.status.value
         return {
             "#": row.number,
             "stage": row.stage,
@@ -114,7 +122,7 @@ class TrialsModel(QAbstractTableModel):
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
             "loss gap": self.loss_gaps.get(row.number),
-            "status": status if r.ok else f"{status}: {r.error.message if r.error else ''}",
+            "status": status_text(r),
         }[column]
 
     @staticmethod
@@ -155,6 +163,54 @@ class TrialsModel(QAbstractTableModel):
         self.endResetModel()
 
 
+def status_text(result: api.TrialResult) -> str:
+    """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``unsafe ⚠ 2 hazards: why``, ``oom: why``."""
+    text = result.status.value
+    if result.hazards:
+        n = len(result.hazards)
+        text += f" \u26a0 {n} hazard{'s' if n > 1 else ''}"
+    if not result.ok:
+        text += f": {result.error.message if result.error else ''}"
+    return text
+
+
+_STATUS_ROLES = (
+    Qt.ItemDataRole.ToolTipRole,
+    Qt.ItemDataRole.ForegroundRole,
+    Qt.ItemDataRole.BackgroundRole,
+)
+
+
+def _status_data(result: api.TrialResult, role: int) -> Any:
+    unsafe = result.status is api.TrialStatus.UNSAFE
+    if role == Qt.ItemDataRole.ToolTipRole:
+        return status_tooltip(result)
+    if role == Qt.ItemDataRole.ForegroundRole:
+        if unsafe:
+            return QColor(UNSAFE_COLOUR)
+        if not result.ok:
+            return QColor(FAILED_COLOUR)
+        return QColor(HAZARD_COLOUR) if result.hazards else None
+    if role == Qt.ItemDataRole.BackgroundRole and unsafe:
+        return QColor(UNSAFE_BACKGROUND)
+    return None
+
+
+def status_tooltip(result: api.TrialResult) -> str | None:
+    """The failure's reason and each hazard in full (rich text, so that Qt wraps it)."""
+    parts = []
+    if result.error is not None:
+        parts.append(f"<p>{html.escape(result.error.message, quote=False)}</p>")
+    if result.hazards:
+        items = "".join(
+            f"<li><b>{h.severity}</b> ({h.kind.replace('_', ' ')}): "
+            f"{html.escape(h.describe(), quote=False)}</li>"
+            for h in result.hazards
+        )
+        parts.append(f"<p>Precision hazards:</p><ul>{items}</ul>")
+    return "".join(parts) or None
+
+
 class QtTrialsTable(QTableView):
     """The trials, sortable by any column.
 
@@ -176,11 +232,20 @@ class QtTrialsTable(QTableView):
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.setAlternatingRowColors(True)
+        # One line a row: a long status is elided, and its tooltip gives it in full.
+        self.setWordWrap(False)
         self.verticalHeader().setVisible(False)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         self.selectionModel().selectionChanged.connect(self._on_selection)
+        # The header fits its columns to the rows there when it is set up, not to rows added
+        # later: a search's first mixed-precision row would show "mixed_..." without this.
+        self.trials.rowsInserted.connect(self._fit_columns)
+        self.trials.dataChanged.connect(self._fit_columns)
+
+    def _fit_columns(self) -> None:
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
 
     def _on_selection(self) -> None:
         rows = self.selectionModel().selectedRows()
