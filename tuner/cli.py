@@ -28,6 +28,7 @@ from tuner.errors import (
     EXIT_OK,
     EXIT_TRIAL_FAILED,
     MptuneError,
+    StopRequest,
     Terminated,
 )
 
@@ -371,7 +372,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         raise MptuneError(str(exc)) from None
     api.check_model(spec.model)
     with TrialProgress(spec) as progress:
-        result = api.run_trial(spec, progress.on_event)
+        result = api.run_trial(spec, progress.on_event, cancel=_STOP)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -445,18 +446,20 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 resume=bool(args.resume),
                 on_event=progress.on_event,
                 profile=profile,
+                cancel=_STOP,
             )
-    except KeyboardInterrupt as exc:
+    except (KeyboardInterrupt, api.TrialCancelled) as stopped:
+        stop = _stop_exception(stopped)
         if progress.session:
             print(
-                f"mptune: {_stopped(exc)}; finished trials are kept in session {progress.session} "
+                f"mptune: {_stopped(stop)}; finished trials are kept in session {progress.session} "
                 f"(continue with: mptune tune --resume {progress.session}"
                 + (f" --storage {args.storage}" if args.storage else "")
                 + ")",
                 file=sys.stderr,
             )
-            return _interrupted_exit(exc)
-        raise
+            return _interrupted_exit(stop)
+        raise stop from None
     view = api.open_session(result.session, args.storage)
     if args.json:
         print(json.dumps({**result.recommendation.to_dict(), "session": result.session}, indent=2))
@@ -580,17 +583,36 @@ def _interrupted_exit(exc: KeyboardInterrupt) -> int:
     return exc.exit_code if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated(signum)
+#: Set by a stop signal (Ctrl-C, SIGTERM, SIGHUP) and handed to the search and the trial as
+#: their cancel event (see :class:`~tuner.errors.StopRequest` for why a signal does not raise).
+_STOP = StopRequest()
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """The first stop signal asks the trial and the search to stop; a second one raises at
+    once, wherever the process is (a stop that hangs)."""
+    exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    again = _STOP.is_set()
+    _STOP.stop(exc)
+    if again:
+        raise exc
+
+
+def _stop_exception(exc: BaseException) -> KeyboardInterrupt:
+    """What stopped mptune: ``exc`` itself, or for a trial cancelled by :data:`_STOP` the
+    signal that set it."""
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    return _STOP.by or KeyboardInterrupt()
 
 
 def _end_cleanly_on_signals() -> None:
     """SIGTERM and SIGHUP end mptune the way Ctrl-C does (the worker killed, the running trial
-    closed in the store) instead of leaving that to the next run. A signal the caller set to be
-    ignored (``nohup``) stays ignored."""
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    closed in the store) instead of leaving that to the next run, and every stop signal also
+    sets :data:`_STOP`. A signal the caller set to be ignored (``nohup``) stays ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) != signal.SIG_IGN:
-            signal.signal(signum, _raise_terminated)
+            signal.signal(signum, _on_stop_signal)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -604,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return EXIT_OK
+    _STOP.reset()
     if args.command in ("trial", "tune") and threading.current_thread() is threading.main_thread():
         _end_cleanly_on_signals()
     try:
@@ -611,9 +634,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MptuneError as exc:
         print(f"mptune: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt as exc:
-        print(f"mptune: {_stopped(exc)}", file=sys.stderr)
-        return _interrupted_exit(exc)
+    except (KeyboardInterrupt, api.TrialCancelled) as stopped:
+        stop = _stop_exception(stopped)
+        print(f"mptune: {_stopped(stop)}", file=sys.stderr)
+        return _interrupted_exit(stop)
     except Exception as exc:
         if args.verbose:
             raise

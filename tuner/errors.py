@@ -7,6 +7,8 @@ flag, a model file without ``build_model``): the CLI prints ``mptune: <message>`
 
 from __future__ import annotations
 
+import threading
+
 #: Exit status for a run that worked.
 EXIT_OK = 0
 #: Exit status for a trial that ran but did not end ``ok`` (oom, diverged, timeout, crashed).
@@ -53,3 +55,30 @@ class Terminated(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class StopRequest(threading.Event):
+    """A cancel event that remembers what set it.
+
+    The CLI's handlers for SIGINT, SIGTERM and SIGHUP set it instead of raising at once: Python
+    delivers a signal's exception wherever the main thread happens to be, and when that is a
+    finalizer or a weakref callback (a database connection being collected) the exception is
+    printed as "ignored" and lost, and the search runs on. The event is never lost: the running
+    trial sees it at its next poll (a quarter of a second) and the search before its next
+    trial. ``by`` is the exception the signal stands for, so that a stopped trial's note and the
+    exit status still name it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by: KeyboardInterrupt | None = None
+
+    def stop(self, by: KeyboardInterrupt) -> None:
+        """Set the event; the first stop's reason is kept."""
+        if self.by is None:
+            self.by = by
+        self.set()
+
+    def reset(self) -> None:
+        self.by = None
+        self.clear()

@@ -230,3 +230,22 @@ def test_no_command_prints_help() -> None:
     proc = mptune()
     assert proc.returncode == 0 and "detect" in proc.stdout and "trial" in proc.stdout
 
+
+def test_a_stop_signal_asks_and_a_second_one_raises() -> None:
+    import signal as signals
+
+    from tuner import cli
+    from tuner.errors import Terminated
+
+    cli._STOP.reset()
+    try:
+        cli._on_stop_signal(signals.SIGTERM, None)  # asks, does not raise
+        assert cli._STOP.is_set()
+        # A trial or search cancelled through the event ends as that signal would have.
+        stopped = cli._stop_exception(RuntimeError("cancelled"))
+        assert isinstance(stopped, Terminated) and stopped.exit_code == 128 + signals.SIGTERM
+        with pytest.raises(KeyboardInterrupt):  # a second signal stops at once
+            cli._on_stop_signal(signals.SIGINT, None)
+        assert cli._stop_exception(RuntimeError("cancelled")) is stopped  # the first one counts
+    finally:
+        cli._STOP.reset()

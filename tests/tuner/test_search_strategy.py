@@ -477,3 +477,18 @@ def test_the_loss_scale_stage_starts_from_the_probes_evidence(tmp_path: Path) ->
     assert "fixed:1024: not run" in notes and "passes float16's 65,504" in notes
     assert "without loss scaling 20.00% of float32's gradient values" in notes
 
+
+def test_a_search_cancelled_between_trials_opens_no_new_trial(tmp_path: Path) -> None:
+    """A stop signal whose exception Python swallowed (in a finalizer) still set the cancel
+    event: the search stops before the next trial instead of running on."""
+    import threading
+
+    from tuner.trials.runner import TrialCancelled
+
+    machine = Machine(speed={"float32": 1000})
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(TrialCancelled):
+        run(machine, tmp_path, cancel=cancel, space=SearchSpace(policies=("float32",)))
+    assert machine.calls == []
+    assert TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").view().trials == ()

@@ -229,6 +229,10 @@ class Evaluator:
             return known[repeat]
         self._check_budget()
         spec = self.spec(setup)
+        if self.cancel is not None and self.cancel.is_set():
+            # Stopped between trials (a signal whose exception Python swallowed, say): no new
+            # trial is opened only to be abandoned.
+            raise TrialCancelled(spec.describe())
         trial = self.session.start_trial(spec, stage)
         self.on_event(TrialStarted(trial.number, stage, spec))
         t0 = time.monotonic()
@@ -242,7 +246,8 @@ class Evaluator:
                 source=self.source,
             )
         except (KeyboardInterrupt, TrialCancelled) as exc:
-            by = exc.name if isinstance(exc, Terminated) else "the user"
+            stop = exc if isinstance(exc, KeyboardInterrupt) else getattr(self.cancel, "by", None)
+            by = stop.name if isinstance(stop, Terminated) else "the user"
             self.session.abandon_trial(trial, f"stopped by {by}")
             raise
         except BaseException:
