@@ -105,8 +105,10 @@ def mptune(*args: str, env: dict[str, str] | None = None, **kwargs) -> subproces
 
 def _default_sigint() -> None:
     # Started from a background job, a child inherits SIGINT as ignored and Python then never
-    # raises KeyboardInterrupt: the test restores what an interactive shell gives.
+    # raises KeyboardInterrupt; under nohup it inherits SIGHUP as ignored, which mptune keeps
+    # ignoring by design: the test restores what an interactive shell gives.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 # -- the parent dies: workers, their children, the store, the log files ----------------------

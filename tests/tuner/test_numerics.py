@@ -345,6 +345,7 @@ def test_divergence_names_the_first_layer_past_the_threshold() -> None:
     hazard = only(report, DIVERGENCE)
     assert hazard.layer == "layer 'cancel' (Cancel)"
     assert "threshold is 1.6%" in hazard.evidence
+    assert 'dtype="float32"' in hazard.fix
     report, _ = run_probe(cancelling("float32"), F16, x, np.zeros((16, 1), "float32"))
     assert DIVERGENCE not in kinds(report)
 
