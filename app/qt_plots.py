@@ -150,10 +150,16 @@ class QtLivePlots(QWidget):
 
         self._scale = _Series()
         self.scale_curve = self.loss_scale.plot(pen=pg.mkPen("#10b981", width=1), name="scale")
-        self.skipped_points = pg.ScatterPlotItem(
-            symbol="x", size=10, brush="#ef4444", pen="#ef4444", name="skipped (overflow)"
+        # A PlotDataItem, not a ScatterPlotItem: only the former follows the plot's log axis
+        # (a scatter point at 16384 was taken for 10^16384 and blew the range to 1e±308).
+        self.skipped_points = self.loss_scale.plot(
+            pen=None,
+            symbol="x",
+            symbolSize=10,
+            symbolBrush="#ef4444",
+            symbolPen="#ef4444",
+            name="skipped (overflow)",
         )
-        self.loss_scale.addItem(self.skipped_points)
         self._skipped: list[tuple[float, float]] = []
 
         self._loss = _Series()
@@ -235,11 +241,11 @@ class QtLivePlots(QWidget):
             pen=pg.mkPen(colour, width=2, style=pg.QtCore.Qt.PenStyle.DashLine),
             label=marker_text(hazard),
             labelOpts={
-                # Stacked from the bottom (a falling loss leaves the lower left free, and the
-                # legend sits top right), one line of text apart.
+                # Stacked from the bottom (the legend sits top right), one line of text
+                # apart, on a see-through fill: a curve under a label stays visible.
                 "position": min(0.95, 0.08 + 0.14 * len(markers)),
                 "color": colour,
-                "fill": pg.mkBrush(255, 255, 255, 210),
+                "fill": pg.mkBrush(255, 255, 255, 140),
                 "anchors": [(0, 0.5), (0, 0.5)],
             },
         )

@@ -66,7 +66,12 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
     plots.redraw(everything=True)
     _xs, ys = plots.scale_curve.getData()  # the plot's y axis is logarithmic
     assert [round(10**y) for y in ys] == [32768, 16384, 16384]
-    assert plots.skipped_points.data.size == 2
+    _xs, skipped = plots.skipped_points.getData()
+    assert [round(10**y) for y in skipped] == [32768, 16384]  # on the same log axis
+    # The view stays around the scale (log10 of 16384..32768), not 10^-308..10^308.
+    plots.loss_scale.getPlotItem().getViewBox().updateAutoRange()
+    low, high = plots.loss_scale.getPlotItem().getViewBox().viewRange()[1]
+    assert 3 < low < 4.3 and 4.4 < high < 6
 
 
 def test_plots_save_png_and_svg(qtbot, tmp_path) -> None:
