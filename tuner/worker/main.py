@@ -37,7 +37,6 @@ class _Context:
     batches: list[tuple[Any, Any]] = field(default_factory=list)
     loss: Any = None
     runner: Any = None
-    probed: bool = False
 
 
 def main(argv: list[str]) -> int:
@@ -128,7 +127,6 @@ def _run(
             _initial_scale(spec),
             lambda value, n: loading._slice(value, 0, n),
         )
-        context.probed = True
         probe_s = time.perf_counter() - t_probe
         for hazard in report.hazards:
             channel.emit("hazard", **hazard.to_dict())
