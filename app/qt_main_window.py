@@ -44,13 +44,6 @@ from tuner.resources import asset_path
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
 #: The trials table shows at least this many rows at the smallest supported window size.
 MIN_TABLE_ROWS = 8
-#: What the running trial is doing, by the worker's phase.
-PHASES = {
-    "build": "building the model",
-    "probe": "probing numerics against float32",
-    "warmup": "warming up",
-    "measure": "measuring",
-}
 
 
 class QtMainWindow(QMainWindow):
@@ -353,7 +346,7 @@ class QtMainWindow(QMainWindow):
 
     def _show_phase(self, phase: str) -> None:
         if self._trial_text:
-            self.status.setText(f"{self._trial_text}: {PHASES.get(phase, phase)}")
+            self.status.setText(f"{self._trial_text}: {api.PHASES.get(phase, phase)}")
 
     def _on_hazard(self, message: api.WorkerMessage) -> None:
         """A hazard the running trial's worker found (before its steps): marked on the plots."""

@@ -51,6 +51,7 @@ from tuner.search.space import (
     parse_policies,
 )
 from tuner.setup import LossScale, Policy, Setup
+from tuner.trials.events import PHASES
 from tuner.trials.events import Event as WorkerMessage
 from tuner.trials.hazards import Hazard
 from tuner.trials.models import BUILTINS, ModelSource
@@ -74,6 +75,7 @@ __all__ = [
     "MIXED_BFLOAT16",
     "MIXED_FLOAT16",
     "OBJECTIVES",
+    "PHASES",
     "POLICIES",
     "Alternative",
     "ConfigError",

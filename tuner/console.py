@@ -18,13 +18,6 @@ from rich.table import Table
 from tuner import api
 from tuner.api import TrialResult, TrialSpec, WorkerMessage
 
-_PHASES = {
-    "build": "building the model",
-    "probe": "probing numerics against float32",
-    "warmup": "warming up",
-    "measure": "measuring",
-}
-
 
 class TrialProgress:
     """A spinner on stderr that says what the running trial is doing (silent when stderr is not
@@ -55,7 +48,7 @@ class TrialProgress:
     def on_event(self, event: WorkerMessage) -> None:
         kind = event["type"]
         if kind == "phase":
-            self._phase = _PHASES.get(event.get("phase", ""), str(event.get("phase")))
+            self._phase = api.PHASES.get(event.get("phase", ""), str(event.get("phase")))
         elif kind == "step":
             now = time.monotonic()
             if now - self._last_update < 0.1:  # a fast model sends hundreds of steps a second
@@ -63,7 +56,7 @@ class TrialProgress:
             self._last_update = now
             loss = event.get("loss")
             self._phase = (
-                f"{_PHASES.get(event.get('phase', ''), '')}: step {event.get('step')}"
+                f"{api.PHASES.get(event.get('phase', ''), '')}: step {event.get('step')}"
                 f", {event.get('time_ms', 0):.1f} ms, loss {_fmt(loss, '.4g')}"
             )
         else:

@@ -7,8 +7,12 @@ parse is logged and counted, never fatal, and a partial last line is tried once 
 Event types, in the order a worker sends them:
 
 * ``started``: ``pid``, ``import_s`` (interpreter start and TensorFlow import), ``versions``
-* ``phase``: ``phase`` (``build``, ``warmup``, ``measure``), ``t`` (seconds since start)
-* ``warning``: ``code``, ``message`` (model checks: a float16 output, widths not multiples of 8)
+* ``phase``: ``phase`` (``build``, ``probe``, ``warmup``, ``measure``: see :data:`PHASES`)
+* ``hazard``: a :class:`~tuner.trials.hazards.Hazard` as its ``to_dict`` (the numerics probe and
+  the model checks, before the first step)
+* ``numerics``: the probe's measurements (``TrialResult.numerics``)
+* ``warning``: ``code``, ``message`` (widths not multiples of 8 on Tensor Core GPUs, a probe
+  that could not compare, a policy measured with the probe's fix applied)
 * ``step``: ``phase``, ``step``, ``loss``, ``loss_scale``, ``skipped``, ``nonfinite``, ``time_ms``
 * ``result``: the measured figures (see :mod:`tuner.trials.runner`)
 * ``error``: ``exception``, ``message``, ``location``, ``phase``, ``oom``, ``user_code``,
@@ -27,6 +31,14 @@ import json
 import logging
 import math
 from typing import Any
+
+#: What a worker's phase means, in the words both faces show while a trial runs.
+PHASES = {
+    "build": "building the model",
+    "probe": "probing numerics against float32",
+    "warmup": "warming up",
+    "measure": "measuring",
+}
 
 logger = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: The compute dtypes of the low-precision policies.
+LOW_PRECISION_DTYPES = ("float16", "bfloat16")
 #: float16's largest finite value: (2 - 2**-10) * 2**15.
 FLOAT16_MAX = 65504.0
 #: float16's smallest positive (subnormal) value; anything smaller in magnitude rounds to zero.

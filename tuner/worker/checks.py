@@ -17,7 +17,12 @@ from typing import Any
 import keras
 
 from tuner.policies import FLOAT32
-from tuner.trials.hazards import FLOAT16_TINY, LOW_PRECISION_OUTPUT, Hazard
+from tuner.trials.hazards import (
+    FLOAT16_TINY,
+    LOW_PRECISION_DTYPES,
+    LOW_PRECISION_OUTPUT,
+    Hazard,
+)
 from tuner.worker.loading import _all_layers
 
 #: Layer attributes that become a matrix dimension.
@@ -185,7 +190,7 @@ def output_hazards(model: keras.Model, policy: str, loss: Any, low: list[str]) -
     return hazards
 
 
-_LOW = ("float16", "bfloat16")
+_LOW = LOW_PRECISION_DTYPES
 _DIGITS = {"float16": "3", "bfloat16": "2"}
 
 

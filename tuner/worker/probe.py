@@ -32,6 +32,7 @@ from tuner.trials.hazards import (
     FLOAT16_TINY,
     INTEGER_CAST,
     INTEGER_LIMIT,
+    LOW_PRECISION_DTYPES,
     OVERFLOW,
     POLICY_FAILURE,
     UNDERFLOW,
@@ -50,7 +51,7 @@ PREDICTED_SCALES = (1.0, 2.0**7, 2.0**15, 2.0**24)
 RECORD_BUDGET_BYTES = 384 * 2**20
 #: Layers that read their input as indices (a rounded id selects another row or bucket).
 _INDEX_LAYERS = ("Embedding", "CategoryEncoding", "IntegerLookup", "Hashing", "HashedCrossing")
-_LOW = {"float16", "bfloat16"}
+_LOW = LOW_PRECISION_DTYPES
 
 
 @dataclass
