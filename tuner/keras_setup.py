@@ -1,4 +1,5 @@
-"""Where a :class:`~tuner.setup.Setup` meets Keras 3: the policy, the loss scaling, compile().
+"""Where a :class:`~tuner.setup.Setup` meets Keras 3: the policy and TF32, the loss scaling and
+gradient accumulation on the optimizer, and compile() (XLA, steps per execution).
 
 The trial worker and :func:`tuner.apply_config` (in the user's training process) both go
 through these functions, so a setup trains the same way in a trial and in the user's script.
@@ -9,7 +10,12 @@ Keras 3 facts this relies on (keras/src/optimizers/loss_scale_optimizer.py, kera
 trainer.py): ``compile()`` wraps the optimizer in ``LossScaleOptimizer`` by itself under
 mixed_float16 unless ``auto_scale_loss=False``, and leaves one that is already wrapped alone;
 a fixed scale is ``loss_scale_factor`` on the inner optimizer (Keras 3 has no ``dynamic=False``),
-and that path never skips a step whose gradients are not finite.
+and that path never skips a step whose gradients are not finite. ``gradient_accumulation_steps``
+belongs on the inner optimizer (``LossScaleOptimizer`` refuses it). ``compile(jit_compile=...)``
+defaults to ``"auto"``, which turns XLA on by itself on a GPU and off on a CPU
+(``Trainer._resolve_auto_jit_compile``), so a setup always passes True or False.
+TensorFlow runs float32 matmuls as TF32 on compute capability 8.0 and up unless told otherwise
+(``tf.config.experimental.enable_tensor_float_32_execution``).
 
 This module imports Keras; only the worker and ``apply_config`` may import it.
 """
@@ -24,24 +30,49 @@ from tuner.setup import LossScale, Policy, Setup
 
 
 def apply_policy(policy: Policy | Setup) -> None:
-    """Make ``policy`` (or a setup's) the global policy: layers built after this use it."""
+    """Make ``policy`` (or a setup's) the global policy: layers built after this use it.
+
+    For a float32 setup this also sets TF32 as the setup says (on for ``tf32``, off for plain
+    float32, which then means IEEE float32 on every GPU); mixed policies leave TensorFlow's TF32
+    setting alone. TF32 exists only on the TensorFlow backend, and changes nothing on a CPU.
+    """
     chosen = policy.policy if isinstance(policy, Setup) else policy
     keras.mixed_precision.set_global_policy(chosen.name)
+    if isinstance(policy, Setup) and not chosen.is_mixed:
+        set_tf32(policy.tf32)
 
 
-def wrap_optimizer(optimizer: Any, loss_scale: LossScale) -> Any:
-    """``optimizer`` with the loss scaling ``loss_scale`` says.
+def set_tf32(enabled: bool) -> None:
+    """TensorFloat-32 matmuls and convolutions on or off (TensorFlow backend only)."""
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+
+def wrap_optimizer(optimizer: Any, loss_scale: LossScale | Setup) -> Any:
+    """``optimizer`` with the loss scaling ``loss_scale`` says (and, given a setup, its gradient
+    accumulation).
 
     Args:
         optimizer: a Keras 3 optimizer, or its name (``"adam"``), as ``compile()`` takes it.
-        loss_scale: the setting.
+        loss_scale: the setting, or a whole setup.
 
     Returns:
         A ``LossScaleOptimizer`` for dynamic scaling, a copy with ``loss_scale_factor`` set for
-        a fixed scale, or the optimizer unchanged for none.
+        a fixed scale, or the optimizer unchanged for none; a setup that accumulates gradients
+        sets ``gradient_accumulation_steps`` on the (inner) optimizer, a copy.
     """
     if isinstance(optimizer, str):
         optimizer = keras.optimizers.get(optimizer)
+    if isinstance(loss_scale, Setup):
+        setup = loss_scale
+        loss_scale = setup.loss_scale
+        if setup.gradient_accumulation_steps > 1:
+            optimizer = _with_config(
+                optimizer, gradient_accumulation_steps=setup.gradient_accumulation_steps
+            )
     if loss_scale.kind == "dynamic":
         return keras.optimizers.LossScaleOptimizer(
             optimizer,
@@ -49,31 +80,44 @@ def wrap_optimizer(optimizer: Any, loss_scale: LossScale) -> Any:
             dynamic_growth_steps=loss_scale.effective_growth_steps,
         )
     if loss_scale.kind == "fixed":
-        config = optimizer.get_config()
-        config["loss_scale_factor"] = loss_scale.value
-        return type(optimizer).from_config(config)
+        return _with_config(optimizer, loss_scale_factor=loss_scale.value)
     return optimizer
 
 
-def compile_kwargs(loss_scale: LossScale) -> dict[str, Any]:
+def _with_config(optimizer: Any, **changes: Any) -> Any:
+    """A copy of ``optimizer`` with ``changes`` to its config (the original is left alone)."""
+    config = optimizer.get_config()
+    config.update(changes)
+    return type(optimizer).from_config(config)
+
+
+def compile_kwargs(loss_scale: LossScale | Setup) -> dict[str, Any]:
     """Arguments for ``model.compile`` next to a :func:`wrap_optimizer` optimizer.
 
     Unless the scaling is dynamic (already wrapped, so Keras leaves it), ``auto_scale_loss=False``
     stops Keras from adding dynamic scaling of its own under mixed_float16: "none" and "fixed"
-    must mean exactly that.
+    must mean exactly that. Given a setup, ``jit_compile`` (always True or False: Keras' own
+    ``"auto"`` depends on the device) and ``steps_per_execution`` follow it too.
     """
-    return {} if loss_scale.kind == "dynamic" else {"auto_scale_loss": False}
+    setup = loss_scale if isinstance(loss_scale, Setup) else None
+    scale = setup.loss_scale if setup is not None else loss_scale
+    assert isinstance(scale, LossScale)
+    kwargs: dict[str, Any] = {} if scale.kind == "dynamic" else {"auto_scale_loss": False}
+    if setup is not None:
+        kwargs["jit_compile"] = setup.xla
+        kwargs["steps_per_execution"] = setup.steps_per_execution
+    return kwargs
 
 
 def compile_model(
     model: Any, setup: Setup, optimizer: Any = None, loss: Any = None, **kwargs: Any
 ) -> None:
-    """Compile ``model`` for ``setup``: its loss scaling on ``optimizer`` (Adam 1e-3 when
-    ``None``), and ``loss`` (mean squared error when ``None``)."""
+    """Compile ``model`` for ``setup``: its loss scaling and accumulation on ``optimizer`` (Adam
+    1e-3 when ``None``), ``loss`` (mean squared error when ``None``), XLA and steps per execution
+    as the setup says (they win over the same names in ``kwargs``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
     model.compile(
-        optimizer=wrap_optimizer(inner, setup.loss_scale),
+        optimizer=wrap_optimizer(inner, setup),
         loss=loss if loss is not None else "mean_squared_error",
-        **compile_kwargs(setup.loss_scale),
-        **kwargs,
+        **{**kwargs, **compile_kwargs(setup)},
     )

@@ -1,13 +1,14 @@
-"""What mptune tunes: a :class:`Setup` of a :class:`Policy`, a batch size and a :class:`LossScale`.
+"""What mptune tunes: a :class:`Setup` of a :class:`Policy`, a batch size, a :class:`LossScale`
+and the execution knobs (XLA, steps per execution, TF32, gradient accumulation).
 
 This is the ground floor most of the engine stands on. A setup crosses threads, processes and
 storage, so every class here is a frozen, hashable value with one written form and a
 ``to_dict``/``from_dict`` round trip. Nothing here imports Keras: :mod:`tuner.keras_setup` is the
 one place a setup meets Keras.
 
-Adding a knob (say XLA on or off) is: a field on :class:`Setup` with a default (so stored
-setups without it still load), its application in :mod:`tuner.keras_setup`, a search stage and
-a command-line flag. See docs/architecture.md.
+Adding a knob is: a field on :class:`Setup` with a default (so stored setups without it still
+load, and a setup at the default writes nothing new), its application in
+:mod:`tuner.keras_setup`, a search stage and a command-line flag. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ MAX_BATCH_SIZE = 1 << 24
 #: maximum is about 3.4e38); a larger one would be infinite inside the optimizer.
 MAX_LOSS_SCALE = 2.0**127
 MAX_GROWTH_STEPS = 10**9
+#: The most steps one ``train_function`` call may run (Keras' ``steps_per_execution``): past a
+#: few dozen the host overhead it hides is gone; the bound catches a typo.
+MAX_STEPS_PER_EXECUTION = 1024
+#: The most micro-batches one optimizer update may average (``gradient_accumulation_steps``).
+MAX_ACCUMULATION_STEPS = 1024
 
 LossScaleKind = Literal["none", "dynamic", "fixed"]
 
@@ -208,16 +214,38 @@ class Setup:
 
     Attributes:
         policy: the precision policy.
-        batch_size: samples per step.
+        batch_size: samples per step (per micro-batch when gradients are accumulated).
         loss_scale: the loss-scale setting.
+        xla: compile the training step with XLA (``jit_compile=True``); off means a plain
+            ``tf.function`` (``jit_compile=False``), never Keras' device-dependent ``"auto"``.
+        steps_per_execution: training steps one ``train_function`` call runs (Keras'
+            ``steps_per_execution``): more steps per call hide the host's per-step overhead.
+        tf32: float32 storage with TensorFloat-32 matrix multiplies and convolutions (NVIDIA
+            compute capability 8.0 and up). A variant of float32 only; ``False`` on float32
+            means IEEE float32 matmuls (TensorFlow's own default on such a GPU is TF32).
+        gradient_accumulation_steps: micro-batches averaged per optimizer update (Keras 3
+            optimizers' ``gradient_accumulation_steps``); the update sees
+            ``batch_size * gradient_accumulation_steps`` samples (:attr:`global_batch`).
     """
 
     policy: Policy
     batch_size: int
     loss_scale: LossScale
+    xla: bool
+    steps_per_execution: int
+    tf32: bool
+    gradient_accumulation_steps: int
 
     def __init__(
-        self, policy: Policy | str, batch_size: int, loss_scale: LossScale | str | None = None
+        self,
+        policy: Policy | str,
+        batch_size: int,
+        loss_scale: LossScale | str | None = None,
+        *,
+        xla: bool = False,
+        steps_per_execution: int = 1,
+        tf32: bool = False,
+        gradient_accumulation_steps: int = 1,
     ) -> None:
         parsed = Policy.parse(policy)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
@@ -232,15 +260,55 @@ class Setup:
             raise ValueError(
                 f"loss scale must be a LossScale or its written form, not {loss_scale!r}"
             )
+        for name, flag in (("xla", xla), ("tf32", tf32)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be true or false, not {flag!r}")
+        _whole(steps_per_execution, "steps per execution", MAX_STEPS_PER_EXECUTION)
+        _whole(gradient_accumulation_steps, "gradient accumulation steps", MAX_ACCUMULATION_STEPS)
+        if tf32 and parsed.name != FLOAT32:
+            raise ValueError(
+                f"TF32 is a variant of float32; {parsed.name} already computes in "
+                f"{parsed.compute_dtype}"
+            )
         # Frozen: the parsed values are set once, here.
-        object.__setattr__(self, "policy", parsed)
-        object.__setattr__(self, "batch_size", batch_size)
-        object.__setattr__(self, "loss_scale", scale)
+        for name, value in (
+            ("policy", parsed),
+            ("batch_size", batch_size),
+            ("loss_scale", scale),
+            ("xla", xla),
+            ("steps_per_execution", steps_per_execution),
+            ("tf32", tf32),
+            ("gradient_accumulation_steps", gradient_accumulation_steps),
+        ):
+            object.__setattr__(self, name, value)
+
+    @property
+    def precision(self) -> str:
+        """What the layers compute in, as reported: the policy's name, or ``float32+tf32``."""
+        return f"{self.policy}+tf32" if self.tf32 else self.policy.name
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer update: the batch size times the accumulation steps."""
+        return self.batch_size * self.gradient_accumulation_steps
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The execution knobs that differ from the defaults, in words for a label:
+        ``xla``, ``spe8``, ``acc4``."""
+        words = []
+        if self.xla:
+            words.append("xla")
+        if self.steps_per_execution > 1:
+            words.append(f"spe{self.steps_per_execution}")
+        if self.gradient_accumulation_steps > 1:
+            words.append(f"acc{self.gradient_accumulation_steps}")
+        return tuple(words)
 
     @property
     def label(self) -> str:
-        """One line, e.g. ``mixed_float16 b64 dynamic``."""
-        return f"{self.policy} b{self.batch_size} {self.loss_scale}"
+        """One line, e.g. ``mixed_float16 b64 dynamic`` or ``float32+tf32 b64 none xla spe8``."""
+        return " ".join((self.precision, f"b{self.batch_size}", str(self.loss_scale), *self.knobs))
 
     @property
     def key(self) -> str:
@@ -249,35 +317,67 @@ class Setup:
 
     def describe(self) -> str:
         """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``."""
-        return f"{self.policy} at batch size {self.batch_size} ({self.loss_scale} loss scale)"
+        precision = "float32 with TF32 matmuls" if self.tf32 else str(self.policy)
+        extras = [f"{self.loss_scale} loss scale"]
+        if self.xla:
+            extras.append("XLA")
+        if self.steps_per_execution > 1:
+            extras.append(f"{self.steps_per_execution} steps per execution")
+        if self.gradient_accumulation_steps > 1:
+            extras.append(
+                f"{self.gradient_accumulation_steps} accumulation steps, global batch "
+                f"{self.global_batch}"
+            )
+        return f"{precision} at batch size {self.batch_size} ({', '.join(extras)})"
 
-    def simplicity(self) -> tuple[int, int, int]:
-        """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
-        return (self.policy.is_mixed, self.loss_scale.kind == "fixed", self.batch_size)
+    def simplicity(self) -> tuple[int, ...]:
+        """Lower is simpler: float32 over mixed, IEEE over TF32, dynamic over fixed, no XLA,
+        one step per execution, no accumulation, then the smaller batch."""
+        return (
+            self.policy.is_mixed,
+            self.tf32,
+            self.loss_scale.kind == "fixed",
+            self.xla,
+            self.steps_per_execution,
+            self.gradient_accumulation_steps,
+            self.batch_size,
+        )
 
     def replace(self, **changes: Any) -> Setup:
-        """A copy with ``changes`` (strings parsed as in the constructor)."""
-        values: dict[str, Any] = {
-            "policy": self.policy,
-            "batch_size": self.batch_size,
-            "loss_scale": self.loss_scale,
-            **changes,
-        }
+        """A copy with ``changes`` (strings parsed as in the constructor). A new policy brings
+        its own default loss scale, and drops TF32 unless it is float32."""
+        values: dict[str, Any] = {f: getattr(self, f) for f in _FIELD_ORDER}
+        values.update(changes)
         if "policy" in changes and "loss_scale" not in changes:
             values["loss_scale"] = None  # the new policy's default
+        if (
+            "policy" in changes
+            and "tf32" not in changes
+            and Policy.parse(values["policy"]) != FLOAT32
+        ):
+            values["tf32"] = False
         return Setup(**values)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The written form: ``{"policy": str, "batch_size": int, "loss_scale": str}``."""
-        return {
+    def to_dict(self, explicit: bool = False) -> dict[str, Any]:
+        """The written form: ``{"policy": str, "batch_size": int, "loss_scale": str}``, plus each
+        knob that is not at its default (every knob with ``explicit=True``): ``xla`` (bool),
+        ``steps_per_execution`` (int), ``tf32`` (bool), ``gradient_accumulation_steps`` (int).
+        Leaving defaults out keeps the stored form of a setup without knobs as it always was."""
+        data: dict[str, Any] = {
             "policy": self.policy.name,
             "batch_size": self.batch_size,
             "loss_scale": str(self.loss_scale),
         }
+        for name, default in KNOB_DEFAULTS.items():
+            value = getattr(self, name)
+            if explicit or value != default:
+                data[name] = value
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Setup:
-        """Inverse of :meth:`to_dict`; a missing loss scale is the policy's default.
+        """Inverse of :meth:`to_dict`; a missing loss scale is the policy's default, a missing
+        knob its default.
 
         Raises:
             ValueError: naming the field that is missing, unknown or wrong.
@@ -295,16 +395,31 @@ class Setup:
         scale = data.get("loss_scale")
         if scale is not None and not isinstance(scale, str):
             raise ValueError(f"setup field loss_scale must be a string, not {scale!r}")
-        return cls(data["policy"], data["batch_size"], scale)
+        knobs = {name: data[name] for name in KNOB_DEFAULTS if name in data}
+        return cls(data["policy"], data["batch_size"], scale, **knobs)
 
+
+#: The execution knobs and their defaults (what a setup stored before them meant).
+KNOB_DEFAULTS: dict[str, Any] = {
+    "xla": False,
+    "steps_per_execution": 1,
+    "tf32": False,
+    "gradient_accumulation_steps": 1,
+}
+_FIELD_ORDER = ("policy", "batch_size", "loss_scale", *KNOB_DEFAULTS)
 
 #: The names :meth:`Setup.to_dict` writes.
-SETUP_FIELDS = frozenset({"policy", "batch_size", "loss_scale"})
+SETUP_FIELDS = frozenset(_FIELD_ORDER)
 
 
 def _num(value: float | None) -> str:
     assert value is not None
     return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _whole(value: Any, what: str, most: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ValueError(f"{what} must be a whole number from 1 to {most}, not {value!r}")
 
 
 def _positive_float(text: str, what: str) -> float:

@@ -76,7 +76,7 @@ def test_setup_round_trips_through_dict_and_json(setup: Setup) -> None:
     [
         ({"policy": "float32"}, "batch_size is missing"),
         ({"batch_size": 8}, "policy is missing"),
-        ({"policy": "float32", "batch_size": 8, "xla": True}, "unknown setup field"),
+        ({"policy": "float32", "batch_size": 8, "turbo": True}, "unknown setup field"),
         ({"policy": 3, "batch_size": 8}, "policy must be a string"),
         ({"policy": "float32", "batch_size": True}, "whole number"),
         ({"policy": "float32", "batch_size": 10**400}, "from 1 to"),

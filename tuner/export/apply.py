@@ -2,7 +2,7 @@
 
     from tuner import apply_config
 
-    tuned = apply_config("mptune.json")        # sets the precision policy
+    tuned = apply_config("mptune.json")        # sets the precision policy (and TF32)
     model = build_model()                      # build after the policy is set
     model.compile(optimizer=tuned.wrap_optimizer(keras.optimizers.Adam()), loss=...,
                   **tuned.compile_kwargs())
@@ -55,29 +55,55 @@ class AppliedConfig:
         return str(self.setup.loss_scale)
 
     @property
+    def xla(self) -> bool:
+        """Whether the tuned setup compiles the training step with XLA (``jit_compile``)."""
+        return self.setup.xla
+
+    @property
+    def steps_per_execution(self) -> int:
+        return self.setup.steps_per_execution
+
+    @property
+    def tf32(self) -> bool:
+        """Whether float32 runs its matmuls as TF32 (set by :func:`apply_config`)."""
+        return self.setup.tf32
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.setup.gradient_accumulation_steps
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer update: ``batch_size * gradient_accumulation_steps``."""
+        return self.setup.global_batch
+
+    @property
     def hazards(self) -> tuple[Hazard, ...]:
         """The precision hazards the config lists for the applied policy."""
         return self.config.policy_hazards()
 
     def wrap_optimizer(self, optimizer: Any) -> Any:
         """``optimizer`` (a Keras 3 optimizer or its name) with the tuned loss scaling; see
-        :func:`tuner.keras_setup.wrap_optimizer`."""
+        :func:`tuner.keras_setup.wrap_optimizer`. A setup tuned with ``--global-batch`` also sets
+        ``gradient_accumulation_steps`` on it."""
         from tuner import keras_setup
 
-        return keras_setup.wrap_optimizer(optimizer, self.setup.loss_scale)
+        return keras_setup.wrap_optimizer(optimizer, self.setup)
 
     def compile_kwargs(self) -> dict[str, Any]:
-        """Arguments for ``model.compile``: unless the tuned scaling is dynamic, stop Keras from
-        wrapping the optimizer in a ``LossScaleOptimizer`` of its own under mixed_float16."""
+        """Arguments for ``model.compile``: ``jit_compile`` and ``steps_per_execution`` as tuned,
+        and, unless the tuned scaling is dynamic, ``auto_scale_loss=False`` (which stops Keras
+        wrapping the optimizer in a ``LossScaleOptimizer`` of its own under mixed_float16)."""
         from tuner import keras_setup
 
-        return keras_setup.compile_kwargs(self.setup.loss_scale)
+        return keras_setup.compile_kwargs(self.setup)
 
 
 def apply_config(
     path_or_config: str | os.PathLike[str] | TunedConfig, *, warn_on_mismatch: bool = True
 ) -> AppliedConfig:
-    """Apply a tuned config: set the precision policy and return the batch size and helpers.
+    """Apply a tuned config: set the precision policy (and, for float32, TF32 on or off as
+    tuned) and return the batch size and helpers.
 
     Args:
         path_or_config: the JSON file ``mptune export`` wrote, or a loaded config.

@@ -24,7 +24,7 @@ from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.policies import POLICIES
-from tuner.setup import SETUP_FIELDS, LossScale, Policy, Setup
+from tuner.setup import KNOB_DEFAULTS, SETUP_FIELDS, LossScale, Policy, Setup
 from tuner.trials.hazards import KINDS, SEVERITIES, Hazard
 
 SCHEMA = "mptune.config"
@@ -167,7 +167,7 @@ class TunedConfig:
             "mptune_version": self.mptune_version,
             "session": self.session,
             "model": self.model,
-            "setup": self.setup.to_dict(),
+            "setup": self.setup.to_dict(explicit=True),
             "evidence": evidence,
             "hazards": [h.to_dict() for h in self.hazards],
             "hardware": hardware,
@@ -477,10 +477,21 @@ class _Validator:
             except ValueError as exc:
                 raise ConfigError(f"{self.source}: field setup.{name}: {exc}") from None
         batch_size = self.positive_int(s.get("batch_size"), "setup.batch_size")
+        knobs: dict[str, Any] = {}
+        for name, default in KNOB_DEFAULTS.items():
+            if name not in s:
+                continue
+            value = s[name]
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise self.fail(f"setup.{name}", "true or false", value)
+                knobs[name] = value
+            else:
+                knobs[name] = self.positive_int(value, f"setup.{name}")
         try:
-            return Setup(parts["policy"], batch_size, parts["loss_scale"])
+            return Setup(parts["policy"], batch_size, parts["loss_scale"], **knobs)
         except ValueError as exc:
-            raise ConfigError(f"{self.source}: field setup.batch_size: {exc}") from None
+            raise ConfigError(f"{self.source}: setup: {exc}") from None
 
     def choice(self, value: Any, name: str, choices: tuple[str, ...], what: str) -> str:
         """A name from ``choices`` (``what`` names the kind of value in the message)."""

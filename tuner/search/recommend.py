@@ -237,7 +237,7 @@ def recommend(
     )
 
 
-def _simplest(c: Candidate) -> tuple[tuple[int, int, int], str, str]:
+def _simplest(c: Candidate) -> tuple[tuple[int, ...], str, str]:
     """Sort key, simplest first; the names make the order total, so a choice among tied setups
     never depends on the order they were measured in."""
     return c.simplicity(), str(c.setup.policy), str(c.setup.loss_scale)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tuner.policies import POLICIES
-from tuner.setup import LossScale, Policy
+from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
 #: dynamic default, a dynamic scale that starts lower and grows sooner, and two fixed scales.
@@ -17,7 +17,42 @@ DEFAULT_LOSS_SCALES = ("dynamic", "dynamic:1024:500", "fixed:1024", "fixed:128")
 DEFAULT_BATCH_RANGE = (8, 1024)
 DEFAULT_START_BATCH = 64
 OBJECTIVES = ("speed", "memory", "balanced")
+#: ``--xla``: ``auto`` tries XLA where Keras' own default turns it on (a GPU), ``on`` tries it on
+#: any device, ``off`` never.
+XLA_MODES = ("auto", "on", "off")
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
+
+
+@dataclass(frozen=True)
+class DeviceTraits:
+    """What the search needs to know about the device trials run on.
+
+    Attributes:
+        gpu: trials run on a GPU.
+        compute_capability: the NVIDIA GPU's, e.g. ``(8, 0)``; None on a CPU or when unknown.
+    """
+
+    gpu: bool = False
+    compute_capability: tuple[int, int] | None = None
+
+    @property
+    def tf32(self) -> bool:
+        """TensorFloat-32 exists: an NVIDIA GPU of compute capability 8.0 or later."""
+        return (
+            self.gpu and self.compute_capability is not None and self.compute_capability >= (8, 0)
+        )
+
+    @classmethod
+    def from_profile(cls, profile: Any, device: str) -> DeviceTraits:
+        """The traits of ``device`` (``auto``, ``cpu`` or ``gpu:N``) on ``profile`` (a
+        :class:`~tuner.hardware.HardwareProfile` or anything with ``gpus``)."""
+        gpus = list(getattr(profile, "gpus", ()) or ())
+        if device == "cpu" or not gpus:
+            return cls()
+        index = int(device.split(":")[1]) if device.startswith("gpu:") else 0
+        gpu = next((g for g in gpus if getattr(g, "index", None) == index), gpus[0])
+        cc = getattr(gpu, "compute_capability", None)
+        return cls(True, (int(cc[0]), int(cc[1])) if cc else None)
 
 
 @dataclass(frozen=True)
@@ -31,6 +66,11 @@ class SearchSpace:
         loss_scales: float16 loss-scale candidates for the loss-scale stage.
         start_batch: where the ladders start (the float32 baseline's batch size).
         refine: whether batch sizes between the ladder's rungs may be tried.
+        xla: whether the search tries XLA (one of :data:`XLA_MODES`).
+        global_batch: keep the samples per optimizer update at this: the search tries per-step
+            batch sizes that divide it, with gradient accumulation making up the rest.
+        user_batch: the batch size the user trains with today (``--start-batch`` or the model
+            file's ``BATCH_SIZE``), for the recommendation's learning-rate note; None: unknown.
     """
 
     policies: tuple[str, ...] = POLICIES
@@ -38,6 +78,9 @@ class SearchSpace:
     loss_scales: tuple[LossScale, ...] = tuple(LossScale.parse(s) for s in DEFAULT_LOSS_SCALES)
     start_batch: int = DEFAULT_START_BATCH
     refine: bool = True
+    xla: str = "auto"
+    global_batch: int | None = None
+    user_batch: int | None = None
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -49,6 +92,23 @@ class SearchSpace:
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
         if self.batch_sizes[0] < 1:
             raise ValueError("batch sizes must be at least 1")
+        if self.xla not in XLA_MODES:
+            raise ValueError(f"unknown --xla {self.xla!r}: choose one of {', '.join(XLA_MODES)}")
+        if self.global_batch is not None:
+            if not 1 <= self.global_batch <= MAX_BATCH_SIZE:
+                raise ValueError(
+                    f"--global-batch must be from 1 to {MAX_BATCH_SIZE}, not {self.global_batch}"
+                )
+            # Per-step batch sizes that divide the global batch, with few enough micro-batches.
+            divisors = tuple(
+                b
+                for b in range(1, self.global_batch + 1)
+                if self.global_batch % b == 0
+                and self.global_batch // b <= MAX_ACCUMULATION_STEPS
+                and (b in self.batch_sizes or b == self.global_batch or b % 8 == 0)
+            )
+            object.__setattr__(self, "batch_sizes", divisors)
+            object.__setattr__(self, "start_batch", self.global_batch)
         if self.start_batch not in self.batch_sizes:
             closest = min(self.batch_sizes, key=lambda b: (abs(b - self.start_batch), b))
             object.__setattr__(self, "start_batch", closest)
@@ -65,6 +125,9 @@ class SearchSpace:
             "loss_scales": [str(s) for s in self.loss_scales],
             "start_batch": self.start_batch,
             "refine": self.refine,
+            "xla": self.xla,
+            "global_batch": self.global_batch,
+            "user_batch": self.user_batch,
         }
 
     @classmethod
@@ -82,12 +145,19 @@ class SearchSpace:
             ),
             start_batch=int(data.get("start_batch") or DEFAULT_START_BATCH),
             refine=bool(data.get("refine", True)),
+            xla=str(data.get("xla") or "auto"),
+            global_batch=_optional_int(data.get("global_batch")),
+            user_batch=_optional_int(data.get("user_batch")),
         )
 
     def differences(self, other: SearchSpace) -> list[str]:
         """``name: mine -> other`` for each field that differs."""
         mine, theirs = self.to_dict(), other.to_dict()
         return [f"{k} {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def ladder_range(low: int, high: int) -> tuple[int, ...]:

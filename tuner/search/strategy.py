@@ -130,7 +130,7 @@ class Candidate:
         peaks = [r.result.peak_memory_mb for r in self.runs if r.result.peak_memory_mb]
         return statistics.median(peaks) if peaks else None
 
-    def simplicity(self) -> tuple[int, int, int]:
+    def simplicity(self) -> tuple[int, ...]:
         """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
         return self.setup.simplicity()
 

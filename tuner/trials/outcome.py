@@ -123,6 +123,9 @@ def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatu
     # The model fails under this policy and float32 runs the same data: not the user's error.
     if error.get("policy_caused"):
         return TrialStatus.UNSAFE, reason
+    # The setup's XLA (say) fails and the same step trains without it: the knob, not the model.
+    if error.get("unsupported"):
+        return TrialStatus.UNSUPPORTED, reason
     # A user's model owns every exception in its trial (shapes, its layers, its data); with a
     # built-in model an exception is mptune's own bug, reported as a crash.
     if error.get("user_code") or user_model:

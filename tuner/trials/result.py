@@ -26,6 +26,9 @@ class TrialStatus(str, enum.Enum):
     #: under float32 on the same data): not the user's error, and never recommended. A trial
     #: that measured keeps its figures, taken with mptune's fix applied.
     UNSAFE = "unsafe"
+    #: the setup asks for something this model cannot do (XLA cannot compile it) while the same
+    #: setup without it trains: the knob is dropped for this model, nothing else is wrong
+    UNSUPPORTED = "unsupported"
     TIMEOUT = "timeout"  #: killed at its time limit
     CRASHED = "crashed"  #: the worker died without a result, or mptune itself failed
 
