@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
@@ -69,6 +69,12 @@ class QtExportDialog(QDialog):
         row.addWidget(QLabel("For"))
         row.addWidget(self.keras)
         layout.addLayout(row)
+        # The setup in words, knobs included, whatever the chosen format spells out.
+        self.setup_line = QLabel(f"Setup: {config.setup.describe()}")
+        self.setup_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.setup_line.setWordWrap(True)
+        self.setup_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.setup_line)
         self.preview = QPlainTextEdit()
         self.preview.setReadOnly(True)
         self.preview.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))

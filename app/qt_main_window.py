@@ -333,8 +333,9 @@ class QtMainWindow(QMainWindow):
             setup = event.spec.setup
             self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
             self._trial_text = (
-                f"Trial #{event.number}: {setup.policy}, batch "
+                f"Trial #{event.number}: {setup.precision}, batch "
                 f"{setup.batch_size}, loss scale {setup.loss_scale}"
+                + "".join(f", {knob}" for knob in setup.knobs)
             )
             self.status.setText(self._trial_text)
         elif isinstance(event, api.TrialFinished):

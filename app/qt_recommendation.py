@@ -76,7 +76,9 @@ def render(rec: api.Recommendation) -> str:
     rows: list[tuple[str, str, str]] = []  # (label, label cell, text cell)
     hazard_rows: list[tuple[str, str, str]] = []
     hazards = iter(rec.hazards)
-    for label, text in api.evidence_rows(rec):
+    for i, (label, text) in enumerate(api.evidence_rows(rec)):
+        if i == 0:  # the setup: the whole of it, its knobs included
+            text = with_knobs(rec.setup, text)
         if label in HAZARD_COLOURS:
             colour = HAZARD_COLOURS[label]
             cell = f"<b style='color:{colour}'>\u26a0&nbsp;{html.escape(label)}</b>"
@@ -96,6 +98,45 @@ def render(rec: api.Recommendation) -> str:
         + "".join(f"<tr><td valign='top'>{k}</td><td>{v}</td></tr>" for _, k, v in rows)
         + "</table>"
     )
+
+
+def knob_phrases(setup: api.Setup) -> list[tuple[tuple[str, ...], str]]:
+    """The setup's execution knobs (and TF32) in words, each with the words that already name
+    it in a line of text: ``(("xla",), "XLA")``."""
+    phrases: list[tuple[tuple[str, ...], str]] = []
+    if setup.tf32:
+        phrases.append((("tf32",), "TF32 matmuls"))
+    if setup.xla:
+        phrases.append((("xla",), "XLA"))
+    spe = setup.steps_per_execution
+    if spe > 1:
+        phrases.append(
+            (
+                ("steps per execution", "steps_per_execution", f"spe{spe}"),
+                f"{spe} steps per execution",
+            )
+        )
+    acc = setup.gradient_accumulation_steps
+    if acc > 1:
+        phrases.append(
+            (
+                ("accumulat", f"acc{acc}"),
+                f"{acc} gradient accumulation steps (global batch {setup.global_batch})",
+            )
+        )
+    return phrases
+
+
+def with_knobs(setup: api.Setup, text: str) -> str:
+    """The engine's setup line with each of the setup's knobs it does not name yet added, so
+    that the answer shows the whole setup whichever version of the engine wrote the line."""
+    lowered = text.lower()
+    missing = [
+        phrase
+        for needles, phrase in knob_phrases(setup)
+        if not any(needle in lowered for needle in needles)
+    ]
+    return ", ".join([text, *missing]) if missing else text
 
 
 def _hazard_cell(hazard: api.Hazard | None, text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -26,6 +26,10 @@ from tuner import api
 _OPEN_FILE = "Open a model file..."
 #: The model selected at first start (the README says so too).
 DEFAULT_MODEL = "builtin:cnn"
+#: The global batch offered when "keep" is first ticked, and the largest the panel takes: the
+#: same bound as the batch-size range (the search tries the per-step sizes that divide it).
+DEFAULT_GLOBAL_BATCH = 256
+MAX_GLOBAL_BATCH = 1 << 16
 
 
 class QtSetupPanel(QWidget):
@@ -102,6 +106,33 @@ class QtSetupPanel(QWidget):
         self.loss_scales.setToolTip(TOOLTIPS["loss_scale"])
         self.loss_scales.textChanged.connect(self._revalidate)
         form.addRow("Loss scales", self.loss_scales)
+
+        self.xla = QComboBox()
+        for mode in api.XLA_MODES:
+            self.xla.addItem(mode)
+            self.xla.setItemData(
+                self.xla.count() - 1, TOOLTIPS[f"xla_{mode}"], Qt.ItemDataRole.ToolTipRole
+            )
+        self.xla.setToolTip(TOOLTIPS["xla"])
+        form.addRow("XLA", self.xla)
+
+        # "Keep global batch": a tick and B beside it, on one short line.
+        global_batch = QWidget()
+        global_row = QHBoxLayout(global_batch)
+        global_row.setContentsMargins(0, 0, 0, 0)
+        self.keep_global_batch = QCheckBox("keep")
+        self.global_batch = QSpinBox()
+        self.global_batch.setRange(0, MAX_GLOBAL_BATCH)
+        self.global_batch.setValue(DEFAULT_GLOBAL_BATCH)
+        self.global_batch.setEnabled(False)
+        for widget in (self.keep_global_batch, self.global_batch):
+            widget.setToolTip(TOOLTIPS["global_batch"])
+        self.keep_global_batch.toggled.connect(self.global_batch.setEnabled)
+        self.keep_global_batch.toggled.connect(self._revalidate)
+        self.global_batch.valueChanged.connect(self._revalidate)
+        global_row.addWidget(self.keep_global_batch)
+        global_row.addWidget(self.global_batch, 1)
+        form.addRow("Global batch", global_batch)
 
         self.objective = QComboBox()
         self.objective.addItems(api.OBJECTIVES)
@@ -196,9 +227,11 @@ class QtSetupPanel(QWidget):
             return "choose at least one policy"
         if self.batch_min.value() > self.batch_max.value():
             return "the smallest batch size is above the largest"
+        if self.keep_global_batch.isChecked() and self.global_batch.value() < 1:
+            return "the global batch must be at least 1"
         try:
-            api.parse_loss_scales(self.loss_scales.text())
-        except ValueError as exc:
+            self.search_space(list(api.POLICIES))
+        except ValueError as exc:  # the loss scales, or whatever else the engine rejects
             return str(exc)
         return None
 
@@ -223,17 +256,28 @@ class QtSetupPanel(QWidget):
                 box.setChecked(policy in advised)
 
     # -- what the engine gets ----------------------------------------------------------------
-    def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
-        """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
-        checked = [p for p in advice_order if self.policy_boxes[p].isChecked()]
+    def search_space(self, advice_order: list[str]) -> api.SearchSpace:
+        """The search space the panel describes, its checked policies in ``advice_order``.
+
+        Raises:
+            ValueError: naming what is wrong (see :meth:`problem`).
+        """
+        checked = [p for p in advice_order if p in self.policy_boxes]
+        checked = [p for p in checked if self.policy_boxes[p].isChecked()]
         checked += [
             p for p in api.POLICIES if self.policy_boxes[p].isChecked() and p not in checked
         ]
-        space = api.SearchSpace(
+        return api.SearchSpace(
             policies=tuple(checked),
             batch_sizes=api.ladder_range(self.batch_min.value(), self.batch_max.value()),
             loss_scales=api.parse_loss_scales(self.loss_scales.text()),
+            xla=self.xla.currentText(),
+            global_batch=self.global_batch.value() if self.keep_global_batch.isChecked() else None,
         )
+
+    def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
+        """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
+        space = self.search_space(advice_order)
         settings = api.SearchSettings(
             objective=self.objective.currentText(),
             measure_seconds=self.measure_seconds.value(),
@@ -255,6 +299,9 @@ class QtSetupPanel(QWidget):
         s.setValue("batch_min", self.batch_min.value())
         s.setValue("batch_max", self.batch_max.value())
         s.setValue("loss_scales", self.loss_scales.text())
+        s.setValue("xla", self.xla.currentText())
+        s.setValue("keep_global_batch", self.keep_global_batch.isChecked())
+        s.setValue("global_batch", self.global_batch.value())
         s.setValue("objective", self.objective.currentText())
         s.setValue("measure_seconds", self.measure_seconds.value())
         s.setValue("budget_minutes", self.budget_minutes.value())
@@ -273,8 +320,22 @@ class QtSetupPanel(QWidget):
         self.batch_min.setValue(int(str(s.value("batch_min", 8))))
         self.batch_max.setValue(int(str(s.value("batch_max", 1024))))
         self.loss_scales.setText(str(s.value("loss_scales", ",".join(api.DEFAULT_LOSS_SCALES))))
+        xla = str(s.value("xla", "auto"))
+        self.xla.setCurrentText(xla if xla in api.XLA_MODES else "auto")
+        # A stored global batch that is not a whole number reads as 0: kept, it is reported.
+        self.global_batch.setValue(_whole(s.value("global_batch", DEFAULT_GLOBAL_BATCH)))
+        keep = str(s.value("keep_global_batch", "false")).strip().lower()
+        self.keep_global_batch.setChecked(keep in ("true", "1"))
         self.objective.setCurrentText(str(s.value("objective", "speed")))
         self.measure_seconds.setValue(float(str(s.value("measure_seconds", 2.0))))
         self.budget_minutes.setValue(int(str(s.value("budget_minutes", 0))))
         self.max_trials.setValue(int(str(s.value("max_trials", 0))))
         self.storage.setText(str(s.value("storage", "") or ""))
+
+
+def _whole(value: object) -> int:
+    """A stored whole number, or 0 when it is not one."""
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return 0

@@ -24,9 +24,10 @@ from tuner import api
 COLUMNS = (
     "#",
     "stage",
-    "policy",
+    "precision",
     "batch",
     "loss scale",
+    "knobs",
     "samples/s",
     "step p50 ms",
     "peak MB",
@@ -35,7 +36,8 @@ COLUMNS = (
     "status",
 )
 _TIPS = {
-    "policy": TOOLTIPS["policy"],
+    "precision": TOOLTIPS["precision"],
+    "knobs": TOOLTIPS["knobs"],
     "loss scale": TOOLTIPS["loss_scale"],
     "batch": TOOLTIPS["batch_size"],
     "skipped": TOOLTIPS["skipped"],
@@ -49,6 +51,10 @@ Index = QModelIndex | QPersistentModelIndex
 FAILED_COLOUR = "#b91c1c"
 UNSAFE_COLOUR = "#9d174d"
 UNSAFE_BACKGROUND = "#fce7f3"
+#: An unsupported knob (the model cannot do it; the setup without it trains): neither a failure
+#: nor a hazard, in a quiet slate on a tint of it.
+UNSUPPORTED_COLOUR = "#475569"
+UNSUPPORTED_BACKGROUND = "#e2e8f0"
 #: The colour of the hazard marker on a trial that stays a candidate (warnings only).
 HAZARD_COLOUR = "#b45309"
 
@@ -99,10 +105,13 @@ class TrialsModel(QAbstractTableModel):
             return value if value is not None else -math.inf
         if column == "status" and role in _STATUS_ROLES:
             return _status_data(row.result, role)
+        if role == Qt.ItemDataRole.ToolTipRole and column in ("precision", "batch", "knobs"):
+            return setup_tooltip(row.result.spec.setup)
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
-            "policy",
+            "precision",
             "loss scale",
+            "knobs",
             "status",
         ):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -114,9 +123,10 @@ class TrialsModel(QAbstractTableModel):
         return {
             "#": row.number,
             "stage": row.stage,
-            "policy": setup.policy.name,
+            "precision": setup.precision,
             "batch": setup.batch_size,
             "loss scale": str(setup.loss_scale),
+            "knobs": " ".join(setup.knobs),
             "samples/s": r.samples_per_second,
             "step p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,
@@ -164,7 +174,8 @@ class TrialsModel(QAbstractTableModel):
 
 
 def status_text(result: api.TrialResult) -> str:
-    """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``unsafe ⚠ 2 hazards: why``, ``oom: why``."""
+    """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``unsafe ⚠ 2 hazards: why``, ``oom: why``,
+    ``unsupported: why``."""
     text = result.status.value
     if result.hazards:
         n = len(result.hazards)
@@ -181,26 +192,42 @@ _STATUS_ROLES = (
 )
 
 
+#: The statuses with a look of their own: (text colour, background).
+_STATUS_LOOKS = {
+    api.TrialStatus.UNSAFE: (UNSAFE_COLOUR, UNSAFE_BACKGROUND),
+    api.TrialStatus.UNSUPPORTED: (UNSUPPORTED_COLOUR, UNSUPPORTED_BACKGROUND),
+}
+
+
 def _status_data(result: api.TrialResult, role: int) -> Any:
-    unsafe = result.status is api.TrialStatus.UNSAFE
+    look = _STATUS_LOOKS.get(result.status)
     if role == Qt.ItemDataRole.ToolTipRole:
         return status_tooltip(result)
     if role == Qt.ItemDataRole.ForegroundRole:
-        if unsafe:
-            return QColor(UNSAFE_COLOUR)
+        if look is not None:
+            return QColor(look[0])
         if not result.ok:
             return QColor(FAILED_COLOUR)
         return QColor(HAZARD_COLOUR) if result.hazards else None
-    if role == Qt.ItemDataRole.BackgroundRole and unsafe:
-        return QColor(UNSAFE_BACKGROUND)
+    if role == Qt.ItemDataRole.BackgroundRole and look is not None:
+        return QColor(look[1])
     return None
 
 
+def setup_tooltip(setup: api.Setup) -> str | None:
+    """The setup in words where it has knobs (or TF32), e.g. ``float32 with TF32 matmuls at
+    batch size 32 (none loss scale, XLA, 2 accumulation steps, global batch 64)``."""
+    return setup.describe() if setup.knobs or setup.tf32 else None
+
+
 def status_tooltip(result: api.TrialResult) -> str | None:
-    """The failure's reason and each hazard in full (rich text, so that Qt wraps it)."""
+    """The failure's reason and each hazard in full (rich text, so that Qt wraps it); an
+    unsupported knob also says what that status means."""
     parts = []
     if result.error is not None:
         parts.append(f"<p>{html.escape(result.error.message, quote=False)}</p>")
+    if result.status is api.TrialStatus.UNSUPPORTED:
+        parts.append(f"<p>{html.escape(TOOLTIPS['unsupported'], quote=False)}</p>")
     if result.hazards:
         items = "".join(
             f"<li><b>{h.severity}</b> ({h.kind.replace('_', ' ')}): "
@@ -243,8 +270,13 @@ class QtTrialsTable(QTableView):
         # later: a search's first mixed-precision row would show "mixed_..." without this.
         self.trials.rowsInserted.connect(self._fit_columns)
         self.trials.dataChanged.connect(self._fit_columns)
+        self.trials.modelReset.connect(self._fit_columns)
+        self._fit_columns()
 
     def _fit_columns(self) -> None:
+        # The knobs column shows once a trial has a knob: a search without any keeps its width.
+        knobs = COLUMNS.index("knobs")
+        self.setColumnHidden(knobs, not any(r.result.spec.setup.knobs for r in self.trials.rows))
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
 
     def _on_selection(self) -> None:

@@ -43,4 +43,33 @@ TOOLTIPS = {
         "time and trained nothing."
     ),
     "measure_seconds": "How long each trial measures its steps, after the warm-up.",
+    "xla": (
+        "XLA compiles the training step into fused kernels (Keras' jit_compile), which can "
+        "speed it up or fail for some layers. auto: try XLA on a GPU, where Keras turns it "
+        "on by itself. on: try it on any device, the CPU too. off: never try it."
+    ),
+    "xla_auto": "Try XLA on a GPU, where Keras turns it on by itself; not on a CPU.",
+    "xla_on": "Try XLA on any device, the CPU too.",
+    "xla_off": "Never try XLA: every trial runs without it.",
+    "global_batch": (
+        "Keep the samples per optimizer update at B. The search then tries only per-step "
+        "batch sizes that divide B and accumulates gradients over B / batch steps, so that "
+        "batch x accumulation steps = B and a learning rate tuned for B stays valid. Off: "
+        "the batch size itself is tuned, and the learning rate may need scaling with it."
+    ),
+    "precision": (
+        "The policy the trial ran, or float32+tf32: float32 storage with TensorFloat-32 "
+        "matmuls (NVIDIA compute capability 8.0 and newer): Tensor Core matmuls with "
+        "float32's range and float16's 10-bit mantissa, nothing else in the model changes."
+    ),
+    "knobs": (
+        "Execution knobs that differ from Keras' defaults: xla (compiled with XLA), speN "
+        "(N steps per train_function call: steps_per_execution), accN (gradients "
+        "accumulated over N batches before each update, so the global batch is N x batch)."
+    ),
+    "unsupported": (
+        "The model cannot run this setup's knob (XLA could not compile it, for example) "
+        "while the same setup without it trains: the search drops the knob for this "
+        "model. Nothing else is wrong with the setup."
+    ),
 }

@@ -43,6 +43,7 @@ from tuner.search.events import (
 from tuner.search.space import (
     DEFAULT_LOSS_SCALES,
     OBJECTIVES,
+    XLA_MODES,
     SearchSettings,
     SearchSpace,
     ladder_range,
@@ -77,6 +78,7 @@ __all__ = [
     "OBJECTIVES",
     "PHASES",
     "POLICIES",
+    "XLA_MODES",
     "Alternative",
     "ConfigError",
     "FakeNvmlBackend",

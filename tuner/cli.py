@@ -92,6 +92,30 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: dynamic for mixed_float16, none otherwise)",
     )
     trial.add_argument(
+        "--xla",
+        action="store_true",
+        help="compile the training step with XLA (jit_compile=True)",
+    )
+    trial.add_argument(
+        "--steps-per-execution",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="training steps per train_function call (default 1)",
+    )
+    trial.add_argument(
+        "--tf32",
+        action="store_true",
+        help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)",
+    )
+    trial.add_argument(
+        "--accumulate",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)",
+    )
+    trial.add_argument(
         "--steps",
         type=_positive_int,
         metavar="N",
@@ -144,8 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser(
         "tune",
         help="search for the best setup and recommend it",
-        description="Search precision policy, batch size and loss scale with "
-        "short trials, and recommend the best numerically safe "
+        description="Search precision policy, batch size, loss scale and the execution knobs "
+        "(XLA, steps per execution, TF32) with short trials, and recommend the best "
+        "numerically safe "
         "setup. Every trial is stored; re-running with the same "
         "--study (or --resume NAME) continues.",
     )
@@ -183,7 +208,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--start-batch",
         type=_positive_int,
         metavar="N",
-        help="batch size of the float32 baseline (default 64)",
+        help="batch size of the float32 baseline (default 64); also the batch size you train "
+        "with, which the recommendation compares its own with (else the model file's "
+        "BATCH_SIZE)",
+    )
+    tune.add_argument(
+        "--global-batch",
+        type=_positive_int,
+        metavar="B",
+        help="keep B samples per optimizer update (the batch your learning rate is tuned "
+        "for): search the per-step batch and gradient accumulation whose product is B",
+    )
+    tune.add_argument(
+        "--xla",
+        choices=api.XLA_MODES,
+        help="try XLA (jit_compile): auto on a GPU only, on anywhere, off never (default auto)",
     )
     tune.add_argument(
         "--loss-scales",
@@ -354,11 +393,18 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     from tuner.console import TrialProgress, render_trial
 
     try:
-        spec = api.TrialSpec.create(
-            args.model,
+        setup = api.Setup(
             args.policy,
             args.batch_size,
             args.loss_scale,
+            xla=args.xla,
+            steps_per_execution=args.steps_per_execution,
+            tf32=args.tf32,
+            gradient_accumulation_steps=args.accumulate,
+        )
+        spec = api.TrialSpec(
+            model=args.model,
+            setup=setup,
             steps=args.steps,
             measure_seconds=args.measure_seconds,
             warmup_steps=args.warmup,
@@ -397,7 +443,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.resume and stored is None:
         raise MptuneError(f"no session named {args.resume!r} to resume (see mptune sessions)")
     model = args.model or (stored.model if stored else DEFAULT_MODEL)
-    api.check_model(model)
+    source = api.check_model(model)
     profile = api.detect()
     # A continued session keeps its own space and settings; flags given now are checked against
     # them by tune(), which refuses a change that would mix incomparable trials.
@@ -419,6 +465,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         given_space["policies"] = args.policies
     if args.start_batch is not None:
         given_space["start_batch"] = args.start_batch
+    if args.global_batch is not None:
+        given_space["global_batch"] = args.global_batch
+    if args.xla is not None:
+        given_space["xla"] = args.xla
+    if stored is None:
+        # The user's own batch size, for the recommendation's learning-rate note: the one given,
+        # else the model file's BATCH_SIZE. A continued session keeps the one it was given.
+        user_batch = args.start_batch if args.start_batch is not None else source.user_batch
+        if user_batch is not None:
+            given_space["user_batch"] = user_batch
     if args.batch_sizes:
         given_space["batch_sizes"], given_space["refine"] = args.batch_sizes
     if args.loss_scales:

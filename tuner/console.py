@@ -79,11 +79,13 @@ def _fmt(value: object, spec: str = ".3g", unit: str = "") -> str:
 def render_trial(result: TrialResult, verbose: bool = False) -> str:
     """A trial result as a few aligned lines."""
     spec = result.spec
+    setup = spec.setup
+    knobs = "".join(f"  {knob}" for knob in _knob_words(setup))
     rows: list[tuple[str, str]] = [
         (
             "trial",
-            f"{spec.model}  {spec.policy}  batch {spec.batch_size}  "
-            f"loss scale {spec.loss_scale}  on {result.device or spec.device}",
+            f"{spec.model}  {setup.precision}  batch {spec.batch_size}  "
+            f"loss scale {spec.loss_scale}{knobs}  on {result.device or spec.device}",
         ),
         ("status", result.status.value),
     ]
@@ -146,6 +148,21 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(("warning", warning))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _knob_words(setup: api.Setup) -> list[str]:
+    """The knobs not at their defaults, in words: ``XLA``, ``4 steps/execution``,
+    ``accumulate 8 (global batch 512)``."""
+    words = []
+    if setup.xla:
+        words.append("XLA")
+    if setup.steps_per_execution > 1:
+        words.append(f"{setup.steps_per_execution} steps/execution")
+    if setup.gradient_accumulation_steps > 1:
+        words.append(
+            f"accumulate {setup.gradient_accumulation_steps} (global batch {setup.global_batch})"
+        )
+    return words
 
 
 def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:
@@ -256,9 +273,10 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
     for name, justify in (
         ("#", "right"),
         ("stage", "left"),
-        ("policy", "left"),
+        ("precision", "left"),
         ("batch", "right"),
         ("loss scale", "left"),
+        ("knobs", "left"),
         ("samples/s", "right"),
         ("p50 ms", "right"),
         ("peak MB", "right"),
@@ -272,6 +290,7 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             table.add_row(
                 str(t.number),
                 t.stage,
+                "",
                 "",
                 "",
                 "",
@@ -294,9 +313,10 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
         table.add_row(
             str(t.number),
             t.stage,
-            setup.policy.name,
+            setup.precision,
             str(setup.batch_size),
             str(setup.loss_scale),
+            " ".join(setup.knobs),
             _fmt(r.samples_per_second, ",.0f"),
             _fmt(r.step_time_ms.get("p50"), ".2f"),
             _fmt(r.peak_memory_mb, ",.0f"),

@@ -61,18 +61,21 @@ def wrap_optimizer(optimizer: Any, loss_scale: LossScale | Setup) -> Any:
 
     Returns:
         A ``LossScaleOptimizer`` for dynamic scaling, a copy with ``loss_scale_factor`` set for
-        a fixed scale, or the optimizer unchanged for none; a setup that accumulates gradients
-        sets ``gradient_accumulation_steps`` on the (inner) optimizer, a copy.
+        a fixed scale, or the optimizer unchanged for none. Given a setup, the (inner)
+        optimizer's ``gradient_accumulation_steps`` is the setup's (a copy is made only when
+        the optimizer's own differs).
     """
     if isinstance(optimizer, str):
         optimizer = keras.optimizers.get(optimizer)
     if isinstance(loss_scale, Setup):
         setup = loss_scale
         loss_scale = setup.loss_scale
-        if setup.gradient_accumulation_steps > 1:
-            optimizer = _with_config(
-                optimizer, gradient_accumulation_steps=setup.gradient_accumulation_steps
-            )
+        # The setup decides: an optimizer that already accumulates is set to what was measured.
+        wanted = (
+            setup.gradient_accumulation_steps if setup.gradient_accumulation_steps > 1 else None
+        )
+        if (getattr(optimizer, "gradient_accumulation_steps", None) or None) != wanted:
+            optimizer = _with_config(optimizer, gradient_accumulation_steps=wanted)
     if loss_scale.kind == "dynamic":
         return keras.optimizers.LossScaleOptimizer(
             optimizer,

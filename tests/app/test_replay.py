@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from app.qt_plots import QtLivePlots
+from app.qt_trials import COLUMNS
 from tuner import api
 
 
@@ -39,9 +40,10 @@ def test_sorting_and_selecting_a_trial_shows_its_curves(
     window.bridge.feed(recorded_events)
     qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
     table = window.table
-    table.sortByColumn(5, table.horizontalHeader().sortIndicatorOrder().DescendingOrder)
-    first = table.proxy.index(0, 5).data()
-    second = table.proxy.index(1, 5).data()
+    speed = COLUMNS.index("samples/s")
+    table.sortByColumn(speed, table.horizontalHeader().sortIndicatorOrder().DescendingOrder)
+    first = table.proxy.index(0, speed).data()
+    second = table.proxy.index(1, speed).data()
     assert float(first.replace(",", "")) >= float(second.replace(",", ""))
     selected = []
     table.trialSelected.connect(selected.append)

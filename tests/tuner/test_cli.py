@@ -249,3 +249,138 @@ def test_a_stop_signal_asks_and_a_second_one_raises() -> None:
         assert cli._stop_exception(RuntimeError("cancelled")) is stopped  # the first one counts
     finally:
         cli._STOP.reset()
+
+
+# -- the knobs --------------------------------------------------------------------------------
+
+TRIAL = ["trial", "--model", "builtin:cnn", "--policy"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["tune", "--global-batch", "0"], "argument --global-batch: must be at least 1, not 0"),
+        (["tune", "--global-batch", "lots"], "argument --global-batch: 'lots' is not a whole"),
+        (["tune", "--global-batch", str(1 << 25)], "--global-batch must be from 1 to 16777216"),
+        (["tune", "--xla", "maybe"], "argument --xla: invalid choice: 'maybe'"),
+        (
+            [*TRIAL, "mixed_float16", "--batch-size", "8", "--tf32"],
+            "TF32 is a variant of float32; mixed_float16 already computes in float16",
+        ),
+        (
+            [*TRIAL, "float32", "--batch-size", "8", "--steps-per-execution", "0"],
+            "argument --steps-per-execution: must be at least 1, not 0",
+        ),
+        (
+            [*TRIAL, "float32", "--batch-size", "8", "--accumulate", "2x"],
+            "argument --accumulate: '2x' is not a whole number",
+        ),
+        (
+            [*TRIAL, "float32", "--batch-size", "8", "--accumulate", "4096"],
+            "gradient accumulation steps must be a whole number from 1 to 1024, not 4096",
+        ),
+    ],
+)
+def test_bad_knobs_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    assert_one_line_error(mptune(*args), fragment)
+
+
+def test_trial_flags_build_the_setup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner import api, cli
+
+    seen: list[api.TrialSpec] = []
+
+    def run_trial(spec: api.TrialSpec, on_event: object = None, **kwargs: object) -> object:
+        seen.append(spec)
+        return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
+
+    monkeypatch.setattr(api, "run_trial", run_trial)
+    args = cli.build_parser().parse_args(
+        [
+            *TRIAL,
+            "float32",
+            "--batch-size",
+            "16",
+            "--xla",
+            "--steps-per-execution",
+            "4",
+            "--tf32",
+            "--accumulate",
+            "8",
+            "--steps",
+            "3",
+        ]
+    )
+    assert cli._cmd_trial(args) == 0
+    (spec,) = seen
+    assert spec.setup == api.Setup(
+        "float32", 16, xla=True, steps_per_execution=4, tf32=True, gradient_accumulation_steps=8
+    )
+    assert spec.steps == 3
+    out = capsys.readouterr().out
+    assert "float32+tf32  batch 16  loss scale none  XLA  4 steps/execution" in out
+    assert "accumulate 8 (global batch 128)" in out
+    # Without the flags: the knobs at their defaults.
+    plain = cli.build_parser().parse_args([*TRIAL, "float32", "--batch-size", "16"])
+    assert cli._cmd_trial(plain) == 0
+    assert seen[-1].setup == api.Setup("float32", 16)
+
+
+def test_tune_flags_and_the_model_files_batch_size_reach_the_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner import api, cli
+
+    model = tmp_path / "net.py"
+    model.write_text("BATCH_SIZE = 48\n\ndef build_model():\n    pass\n")
+    spaces: list[api.SearchSpace] = []
+
+    class Profile:
+        advice = tuple(type("A", (), {"policy": p})() for p in ("float32", "mixed_bfloat16"))
+
+    def tune(model: str | None = None, **kwargs: object) -> object:
+        space = kwargs["space"]
+        assert isinstance(space, api.SearchSpace)
+        spaces.append(space)
+        raise api.MptuneError("stopped by the test")
+
+    monkeypatch.setattr(api, "detect", lambda: Profile())
+    monkeypatch.setattr(api, "tune", tune)
+
+    def tune_with(*flags: str) -> api.SearchSpace:
+        args = cli.build_parser().parse_args(["tune", "--model", str(model), *flags])
+        with pytest.raises(api.MptuneError, match="stopped by the test"):
+            cli._cmd_tune(args)
+        return spaces[-1]
+
+    space = tune_with()
+    assert (space.user_batch, space.xla, space.global_batch) == (48, "auto", None)
+    space = tune_with("--start-batch", "32", "--xla", "off")
+    assert (space.user_batch, space.start_batch, space.xla) == (32, 32, "off")
+    space = tune_with("--global-batch", "96", "--xla", "on")
+    assert (space.global_batch, space.start_batch, space.xla) == (96, 96, "on")
+    assert all(96 % b == 0 for b in space.batch_sizes)
+
+
+def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
+    from rich.console import Console
+
+    from tuner import api
+    from tuner.console import render_trial, trials_table
+    from tuner.trials.result import TrialError
+
+    setup = api.Setup("float32", 64, xla=True, steps_per_execution=4)
+    spec = api.TrialSpec(model="builtin:cnn", setup=setup)
+    result = api.TrialResult(
+        spec, api.TrialStatus.UNSUPPORTED, error=TrialError("XLA cannot compile tf.py_function")
+    )
+    text = render_trial(result)
+    assert "status  unsupported" in text and "reason  XLA cannot compile" in text
+    assert "XLA  4 steps/execution" in text
+    stored = api.StoredTrial(7, "xla", result, "FAIL")
+    console = Console(width=200, record=True)
+    console.print(trials_table([stored]))
+    table = console.export_text()
+    assert "xla spe4" in table and "unsupported: XLA cannot compile" in table

@@ -41,10 +41,15 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
     assert TunedConfig.load(path) == config
     data = json.loads(path.read_text())
     assert data["schema"] == "mptune.config" and data["schema_version"] == 1
+    # The export writes every execution knob, at its default too (Setup.to_dict(explicit=True)).
     assert data["setup"] == {
         "policy": "mixed_float16",
         "batch_size": 16,
         "loss_scale": "dynamic:1024:500",
+        "xla": False,
+        "steps_per_execution": 1,
+        "tf32": False,
+        "gradient_accumulation_steps": 1,
     }
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temp file left
 
@@ -266,9 +271,11 @@ def test_snippets_compile_and_carry_the_setup(keras: str, policy: str, scale: st
         assert "LossScaleOptimizer" in snippet
     if scale.startswith("fixed"):
         assert ("loss_scale_factor" in snippet) if keras == "3" else ("dynamic=False" in snippet)
-    if keras == "3":
-        expected = {} if scale.startswith("dynamic") else {"auto_scale_loss": False}
-        assert assignments(snippet)["COMPILE_KWARGS"] == expected
+    # keras_setup.compile_kwargs: jit_compile and steps_per_execution always (False and 1 here).
+    expected: dict[str, object] = {"jit_compile": False, "steps_per_execution": 1}
+    if keras == "3" and not scale.startswith("dynamic"):
+        expected["auto_scale_loss"] = False
+    assert assignments(snippet)["COMPILE_KWARGS"] == expected
 
 
 def test_unoffered_combinations_are_clear() -> None:
@@ -867,3 +874,250 @@ def test_config_from_session_carries_the_hazards() -> None:
     config = config_from_session(session)  # type: ignore[arg-type]
     assert config.hazards == HAZARDS and config.evidence == base.evidence
     assert TunedConfig.from_dict(json.loads(config.to_json())) == config
+
+
+# -- execution knobs (XLA, steps per execution, TF32, gradient accumulation) ----------------
+def knob_config(
+    policy: str = "float32", loss_scale: str = "none", batch_size: int = 16, **knobs: Any
+) -> TunedConfig:
+    """make_config with a setup that carries ``knobs``."""
+    config = make_config(policy=policy, loss_scale=loss_scale, batch_size=batch_size)
+    return dataclasses.replace(config, setup=Setup(policy, batch_size, loss_scale, **knobs))
+
+
+KNOBS = {"xla": True, "steps_per_execution": 4, "gradient_accumulation_steps": 2}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        knob_config("mixed_float16", "dynamic:1024:500", **KNOBS),
+        knob_config("float32", tf32=True, **KNOBS),
+        knob_config("mixed_bfloat16", steps_per_execution=1024, gradient_accumulation_steps=1024),
+    ],
+)
+def test_round_trip_with_knobs(tmp_path: Path, config: TunedConfig) -> None:
+    path = tmp_path / "tuned.json"
+    config.save(path)
+    assert TunedConfig.load(path) == config
+    setup = json.loads(path.read_text())["setup"]
+    assert setup == config.setup.to_dict(explicit=True)
+    assert {k: setup[k] for k in ("xla", "steps_per_execution", "tf32")} == {
+        "xla": config.setup.xla,
+        "steps_per_execution": config.setup.steps_per_execution,
+        "tf32": config.setup.tf32,
+    }
+    assert json.loads(render(config, "json"))["setup"] == setup
+
+
+def test_a_config_without_knobs_loads_with_the_defaults(tmp_path: Path) -> None:
+    """A config written before the knobs existed: only policy, batch size and loss scale."""
+    path = write_config(
+        tmp_path,
+        lambda d: d.update(setup={"policy": "float32", "batch_size": 16, "loss_scale": "none"}),
+    )
+    setup = TunedConfig.load(path).setup
+    assert setup == make_config().setup
+    assert (setup.xla, setup.steps_per_execution, setup.tf32) == (False, 1, False)
+    assert setup.gradient_accumulation_steps == 1
+
+
+def with_setup(**changes: Any):
+    """A mutation of config data: its setup with ``changes``."""
+    return lambda d: d["setup"].update(changes)
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (with_setup(xla="yes"), "field setup.xla must be true or false, got 'yes'"),
+        (with_setup(xla=1), "field setup.xla must be true or false, got 1"),
+        (with_setup(xla=None), "field setup.xla must be true or false, got None"),
+        (with_setup(tf32="false"), "field setup.tf32 must be true or false, got 'false'"),
+        (
+            with_setup(steps_per_execution=0),
+            "field setup.steps_per_execution must be a positive integer, got 0",
+        ),
+        (
+            with_setup(steps_per_execution=True),
+            "field setup.steps_per_execution must be a positive integer, got True",
+        ),
+        (
+            with_setup(steps_per_execution=4.0),
+            "field setup.steps_per_execution must be a positive integer, got 4.0",
+        ),
+        (
+            with_setup(steps_per_execution=2000),
+            "field setup.steps_per_execution: steps per execution must be a whole number "
+            "from 1 to 1024, not 2000",
+        ),
+        (
+            with_setup(gradient_accumulation_steps=-2),
+            "field setup.gradient_accumulation_steps must be a positive integer, got -2",
+        ),
+        (
+            with_setup(gradient_accumulation_steps="2"),
+            "field setup.gradient_accumulation_steps must be a positive integer, got '2'",
+        ),
+        (
+            with_setup(gradient_accumulation_steps=10**400),
+            "field setup.gradient_accumulation_steps: gradient accumulation steps must be a "
+            "whole number from 1 to 1024",
+        ),
+        (
+            with_setup(policy="mixed_float16", loss_scale="dynamic", tf32=True),
+            "field setup.tf32: TF32 is a variant of float32; mixed_float16 already computes in "
+            "float16",
+        ),
+        (
+            with_setup(policy="mixed_bfloat16", tf32=True),
+            "field setup.tf32: TF32 is a variant of float32; mixed_bfloat16",
+        ),
+        (with_setup(turbo=True), "unknown field(s) in setup: turbo"),
+    ],
+)
+def test_bad_knobs_name_the_field_on_one_line(tmp_path: Path, mutate, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        TunedConfig.load(write_config(tmp_path, mutate))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'tuned.json'}: ") and fragment in message, message
+    assert "\n" not in message
+
+
+def test_export_cli_reports_a_bad_knob_on_one_line(tmp_path: Path) -> None:
+    path = write_config(tmp_path, with_setup(policy="mixed_float16", tf32=True))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", str(path), "--format", "snippet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mptune: error: {path}: field setup.tf32: ")
+
+
+@pytest.mark.parametrize(
+    "policy, scale, expected",
+    [
+        (
+            "mixed_float16",
+            "dynamic:1024:500",
+            {"jit_compile": True, "steps_per_execution": 4},
+        ),
+        (
+            "mixed_float16",
+            "fixed:128",
+            {"auto_scale_loss": False, "jit_compile": True, "steps_per_execution": 4},
+        ),
+        (
+            "float32",
+            "none",
+            {"auto_scale_loss": False, "jit_compile": True, "steps_per_execution": 4},
+        ),
+    ],
+)
+def test_keras3_snippet_carries_the_knobs(policy: str, scale: str, expected: dict) -> None:
+    """COMPILE_KWARGS is keras_setup.compile_kwargs (test_export_exec compares the two with
+    Keras); the accumulation is set on the optimizer before any loss scaling wraps it."""
+    config = knob_config(policy, scale, batch_size=32, **KNOBS)
+    for fmt in ("snippet", "script"):
+        code = render(config, fmt)
+        compile(code, f"{fmt}.py", "exec")
+        values = assignments(code)
+        assert values["COMPILE_KWARGS"] == expected
+        assert values["BATCH_SIZE"] == 32 and values["GRADIENT_ACCUMULATION_STEPS"] == 2
+        assert 'config["gradient_accumulation_steps"] = GRADIENT_ACCUMULATION_STEPS' in code
+        accumulate = code.index("gradient_accumulation_steps")
+        for wrapping in ("LossScaleOptimizer(", "loss_scale_factor"):
+            if wrapping in code:
+                assert accumulate < code.index(wrapping, code.index("def "))
+        text = comment_text(code)
+        assert "global batch of 64 samples" in text
+        assert "XLA: compile the training step with XLA" in text
+        assert "Run 4 training steps per call into the compiled step" in text
+        assert "Gradient accumulation: a copy that updates the weights once every" in text
+        # Only float32 touches TF32, and says so in one comment line.
+        assert ("enable_tensor_float_32_execution(False)" in code) == (policy == "float32")
+        assert "enable_tensor_float_32_execution(True)" not in code
+    script = render(config, "script")
+    assert "2 accumulation steps (global batch 64)" in comment_text(script)
+    assert "steps = -(-steps // per_call) * per_call" in script
+
+
+def test_knobs_at_their_defaults_add_no_accumulation() -> None:
+    code = render(make_config(policy="mixed_bfloat16"), "snippet")
+    assert "GRADIENT_ACCUMULATION_STEPS" not in code and "gradient_accumulation" not in code
+    assert "TF32" not in code and "tensor_float_32" not in code  # mixed: TF32 left alone
+    assert assignments(code)["COMPILE_KWARGS"] == {
+        "auto_scale_loss": False,
+        "jit_compile": False,
+        "steps_per_execution": 1,
+    }
+    text = comment_text(code)
+    assert "No XLA: a plain tf.function" in text and "One training step per call" in text
+
+
+@pytest.mark.parametrize("fmt, keras", FORMATS_RENDERED)
+@pytest.mark.parametrize("tf32", [True, False])
+def test_float32_sets_tf32_with_a_one_line_comment(fmt: str, keras: str, tf32: bool) -> None:
+    code = render(knob_config("float32", tf32=tf32), fmt, keras)
+    compile(code, "x.py", "exec")
+    lines = code.splitlines()
+    call = next(i for i, line in enumerate(lines) if "enable_tensor_float_32_execution" in line)
+    assert lines[call].strip() == f"tf.config.experimental.enable_tensor_float_32_execution({tf32})"
+    comment = lines[call - 1].strip()
+    assert comment.startswith("# TF32 on: " if tf32 else "# TF32 off: "), comment
+    assert "only matters on NVIDIA compute capability 8.0+" in comment
+    assert len(lines[call - 1]) <= COMMENT_WIDTH
+    # After the policy is set, before the model is built.
+    assert code.index("set_global_policy(") < code.index("enable_tensor_float_32_execution")
+
+
+@pytest.mark.parametrize("keras", ["3", "2"])
+def test_every_knob_combination_renders_code_that_compiles(keras: str) -> None:
+    for policy, scale in (("float32", "none"), ("mixed_float16", "fixed:128")):
+        for xla in (False, True):
+            for spe in (1, 8):
+                for acc in (1, 4) if keras == "3" else (1,):
+                    knobs = {"xla": xla, "steps_per_execution": spe, "tf32": policy == "float32"}
+                    config = knob_config(policy, scale, gradient_accumulation_steps=acc, **knobs)
+                    for fmt in ("snippet", "script") if keras == "3" else ("snippet",):
+                        code = render(config, fmt, keras)
+                        compile(code, "x.py", "exec")
+                        # Every line this export adds is within the width of generated comments.
+                        plain = render(make_config(policy=policy, loss_scale=scale), fmt, keras)
+                        added = [x for x in code.splitlines() if x not in plain.splitlines()]
+                        assert all(len(x) <= COMMENT_WIDTH for x in added), added
+
+
+def test_keras2_snippet_carries_xla_and_steps_per_execution() -> None:
+    config = knob_config("mixed_float16", "dynamic", xla=True, steps_per_execution=8)
+    code = render(config, "snippet", "2")
+    assert assignments(code)["COMPILE_KWARGS"] == {"jit_compile": True, "steps_per_execution": 8}
+    assert "auto_scale_loss" not in code and "gradient_accumulation" not in code
+
+
+def test_keras2_refuses_gradient_accumulation() -> None:
+    config = knob_config("mixed_float16", "dynamic", gradient_accumulation_steps=2)
+    with pytest.raises(ConfigError) as info:
+        render(config, "snippet", "2")
+    message = str(info.value)
+    assert "\n" not in message and "--keras 3" in message and "2 steps" in message
+    assert "tf_keras" in message
+    render(config, "snippet", "3")  # Keras 3 can
+    assert json.loads(render(config, "json", "2"))["setup"]["gradient_accumulation_steps"] == 2
+
+
+def test_export_cli_refuses_keras2_accumulation_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "tuned.json"
+    knob_config("float32", gradient_accumulation_steps=4).save(path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", str(path), "--format", "snippet", "--keras", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "export it for Keras 3 (--keras 3)" in lines[0], lines

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from tests_support import HAZARDS, make_config
 
-from tuner.export import HardwareFingerprint, Hazard, TunedConfig, render
+from tuner.export import HardwareFingerprint, Hazard, Setup, TunedConfig, render
 from tuner.policies import POLICIES
 
 pytestmark = pytest.mark.slow
@@ -93,15 +93,19 @@ def test_keras3_snippets_train(tmp_path: Path) -> None:
 
 
 def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
-    """Fixed and dynamic scaling the tf_keras way, in one process (TF starts once)."""
+    """Fixed and dynamic scaling the tf_keras way, in one process (TF starts once); the second
+    with XLA and 4 steps per execution."""
     if importlib.util.find_spec("tf_keras") is None:
         # Not a dependency of mptune: without it the snippets are only compiled (test_export).
         pytest.skip("tf_keras is not installed")
     checks = []
-    for scale, dynamic, value in (("fixed:64", False, 64.0), ("dynamic:1024:500", True, 1024.0)):
-        snippet = render(
-            tuned(policy="mixed_float16", loss_scale=scale, batch_size=8), "snippet", "2"
-        )
+    for scale, dynamic, value, xla, steps in (
+        ("fixed:64", False, 64.0, False, 1),
+        ("dynamic:1024:500", True, 1024.0, True, 4),
+    ):
+        config = tuned(policy="mixed_float16", loss_scale=scale, batch_size=8)
+        setup = Setup("mixed_float16", 8, scale, xla=xla, steps_per_execution=steps)
+        snippet = render(dataclasses.replace(config, setup=setup), "snippet", "2")
         assert "os.system('exit 3')" in snippet  # in a comment
         checks.append(
             snippet
@@ -114,9 +118,13 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
                 tf.keras.layers.Dense(1)(x))
             model = tf.keras.Model(inputs, outputs)
             model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
-            history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
+            history = model.fit(np.ones((32, 4), "float32"), np.ones((32, 1), "float32"),
                                 batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            assert COMPILE_KWARGS == {{"jit_compile": {xla!r}, "steps_per_execution": {steps!r}}}
+            assert bool(model.jit_compile) is {xla!r}, model.jit_compile
+            assert int(model._steps_per_execution.numpy()) == {steps!r}
             opt = model.optimizer
+            assert int(opt.iterations.numpy()) == 4, int(opt.iterations.numpy())
             assert "LossScaleOptimizer" in type(opt).__name__, type(opt)
             assert opt.dynamic is {dynamic!r}
             assert float(opt.loss_scale) == {value!r}
@@ -258,7 +266,10 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
         assert tuned.batch_size == 32 and tuned.loss_scale == "fixed:256"
         opt = tuned.wrap_optimizer(keras.optimizers.Adam())
         assert type(opt).__name__ == "Adam" and opt.loss_scale_factor == 256
-        assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
+        assert opt.gradient_accumulation_steps is None
+        assert tuned.compile_kwargs() == {{
+            "auto_scale_loss": False, "jit_compile": False, "steps_per_execution": 1
+        }}
         # A CPU config: the scripted GPU does not matter, the CPU model does.
         assert len(warned) == 1 and "CPU Test CPU vs" in warned[0], warned
 
@@ -269,14 +280,16 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
         assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
         assert type(opt.inner_optimizer).__name__ == "SGD"
         assert opt.dynamic_growth_steps == 500 and float(opt.initial_scale) == 1024.0
-        assert tuned.compile_kwargs() == {{}}
+        assert tuned.compile_kwargs() == {{"jit_compile": False, "steps_per_execution": 1}}
 
         # none: the optimizer as given.
         tuned, _ = applied({str(none)!r}, warn_on_mismatch=False)
         assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
         base = keras.optimizers.Adam()
         assert tuned.wrap_optimizer(base) is base
-        assert tuned.compile_kwargs() == {{"auto_scale_loss": False}}
+        assert tuned.compile_kwargs() == {{
+            "auto_scale_loss": False, "jit_compile": False, "steps_per_execution": 1
+        }}
         # Its hazard is a warning: kept with the config, not logged.
         assert [h.kind for h in tuned.hazards] == ["divergence"] and logged == [], logged
 
@@ -307,3 +320,207 @@ def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "applied" in proc.stdout
+
+
+# -- execution knobs (XLA, steps per execution, TF32, gradient accumulation) ----------------
+#: The knobs the executed exports carry: 8 steps of batch 4 run as 2 calls of 4 steps each and
+#: make 4 optimizer updates of a global batch of 8.
+KNOBS = {"xla": True, "steps_per_execution": 4, "gradient_accumulation_steps": 2}
+
+
+def knob_config(
+    policy: str, loss_scale: str, batch_size: int = 4, awkward: bool = True, **knobs: Any
+) -> TunedConfig:
+    """tuned() (make_config() unless ``awkward``: a file's text holds no line breaks) with a
+    setup that carries ``knobs``."""
+    config = (tuned if awkward else make_config)(
+        policy=policy, loss_scale=loss_scale, batch_size=batch_size
+    )
+    return dataclasses.replace(config, setup=Setup(policy, batch_size, loss_scale, **knobs))
+
+
+#: Code for the checks below: the setup's Keras objects as tuner.keras_setup makes them, and a
+#: comparison of optimizer configs that ignores the names Keras numbers (adam_3, adam_4).
+MIRROR = textwrap.dedent("""
+    import json
+    import tensorflow as tf
+    from tuner import keras_setup
+    from tuner.setup import Setup
+
+    def unnamed(value):
+        if isinstance(value, dict):
+            return {k: unnamed(v) for k, v in value.items() if k != "name"}
+        return value
+
+    def same_optimizer(a, b):
+        return json.dumps(unnamed(a.get_config()), sort_keys=True, default=str) == json.dumps(
+            unnamed(b.get_config()), sort_keys=True, default=str)
+""")
+
+
+def test_keras3_snippets_apply_the_knobs(tmp_path: Path) -> None:
+    """Each snippet, pasted before a tiny model, compiles and trains as keras_setup would:
+    the same COMPILE_KWARGS, the same optimizer, TF32 as tuned, and the knobs in effect."""
+    checks = []
+    for policy, scale, knobs, tf32_after in (
+        ("mixed_float16", "dynamic:1024:500", KNOBS, None),
+        ("float32", "none", {**KNOBS, "tf32": True}, True),
+        ("float32", "none", {}, False),
+        ("mixed_float16", "fixed:128", {"gradient_accumulation_steps": 2}, False),  # left alone
+        ("mixed_bfloat16", "none", {"xla": True, "steps_per_execution": 4}, False),
+    ):
+        config = knob_config(policy, scale, **knobs)
+        setup = config.setup
+        snippet = render(config, "snippet")
+        checks.append(
+            snippet
+            + MIRROR
+            + textwrap.dedent(f"""
+            import numpy as np
+            setup = Setup.from_dict({setup.to_dict()!r})
+            assert COMPILE_KWARGS == keras_setup.compile_kwargs(setup), COMPILE_KWARGS
+            assert same_optimizer(
+                make_optimizer(), keras_setup.wrap_optimizer(keras.optimizers.Adam(), setup))
+            if {tf32_after!r} is not None:
+                assert tf.config.experimental.tensor_float_32_execution_enabled() is {tf32_after!r}
+            inputs = keras.Input((4,))
+            x = keras.layers.Dense(8)(inputs)
+            outputs = keras.layers.Activation("linear", dtype="float32")(keras.layers.Dense(1)(x))
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
+            history = model.fit(np.ones((32, 4), "float32"), np.ones((32, 1), "float32"),
+                                batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            assert model.jit_compile is {setup.xla!r}, model.jit_compile
+            assert model.steps_per_execution == {setup.steps_per_execution!r}
+            opt = model.optimizer
+            inner = getattr(opt, "inner_optimizer", opt)
+            accumulation = {setup.gradient_accumulation_steps!r}
+            assert inner.gradient_accumulation_steps == (accumulation if accumulation > 1 else None)
+            # 8 steps of 4 samples; with accumulation, one update per that many steps.
+            assert int(inner._iterations.numpy()) == 8, int(inner._iterations.numpy())
+            assert int(opt.iterations.numpy()) == 8 // accumulation, int(opt.iterations.numpy())
+            if {scale!r}.startswith("dynamic"):
+                assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+            if {scale!r}.startswith("fixed"):
+                assert opt.loss_scale_factor == 128
+            assert np.isfinite(history.history["loss"][-1])
+            print("ok", {setup.label!r})
+        """)
+        )
+    proc = python("\n".join(f"exec({c!r})" for c in checks), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("ok ") == len(checks), proc.stdout
+
+
+def test_scripts_train_with_the_knobs(tmp_path: Path) -> None:
+    """The script compiles with the same knobs: XLA, 4 steps a call, accumulation on the inner
+    optimizer, TF32 as tuned; --max-steps is rounded up to whole calls."""
+    scripts = {
+        "dynamic": knob_config("mixed_float16", "dynamic:1024:500", **KNOBS),
+        "tf32": knob_config("float32", "none", **KNOBS, tf32=True),
+    }
+    for name, config in scripts.items():
+        (tmp_path / f"train_{name}.py").write_text(render(config, "script"), encoding="utf-8")
+    proc = python(
+        MIRROR
+        + textwrap.dedent("""
+        import importlib.util, io, contextlib, sys
+
+        def train(name):
+            spec = importlib.util.spec_from_file_location(f"train_{name}", f"train_{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            models = []
+            unchanged = module.float32_outputs
+            module.float32_outputs = lambda m: models.append(unchanged(m)) or models[-1]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                assert module.main(["--max-steps", "6"]) == 0
+            assert "after 8 steps" in out.getvalue(), out.getvalue()
+            return models[-1]
+
+        for name in ("dynamic", "tf32"):
+            model = train(name)
+            assert model.jit_compile is True and model.steps_per_execution == 4
+            opt = model.optimizer
+            inner = getattr(opt, "inner_optimizer", opt)
+            assert inner.gradient_accumulation_steps == 2
+            assert int(inner._iterations.numpy()) == 8 and int(opt.iterations.numpy()) == 4
+            if name == "dynamic":
+                assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+            else:
+                assert type(opt).__name__ == "Adam", type(opt)
+                assert tf.config.experimental.tensor_float_32_execution_enabled() is True
+            print("trained", name)
+    """),
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("trained ") == 2, proc.stdout
+
+
+def test_apply_config_applies_the_knobs(tmp_path: Path) -> None:
+    paths = {}
+    for name, config in (
+        ("dynamic", knob_config("mixed_float16", "dynamic:1024:500", 32, False, **KNOBS)),
+        ("tf32", knob_config("float32", "none", awkward=False, tf32=True)),
+        ("float32", knob_config("float32", "none", awkward=False)),
+        ("bfloat16", knob_config("mixed_bfloat16", "none", awkward=False, xla=True)),
+    ):
+        paths[name] = str(tmp_path / f"{name}.json")
+        config.save(paths[name])
+    proc = python(
+        MIRROR
+        + textwrap.dedent(f"""
+        import keras
+        import numpy as np
+        from tuner import apply_config
+
+        paths = {paths!r}
+        enabled = tf.config.experimental.tensor_float_32_execution_enabled
+
+        # Accumulation on the inner optimizer (a copy), loss scaling around it.
+        tuned = apply_config(paths["dynamic"], warn_on_mismatch=False)
+        assert (tuned.xla, tuned.steps_per_execution, tuned.tf32) == (True, 4, False)
+        assert tuned.gradient_accumulation_steps == 2 and tuned.global_batch == 64
+        base = keras.optimizers.SGD()
+        opt = tuned.wrap_optimizer(base)
+        assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+        assert type(opt.inner_optimizer).__name__ == "SGD"
+        assert opt.inner_optimizer.gradient_accumulation_steps == 2
+        assert base.gradient_accumulation_steps is None  # the user's optimizer is left alone
+        assert opt.dynamic_growth_steps == 500 and float(opt.initial_scale) == 1024.0
+        assert tuned.compile_kwargs() == {{"jit_compile": True, "steps_per_execution": 4}}
+        by_name = tuned.wrap_optimizer("adam")
+        assert by_name.inner_optimizer.gradient_accumulation_steps == 2
+        # ... and they compile and train.
+        inputs = keras.Input((4,))
+        outputs = keras.layers.Activation("linear", dtype="float32")(
+            keras.layers.Dense(1)(keras.layers.Dense(8)(inputs)))
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=opt, loss="mse", **tuned.compile_kwargs())
+        model.fit(np.ones((256, 4), "float32"), np.ones((256, 1), "float32"),
+                  batch_size=tuned.batch_size, epochs=1, verbose=0)
+        assert model.jit_compile is True and model.steps_per_execution == 4
+        assert int(opt.iterations.numpy()) == 4  # 8 steps, 2 accumulated per update
+
+        # TF32: on for a tf32 setup, off for plain float32; a mixed policy leaves it alone.
+        tuned = apply_config(paths["tf32"], warn_on_mismatch=False)
+        assert tuned.tf32 and enabled() is True
+        assert keras.mixed_precision.global_policy().name == "float32"
+        assert tuned.compile_kwargs() == {{
+            "auto_scale_loss": False, "jit_compile": False, "steps_per_execution": 1
+        }}
+        apply_config(paths["bfloat16"], warn_on_mismatch=False)
+        assert enabled() is True
+        tuned = apply_config(paths["float32"], warn_on_mismatch=False)
+        assert not tuned.tf32 and enabled() is False
+        tuned = apply_config(paths["bfloat16"], warn_on_mismatch=False)
+        assert enabled() is False
+        assert tuned.compile_kwargs()["jit_compile"] is True
+        print("knobs applied")
+    """),
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "knobs applied" in proc.stdout

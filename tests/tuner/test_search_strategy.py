@@ -23,6 +23,16 @@ from tuner.trials.spec import TrialSpec
 STEPS = 40
 
 
+@dataclass(frozen=True)
+class FakeGpu:
+    """Just what the search reads of a GPU: its index, compute capability and memory."""
+
+    compute_capability: tuple[int, int] = (8, 0)
+    index: int = 0
+    memory_total_mb: float = 80000.0
+    name: str = "Test GPU"
+
+
 @dataclass
 class FakeProfile:
     """Just what tune() reads of a hardware profile."""
@@ -63,6 +73,13 @@ class Machine:
     numerics: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[TrialSpec] = field(default_factory=list)
     interrupt_at: int | None = None
+    #: the knobs: throughput factors for XLA and per steps-per-execution value, and how an XLA
+    #: trial ends instead (e.g. unsupported); float32+tf32 runs at float32's speed times
+    #: tf32_factor (or speed["float32+tf32"])
+    xla_factor: float = 1.0
+    xla_status: TrialStatus | None = None
+    spe_factor: dict[int, float] = field(default_factory=dict)
+    tf32_factor: float = 1.0
 
     def runs_of(self, policy: str, batch_size: int) -> int:
         return sum(1 for s in self.calls if s.setup == Setup(policy, batch_size))
@@ -76,17 +93,33 @@ class Machine:
         if forced is not None:
             return TrialResult(spec, forced, error=TrialError(f"scripted {forced.value}"))
         scripted = self.script.get((str(spec.policy), spec.batch_size), [])
-        default_scale = spec.setup == Setup(spec.policy, spec.batch_size)
+        # (a per-step batch under gradient accumulation runs as fast as without it)
+        default_scale = spec.setup.replace(gradient_accumulation_steps=1) == Setup(
+            spec.policy, spec.batch_size
+        )
         planned = scripted[nth] if default_scale and nth < len(scripted) else None
         if isinstance(planned, TrialStatus):
             return TrialResult(spec, planned, error=TrialError(f"scripted {planned.value}"))
         if spec.batch_size >= self.oom_at.get(spec.policy, 1 << 30):
             return TrialResult(spec, TrialStatus.OOM, error=TrialError("OOM when allocating"))
+        setup = spec.setup
+        if setup.xla and self.xla_status is not None:
+            return TrialResult(
+                spec,
+                self.xla_status,
+                error=TrialError("XLA cannot compile this model: scripted"),
+            )
         doublings = math.log2(min(spec.batch_size, self.knee) / 64)
-        sps = self.speed[spec.policy] * (1 + self.growth) ** doublings
+        speed = self.speed.get(setup.precision)
+        if speed is None:
+            speed = self.speed[str(spec.policy)] * (self.tf32_factor if setup.tf32 else 1.0)
+        sps = speed * (1 + self.growth) ** doublings
         if planned is not None:
             sps = planned
-        offset = self.loss_offset.get(spec.policy, 0.0)
+        if setup.xla:
+            sps *= self.xla_factor
+        sps *= self.spe_factor.get(setup.steps_per_execution, 1.0)
+        offset = self.loss_offset.get(setup.precision, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
         hazard = self.unsafe.get(str(spec.policy))
         probed = spec.probe and spec.policy.is_mixed
@@ -97,6 +130,7 @@ class Machine:
             hazards=(hazard,) if hazard and probed else (),
             numerics=self.numerics.get(str(spec.policy), {"probe_s": 0.5}) if probed else {},
             samples_per_second=sps,
+            step_time_ms={"p50": 1000.0 * spec.batch_size / sps},
             peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
             losses=losses,
             steps_completed=STEPS,
@@ -301,8 +335,10 @@ def test_speedup_is_stated_against_a_faster_later_float32_trial(tmp_path: Path) 
     )
     rec = run(machine, tmp_path).recommendation
     assert rec.setup == Setup("mixed_bfloat16", 256)
-    # The guard ran float32 at 256 after float32's ladder had stopped.
-    assert [s.batch_size for s in machine.calls if s.policy == "float32"][:3] == [64, 128, 256]
+    # The guard ran float32 at 256 after float32's ladder had stopped (at 128, refining the
+    # knee below it: a multiple of 8 between 64 and 128).
+    f32 = [s.batch_size for s in machine.calls if s.policy == "float32"]
+    assert f32[:3] == [64, 128, 96] and max(f32[: f32.index(256)]) == 128
     assert rec.float32_samples_per_second == pytest.approx(1500.0)
     assert rec.speedup_vs_float32 == pytest.approx(rec.samples_per_second / 1500.0)
     assert f"{rec.samples_per_second / 1500.0:.2f}x faster" in rec.reason

@@ -156,3 +156,169 @@ def test_a_recommendation_stored_by_earlier_versions_loads() -> None:
     assert Recommendation.from_dict(json.loads(json.dumps(again))) == rec
     # What `tune --json` printed before is still printed: the flat keys and the setup object.
     assert {k: again[k] for k in old} == old
+
+
+# -- execution knobs ------------------------------------------------------------------------
+KNOBBED = Setup(
+    "float32", 64, tf32=True, xla=True, steps_per_execution=4, gradient_accumulation_steps=2
+)
+
+
+def test_knobs_default_to_what_a_setup_meant_before_them() -> None:
+    setup = Setup("mixed_float16", 64)
+    assert (setup.xla, setup.steps_per_execution, setup.tf32) == (False, 1, False)
+    assert setup.gradient_accumulation_steps == 1 and setup.global_batch == 64
+    assert setup.knobs == () and setup.precision == "mixed_float16"
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (
+            {"policy": "mixed_float16", "tf32": True},
+            "TF32 is a variant of float32; mixed_float16 already computes in float16",
+        ),
+        (
+            {"policy": "mixed_bfloat16", "tf32": True},
+            "TF32 is a variant of float32; mixed_bfloat16 already computes in bfloat16",
+        ),
+        (
+            {"steps_per_execution": 0},
+            "steps per execution must be a whole number from 1 to 1024, not 0",
+        ),
+        (
+            {"steps_per_execution": 1025},
+            "steps per execution must be a whole number from 1 to 1024",
+        ),
+        ({"steps_per_execution": True}, "steps per execution must be a whole number"),
+        ({"steps_per_execution": 2.0}, "steps per execution must be a whole number"),
+        (
+            {"gradient_accumulation_steps": 0},
+            "gradient accumulation steps must be a whole number from 1 to 1024, not 0",
+        ),
+        ({"gradient_accumulation_steps": "2"}, "gradient accumulation steps must be a whole"),
+        ({"xla": "yes"}, "xla must be true or false, not 'yes'"),
+        ({"xla": 1}, "xla must be true or false, not 1"),
+        ({"xla": None}, "xla must be true or false, not None"),
+        ({"tf32": 0}, "tf32 must be true or false, not 0"),
+    ],
+)
+def test_bad_knobs_are_named(kwargs: dict, fragment: str) -> None:
+    args = {"policy": "float32", "batch_size": 64, **kwargs}
+    with pytest.raises(ValueError) as info:
+        Setup(**args)
+    assert fragment in str(info.value)
+    # The stored form fails the same way.
+    with pytest.raises(ValueError) as info:
+        Setup.from_dict(args)
+    assert fragment in str(info.value)
+
+
+def test_the_label_names_every_knob_away_from_its_default() -> None:
+    assert KNOBBED.label == "float32+tf32 b64 none xla spe4 acc2"
+    assert KNOBBED.precision == "float32+tf32" and KNOBBED.knobs == ("xla", "spe4", "acc2")
+    assert Setup("float32", 64, tf32=True).label == "float32+tf32 b64 none"
+    assert Setup("mixed_float16", 8, steps_per_execution=8).label == "mixed_float16 b8 dynamic spe8"
+    assert Setup("mixed_bfloat16", 8, xla=True).label == "mixed_bfloat16 b8 none xla"
+    assert Setup("float32", 32, gradient_accumulation_steps=4).label == "float32 b32 none acc4"
+    assert KNOBBED.describe() == (
+        "float32 with TF32 matmuls at batch size 64 (none loss scale, XLA, 4 steps per "
+        "execution, 2 accumulation steps, global batch 128)"
+    )
+
+
+def test_global_batch_is_the_batch_times_the_accumulation() -> None:
+    assert KNOBBED.global_batch == 128
+    assert Setup("mixed_float16", 96, gradient_accumulation_steps=3).global_batch == 288
+    assert Setup("float32", 96).global_batch == 96
+
+
+def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
+    plain = Setup("mixed_float16", 64, "dynamic:1024:500")
+    assert plain.to_dict() == {
+        "policy": "mixed_float16",
+        "batch_size": 64,
+        "loss_scale": "dynamic:1024:500",
+    }
+    assert plain.to_dict(explicit=True) == {
+        "policy": "mixed_float16",
+        "batch_size": 64,
+        "loss_scale": "dynamic:1024:500",
+        "xla": False,
+        "steps_per_execution": 1,
+        "tf32": False,
+        "gradient_accumulation_steps": 1,
+    }
+    assert Setup("float32", 8, xla=True).to_dict() == {
+        "policy": "float32",
+        "batch_size": 8,
+        "loss_scale": "none",
+        "xla": True,
+    }
+    assert (
+        KNOBBED.to_dict()
+        == KNOBBED.to_dict(explicit=True)
+        == {
+            "policy": "float32",
+            "batch_size": 64,
+            "loss_scale": "none",
+            "xla": True,
+            "steps_per_execution": 4,
+            "tf32": True,
+            "gradient_accumulation_steps": 2,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        KNOBBED,
+        Setup("float32", 1, tf32=True),
+        Setup("mixed_float16", 96, "fixed:128", xla=True, gradient_accumulation_steps=1024),
+        Setup("mixed_bfloat16", 256, steps_per_execution=1024),
+    ],
+)
+@pytest.mark.parametrize("explicit", [False, True])
+def test_knobs_round_trip_through_dict_and_json(setup: Setup, explicit: bool) -> None:
+    again = Setup.from_dict(json.loads(json.dumps(setup.to_dict(explicit=explicit))))
+    assert again == setup and hash(again) == hash(setup) and again.key == setup.key
+
+
+def test_knobs_make_setups_differ() -> None:
+    base = Setup("float32", 64)
+    variants = [
+        base.replace(xla=True),
+        base.replace(steps_per_execution=2),
+        base.replace(tf32=True),
+        base.replace(gradient_accumulation_steps=2),
+    ]
+    assert len({base, *variants}) == 5 and len({s.key for s in (base, *variants)}) == 5
+    # A setup at the defaults keeps the key it had before the knobs existed.
+    assert base.key == '{"batch_size":64,"loss_scale":"none","policy":"float32"}'
+    assert Setup.from_dict({**base.to_dict(), "xla": False}) == base
+
+
+def test_replace_keeps_the_knobs_and_drops_tf32_off_float32() -> None:
+    mixed = KNOBBED.replace(policy="mixed_float16")
+    assert mixed.tf32 is False and mixed.loss_scale == LossScale("dynamic")
+    assert (mixed.xla, mixed.steps_per_execution, mixed.gradient_accumulation_steps) == (True, 4, 2)
+    assert mixed.label == "mixed_float16 b64 dynamic xla spe4 acc2"
+    # Back to float32 is plain IEEE float32: TF32 is not brought back.
+    assert mixed.replace(policy="float32").tf32 is False
+    # Staying on float32 keeps TF32; asking for TF32 on a mixed policy is still refused.
+    assert KNOBBED.replace(policy="float32").tf32 is True
+    assert KNOBBED.replace(batch_size=32).tf32 is True
+    with pytest.raises(ValueError, match="TF32 is a variant of float32"):
+        KNOBBED.replace(policy="mixed_bfloat16", tf32=True)
+    assert KNOBBED.replace(xla=False, gradient_accumulation_steps=1).knobs == ("spe4",)
+
+
+def test_simplicity_prefers_default_knobs() -> None:
+    base = Setup("float32", 64)
+    assert base.simplicity() < base.replace(tf32=True).simplicity()
+    assert base.simplicity() < base.replace(xla=True).simplicity()
+    assert base.simplicity() < base.replace(steps_per_execution=2).simplicity()
+    assert base.simplicity() < base.replace(gradient_accumulation_steps=2).simplicity()
+    # IEEE float32 with any knob is still simpler than a mixed policy.
+    assert KNOBBED.replace(tf32=False).simplicity() < Setup("mixed_bfloat16", 8).simplicity()

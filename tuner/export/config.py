@@ -488,9 +488,19 @@ class _Validator:
                 knobs[name] = value
             else:
                 knobs[name] = self.positive_int(value, f"setup.{name}")
+        # Setup's own rules (ranges, TF32 on float32 only), checked one field at a time so that
+        # the message names the field at fault.
+        policy, scale = parts["policy"], parts["loss_scale"]
+        checks: list[tuple[str, int, dict[str, Any]]] = [("batch_size", batch_size, {})]
+        checks += [(name, 1, {name: value}) for name, value in knobs.items()]
+        for name, size, knob in checks:
+            try:
+                Setup(policy, size, scale, **knob)
+            except ValueError as exc:
+                raise ConfigError(f"{self.source}: field setup.{name}: {exc}") from None
         try:
-            return Setup(parts["policy"], batch_size, parts["loss_scale"], **knobs)
-        except ValueError as exc:
+            return Setup(policy, batch_size, scale, **knobs)
+        except ValueError as exc:  # a combination that no one field explains
             raise ConfigError(f"{self.source}: setup: {exc}") from None
 
     def choice(self, value: Any, name: str, choices: tuple[str, ...], what: str) -> str:

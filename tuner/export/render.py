@@ -23,6 +23,7 @@ import jinja2
 from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
 from tuner.resources import templates_dir
+from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec
 
 FORMATS = ("json", "snippet", "script")
@@ -117,8 +118,14 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
             (a runnable Keras 3 training script).
         keras: ``3`` for Keras 3, ``2`` for tf_keras (snippet and json only).
 
+    The snippet and the script apply the setup's execution knobs exactly as
+    :mod:`tuner.keras_setup` does: TF32 on or off for float32, ``gradient_accumulation_steps`` on
+    the inner optimizer, and ``jit_compile`` and ``steps_per_execution`` in ``COMPILE_KWARGS``.
+
     Raises:
-        ConfigError: an unknown format or Keras version, or a combination not offered.
+        ConfigError: an unknown format or Keras version, or a combination not offered (the
+            script for Keras 2, or a tf_keras snippet of a setup that accumulates gradients:
+            tf_keras optimizers have no gradient accumulation).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -128,6 +135,12 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
         return config.to_json()
     if fmt == "script" and keras == "2":
         raise ConfigError("the script export is Keras 3 only; use --format snippet --keras 2")
+    steps = config.setup.gradient_accumulation_steps
+    if keras == "2" and steps > 1:
+        raise ConfigError(
+            f"this setup accumulates gradients over {steps} steps, which tf_keras optimizers "
+            "cannot do; export it for Keras 3 (--keras 3)"
+        )
     template = f"snippet_keras{keras}.py.j2" if fmt == "snippet" else "script_keras3.py.j2"
     return _environment().get_template(template).render(**_context(config))
 
@@ -153,6 +166,13 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "initial_scale": scale.effective_initial_scale,
         "growth_steps": scale.effective_growth_steps,
         "fixed_value": scale.value,
+        # The execution knobs (docs/export.md): applied as tuner/keras_setup.py applies them.
+        "xla": setup.xla,
+        "steps_per_execution": setup.steps_per_execution,
+        "tf32": setup.tf32,
+        "accumulation_steps": setup.gradient_accumulation_steps,
+        "global_batch": setup.global_batch,
+        "setup_comments": comment_lines(_setup_summary(setup)),
         "evidence_summary": ", ".join(summary) or "no figures recorded",
         "reason": evidence.reason,
         "device": config.hardware.gpu_name or config.hardware.cpu_model or config.hardware.device,
@@ -165,6 +185,28 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "session": config.session,
         "hazard_comments": hazard_comments(config),
     }
+
+
+def _setup_summary(setup: Setup) -> str:
+    """The setup in words for a comment: ``Setup: float32, batch size 64, loss scale none``,
+    then each execution knob away from its default."""
+    words = [
+        f"Setup: {setup.policy}",
+        f"batch size {setup.batch_size}",
+        f"loss scale {setup.loss_scale}",
+    ]
+    if setup.tf32:
+        words.append("TF32 matmuls")
+    if setup.xla:
+        words.append("XLA")
+    if setup.steps_per_execution > 1:
+        words.append(f"{setup.steps_per_execution} steps per execution")
+    if setup.gradient_accumulation_steps > 1:
+        words.append(
+            f"{setup.gradient_accumulation_steps} accumulation steps "
+            f"(global batch {setup.global_batch})"
+        )
+    return ", ".join(words) + "."
 
 
 def _model_kind(model: str) -> tuple[str, str | None, dict[str, int]]:

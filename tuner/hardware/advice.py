@@ -74,7 +74,9 @@ def _gpu_advice(gpu: GpuInfo) -> tuple[PolicyAdvice, ...]:
                 "as float16 and needs no loss scaling",
             ),
             PolicyAdvice(
-                FLOAT32, f"the baseline; TF32 already speeds float32 matmuls on {cc} Tensor Cores"
+                FLOAT32,
+                f"the baseline; {cc} Tensor Cores also run float32 matmuls in TF32, which the "
+                "search tries as its own setting (float32+tf32: float32 storage, TF32 matmuls)",
             ),
         )
     if units.fp16_tensor_cores:

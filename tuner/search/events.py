@@ -51,7 +51,9 @@ class PlanUpdated:
 
 @dataclass(frozen=True)
 class StageStarted:
-    """A stage of the search began (baseline, policies, batch, loss-scale, guard, remeasure)."""
+    """A stage of the search began (baseline, policies, batch, loss-scale, xla,
+    steps-per-execution, guard, remeasure). Trials between the ladder's rungs carry the stage
+    ``refine``, which starts no stage of its own."""
 
     type: ClassVar[str] = "stage"
     stage: str

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import Candidate, SearchOutcome, first_ok
+from tuner.search.strategy import TF32, Candidate, KnobTrial, SearchOutcome, first_ok
 from tuner.setup import SETUP_FIELDS, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 
@@ -67,6 +67,58 @@ class Alternative:
         )
 
 
+@dataclass(frozen=True)
+class KnobEvidence:
+    """One execution knob of the recommended setup and the evidence for its setting.
+
+    Attributes:
+        knob: ``xla``, ``steps_per_execution``, ``tf32`` or ``global_batch``.
+        setting: the recommended setup's value, in words (``on``, ``off``, ``4``, ``512``).
+        detail: what was measured or why it was not tried, in words.
+        gain: the measured speed of the knob's setting over the setup without it (1.2: 20%
+            faster); None when no stage compared them.
+        trials: the trials behind the figures.
+    """
+
+    knob: str
+    setting: str
+    detail: str
+    gain: float | None = None
+    trials: tuple[int, ...] = ()
+
+    #: The row label of each knob in the evidence.
+    LABELS: ClassVar[dict[str, str]] = {
+        "xla": "XLA",
+        "steps_per_execution": "Steps per execution",
+        "tf32": "TF32",
+        "global_batch": "Global batch",
+    }
+
+    @property
+    def label(self) -> str:
+        return self.LABELS.get(self.knob, self.knob)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "setting": self.setting,
+            "detail": self.detail,
+            "gain": self.gain,
+            "trials": list(self.trials),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KnobEvidence:
+        gain = data.get("gain")
+        return cls(
+            str(data["knob"]),
+            str(data.get("setting", "")),
+            str(data.get("detail", "")),
+            None if gain is None else float(gain),
+            tuple(int(n) for n in data.get("trials") or ()),
+        )
+
+
 def _pair(value: Any) -> tuple[float, float] | None:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         return None
@@ -106,6 +158,14 @@ class Recommendation:
     busy: str | None = None
     #: precision hazards the search found, for every policy it probed (unsafe first)
     hazards: tuple[Hazard, ...] = ()
+    #: each execution knob of the setup (XLA, steps per execution, TF32, the global batch) and
+    #: its evidence; empty in recommendations stored before the knobs existed
+    knobs: tuple[KnobEvidence, ...] = ()
+    #: the samples per optimizer update the search kept (``--global-batch``); None: not kept
+    global_batch: int | None = None
+    #: the batch size the user trains with (``--start-batch`` or the model file's
+    #: ``BATCH_SIZE``); None: unknown
+    user_batch: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -119,6 +179,7 @@ class Recommendation:
         data["notes"] = list(self.notes)
         data["versions"] = dict(self.versions)
         data["hazards"] = [h.to_dict() for h in self.hazards]
+        data["knobs"] = [k.to_dict() for k in self.knobs]
         return data
 
     @classmethod
@@ -144,6 +205,7 @@ class Recommendation:
         )
         values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
         values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
+        values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
         for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
         try:
@@ -184,7 +246,14 @@ def recommend(
         )
 
     f32_best = _best_float32(outcome)
-    f32_same = outcome.measured.get(Setup(FLOAT32, chosen.setup.batch_size, LossScale("none")))
+    f32_same = outcome.measured.get(
+        Setup(
+            FLOAT32,
+            chosen.setup.batch_size,
+            LossScale("none"),
+            gradient_accumulation_steps=chosen.setup.gradient_accumulation_steps,
+        )
+    )
     f32_same_run = first_ok(f32_same) if f32_same else None
     f32_same_ok = f32_same_run.result if f32_same_run else None
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
@@ -202,7 +271,8 @@ def recommend(
         | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
     )
     busy = _busy(outcome, trials)
-    notes = list(outcome.notes) + [n for n in (tie_note, busy) if n]
+    batch_note = _batch_note(chosen.setup, space)
+    notes = list(outcome.notes) + [n for n in (tie_note, batch_note, busy) if n]
     speedup = chosen.speed / f32_best.speed if f32_best and f32_best.speed else None
     return Recommendation(
         setup=chosen.setup,
@@ -234,6 +304,139 @@ def recommend(
         ties=tuple(_alternative(c, f32_best) for c in ties),
         busy=busy,
         hazards=merge(*(m.result.hazards for runs in outcome.measured.values() for m in runs)),
+        knobs=_knob_evidence(chosen.setup, outcome, space),
+        global_batch=space.global_batch,
+        user_batch=space.user_batch,
+    )
+
+
+def _batch_note(setup: Setup, space: SearchSpace) -> str | None:
+    """What the recommended batch size means for the user's learning rate: the global batch
+    kept, or a batch size that differs from the user's own."""
+    if space.global_batch is not None:
+        acc = setup.gradient_accumulation_steps
+        how = (
+            f"batch size {setup.batch_size} x {acc} gradient accumulation steps"
+            if acc > 1
+            else f"batch size {setup.batch_size}, no gradient accumulation"
+        )
+        return (
+            f"the global batch {space.global_batch} is kept (--global-batch): {how}, "
+            f"{setup.global_batch} samples per optimizer update, so a learning rate tuned for "
+            f"{space.global_batch} still applies"
+        )
+    mine, theirs = setup.global_batch, space.user_batch
+    if theirs is None or mine == theirs:
+        return None
+    return (
+        f"the recommended batch size {mine} differs from yours ({theirs}): each optimizer "
+        f"update averages {mine} samples instead of {theirs}, so a learning rate tuned for "
+        f"{theirs} may no longer fit. Scale it by {mine}/{theirs} = {mine / theirs:.3g} (the "
+        'linear scaling rule, Goyal et al. 2017, "Accurate, Large Minibatch SGD", with a '
+        f"warm-up for a large factor) or tune it again; or search with --global-batch {theirs} "
+        "to keep your batch"
+    )
+
+
+def _knob_evidence(
+    setup: Setup, outcome: SearchOutcome, space: SearchSpace
+) -> tuple[KnobEvidence, ...]:
+    """The evidence for each knob of the recommended ``setup``, from its precision's knob
+    stages."""
+    mine = [k for k in outcome.knobs if k.precision == setup.precision]
+    items = []
+    xla = [k for k in mine if k.knob == "xla" and k.tried is not None]
+    setting = "on" if setup.xla else "off"
+    if xla:
+        k = xla[-1]
+        items.append(KnobEvidence("xla", setting, f"{setting}: {_knob_line(k)}", k.gain, k.trials))
+    else:
+        why = outcome.knobs_skipped.get("xla") or "the search ended before its XLA stage"
+        items.append(KnobEvidence("xla", setting, f"{setting}: not tried ({why})"))
+
+    spe = [k for k in mine if k.knob == "steps_per_execution"]
+    setting = str(setup.steps_per_execution)
+    tried = [k for k in spe if k.tried is not None]
+    if tried:
+        adopted = [k for k in tried if k.adopted]
+        gain = (
+            adopted[-1].speed / tried[0].base_speed
+            if adopted and adopted[-1].speed and tried[0].base_speed
+            else tried[0].gain
+        )
+        numbers = tuple(sorted({n for k in tried for n in k.trials}))
+        items.append(
+            KnobEvidence(
+                "steps_per_execution",
+                setting,
+                f"{setting}: " + "; ".join(_knob_line(k) for k in tried),
+                gain,
+                numbers,
+            )
+        )
+    else:
+        why = spe[-1].reason if spe and spe[-1].reason else "the search ended before this stage"
+        items.append(KnobEvidence("steps_per_execution", setting, f"{setting}: not tried ({why})"))
+
+    if setup.tf32:
+        detail = (
+            "on: float32 storage with TensorFloat-32 matmuls and convolutions (NVIDIA compute "
+            "capability 8.0 and later); its loss gap to IEEE float32 is under Loss gap"
+        )
+    elif setup.policy.is_mixed:
+        detail = f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
+    elif any(s.tf32 for s in outcome.measured):
+        detail = f"off: IEEE float32 matmuls; {TF32} was tried (see its alternative)"
+    else:
+        detail = (
+            "off: IEEE float32 matmuls (TF32 needs an NVIDIA GPU of compute capability 8.0 or "
+            "later)"
+        )
+    items.append(KnobEvidence("tf32", "on" if setup.tf32 else "off", detail))
+
+    acc = setup.gradient_accumulation_steps
+    steps = (
+        f"batch size {setup.batch_size} x {acc} accumulation steps"
+        if acc > 1
+        else (f"batch size {setup.batch_size}, no gradient accumulation")
+    )
+    if space.global_batch is not None:
+        detail = f"{setup.global_batch}, kept (--global-batch): {steps}"
+    elif space.user_batch is not None and space.user_batch != setup.global_batch:
+        detail = (
+            f"{setup.global_batch} ({steps}); yours is {space.user_batch}: see the note on the "
+            "learning rate"
+        )
+    else:
+        detail = f"{setup.global_batch} ({steps})"
+    items.append(KnobEvidence("global_batch", str(setup.global_batch), detail))
+    return tuple(items)
+
+
+def _knob_line(k: KnobTrial) -> str:
+    """One knob trial in words: ``XLA at batch size 128: 1.18x (1,180 vs 1,000 samples/s,
+    trials #5, #9), adopted``."""
+    assert k.tried is not None
+    what = "XLA" if k.knob == "xla" else f"{k.tried.steps_per_execution} steps per execution"
+    where = f"{what} at batch size {k.base.batch_size}"
+    numbers = ", ".join(f"#{n}" for n in k.trials)
+    if k.speed is None:
+        return (
+            f"{where}: {k.status}"
+            + (f" ({k.reason})" if k.reason else "")
+            + (f" (trial {numbers})" if numbers else "")
+        )
+    gain = k.gain or 0.0
+    verdict = (
+        "adopted"
+        if k.adopted
+        else "within the noise floor, not adopted"
+        if gain >= 1
+        else "slower, not adopted"
+    )
+    return (
+        f"{where}: {gain:.2f}x ({k.speed:,.0f} vs {k.base_speed:,.0f} samples/s, trials "
+        f"{numbers}), {verdict}"
     )
 
 
@@ -250,8 +453,8 @@ def _best_float32(outcome: SearchOutcome) -> Candidate | None:
     budget = outcome.memory_budget_mb
     best: Candidate | None = None
     for setup, runs in outcome.measured.items():
-        if setup.policy != FLOAT32:
-            continue
+        if setup.precision != FLOAT32:
+            continue  # TF32 is not the float32 a speed-up is stated against
         ok = [
             r
             for r in runs
@@ -333,9 +536,30 @@ def _label(c: Candidate) -> str:
 
 
 def _short(setup: Setup) -> str:
-    """``mixed_bfloat16 b128``, with the loss scale where it is not the policy's default."""
+    """``mixed_bfloat16 b128``, with the loss scale where it is not the policy's default and
+    the knobs that are not at theirs (``float32+tf32 b64 xla spe4``)."""
     default = setup.loss_scale == LossScale.default_for(setup.policy)
-    return f"{setup.policy} b{setup.batch_size}" + ("" if default else f" {setup.loss_scale}")
+    return " ".join(
+        (
+            f"{setup.precision} b{setup.batch_size}",
+            *(() if default else (str(setup.loss_scale),)),
+            *setup.knobs,
+        )
+    )
+
+
+def _subject(setup: Setup) -> str:
+    """``float32+tf32 at batch size 128``, with the knobs: ``... with XLA and 4 steps per
+    execution``."""
+    knobs = []
+    if setup.xla:
+        knobs.append("XLA")
+    if setup.steps_per_execution > 1:
+        knobs.append(f"{setup.steps_per_execution} steps per execution")
+    if setup.gradient_accumulation_steps > 1:
+        knobs.append(f"{setup.gradient_accumulation_steps} gradient accumulation steps")
+    with_knobs = f" with {_and(knobs)}" if knobs else ""
+    return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}"
 
 
 def _figures(spread: tuple[float, float] | None, speed: float | None) -> str:
@@ -392,7 +616,7 @@ def _reason(
     device = chosen.runs[0].result.device
     hw = _hardware_phrase(hardware, device)
     because = f" ({hw})" if hw else ""
-    policy, batch_size = chosen.setup.policy, chosen.setup.batch_size
+    precision, subject = chosen.setup.precision, _subject(chosen.setup)
     gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
     tie = ""
     if ties:
@@ -401,9 +625,9 @@ def _reason(
             _tie_text(chosen.setup, chosen.spread, chosen.speed, alts)
             + f", so the simpler {_short(chosen.setup)} is recommended"
         )
-    if ties and (policy == FLOAT32 or any(c.setup.policy == FLOAT32 for c in ties)):
+    if ties and (precision == FLOAT32 or any(c.setup.precision == FLOAT32 for c in ties)):
         # A tie with float32: no speed-up to state.
-        tail = "" if policy == FLOAT32 else f"; loss gap to float32 {gap}"
+        tail = "" if precision == FLOAT32 else f"; loss gap to float32 {gap}"
         return f"{tie}{because}{tail}."
     tie_sentence = (
         f" It ties with {_and([_short(c.setup) for c in ties])} within the measurement noise "
@@ -411,10 +635,10 @@ def _reason(
         if ties
         else ""
     )
-    if policy == FLOAT32:
-        others = [c for c in viable if c.setup.policy != FLOAT32]
+    if precision == FLOAT32:
+        others = [c for c in viable if c.setup.precision != FLOAT32]
         rel = ", ".join(
-            f"{c.setup.policy} reached {c.speed / chosen.speed:.2f}x"
+            f"{c.setup.precision} reached {c.speed / chosen.speed:.2f}x"
             for c in others
             if chosen.speed
         )
@@ -425,12 +649,10 @@ def _reason(
             for p, why in outcome.abandoned.items()
         )
         detail = "; ".join(x for x in (rel, abandoned) if x)
-        return f"float32 at batch size {batch_size} is the best setup here{because}" + (
-            f": {detail}." if detail else "."
-        )
+        return f"{subject} is the best setup here{because}" + (f": {detail}." if detail else ".")
     if f32 is None or not f32.speed:
         return (
-            f"{policy} at batch size {batch_size} is the only setup that "
+            f"{subject} is the only setup that "
             f"worked{because}; loss gap to float32 {gap}.{tie_sentence}"
         )
     ratio = chosen.speed / f32.speed
@@ -443,7 +665,7 @@ def _reason(
     else:
         verdict = f"{ratio:.2f}x as fast as float32 here but leaner in memory {figures}"
     return (
-        f"{policy} at batch size {batch_size} is {verdict}{because}, with a loss gap "
+        f"{subject} is {verdict}{because}, with a loss gap "
         f"of {gap} to float32 at the same batch size and seed.{tie_sentence}"
     )
 
@@ -468,13 +690,20 @@ def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str
         for policy in POLICIES
         if policy not in space.policies
     ]
+    first = (
+        "its first batch size that fits the global batch"
+        if space.global_batch is not None
+        else f"batch size {space.start_batch}"
+    )
     items += [
         {
-            "what": f"{policy} beyond batch size {space.start_batch}",
+            "what": f"{policy} beyond {first}",
             "why": "unsafe for this model (see its hazard)" if _is_unsafe(why) else why,
         }
         for policy, why in outcome.abandoned.items()
     ]
+    if "xla" in outcome.knobs_skipped:
+        items.append({"what": "XLA", "why": outcome.knobs_skipped["xla"]})
     if outcome.stopped_early:
         items.append({"what": "the rest of the search", "why": outcome.stopped_early})
     return items
@@ -509,7 +738,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     low, high = rec.samples_per_second_spread
     setup = rec.setup
     rows = [
-        ("Setup", f"{setup.policy}, batch size {setup.batch_size}, loss scale {setup.loss_scale}"),
+        ("Setup", _setup_text(setup)),
         (
             "Throughput",
             f"{rec.samples_per_second:,.0f} samples/s (measured "
@@ -531,6 +760,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
             ),
         ),
         ("Loss gap", f"{rec.loss_gap:.2%} to float32" if rec.loss_gap is not None else "n/a"),
+        *((k.label, k.detail) for k in rec.knobs or _plain_knobs(setup)),
         ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
         ("Why", rec.reason),
     ]
@@ -555,3 +785,49 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows
+
+
+def _setup_text(setup: Setup) -> str:
+    """``float32+tf32, batch size 128, loss scale none, XLA, 4 steps per execution``."""
+    parts = [
+        str(setup.precision),
+        f"batch size {setup.batch_size}",
+        f"loss scale {setup.loss_scale}",
+    ]
+    if setup.xla:
+        parts.append("XLA")
+    if setup.steps_per_execution > 1:
+        parts.append(f"{setup.steps_per_execution} steps per execution")
+    if setup.gradient_accumulation_steps > 1:
+        parts.append(
+            f"{setup.gradient_accumulation_steps} accumulation steps (global batch "
+            f"{setup.global_batch})"
+        )
+    return ", ".join(parts)
+
+
+def _plain_knobs(setup: Setup) -> tuple[KnobEvidence, ...]:
+    """The knobs of a recommendation stored before they had evidence: their settings only."""
+    acc = setup.gradient_accumulation_steps
+    tf32 = (
+        f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
+        if setup.policy.is_mixed
+        else "on"
+        if setup.tf32
+        else "off"
+    )
+    return (
+        KnobEvidence("xla", "on" if setup.xla else "off", "on" if setup.xla else "off"),
+        KnobEvidence(
+            "steps_per_execution",
+            str(setup.steps_per_execution),
+            str(setup.steps_per_execution),
+        ),
+        KnobEvidence("tf32", "on" if setup.tf32 else "off", tf32),
+        KnobEvidence(
+            "global_batch",
+            str(setup.global_batch),
+            f"{setup.global_batch}"
+            + (f" (batch size {setup.batch_size} x {acc} accumulation steps)" if acc > 1 else ""),
+        ),
+    )

@@ -3,17 +3,22 @@
 The order of work (DESIGN.md, "Search, in outline"):
 
 1. a float32 baseline at the starting batch size;
-2. every other policy at that batch size; a policy that is clearly behind on both speed and
-   memory is abandoned there;
-3. per remaining policy, a batch-size ladder up the rungs: stop at OOM, at the memory budget,
+2. every other policy at that batch size, and on an NVIDIA GPU of compute capability 8.0 or
+   later float32 with TF32 matmuls (a precision of its own, ``float32+tf32``) at the float32
+   baseline's; a precision that is clearly behind on both speed and memory is abandoned there;
+3. per remaining precision, a batch-size ladder up the rungs: stop at OOM, at the memory budget,
    or when throughput stops growing; go down when the first step up does not pay; refine
-   between the last fit and the first OOM when throughput was still growing (a trial that
-   crashed or timed out is run once more before its rung counts as failed);
+   between the last fit and the first OOM when throughput was still growing, or around the
+   knee when it stopped growing (a trial that crashed or timed out is run once more before its
+   rung counts as failed). With a global batch (``--global-batch B``) every setup keeps
+   ``batch_size * gradient_accumulation_steps == B``: the ladder starts at B and goes down;
 4. for mixed_float16, the loss-scale candidates at its chosen batch size;
-5. the numerical guard: each policy's best setup against float32 at the same batch size, seed
-   and data (a float32 trial at that batch is run if there is none); float32's own best setup
-   is picked after these, so that it knows every float32 trial;
-6. the leading setups are measured again, and the recommendation never calls a winner inside
+5. the knobs, on each precision's pick: XLA (adopted only when faster beyond the noise), then
+   steps per execution where the step is short enough for host overhead to show;
+6. the numerical guard: each precision's best setup against IEEE float32 at the same batch size
+   (and accumulation), seed and data (a float32 trial is run if there is none); float32's own
+   best setup is picked after these, so that it knows every float32 trial;
+7. the leading setups are measured again, and the recommendation never calls a winner inside
    the noise.
 
 Every trial goes through :class:`Evaluator`, which recalls a finished trial of the session
@@ -43,7 +48,7 @@ from tuner.search.events import (
 )
 from tuner.search.lease import Heartbeat
 from tuner.search.session import TuningSession
-from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.setup import LossScale, Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.result import TrialResult, TrialStatus
@@ -66,6 +71,23 @@ REMEASURE_WITHIN = 0.15
 RETRIED = frozenset({TrialStatus.CRASHED, TrialStatus.TIMEOUT})
 _ENDED = {TrialStatus.CRASHED: "crashed", TrialStatus.TIMEOUT: "timed out"}
 
+#: The precision of float32 storage with TensorFloat-32 matmuls (``Setup.precision``): tried as
+#: a variant of float32 on NVIDIA GPUs of compute capability 8.0 and later, nowhere else.
+TF32 = "float32+tf32"
+#: Steps per execution is tried only when the pick's median step (``step_time_ms["p50"]``) is
+#: shorter than this. Each ``train_function`` call costs the host about a millisecond (Python
+#: dispatch of the compiled step, callbacks, fetching the logs), whatever the step does; running
+#: several steps per call hides it. At 20 ms a step that millisecond is about 5% of the time,
+#: just above the 3% noise floor; on a longer step the gain would be inside the noise, and the
+#: trials would be spent for nothing.
+SPE_STEP_MS = 20.0
+#: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
+#: hides most of the per-call overhead, 16 nearly all of it.
+SPE_LADDER = (4, 16)
+#: Stages whose trials come after the knob stages: left out of the picks the knob stages start
+#: from, so that a resumed search (which knows them from the start) takes the same path.
+LATE_STAGES = frozenset({"guard", "remeasure"})
+
 
 class BudgetExhausted(Exception):
     """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
@@ -77,6 +99,9 @@ class Measured:
 
     number: int
     result: TrialResult
+    #: the stage that ran it (baseline, policies, batch, refine, loss-scale, xla,
+    #: steps-per-execution, guard, remeasure)
+    stage: str = ""
 
     @property
     def speed(self) -> float:
@@ -131,8 +156,46 @@ class Candidate:
         return statistics.median(peaks) if peaks else None
 
     def simplicity(self) -> tuple[int, ...]:
-        """Lower is simpler: float32 over mixed, dynamic over fixed, the smaller batch."""
+        """Lower is simpler: float32 over mixed, IEEE over TF32, dynamic over fixed, no knobs,
+        the smaller batch."""
         return self.setup.simplicity()
+
+
+@dataclass(frozen=True)
+class KnobTrial:
+    """What a knob stage found for one precision: a knob value tried against the precision's
+    pick, and whether it was adopted; or, with ``tried`` None, why the stage did not run.
+
+    Attributes:
+        precision: the precision (``Setup.precision``) whose pick the knob was tried on.
+        knob: ``xla`` or ``steps_per_execution``.
+        base: the setup it was compared with (the pick, with the knobs adopted before it).
+        tried: the setup with the knob set; None when the stage did not run.
+        base_speed: the base's effective samples/s.
+        speed: the tried setup's effective samples/s; None when it failed or did not run.
+        trials: the base's trial and the tried setup's trial.
+        adopted: the knob paid beyond the noise floor and the pick keeps it.
+        status: how the tried trial ended (``ok``, ``unsupported``, ``oom``, ...).
+        reason: why the stage did not run, or why the trial failed.
+    """
+
+    precision: str
+    knob: str
+    base: Setup
+    tried: Setup | None
+    base_speed: float
+    speed: float | None = None
+    trials: tuple[int, ...] = ()
+    adopted: bool = False
+    status: str | None = None
+    reason: str | None = None
+
+    @property
+    def gain(self) -> float | None:
+        """The tried setup's speed over the base's (1.2: 20% faster); None without both."""
+        if self.speed is None or not self.base_speed:
+            return None
+        return self.speed / self.base_speed
 
 
 @dataclass
@@ -146,6 +209,11 @@ class SearchOutcome:
     stopped_early: str | None
     measured: dict[Setup, list[Measured]]
     memory_budget_mb: float | None = None
+    #: every knob stage's finding, in the order they ran (and the stages skipped per precision)
+    knobs: list[KnobTrial] = field(default_factory=list)
+    #: knob -> why no precision tried it (``--xla off``, a CPU under ``--xla auto``, a model
+    #: XLA cannot compile)
+    knobs_skipped: dict[str, str] = field(default_factory=dict)
 
 
 def first_ok(runs: Sequence[Measured]) -> Measured | None:
@@ -194,7 +262,7 @@ class Evaluator:
             self.closed_trials += 1
             if stored.result is not None:
                 self.known.setdefault(stored.result.spec.setup, []).append(
-                    Measured(stored.number, stored.result)
+                    Measured(stored.number, stored.result, stored.stage)
                 )
         self.recalled = sum(len(v) for v in self.known.values())
         self.ran = 0
@@ -260,7 +328,7 @@ class Evaluator:
         number = self.session.finish_trial(trial, result)
         self.ran += 1
         self.closed_trials += 1
-        measured = Measured(number, result)
+        measured = Measured(number, result, stage)
         self.known.setdefault(setup, []).append(measured)
         self.on_event(TrialFinished(number, stage, result))
         return measured
@@ -289,18 +357,38 @@ class Search:
         evaluator: runs and recalls trials.
         space: what to try.
         settings: objective, tolerances.
+        device: what the trials run on: whether ``--xla auto`` tries XLA (a GPU) and whether
+            TF32 exists (an NVIDIA GPU of compute capability 8.0 or later); a CPU when None.
     """
 
-    def __init__(self, evaluator: Evaluator, space: SearchSpace, settings: SearchSettings) -> None:
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        space: SearchSpace,
+        settings: SearchSettings,
+        device: DeviceTraits | None = None,
+    ) -> None:
         self.ev = evaluator
         self.space = space
         self.settings = settings
+        self.device = device or DeviceTraits()
         self.abandoned: dict[str, str] = {}
         self.notes: list[str] = []
         self.baseline: Measured | None = None
         self.planned = 0
         #: policies the model is unsafe under, with the trial that found it
         self.unsafe: dict[str, Measured] = {}
+        #: the precisions searched, in order: the space's policies, and float32+tf32 right
+        #: after float32 where the device has TF32 (never elsewhere)
+        self.precisions: list[str] = list(space.policies)
+        if self.device.tf32 and FLOAT32 in self.precisions:
+            self.precisions.insert(self.precisions.index(FLOAT32) + 1, TF32)
+        #: precision -> (the pick its knob stages started from, the setup they adopted)
+        self.adopted: dict[str, tuple[Setup, Measured]] = {}
+        self.knobs: list[KnobTrial] = []
+        self.knobs_skipped: dict[str, str] = {}
+        #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
+        self.failed_above: dict[str, int] = {}
 
     # -- progress ---------------------------------------------------------------------------
     def _plan(self, remaining: int) -> None:
@@ -313,6 +401,12 @@ class Search:
 
     def _stage(self, name: str, message: str) -> None:
         self.ev.on_event(StageStarted(name, message))
+
+    def _left(self, alive: list[str], ladders_left: int) -> int:
+        """About how many trials are left with ``ladders_left`` ladders still to climb."""
+        xla = 0 if self._xla_skipped() else len(alive)
+        scales = 3 if MIXED_FLOAT16 in alive else 0
+        return 3 * ladders_left + scales + xla + 2
 
     # -- the search -------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -337,33 +431,45 @@ class Search:
             stopped,
             dict(self.ev.known),
             self.ev.memory_budget_mb,
+            list(self.knobs),
+            dict(self.knobs_skipped),
         )
 
     def _search(self) -> None:
         start = self.space.start_batch
         policies = list(self.space.policies)
         first = FLOAT32 if FLOAT32 in policies else policies[0]
-        self._plan(len(policies) + 3 * len(policies) + 4)
-        self._stage("baseline", f"{first} at batch size {start}")
-        self.baseline = self._first_trial(first, start)
+        self._plan(4 * len(self.precisions) + 4)
+        self._stage("baseline", f"{first} at batch size {start}{self._accumulating(start)}")
+        self.baseline = self._fit(self._first_trial(first, start), "baseline")
 
         self._stage("policies", f"each policy at batch size {start}")
         at_start = {first: self.baseline}
-        for policy in policies:
-            if policy not in at_start:
-                at_start[policy] = self._measure(Setup(policy, start), "policies")
+        for precision in self.precisions:
+            if precision in at_start:
+                continue
+            if precision == TF32:
+                # A variant of float32: at the batch size float32's baseline ran at.
+                b = self.baseline.result.spec.batch_size
+                setup = self._at(Setup(FLOAT32, b, tf32=True), b)
+            else:
+                setup = self._at(Setup(precision, start), start)
+            at_start[precision] = self._fit(self._measure(setup, "policies"), "policies")
         self._abandon_laggards(at_start)
 
-        alive = [p for p in policies if p not in self.abandoned]
-        self._plan(3 * len(alive) + (3 if MIXED_FLOAT16 in alive else 0) + 2)
-        for policy in alive:
-            self._stage("batch", f"batch-size ladder for {policy}")
-            self._ladder(policy, at_start[policy])
-            alive_left = alive[alive.index(policy) + 1 :]
-            self._plan(3 * len(alive_left) + (3 if MIXED_FLOAT16 in alive else 0) + 2)
+        alive = [p for p in self.precisions if p not in self.abandoned]
+        self._plan(self._left(alive, len(alive)))
+        for i, precision in enumerate(alive):
+            self._stage("batch", f"batch-size ladder for {precision}")
+            if self.space.global_batch is None:
+                self._ladder(precision, at_start[precision])
+            else:
+                self._global_ladder(precision, at_start[precision])
+            self._plan(self._left(alive, len(alive) - i - 1))
 
-        if MIXED_FLOAT16 in alive and self.pick(MIXED_FLOAT16) is not None:
+        if MIXED_FLOAT16 in alive and self._base_pick(MIXED_FLOAT16) is not None:
             self._loss_scale_stage()
+        self._knob_stages(alive)
 
     def _note(self, text: str) -> None:
         if text not in self.notes:  # a recalled retry is met again by a later stage
@@ -411,7 +517,7 @@ class Search:
             return representative(runs) if runs else None
 
     def _first_trial(self, policy: str, batch_size: int) -> Measured:
-        m = self._measure(Setup(policy, batch_size), "baseline")
+        m = self._measure(self._at(Setup(policy, batch_size), batch_size), "baseline")
         if m.result.status is TrialStatus.USER_ERROR:
             err = m.result.error
             where = f"{err.location}: " if err and err.location else ""
@@ -421,14 +527,96 @@ class Search:
             )
         return m
 
-    def usable(self, policy: str) -> list[Measured]:
-        """Every setup of ``policy`` that ran ok within the memory budget (first ok runs)."""
-        firsts = [first_ok(runs) for setup, runs in self.ev.known.items() if setup.policy == policy]
+    # -- batch sizes and the global batch ---------------------------------------------------
+    def _acc(self, batch_size: int) -> int:
+        """The accumulation steps that keep the global batch at ``batch_size`` (1 without
+        one)."""
+        return self.space.global_batch // batch_size if self.space.global_batch else 1
+
+    def _at(self, setup: Setup, batch_size: int) -> Setup:
+        """``setup`` at ``batch_size``, with the accumulation that keeps the global batch."""
+        return setup.replace(
+            batch_size=batch_size, gradient_accumulation_steps=self._acc(batch_size)
+        )
+
+    def _accumulating(self, batch_size: int) -> str:
+        acc = self._acc(batch_size)
+        return f" x {acc} accumulation steps" if acc > 1 else ""
+
+    def _fits(self, m: Measured) -> bool:
+        """Ran ok within the memory budget."""
+        return m.result.ok and not self.ev.over_memory_budget(m)
+
+    def _too_big(self, m: Measured) -> bool:
+        """Did not fit: out of memory, or over the memory budget."""
+        return m.result.status is TrialStatus.OOM or (m.result.ok and self.ev.over_memory_budget(m))
+
+    def _below(self, batch_size: int) -> int | None:
+        """The next rung down: the largest at most half of ``batch_size``."""
+        return max((r for r in self.space.rungs() if r <= batch_size // 2), default=None)
+
+    def _fit(self, m: Measured, stage: str) -> Measured:
+        """With a global batch: ``m``, or when it did not fit (out of memory, or over the
+        memory budget) the first smaller per-step batch that does, halving down the divisors of
+        the global batch (more accumulation steps, the same samples per update). Without one:
+        ``m`` as it is."""
+        global_batch = self.space.global_batch
+        if global_batch is None:
+            return m
+        setup = m.result.spec.setup
+        while self._too_big(m):
+            b = m.result.spec.batch_size
+            self.failed_above[setup.precision] = b
+            why = "over the memory budget" if m.result.ok else self._failure(m)
+            lower = self._below(b)
+            if lower is None:
+                self._note(
+                    f"{setup.precision}: batch size {b} {why}; no smaller per-step batch "
+                    f"divides the global batch {global_batch}"
+                )
+                return m
+            self._note(
+                f"{setup.precision}: batch size {b} {why}; trying batch size {lower} with "
+                f"{global_batch // lower} accumulation steps (global batch {global_batch} kept)"
+            )
+            m = self._measure(self._at(setup, lower), stage)
+        return m
+
+    # -- picks ------------------------------------------------------------------------------
+    def usable(self, precision: str) -> list[Measured]:
+        """Every setup of ``precision`` (``Setup.precision``) that ran ok within the memory
+        budget (first ok runs)."""
+        firsts = [
+            first_ok(runs) for setup, runs in self.ev.known.items() if setup.precision == precision
+        ]
         return [m for m in firsts if m is not None and not self.ev.over_memory_budget(m)]
 
-    def pick(self, policy: str) -> Candidate | None:
-        """The policy's best setup for the objective, from what was measured."""
-        chosen = choose(self.usable(policy), self.settings)
+    def _base_pick(self, precision: str, late: bool = False) -> Measured | None:
+        """The precision's best setup with the default knobs (no XLA, one step per execution)
+        for the objective, over the batch sizes and loss scales measured. ``late``: counting
+        the guard's and the re-measuring stage's trials (float32's final pick); else without
+        them, as the search met them before those stages (a resumed search knows them early)."""
+        plain = [
+            m
+            for m in self.usable(precision)
+            if _plain(m.result.spec.setup) and (late or m.stage not in LATE_STAGES)
+        ]
+        return choose(plain, self.settings)
+
+    def pick(self, precision: str) -> Candidate | None:
+        """The precision's best setup: its best default-knob setup, or the setup its knob stages
+        adopted on it. A knob variant that did not win its stage is never the pick."""
+        late = precision == FLOAT32
+        chosen = self._base_pick(precision, late)
+        adopted = self.adopted.get(precision)
+        if adopted is not None:
+            started_from, knobbed = adopted
+            if chosen is None or chosen.result.spec.setup == started_from:
+                chosen = knobbed
+            else:
+                # float32's guard references found a better batch size after its knob stages
+                # ran: the better of the two.
+                chosen = choose([chosen, knobbed], self.settings)
         if chosen is None:
             return None
         return Candidate(chosen.result.spec.setup, [chosen])
@@ -465,52 +653,108 @@ class Search:
                     + ("" if not no_memory_gain else " and no memory saving")
                 )
 
-    def _ladder(self, policy: str, first: Measured) -> None:
+    def _ladder(self, precision: str, first: Measured) -> None:
         rungs = self.space.rungs()
-        base = Setup(policy, first.result.spec.batch_size)
+        base = first.result.spec.setup
         stage = "batch"
-        start_index = rungs.index(first.result.spec.batch_size)
+        start_index = rungs.index(base.batch_size)
         best = first
+        seen = {base.batch_size: first}  # the rungs this ladder measured, not what else is known
         failed_at: int | None = None
         growth = 0.0
+        stalled = False
         for b in rungs[start_index + 1 :]:
-            m = self._measure(base.replace(batch_size=b), stage)
-            if not m.result.ok or self.ev.over_memory_budget(m):
+            m = self._measure(self._at(base, b), stage)
+            seen[b] = m
+            if not self._fits(m):
                 failed_at = b
                 why = "over the memory budget" if m.result.ok else self._failure(m)
-                self.notes.append(f"{policy}: batch size {b} {why}; larger batches skipped")
+                self.notes.append(f"{precision}: batch size {b} {why}; larger batches skipped")
                 break
             gain = m.speed / best.speed - 1 if best.speed else math.inf
             if gain < self.settings.noise_floor:
                 if m.speed > best.speed:
                     best = m
+                stalled = True
                 break
             best, growth = m, gain
         if best is first and start_index > 0:
             # Going up did not pay: see whether a smaller batch is faster.
             for b in reversed(rungs[:start_index]):
-                m = self._measure(base.replace(batch_size=b), stage)
+                m = self._measure(self._at(base, b), stage)
+                seen[b] = m
                 if not m.result.ok:
                     self._note(
-                        f"{policy}: batch size {b} {self._failure(m)}; smaller batches skipped"
+                        f"{precision}: batch size {b} {self._failure(m)}; smaller batches skipped"
                     )
                     break
                 if m.speed < best.speed * (1 + self.settings.noise_floor):
                     break
                 best = m
-        if (
-            self.space.refine
-            and failed_at is not None
-            and growth > 0.10
-            and best.result.spec.batch_size < failed_at
-        ):
+        if not self.space.refine:
+            return
+        if failed_at is not None and growth > 0.10 and best.result.spec.batch_size < failed_at:
             middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
             if best.result.spec.batch_size < middle < failed_at:
-                self._measure(base.replace(batch_size=middle), "refine")
+                self._measure(self._at(base, middle), "refine")
+        elif stalled:
+            self._refine_knee(base, best, seen)
+
+    def _refine_knee(self, base: Setup, best: Measured, seen: dict[int, Measured]) -> None:
+        """The ladder stopped because throughput stopped growing: the peak may lie between the
+        best rung and a neighbour. Try the multiple of 8 midway to the faster neighbour; when it
+        beats the best rung beyond the noise, one more midway step on towards that neighbour.
+        At most two trials."""
+        b = best.result.spec.batch_size
+        below = max((s for s in seen if s < b), default=None)
+        above = min((s for s in seen if s > b), default=None)
+        near = [seen[s] for s in (below, above) if s is not None and self._fits(seen[s])]
+        if not near:
+            return
+        target = max(near, key=lambda m: (m.speed, m.result.spec.batch_size)).result.spec
+        for _ in range(2):
+            middle = _multiple_of_8((b + target.batch_size) // 2)
+            if not min(b, target.batch_size) < middle < max(b, target.batch_size):
+                return
+            m = self._measure(self._at(base, middle), "refine")
+            if not self._fits(m) or m.speed <= best.speed * (1 + self.settings.noise_floor):
+                return
+            best, b = m, middle
+
+    def _global_ladder(self, precision: str, fit: Measured) -> None:
+        """With a global batch: the policies stage found the largest per-step batch that fits
+        (from the global batch down). Refine between it and the smallest that did not fit, then
+        walk down (a smaller step can be faster on some hardware) while it pays beyond the
+        noise. Every setup keeps ``batch_size * gradient_accumulation_steps`` at the global
+        batch."""
+        if not self._fits(fit):
+            return
+        base = fit.result.spec.setup
+        size = base.batch_size
+        best = fit
+        failed = self.failed_above.get(precision)
+        if self.space.refine and failed is not None:
+            between = [r for r in self.space.rungs() if size < r < failed]
+            if between:
+                middle = min(between, key=lambda r: (abs(2 * r - size - failed), r))
+                m = self._measure(self._at(base, middle), "refine")
+                if self._fits(m) and m.speed > best.speed:
+                    best = m
+        while (lower := self._below(size)) is not None:
+            m = self._measure(self._at(base, lower), "batch")
+            if not m.result.ok:
+                self._note(
+                    f"{precision}: batch size {lower} {self._failure(m)}; smaller batches skipped"
+                )
+                break
+            if m.speed <= best.speed * (1 + self.settings.noise_floor):
+                break
+            best, size = m, lower
 
     def _loss_scale_stage(self) -> None:
-        cand = self.pick(MIXED_FLOAT16)
-        assert cand is not None
+        pick = self._base_pick(MIXED_FLOAT16)
+        assert pick is not None
+        cand = Candidate(pick.result.spec.setup, [pick])
         others = [s for s in self.space.loss_scales if s != cand.setup.loss_scale]
         if not others:
             return
@@ -550,40 +794,191 @@ class Search:
                     f"{r.steps_completed} steps skipped"
                 )
 
+    # -- knobs ------------------------------------------------------------------------------
+    def _xla_skipped(self) -> str | None:
+        """Why no precision tries XLA, or None when the XLA stage runs."""
+        if "xla" in self.knobs_skipped:
+            return self.knobs_skipped["xla"]
+        if self.space.xla == "off":
+            return "--xla off"
+        if self.space.xla == "auto" and not self.device.gpu:
+            return "--xla auto tries XLA on a GPU only, and the trials ran on the CPU"
+        return None
+
+    def _knob_stages(self, alive: list[str]) -> None:
+        """The knobs, on each surviving precision's pick: XLA, then steps per execution. A knob
+        is adopted only when it pays beyond the noise floor; the pick is then what was
+        adopted."""
+        skipped = self._xla_skipped()
+        if skipped:
+            self.knobs_skipped["xla"] = skipped
+        for precision in alive:
+            base = self._base_pick(precision)
+            if base is None:
+                continue
+            current = self._xla_stage(precision, base)
+            current = self._spe_stage(precision, current)
+            if current is not base:
+                self.adopted[precision] = (base.result.spec.setup, current)
+
+    def _xla_stage(self, precision: str, base: Measured) -> Measured:
+        """``base`` with XLA when that is faster beyond the noise floor, else ``base``. A model
+        XLA cannot compile (``unsupported``) ends XLA for every precision; another failure
+        ends it for this one."""
+        if self._xla_skipped():
+            return base
+        setup = base.result.spec.setup
+        tried = setup.replace(xla=True)
+        self._stage("xla", f"XLA for {precision} at batch size {setup.batch_size}")
+        m = self._measure(tried, "xla")
+        r = m.result
+        trials = (base.number, m.number)
+        if not self._fits(m):
+            why = "over the memory budget" if r.ok else self._failure(m)
+            message = r.error.message if r.error and not r.ok else ""
+            self.knobs.append(
+                KnobTrial(
+                    precision,
+                    "xla",
+                    setup,
+                    tried,
+                    base.speed,
+                    None,
+                    trials,
+                    status=r.status.value,
+                    reason=message or why,
+                )
+            )
+            detail = f" ({message})" if message else ""
+            if r.status is TrialStatus.UNSUPPORTED:
+                self.knobs_skipped["xla"] = (
+                    f"the model does not compile under XLA (trial #{m.number}{detail})"
+                )
+                self._note(
+                    f"XLA: {precision} at batch size {setup.batch_size} is unsupported"
+                    f"{detail}; the search goes on without XLA"
+                )
+            else:
+                self._note(
+                    f"XLA: {precision} at batch size {setup.batch_size} {why}{detail}; "
+                    f"{precision} goes on without XLA"
+                )
+            return base
+        adopted = m.speed > base.speed * (1 + self.settings.noise_floor)
+        self.knobs.append(
+            KnobTrial(precision, "xla", setup, tried, base.speed, m.speed, trials, adopted, "ok")
+        )
+        return m if adopted else base
+
+    def _spe_stage(self, precision: str, current: Measured) -> Measured:
+        """Steps per execution up :data:`SPE_LADDER` from ``current``, while each rung is faster
+        beyond the noise floor; run only when the median step is under :data:`SPE_STEP_MS`,
+        where the host's per-call overhead shows."""
+        p50 = current.result.step_time_ms.get("p50")
+        if p50 is None or not p50 < SPE_STEP_MS:
+            reason = (
+                "no step time was measured"
+                if p50 is None
+                else f"the median step takes {p50:.1f} ms, not under {SPE_STEP_MS:g} ms, so "
+                "the host's per-call overhead is inside the noise"
+            )
+            self.knobs.append(
+                KnobTrial(
+                    precision,
+                    "steps_per_execution",
+                    current.result.spec.setup,
+                    None,
+                    current.speed,
+                    trials=(current.number,),
+                    reason=reason,
+                )
+            )
+            return current
+        self._stage(
+            "steps-per-execution",
+            f"steps per execution for {precision} (median step {p50:.1f} ms)",
+        )
+        for steps in SPE_LADDER:
+            setup = current.result.spec.setup
+            if steps <= setup.steps_per_execution:
+                continue
+            tried = setup.replace(steps_per_execution=steps)
+            m = self._measure(tried, "steps-per-execution")
+            trials = (current.number, m.number)
+            if not self._fits(m):
+                r = m.result
+                why = "over the memory budget" if r.ok else self._failure(m)
+                message = r.error.message if r.error and not r.ok else ""
+                self.knobs.append(
+                    KnobTrial(
+                        precision,
+                        "steps_per_execution",
+                        setup,
+                        tried,
+                        current.speed,
+                        None,
+                        trials,
+                        status=r.status.value,
+                        reason=message or why,
+                    )
+                )
+                self._note(
+                    f"{precision} with {steps} steps per execution: {why}"
+                    + (f" ({message})" if message else "")
+                )
+                break
+            adopted = m.speed > current.speed * (1 + self.settings.noise_floor)
+            self.knobs.append(
+                KnobTrial(
+                    precision,
+                    "steps_per_execution",
+                    setup,
+                    tried,
+                    current.speed,
+                    m.speed,
+                    trials,
+                    adopted,
+                    "ok",
+                )
+            )
+            if not adopted:
+                break
+            current = m
+        return current
+
     # -- guard and noise --------------------------------------------------------------------
     def _finalists_after_guard(self, allow_new_trials: bool) -> list[Candidate]:
-        """Each policy's best setup, the mixed ones checked against float32. float32 is picked
-        last: the guard may run float32 at batch sizes its own ladder never reached, and the
-        float32 candidate (what a speed-up is stated against) must know every float32 trial."""
-        mixed = {
-            p: c for p in self.space.policies if p != FLOAT32 and (c := self.pick(p)) is not None
-        }
-        for cand in mixed.values():
+        """Each precision's best setup, all but IEEE float32 checked against it. float32 is
+        picked last: the guard may run float32 at batch sizes its own ladder never reached, and
+        the float32 candidate (what a speed-up is stated against) must know every float32
+        trial."""
+        others = {p: c for p in self.precisions if p != FLOAT32 and (c := self.pick(p)) is not None}
+        for cand in others.values():
             self._guard(cand, allow_new_trials)
-        f32 = self.pick(FLOAT32) if FLOAT32 in self.space.policies else None
+        f32 = self.pick(FLOAT32) if FLOAT32 in self.precisions else None
         if f32 is not None:
             f32.loss_gap = 0.0
         for policy, m in self.unsafe.items():
             # Never recommended; its figures (taken with the fix applied) still say what the
             # policy would gain once the model is fixed.
             runs = [m] if m.result.samples_per_second else []
-            mixed[policy] = Candidate(
+            others[policy] = Candidate(
                 m.result.spec.setup, runs, rejected=_unsafe_text(m, self.baseline)
             )
-        finalists = [f32 if p == FLOAT32 else mixed.get(p) for p in self.space.policies]
+        finalists = [f32 if p == FLOAT32 else others.get(p) for p in self.precisions]
         return [c for c in finalists if c is not None]
 
     def _guard(self, cand: Candidate, allow_new_trials: bool) -> None:
-        """Compare a mixed policy's candidate with float32 at the same batch size, seed and data;
-        set its loss gap, or why it is rejected."""
-        reference = self._float32_at(cand.setup.batch_size, allow_new_trials)
+        """Compare a candidate with IEEE float32 at the same batch size (and accumulation),
+        seed and data; set its loss gap, or why it is rejected."""
+        reference = self._float32_at(cand.setup, allow_new_trials)
         if reference is None:
             cand.rejected = "not compared with float32 at the same batch size (budget reached)"
             return
         mine = cand.runs[0]
         if not reference.result.ok:
-            # float32 does not fit (or fails) where the mixed policy runs: compare the two
-            # at the largest batch where both ran; precision, not batch size, is on trial.
+            # float32 does not fit (or fails) where the candidate runs: compare the two at the
+            # largest batch where both ran; precision, not batch size, is on trial.
             pair = self._common_batch(cand, allow_new_trials)
             if pair is None:
                 cand.rejected = (
@@ -594,7 +989,7 @@ class Search:
                 return
             mine, reference = pair
             self.notes.append(
-                f"{cand.setup.policy} was compared with float32 at batch size "
+                f"{cand.setup.precision} was compared with float32 at batch size "
                 f"{reference.result.spec.batch_size}: float32 does not run at batch size "
                 f"{cand.setup.batch_size}"
             )
@@ -609,6 +1004,10 @@ class Search:
                 else "no comparable loss window"
             )
 
+    def _reference(self, batch_size: int) -> Setup:
+        """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
+        return _float32(batch_size, self._acc(batch_size))
+
     def _common_batch(
         self, cand: Candidate, allow_new_trials: bool
     ) -> tuple[Measured, Measured] | None:
@@ -616,35 +1015,39 @@ class Search:
         fits = sorted(
             s.batch_size
             for s, runs in self.ev.known.items()
-            if s == _float32(s.batch_size)
+            if s == self._reference(s.batch_size)
             and s.batch_size < cand.setup.batch_size
             and first_ok(runs) is not None
         )
         if not fits:
             return None
         batch = fits[-1]
-        mine = self._recall_or_measure(
-            cand.setup.replace(batch_size=batch), "guard", allow_new_trials
-        )
-        reference = first_ok(self.ev.known[_float32(batch)])
+        mine = self._recall_or_measure(self._at(cand.setup, batch), "guard", allow_new_trials)
+        reference = first_ok(self.ev.known[self._reference(batch)])
         if mine is None or not mine.result.ok or reference is None:
             return None
         return mine, reference
 
-    def _float32_at(self, batch_size: int, allow_new_trials: bool) -> Measured | None:
-        key = _float32(batch_size)
+    def _float32_at(self, setup: Setup, allow_new_trials: bool) -> Measured | None:
+        """IEEE float32 at ``setup``'s batch size and accumulation: recalled, or run."""
+        batch_size = setup.batch_size
+        key = _float32(batch_size, setup.gradient_accumulation_steps)
         if key not in self.ev.known:
             oom_below = [
                 runs[0]
                 for s, runs in self.ev.known.items()
-                if s.policy == FLOAT32
+                if s.precision == FLOAT32
+                and _plain(s)
                 and s.batch_size <= batch_size
                 and runs[0].result.status is TrialStatus.OOM
             ]
             if oom_below:  # it will not fit a larger batch either
                 return min(oom_below, key=lambda m: m.result.spec.batch_size)
             if allow_new_trials:
-                self._stage("guard", f"float32 reference at batch size {batch_size}")
+                self._stage(
+                    "guard",
+                    f"float32 reference at batch size {batch_size}{self._accumulating(batch_size)}",
+                )
         return self._recall_or_measure(key, "guard", allow_new_trials)
 
     def _remeasure(self, candidates: list[Candidate]) -> None:
@@ -704,18 +1107,30 @@ def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> flo
 
 
 def _where(setup: Setup) -> str:
-    """``float32: batch size 256``, with the loss scale where it is not the policy's default."""
-    scale = (
-        ""
-        if setup.loss_scale == LossScale.default_for(setup.policy)
-        else f" (loss scale {setup.loss_scale})"
-    )
-    return f"{setup.policy}: batch size {setup.batch_size}{scale}"
+    """``float32: batch size 256``, with the loss scale where it is not the policy's default
+    and the knobs that are not at theirs: ``float32+tf32: batch size 256 (XLA)``."""
+    extras = []
+    if setup.loss_scale != LossScale.default_for(setup.policy):
+        extras.append(f"loss scale {setup.loss_scale}")
+    if setup.xla:
+        extras.append("XLA")
+    if setup.steps_per_execution > 1:
+        extras.append(f"{setup.steps_per_execution} steps per execution")
+    if setup.gradient_accumulation_steps > 1:
+        extras.append(f"{setup.gradient_accumulation_steps} accumulation steps")
+    detail = f" ({', '.join(extras)})" if extras else ""
+    return f"{setup.precision}: batch size {setup.batch_size}{detail}"
 
 
-def _float32(batch_size: int) -> Setup:
-    """The float32 reference setup at ``batch_size``."""
-    return Setup(FLOAT32, batch_size, LossScale("none"))
+def _float32(batch_size: int, accumulation: int = 1) -> Setup:
+    """The IEEE float32 reference setup at ``batch_size`` (no knobs but the accumulation)."""
+    return Setup(FLOAT32, batch_size, LossScale("none"), gradient_accumulation_steps=accumulation)
+
+
+def _plain(setup: Setup) -> bool:
+    """At the default knobs a batch-size ladder measures: no XLA, one step per execution
+    (TF32 is a precision of its own, accumulation follows the batch size)."""
+    return not setup.xla and setup.steps_per_execution == 1
 
 
 def _multiple_of_8(value: int) -> int:

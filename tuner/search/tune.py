@@ -14,7 +14,7 @@ from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.session import SessionView, TuningSession, storage_errors
-from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Evaluator, Search, SearchOutcome, TrialRunner
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import run_trial
@@ -146,7 +146,8 @@ def tune(
                 memory_budget_mb(profile, settings.device, settings.memory_headroom),
                 heartbeat=heartbeat,
             )
-            outcome = Search(evaluator, space, settings).run()
+            device = DeviceTraits.from_profile(profile, settings.device)
+            outcome = Search(evaluator, space, settings, device=device).run()
             rec = recommend(outcome, space, settings, profile.to_dict())
             session.set_attr("recommendation", rec.to_dict())
     finally:

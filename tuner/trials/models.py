@@ -78,6 +78,8 @@ class ModelSource:
         path: the absolute file path (files only).
         params: a built-in's parameters, defaults filled in.
         has_make_dataset: a Python file defines ``make_dataset``.
+        user_batch: the batch size a Python file trains with, from its top-level
+            ``BATCH_SIZE = <whole number>`` (read, not run); None when it has none.
     """
 
     spec: str
@@ -86,6 +88,7 @@ class ModelSource:
     path: str | None = None
     params: dict[str, int] = field(default_factory=dict)
     has_make_dataset: bool = False
+    user_batch: int | None = None
 
     @property
     def is_user_code(self) -> bool:
@@ -173,8 +176,39 @@ def _parse_python(spec: str, path: Path) -> ModelSource:
             "get the model (and make_dataset(batch_size) for data, if defined)"
         )
     return ModelSource(
-        spec, "python", path.name, path=str(path), has_make_dataset="make_dataset" in names
+        spec,
+        "python",
+        path.name,
+        path=str(path),
+        has_make_dataset="make_dataset" in names,
+        user_batch=declared_batch_size(tree),
     )
+
+
+#: The top-level name a model file states its training batch size with.
+BATCH_SIZE_NAME = "BATCH_SIZE"
+
+
+def declared_batch_size(tree: ast.Module) -> int | None:
+    """The model file's own batch size: the last top-level ``BATCH_SIZE = <int>`` (or
+    ``BATCH_SIZE: int = <int>``) whose value is a whole-number literal of at least 1; None when
+    there is none, or when it is computed (the file is read, never run)."""
+    found: int | None = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == BATCH_SIZE_NAME for t in targets):
+            continue
+        literal = value.value if isinstance(value, ast.Constant) else None
+        if isinstance(literal, int) and not isinstance(literal, bool) and literal >= 1:
+            found = literal
+        else:
+            found = None  # assigned something mptune cannot read without running the file
+    return found
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

@@ -81,6 +81,7 @@ class TrialResult:
 
     spec: TrialSpec
     status: TrialStatus
+    #: the batch size over the median step time
     samples_per_second: float | None = None
     step_time_ms: dict[str, float] = field(default_factory=dict)  #: p50, p90, mean
     peak_memory_mb: float | None = None
@@ -106,6 +107,11 @@ class TrialResult:
     #: ``layer_errors`` (relative error against float32, per layer in call order); empty when no
     #: probe ran
     numerics: dict[str, Any] = field(default_factory=dict)
+    #: the samples of the whole measured window over its wall time, as ``fit`` spends it (every
+    #: slow step counted); None for trials stored before it was measured
+    wall_samples_per_second: float | None = None
+    #: ``train_function`` calls in the measured window (steps / steps per execution)
+    executions: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,6 +122,8 @@ class TrialResult:
         data = {
             "status": self.status.value,
             "samples_per_second": self.samples_per_second,
+            "wall_samples_per_second": self.wall_samples_per_second,
+            "executions": self.executions,
             "step_time_ms": dict(self.step_time_ms),
             "peak_memory_mb": self.peak_memory_mb,
             "memory_kind": self.memory_kind,
@@ -149,6 +157,8 @@ class TrialResult:
             spec=TrialSpec.from_dict(data["spec"]),
             status=TrialStatus(data["status"]),
             samples_per_second=data.get("samples_per_second"),
+            wall_samples_per_second=data.get("wall_samples_per_second"),
+            executions=data.get("executions"),
             step_time_ms=dict(data.get("step_time_ms") or {}),
             peak_memory_mb=data.get("peak_memory_mb"),
             memory_kind=data.get("memory_kind"),

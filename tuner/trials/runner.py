@@ -302,6 +302,8 @@ class _WorkerRun:
             spec=self.spec,
             status=status,
             samples_per_second=res.get("samples_per_second"),
+            wall_samples_per_second=res.get("wall_samples_per_second"),
+            executions=res.get("executions"),
             step_time_ms=dict(res.get("step_time_ms") or {}),
             peak_memory_mb=res.get("peak_memory_mb", self.peak_rss_mb),
             memory_kind=res.get("memory_kind", "cpu_rss" if self.peak_rss_mb else None),

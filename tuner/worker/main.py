@@ -37,6 +37,9 @@ class _Context:
     batches: list[tuple[Any, Any]] = field(default_factory=list)
     loss: Any = None
     runner: Any = None
+    #: the compiled model and the optimizer it was given, to ask whether XLA is to blame
+    model: Any = None
+    optimizer: Any = None
 
 
 def main(argv: list[str]) -> int:
@@ -58,6 +61,11 @@ def main(argv: list[str]) -> int:
         facts = _describe(exc, phase[0], source)
         if isinstance(exc, PolicyFailure):
             facts["policy_caused"] = True
+        elif spec.setup.xla and _survives_without_xla(exc, facts, spec, context):
+            facts["unsupported"] = True
+            facts["message"] = (
+                f"XLA cannot compile this model (it trains without XLA): {facts['message']}"
+            )
         elif _float32_survives(exc, facts, spec, context):
             facts["policy_caused"] = True
             facts["message"] = (
@@ -162,15 +170,14 @@ def _run(
         channel.emit("warning", code=code, message=message)
     for hazard in hazards:
         channel.emit("hazard", **hazard.to_dict())
-    keras_setup.compile_model(
-        model, spec.setup, loaded.optimizer, loaded.loss, jit_compile=loaded.jit_compile
+    context.model, context.optimizer = model, loaded.optimizer
+    keras_setup.compile_model(model, spec.setup, loaded.optimizer, loaded.loss)
+    on_cpu = device.startswith("cpu")
+    runner = training.StepRunner(
+        model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
 
-    on_cpu = device.startswith("cpu")
-    runner = training.StepRunner(
-        model, batches, spec.loss_scale, channel.emit, spec.memory_limit_mb if on_cpu else None
-    )
     context.runner = runner
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
@@ -189,9 +196,11 @@ def _run(
         peak, memory_kind = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "gpu"
     times = np.asarray(log.times_s)
     p50 = float(np.percentile(times, 50))
+    window = log.window_s
     channel.emit(
         "result",
         samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
+        wall_samples_per_second=spec.batch_size * len(log.times_s) / window if window > 0 else None,
         step_time_ms={
             "p50": p50 * 1000,
             "p90": float(np.percentile(times, 90)) * 1000,
@@ -208,7 +217,8 @@ def _run(
         build_s=build_s,
         probe_s=probe_s,
         warmup_s=warm.elapsed_s,
-        measure_s=log.elapsed_s,
+        measure_s=window,
+        executions=len(log.execution_times_s),
     )
 
 
@@ -281,6 +291,30 @@ def _float32_builder(
     if source.kind == "keras":
         return under_float32(lambda: loading.load_user_model(source, FLOAT32).model)
     return None
+
+
+def _survives_without_xla(
+    exc: BaseException, facts: dict[str, Any], spec: TrialSpec, context: _Context
+) -> bool:
+    """Whether the failed step trains with XLA off: then XLA, not the model, is to blame. Only
+    asked of a failure (not an out-of-memory error, not a stop) once the model was compiled;
+    never raises."""
+    if not isinstance(exc, Exception) or facts.get("oom") or context.model is None:
+        return False
+    try:
+        from tuner import keras_setup
+
+        optimizer = context.optimizer
+        if optimizer is not None and not isinstance(optimizer, str):
+            optimizer = type(optimizer).from_config(optimizer.get_config())
+        keras_setup.compile_model(
+            context.model, spec.setup.replace(xla=False), optimizer, context.loss
+        )
+        x, y = context.batches[0]
+        loss = context.model.train_on_batch(x, y, return_dict=True)["loss"]
+        return bool(loss is not None)
+    except BaseException:  # noqa: BLE001 - it fails without XLA too: not XLA's doing
+        return False
 
 
 def _float32_survives(

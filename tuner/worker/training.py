@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from tuner.setup import LossScale
+from tuner.setup import Setup
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises a real
 #: ``tf.errors.ResourceExhaustedError`` at step K (counting warm-up, from 1), ``crash@K`` kills
@@ -31,7 +31,23 @@ class StepLog:
     skipped: list[bool] = field(default_factory=list)
     nonfinite: list[bool] = field(default_factory=list)
     times_s: list[float] = field(default_factory=list)
+    #: each execution's wall time (``steps_per_execution`` steps, up to its host sync)
+    execution_times_s: list[float] = field(default_factory=list)
+    #: the phase's wall time, and the part of it spent reporting steps between executions
     elapsed_s: float = 0.0
+    reporting_s: float = 0.0
+
+    @property
+    def window_s(self) -> float:
+        """The wall time the steps took, as ``fit`` would spend it: without the reporting."""
+        return self.elapsed_s - self.reporting_s
+
+
+#: Reset the metrics this often (in executions): the loss of one execution is recovered from
+#: the running mean, whose rounding grows with the number of executions it averages.
+RESET_EVERY = 32
+#: Emit the step events this often (seconds), between executions and outside their timing.
+REPORT_EVERY_S = 0.25
 
 
 class MemoryLimitExceeded(MemoryError):
@@ -45,30 +61,53 @@ def peak_rss_mb() -> float:
 
 
 class StepRunner:
-    """Runs training steps one ``train_on_batch`` at a time and reports each.
+    """Runs training steps the way ``model.fit`` does, and reports each.
 
-    ``train_on_batch`` returns the step's own loss (metrics are reset per call) as a NumPy
-    value, and reading ``optimizer.iterations`` inside the timed region waits for the update:
-    the timed region covers the whole step, on a GPU too.
+    ``fit`` on the TensorFlow backend pulls batches from a ``tf.data`` iterator and calls
+    ``model.train_function(iterator)``, which runs ``steps_per_execution`` steps and then waits
+    for them (it asks the returned optional whether it holds a value). This runner makes the
+    same calls on an iterator over the trial's batches, so a setup's steps per execution, XLA and
+    input path behave as they will in the user's ``fit``; one call is one *execution*, timed from
+    the call to its return.
+
+    The loss ``train_function`` returns is the running mean since the metrics were last reset
+    (as in ``fit``); each execution's own loss is recovered from consecutive means. The metrics
+    are reset every :data:`RESET_EVERY` executions (so the recovered values stay exact to a few
+    float32 roundoffs) and after a non-finite loss (which would poison the mean). Step events
+    are emitted in chunks, every :data:`REPORT_EVERY_S` seconds, outside the timed calls.
     """
 
     def __init__(
         self,
         model: keras.Model,
         batches: Sequence[tuple[Any, Any]],
-        loss_scale: LossScale,
+        setup: Setup,
         emit: Callable[..., None],
         cpu_memory_limit_mb: float | None = None,
     ) -> None:
+        import tensorflow as tf
+
         self.model = model
         self.batches = batches
-        self.loss_scale = loss_scale
+        self.setup = setup
+        self.loss_scale = setup.loss_scale
         self.emit = emit
         self.cpu_memory_limit_mb = cpu_memory_limit_mb
         self.optimizer = model.optimizer
         self.dynamic = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        #: counts applied (micro-)steps: it stands still on a step the loss scaler skipped
+        self._applied = getattr(inner, "_iterations", None)
+        self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
+        # The trial's batches in order, again and again: step k sees batch k mod the pool, as
+        # every trial of the same batch size and seed does.
+        dataset = tf.data.Dataset.from_tensors(tuple(batches[0]))
+        for batch in batches[1:]:
+            dataset = dataset.concatenate(tf.data.Dataset.from_tensors(tuple(batch)))
+        self.iterator = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
+        model.make_train_function()
 
     def run(
         self,
@@ -79,55 +118,105 @@ class StepRunner:
         max_steps: int = 1,
     ) -> StepLog:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
-        least ``min_steps`` and at most ``max_steps``."""
+        least ``min_steps`` and at most ``max_steps``; whole executions, so a phase may run up
+        to ``steps_per_execution - 1`` steps more."""
         log = StepLog()
+        pending: list[tuple[float, float, float | None, int]] = []
+        reporting_s = 0.0
         start = time.perf_counter()
+        last_report = start
         count = 0
-        iterations = int(self.optimizer.iterations.numpy())
+        since_reset = 0
+        mean_before = 0.0
+        self.model.reset_metrics()
+        applied = self._read_applied()
         while True:
             if steps is not None and count >= steps:
                 break
             if (
                 steps is None
                 and count >= min_steps
-                and (count >= max_steps or time.perf_counter() - start >= seconds)
+                and (count >= max_steps or time.perf_counter() - start - reporting_s >= seconds)
             ):
                 break
-            x, y = self.batches[self.global_step % len(self.batches)]
-            self.global_step += 1
-            self._maybe_fault()
+            if self._fault_due():
+                # What ran so far is reported before the injected fault, as a real hang or
+                # crash finds it reported up to the last chunk.
+                self._report(phase, pending, log)
+                pending = []
+                self._maybe_fault()
             t = time.perf_counter()
-            logs = self.model.train_on_batch(x, y, return_dict=True)
-            new_iterations = int(self.optimizer.iterations.numpy())
+            logs = self.model.train_function(self.iterator)
             dt = time.perf_counter() - t
-            loss = float(logs["loss"])
+            self.global_step += self.spe
+            since_reset += 1
+            mean = float(logs["loss"])
+            # This execution's mean loss, from the running means before and after it.
+            loss = since_reset * mean - (since_reset - 1) * mean_before
+            mean_before = mean
             scale = self._current_scale()
-            skipped = self.dynamic and new_iterations == iterations
-            iterations = new_iterations
-            nonfinite = not math.isfinite(loss)
-            log.losses.append(loss)
-            log.loss_scales.append(scale)
-            log.skipped.append(skipped)
-            log.nonfinite.append(nonfinite)
-            log.times_s.append(dt)
-            count += 1
-            self.emit(
-                "step",
-                phase=phase,
-                step=count,
-                loss=loss,
-                loss_scale=scale,
-                skipped=skipped,
-                nonfinite=nonfinite,
-                time_ms=round(dt * 1000, 3),
+            now_applied = self._read_applied()
+            skipped = (
+                self.spe - (now_applied - applied)
+                if applied is not None and now_applied is not None
+                else 0
             )
-            if self.cpu_memory_limit_mb is not None and peak_rss_mb() > self.cpu_memory_limit_mb:
-                raise MemoryLimitExceeded(
-                    f"peak resident memory {peak_rss_mb():.0f} MB passed the limit of "
-                    f"{self.cpu_memory_limit_mb:.0f} MB"
-                )
+            applied = now_applied
+            pending.append((dt, loss, scale, max(0, skipped)))
+            count += self.spe
+            if not math.isfinite(mean) or since_reset >= RESET_EVERY:
+                self.model.reset_metrics()
+                since_reset, mean_before = 0, 0.0
+            if time.perf_counter() - last_report >= REPORT_EVERY_S:
+                t_report = time.perf_counter()
+                self._report(phase, pending, log)
+                pending = []
+                last_report = time.perf_counter()
+                reporting_s += last_report - t_report
+        t_report = time.perf_counter()
+        self._report(phase, pending, log)
+        reporting_s += time.perf_counter() - t_report
         log.elapsed_s = time.perf_counter() - start
+        log.reporting_s = reporting_s
         return log
+
+    def _report(
+        self,
+        phase: str,
+        executions: list[tuple[float, float, float | None, int]],
+        log: StepLog,
+    ) -> None:
+        """Emit one ``step`` event per step of ``executions`` and check the memory limit."""
+        for dt, loss, scale, skipped in executions:
+            log.execution_times_s.append(dt)
+            for i in range(self.spe):
+                step_skipped = i < skipped
+                nonfinite = not math.isfinite(loss)
+                log.losses.append(loss)
+                log.loss_scales.append(scale)
+                log.skipped.append(step_skipped)
+                log.nonfinite.append(nonfinite)
+                log.times_s.append(dt / self.spe)
+                self.emit(
+                    "step",
+                    phase=phase,
+                    step=len(log.losses),
+                    loss=loss,
+                    loss_scale=scale,
+                    skipped=step_skipped,
+                    nonfinite=nonfinite,
+                    time_ms=round(dt / self.spe * 1000, 3),
+                )
+        if self.cpu_memory_limit_mb is not None and peak_rss_mb() > self.cpu_memory_limit_mb:
+            raise MemoryLimitExceeded(
+                f"peak resident memory {peak_rss_mb():.0f} MB passed the limit of "
+                f"{self.cpu_memory_limit_mb:.0f} MB"
+            )
+
+    def _read_applied(self) -> int | None:
+        if not self.dynamic or self._applied is None:
+            return None
+        return int(keras.ops.convert_to_numpy(self._applied))
 
     def _current_scale(self) -> float | None:
         if self.dynamic:
@@ -136,8 +225,15 @@ class StepRunner:
             return self.loss_scale.value
         return None
 
+    def _fault_due(self) -> bool:
+        """The test fault's step falls in the next execution."""
+        return self._fault is not None and (
+            self.global_step < self._fault[1] <= self.global_step + self.spe
+        )
+
     def _maybe_fault(self) -> None:
-        if self._fault is None or self._fault[1] != self.global_step:
+        """Inject the test fault (see :data:`FAULT_ENV`) when it is due."""
+        if self._fault is None or not self._fault_due():
             return
         kind = self._fault[0]
         if kind == "oom":
@@ -146,7 +242,7 @@ class StepRunner:
             raise tf.errors.ResourceExhaustedError(
                 None,
                 None,
-                f"OOM when allocating tensor (injected by {FAULT_ENV} at step {self.global_step})",
+                f"OOM when allocating tensor (injected by {FAULT_ENV} at step {self._fault[1]})",
             )
         if kind == "crash":
             os.kill(os.getpid(), signal.SIGKILL)

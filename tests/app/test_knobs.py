@@ -1,0 +1,319 @@
+"""The execution knobs in the window: the XLA and global-batch settings, the trials table's
+precision and knobs columns, the unsupported status, the recommendation and the export."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QColor
+
+from app.controller import Controller
+from app.qt_export import QtExportDialog
+from app.qt_recommendation import QtRecommendation, with_knobs
+from app.qt_setup import DEFAULT_GLOBAL_BATCH, QtSetupPanel
+from app.qt_trials import (
+    COLUMNS,
+    FAILED_COLOUR,
+    UNSAFE_COLOUR,
+    UNSUPPORTED_BACKGROUND,
+    UNSUPPORTED_COLOUR,
+    QtTrialsTable,
+    TrialRow,
+    TrialsModel,
+)
+from app.tooltips import TOOLTIPS
+from tuner import api
+
+#: A setup with every knob: float32 storage with TF32 matmuls, XLA, 4 steps per execution,
+#: 2 accumulation steps (global batch 64).
+KNOBBED = api.Setup(
+    "float32", 32, None, xla=True, steps_per_execution=4, tf32=True, gradient_accumulation_steps=2
+)
+XLA_FAILS = "XLA cannot compile this model: layer 'lookup' (StringLookup) has no XLA kernel"
+
+
+def panel_at(qtbot, path: Path) -> QtSetupPanel:
+    """A setup panel on the settings file ``path``, its default model already checked."""
+    panel = QtSetupPanel(QSettings(str(path), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    spec = panel.model_spec()
+    assert spec is not None
+    panel.set_model_check(spec, None)
+    return panel
+
+
+def result(
+    setup: api.Setup, status: str = "ok", error: str | None = None, sps: float = 500.0
+) -> api.TrialResult:
+    data: dict[str, Any] = api.TrialResult(
+        api.TrialSpec("builtin:mlp", setup), api.TrialStatus(status), samples_per_second=sps
+    ).to_dict()
+    data["error"] = {"message": error} if error else None
+    return api.TrialResult.from_dict(data)
+
+
+def cell(model: TrialsModel, row: int, column: str, role: Qt.ItemDataRole) -> Any:
+    return model.index(row, COLUMNS.index(column)).data(role)
+
+
+# -- the settings panel ---------------------------------------------------------------------
+def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) -> None:
+    panel = panel_at(qtbot, tmp_path / "settings.ini")
+    assert panel.valid
+    space = panel.tune_arguments(list(api.POLICIES))["space"]
+    assert space.xla == "auto" and space.global_batch is None  # the defaults: as the CLI's
+    assert space.batch_sizes == api.ladder_range(8, 1024)
+    assert not panel.global_batch.isEnabled()  # off until "keep" is ticked
+
+    panel.xla.setCurrentText("off")
+    panel.keep_global_batch.setChecked(True)
+    assert panel.global_batch.isEnabled()
+    panel.global_batch.setValue(128)
+    space = panel.tune_arguments(list(api.POLICIES))["space"]
+    assert space.xla == "off" and space.global_batch == 128
+    # The search keeps batch x accumulation = 128: every per-step batch size divides it.
+    assert space.batch_sizes and all(128 % b == 0 for b in space.batch_sizes)
+    assert 128 in space.batch_sizes and space.start_batch == 128
+    assert panel.valid
+
+    # Each choice explains itself, and so does the global batch.
+    assert [panel.xla.itemText(i) for i in range(panel.xla.count())] == list(api.XLA_MODES)
+    tips = [panel.xla.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(panel.xla.count())]
+    assert "GPU" in tips[0] and "any device" in tips[1] and "Never" in tips[2]
+    assert panel.xla.toolTip() == TOOLTIPS["xla"] and "jit_compile" in TOOLTIPS["xla"]
+    for widget in (panel.keep_global_batch, panel.global_batch):
+        assert "learning rate" in widget.toolTip() and "accumulat" in widget.toolTip()
+
+
+def test_the_knob_settings_survive_a_restart(make_window, qtbot) -> None:
+    first = make_window()
+    first.setup.xla.setCurrentText("on")
+    first.setup.keep_global_batch.setChecked(True)
+    first.setup.global_batch.setValue(96)
+    first.shutdown()  # saves the settings, as closing the window does
+    path = first.settings.fileName()
+    panel = QtSetupPanel(QSettings(path, QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    assert panel.xla.currentText() == "on"
+    assert panel.keep_global_batch.isChecked() and panel.global_batch.isEnabled()
+    assert panel.global_batch.value() == 96
+
+    # Untick "keep": B is still remembered, for the next time it is ticked.
+    panel.keep_global_batch.setChecked(False)
+    panel.save()
+    again = QtSetupPanel(QSettings(path, QSettings.Format.IniFormat))
+    qtbot.addWidget(again)
+    assert not again.keep_global_batch.isChecked() and not again.global_batch.isEnabled()
+    assert again.global_batch.value() == 96
+
+
+def test_a_bad_global_batch_is_rejected(make_window, qtbot) -> None:
+    window = make_window()
+    setup = window.setup
+    qtbot.waitUntil(window.start_button.isEnabled)
+    with qtbot.waitSignal(setup.validityChanged) as changed:
+        setup.keep_global_batch.setChecked(True)
+        setup.global_batch.setValue(0)
+    assert changed.args == [False]
+    assert setup.problem() == "the global batch must be at least 1"
+    assert setup.model_problem.text() == "the global batch must be at least 1"
+    assert not window.start_button.isEnabled()
+    with pytest.raises(ValueError):
+        setup.search_space(list(api.POLICIES))
+    # Without "keep" the number does not matter.
+    setup.keep_global_batch.setChecked(False)
+    assert setup.valid and window.start_button.isEnabled()
+    setup.keep_global_batch.setChecked(True)
+    assert not setup.valid
+    setup.global_batch.setValue(64)
+    assert setup.valid and window.start_button.isEnabled()
+
+
+@pytest.mark.parametrize("stored", ["0", "-5", "many"])
+def test_a_bad_stored_global_batch_is_reported_not_used(qtbot, tmp_path: Path, stored) -> None:
+    path = tmp_path / "settings.ini"
+    settings = QSettings(str(path), QSettings.Format.IniFormat)
+    settings.setValue("keep_global_batch", True)
+    settings.setValue("global_batch", stored)
+    settings.setValue("xla", "sometimes")  # not a mode: back to the default
+    settings.sync()
+    panel = panel_at(qtbot, path)
+    assert panel.xla.currentText() == "auto"
+    assert panel.keep_global_batch.isChecked() and panel.global_batch.value() == 0
+    assert not panel.valid and "global batch" in (panel.problem() or "")
+
+
+def test_the_global_batch_starts_at_its_default(qtbot, tmp_path: Path) -> None:
+    panel = panel_at(qtbot, tmp_path / "settings.ini")
+    assert panel.global_batch.value() == DEFAULT_GLOBAL_BATCH
+    assert panel.xla.currentText() == "auto"
+
+
+# -- the trials table -----------------------------------------------------------------------
+def test_a_trial_row_shows_its_knobs(qtbot) -> None:
+    table = QtTrialsTable()
+    qtbot.addWidget(table)
+    model = table.trials
+    knobs_at = COLUMNS.index("knobs")
+    model.add(TrialRow(0, "baseline", result(api.Setup("float32", 32), sps=400.0)))
+    # A search without knobs keeps its table as narrow as before: no knobs column.
+    assert table.isColumnHidden(knobs_at)
+    model.add(TrialRow(1, "xla", result(KNOBBED, sps=900.0)))
+    assert not table.isColumnHidden(knobs_at)
+    model.add(TrialRow(2, "xla", result(api.Setup("mixed_float16", 64, xla=True), sps=700.0)))
+    display = Qt.ItemDataRole.DisplayRole
+    assert cell(model, 0, "precision", display) == "float32"
+    assert cell(model, 0, "knobs", display) == ""
+    assert cell(model, 1, "precision", display) == "float32+tf32"
+    assert cell(model, 1, "batch", display) == "32"  # per step; the knobs say acc2
+    assert cell(model, 1, "knobs", display) == "xla spe4 acc2"
+    assert cell(model, 2, "knobs", display) == "xla"
+    # A knob's cell says it in words, with the global batch.
+    tooltip = Qt.ItemDataRole.ToolTipRole
+    assert cell(model, 0, "knobs", tooltip) is None
+    words = cell(model, 1, "knobs", tooltip)
+    assert words == KNOBBED.describe()
+    assert "TF32" in words and "XLA" in words and "global batch 64" in words
+    assert cell(model, 1, "precision", tooltip) == KNOBBED.describe()
+    # The headers explain the columns.
+    header_tip = model.headerData(knobs_at, Qt.Orientation.Horizontal, tooltip)
+    assert "steps_per_execution" in header_tip and "accumulated" in header_tip
+    precision_at = COLUMNS.index("precision")
+    assert "float32+tf32" in model.headerData(precision_at, Qt.Orientation.Horizontal, tooltip)
+
+    # Sorting still works on the new columns and the old ones.
+    def column(name: str) -> list[str]:
+        at = COLUMNS.index(name)
+        return [table.proxy.index(r, at).data() for r in range(table.proxy.rowCount())]
+
+    table.sortByColumn(knobs_at, Qt.SortOrder.AscendingOrder)
+    assert column("knobs") == ["", "xla", "xla spe4 acc2"]
+    table.sortByColumn(precision_at, Qt.SortOrder.DescendingOrder)
+    assert column("precision") == ["mixed_float16", "float32+tf32", "float32"]
+    table.sortByColumn(COLUMNS.index("samples/s"), Qt.SortOrder.DescendingOrder)
+    assert column("#") == ["1", "2", "0"]
+    # Selecting a sorted row still picks its own trial.
+    selected: list[TrialRow] = []
+    table.trialSelected.connect(selected.append)
+    table.selectRow(0)
+    assert selected[-1].result.spec.setup == KNOBBED
+    model.clear()
+    assert table.isColumnHidden(knobs_at)
+
+
+def test_an_unsupported_trial_has_its_own_colour_and_tooltip(qtbot) -> None:
+    model = TrialsModel()
+    model.add(TrialRow(0, "baseline", result(api.Setup("float32", 32))))
+    xla = api.Setup("float32", 32, xla=True)
+    model.add(TrialRow(1, "xla", result(xla, "unsupported", XLA_FAILS, sps=0.0)))
+    model.add(TrialRow(2, "batch", result(api.Setup("float32", 64), "oom", "out of memory")))
+    display, tooltip = Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole
+    colour, background = Qt.ItemDataRole.ForegroundRole, Qt.ItemDataRole.BackgroundRole
+    assert cell(model, 1, "status", display) == f"unsupported: {XLA_FAILS}"
+    assert cell(model, 1, "status", colour) == QColor(UNSUPPORTED_COLOUR)
+    assert cell(model, 1, "status", background) == QColor(UNSUPPORTED_BACKGROUND)
+    # Neither a failure's red nor unsafe's colour.
+    assert QColor(UNSUPPORTED_COLOUR) not in (QColor(FAILED_COLOUR), QColor(UNSAFE_COLOUR))
+    assert cell(model, 2, "status", colour) == QColor(FAILED_COLOUR)
+    assert cell(model, 2, "status", background) is None
+    tip = cell(model, 1, "status", tooltip)
+    assert html.escape(XLA_FAILS, quote=False) in tip
+    assert html.escape(TOOLTIPS["unsupported"], quote=False) in tip
+    assert TOOLTIPS["unsupported"] not in (cell(model, 2, "status", tooltip) or "")
+    # Only the status cell carries the look.
+    assert cell(model, 1, "knobs", colour) is None and cell(model, 1, "knobs", display) == "xla"
+
+
+def test_a_running_trials_status_line_names_its_knobs(make_window, qtbot) -> None:
+    window = make_window()
+    with qtbot.waitSignal(window.bridge.eventsReady):
+        window.bridge.feed([api.TrialStarted(5, "xla", api.TrialSpec("builtin:mlp", KNOBBED))])
+    assert window.status.text() == (
+        "Trial #5: float32+tf32, batch 32, loss scale none, xla, spe4, acc2"
+    )
+
+
+# -- the recommendation and the export ------------------------------------------------------
+def recommendation(setup: api.Setup) -> api.Recommendation:
+    return api.Recommendation(
+        setup=setup,
+        samples_per_second=900.0,
+        samples_per_second_spread=(880.0, 920.0),
+        baseline_samples_per_second=400.0,
+        float32_samples_per_second=400.0,
+        speedup_vs_float32=2.25,
+        speedup_vs_baseline=2.25,
+        memory_saving=None,
+        peak_memory_mb=700.0,
+        memory_kind="gpu",
+        loss_gap=0.0,
+        skipped_steps=0,
+        reason="the fastest setup",
+        trials=(1,),
+        objective="speed",
+    )
+
+
+def test_the_recommendation_shows_the_setups_knobs(qtbot) -> None:
+    panel = QtRecommendation()
+    qtbot.addWidget(panel)
+    panel.set_recommendation(recommendation(KNOBBED))
+    text = panel.summary.text()
+    setup_row = text[: text.index("Throughput")].lower()
+    assert "tf32" in setup_row and "xla" in setup_row
+    assert "steps per execution" in setup_row or "spe4" in setup_row
+    assert "accumulat" in setup_row or "acc2" in setup_row
+    assert "64" in setup_row  # the global batch
+
+    panel.set_recommendation(recommendation(api.Setup("float32", 64)))
+    text = panel.summary.text()
+    # A setup without knobs: its setup line adds none (the evidence rows say "off" for each).
+    setup_row = text[: text.index("Throughput")]
+    assert "XLA" not in setup_row and "TF32" not in setup_row and "accumulation" not in setup_row
+    assert "<b>XLA</b></td><td>off" in text
+
+
+def test_knobs_are_added_to_the_setup_line_only_where_it_lacks_them() -> None:
+    line = "float32, batch size 32, loss scale none"
+    assert with_knobs(api.Setup("float32", 32), line) == line
+    assert with_knobs(KNOBBED, line) == (
+        f"{line}, TF32 matmuls, XLA, 4 steps per execution, "
+        "2 gradient accumulation steps (global batch 64)"
+    )
+    # An engine line that names them already is left as it is.
+    full = "float32+tf32, batch size 32, loss scale none, XLA, spe4, acc2 (global batch 64)"
+    assert with_knobs(KNOBBED, full) == full
+    assert with_knobs(KNOBBED, KNOBBED.describe()) == KNOBBED.describe()
+
+
+def tuned_config(setup: api.Setup) -> api.TunedConfig:
+    return api.TunedConfig.from_dict(
+        {
+            "schema": "mptune.config",
+            "schema_version": 1,
+            "model": "builtin:mlp",
+            "setup": setup.to_dict(explicit=True),
+            "evidence": {"samples_per_second": 900.0, "trials": [1]},
+            "hardware": {"device": "gpu", "gpu_name": "NVIDIA A100", "compute_capability": "8.0"},
+        }
+    )
+
+
+def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
+    controller = Controller(api)
+    dialog = QtExportDialog(tuned_config(KNOBBED), controller)
+    qtbot.addWidget(dialog)
+    try:
+        qtbot.waitUntil(lambda: dialog.text() != "", timeout=10_000)
+        assert dialog.setup_line.text() == f"Setup: {KNOBBED.describe()}"
+        setup = json.loads(dialog.text())["setup"]
+        assert setup["xla"] is True and setup["tf32"] is True
+        assert setup["steps_per_execution"] == 4 and setup["gradient_accumulation_steps"] == 2
+    finally:
+        dialog.close()
+        assert controller.wait(10), "an engine call did not end"

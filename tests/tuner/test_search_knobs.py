@@ -1,0 +1,423 @@
+"""The search's knob stages on scripted trial outcomes: XLA, steps per execution, TF32, the
+batch sizes between the powers of two, the global batch and the user's batch size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_search_strategy import FakeGpu, FakeProfile, Machine, run
+
+from tuner.search.recommend import Recommendation, evidence_rows
+from tuner.search.session import TuningSession
+from tuner.search.space import DeviceTraits, SearchSpace
+from tuner.search.strategy import SPE_LADDER, SPE_STEP_MS
+from tuner.setup import Setup
+from tuner.trials.models import parse_model_spec
+from tuner.trials.result import TrialStatus
+
+CPU = FakeProfile()
+
+
+def gpu(cc: tuple[int, int] = (8, 0)) -> FakeProfile:
+    return FakeProfile(gpus=(FakeGpu(cc),))
+
+
+def float32_only(**kwargs: Any) -> Machine:
+    """Both mixed policies are dropped at the start: only float32 (and its TF32 variant)."""
+    speed = kwargs.pop("speed", {"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
+    return Machine(speed=speed, **kwargs)
+
+
+def fast(**kwargs: Any) -> Machine:
+    """float32 only, with steps of a few milliseconds: host overhead shows."""
+    return float32_only(
+        speed={"float32": 20000, "mixed_bfloat16": 7000, "mixed_float16": 3000}, **kwargs
+    )
+
+
+def xla_trials(machine: Machine) -> list[Setup]:
+    return [s.setup for s in machine.calls if s.setup.xla]
+
+
+def rows(rec: Recommendation) -> dict[str, str]:
+    return dict(evidence_rows(rec))
+
+
+def round_trips(rec: Recommendation) -> bool:
+    return Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
+
+
+# -- XLA --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "profile", "tried"),
+    [
+        ("auto", CPU, False),
+        ("auto", gpu((7, 0)), True),
+        ("auto", gpu((8, 0)), True),
+        ("off", gpu((8, 0)), False),
+        ("on", CPU, True),
+    ],
+    ids=["auto-cpu", "auto-gpu70", "auto-gpu80", "off-gpu", "on-cpu"],
+)
+def test_the_xla_stage_runs_only_where_it_should(
+    tmp_path: Path, mode: str, profile: FakeProfile, tried: bool
+) -> None:
+    machine = float32_only(xla_factor=1.2)
+    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla=mode)
+    result = run(machine, tmp_path, space=space, profile=profile)
+    rec = result.recommendation
+    assert bool(xla_trials(machine)) is tried
+    assert rec.setup.xla is tried  # 20% faster: adopted wherever it was tried
+    row = rows(rec)["XLA"]
+    if tried:
+        assert row.startswith("on: XLA at batch size") and "1.20x" in row and "adopted" in row
+        assert {"xla"} <= {t.stage for t in TuningSession.load("t", _url(tmp_path)).trials()}
+        assert "xla" in rec.reason.lower()  # "float32 at batch size 256 with XLA", or a tie
+    else:
+        assert row.startswith("off: not tried")
+        why = {item["what"]: item["why"] for item in rec.not_tried}["XLA"]
+        assert why == (
+            "--xla off"
+            if mode == "off"
+            else "--xla auto tries XLA on a GPU only, and the trials ran on the CPU"
+        )
+    assert round_trips(rec)
+
+
+def test_xla_is_adopted_only_beyond_the_noise_floor(tmp_path: Path) -> None:
+    """2% faster is inside the 3% noise floor: not adopted, and the XLA trial (the fastest
+    raw figure of the session) never becomes the pick."""
+    machine = float32_only(xla_factor=1.02)
+    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="on")
+    rec = run(machine, tmp_path, space=space).recommendation
+    (tried,) = xla_trials(machine)
+    assert tried == Setup("float32", 256, xla=True)
+    assert rec.setup == Setup("float32", 256)
+    assert not any(a.setup.xla for a in rec.alternatives)
+    assert "1.02x" in rows(rec)["XLA"] and "within the noise floor, not adopted" in rows(rec)["XLA"]
+    assert rec.knobs[0].gain == pytest.approx(1.02)
+
+
+def test_an_unsupported_xla_trial_is_noted_and_the_search_goes_on_without_xla(
+    tmp_path: Path,
+) -> None:
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 2000},
+        xla_status=TrialStatus.UNSUPPORTED,
+    )
+    result = run(machine, tmp_path, profile=gpu((8, 0)))
+    rec = result.recommendation
+    # One XLA trial, for the first precision whose pick was tried; never again.
+    assert len(xla_trials(machine)) == 1
+    assert not rec.setup.xla
+    note = next(n for n in rec.notes if n.startswith("XLA: "))
+    assert "is unsupported (XLA cannot compile this model: scripted)" in note
+    assert "the search goes on without XLA" in note
+    assert "does not compile under XLA" in {i["what"]: i["why"] for i in rec.not_tried}["XLA"]
+    # The search went on: loss scales, the guard and re-measuring ran after it.
+    stages = [t.stage for t in TuningSession.load("t", _url(tmp_path)).trials()]
+    assert stages.index("xla") < stages.index("remeasure")
+    assert rec.setup.policy.is_mixed and rec.loss_gap is not None
+    assert round_trips(rec)
+
+
+def test_a_failed_xla_trial_ends_xla_for_its_precision_only(tmp_path: Path) -> None:
+    """An XLA trial that runs out of memory says nothing about the other precisions."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 300},
+        xla_factor=1.3,
+        knee=4096,
+        oom_at={"float32": 512, "mixed_bfloat16": 1 << 20},
+    )
+    # float32's pick (b256) OOMs under XLA: scripted through a smaller limit for XLA setups.
+    real = machine.__call__
+
+    def runner(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        if spec.setup.xla and spec.policy == "float32":
+            machine.calls.append(spec)
+            from tuner.trials.result import TrialError, TrialResult
+
+            return TrialResult(spec, TrialStatus.OOM, error=TrialError("OOM under XLA"))
+        return real(spec, *args, **kwargs)
+
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"), xla="on")
+    rec = run(runner, tmp_path, space=space).recommendation  # type: ignore[arg-type]
+    session = TuningSession.load("t", _url(tmp_path))
+    stage = [t.result.spec.setup for t in session.trials() if t.stage == "xla"]
+    assert [s.precision for s in stage] == ["float32", "mixed_bfloat16"]
+    assert any("float32 goes on without XLA" in n and "oom" in n for n in rec.notes)
+    assert rec.setup.xla and rec.setup.policy == "mixed_bfloat16"
+
+
+# -- steps per execution ----------------------------------------------------------------------
+
+
+def test_steps_per_execution_is_tried_where_the_step_is_short(tmp_path: Path) -> None:
+    machine = fast(spe_factor={4: 1.3, 16: 1.31})
+    rec = run(machine, tmp_path).recommendation
+    tried = sorted({s.setup.steps_per_execution for s in machine.calls})
+    assert tried == [1, *SPE_LADDER]
+    # 4 paid (30%); 16 gained under 1% more: not adopted, and never the pick.
+    assert rec.setup.steps_per_execution == 4
+    row = rows(rec)["Steps per execution"]
+    assert row.startswith("4: 4 steps per execution at batch size 256: 1.30x")
+    assert "16 steps per execution" in row and "not adopted" in row
+    assert rec.knobs[1].gain == pytest.approx(1.3)
+    assert "4 steps per execution" in rows(rec)["Setup"]
+    assert round_trips(rec)
+
+
+def test_steps_per_execution_stops_at_the_first_rung_that_does_not_pay(tmp_path: Path) -> None:
+    machine = fast(spe_factor={4: 1.01, 16: 2.0})
+    rec = run(machine, tmp_path).recommendation
+    assert {s.setup.steps_per_execution for s in machine.calls} == {1, 4}
+    assert rec.setup.steps_per_execution == 1
+
+
+def test_steps_per_execution_is_not_tried_on_long_steps(tmp_path: Path) -> None:
+    machine = float32_only(spe_factor={4: 2.0})  # b256: ~150 ms a step
+    rec = run(machine, tmp_path).recommendation
+    assert {s.setup.steps_per_execution for s in machine.calls} == {1}
+    row = rows(rec)["Steps per execution"]
+    assert row.startswith("1: not tried (the median step takes")
+    assert f"not under {SPE_STEP_MS:g} ms" in row
+
+
+# -- TF32 -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("profile", "tried"),
+    [(gpu((8, 0)), True), (gpu((8, 6)), True), (gpu((7, 0)), False), (CPU, False)],
+    ids=["cc80", "cc86", "cc70", "cpu"],
+)
+def test_tf32_is_tried_only_on_compute_capability_8_and_up(
+    tmp_path: Path, profile: FakeProfile, tried: bool
+) -> None:
+    machine = float32_only(tf32_factor=1.5)
+    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="off")
+    rec = run(machine, tmp_path, space=space, profile=profile).recommendation
+    tf32 = [s.setup for s in machine.calls if s.setup.tf32]
+    assert bool(tf32) is tried
+    # Never with a mixed policy (a Setup refuses that), and only as its own precision.
+    assert all(s.policy == "float32" and s.precision == "float32+tf32" for s in tf32)
+    if tried:
+        # At the float32 baseline's batch first, then its own ladder.
+        assert tf32[0].batch_size == 64 and max(s.batch_size for s in tf32) > 64
+        assert rec.setup.tf32 and rec.setup.precision == "float32+tf32"
+        # Guarded like a mixed policy: against IEEE float32 at the same batch size.
+        assert rec.loss_gap == pytest.approx(0.0)
+        assert rec.speedup_vs_float32 == pytest.approx(1.5)
+        assert "float32+tf32 at batch size" in rec.reason and "faster than float32" in rec.reason
+        assert rows(rec)["TF32"].startswith("on: float32 storage with TensorFloat-32")
+        (f32,) = [a for a in rec.alternatives if a.setup.precision == "float32"]
+        assert not f32.setup.tf32
+    else:
+        assert not rec.setup.tf32
+        assert rows(rec)["TF32"].startswith("off: IEEE float32 matmuls (TF32 needs")
+
+
+def test_tf32_is_rejected_when_its_loss_drifts_from_ieee_float32(tmp_path: Path) -> None:
+    machine = float32_only(tf32_factor=1.5, loss_offset={"float32+tf32": 0.5})
+    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="off")
+    rec = run(machine, tmp_path, space=space, profile=gpu()).recommendation
+    assert rec.setup == Setup("float32", 256)
+    (tf32,) = [a for a in rec.alternatives if a.setup.tf32]
+    assert tf32.rejected and "loss gap to float32" in tf32.rejected
+    assert rows(rec)["TF32"].startswith("off: IEEE float32 matmuls; float32+tf32 was tried")
+
+
+def test_device_traits_from_a_profile() -> None:
+    assert DeviceTraits.from_profile(gpu((8, 0)), "auto").tf32
+    assert not DeviceTraits.from_profile(gpu((8, 0)), "cpu").gpu
+    assert not DeviceTraits.from_profile(gpu((7, 5)), "gpu:0").tf32
+    assert not DeviceTraits.from_profile(CPU, "auto").gpu
+
+
+# -- batch sizes between the powers of two ----------------------------------------------------
+
+
+def test_the_knee_is_refined_with_a_multiple_of_8(tmp_path: Path) -> None:
+    """Growth stops past 256 (512 gains nothing): 384, midway to the faster neighbour, is
+    tried; it does not beat 256 beyond the noise, so that is all."""
+    machine = float32_only()
+    run(machine, tmp_path)
+    session = TuningSession.load("t", _url(tmp_path))
+    refined = [t.result.spec.batch_size for t in session.trials() if t.stage == "refine"]
+    assert refined == [384]
+
+
+def test_a_refined_batch_that_pays_gets_one_more_step(tmp_path: Path) -> None:
+    machine = float32_only(script={("float32", 384): [1800.0], ("float32", 448): [1700.0]})
+    rec = run(machine, tmp_path).recommendation
+    session = TuningSession.load("t", _url(tmp_path))
+    refined = [t.result.spec.batch_size for t in session.trials() if t.stage == "refine"]
+    assert refined == [384, 448]  # midway, then one step on towards 512; no more
+    assert all(b % 8 == 0 for b in refined)
+    assert rec.setup == Setup("float32", 384)
+
+
+def test_no_refinement_without_refine(tmp_path: Path) -> None:
+    machine = float32_only()
+    run(machine, tmp_path, space=SearchSpace(batch_sizes=(64, 128, 256, 512, 1024), refine=False))
+    assert all(s.batch_size in (64, 128, 256, 512, 1024) for s in machine.calls)
+
+
+# -- the global batch -------------------------------------------------------------------------
+
+
+def test_the_global_batch_is_fixed_over_every_trial(tmp_path: Path) -> None:
+    """--global-batch 960 on a GPU with TF32: the baseline, the policies, the ladders (down
+    from 960), the refinement, the loss scales, XLA, steps per execution, the guard (float32
+    does not fit float16's batch) and the re-measurements all keep 960 samples per update."""
+    machine = Machine(
+        speed={"float32": 20000, "mixed_bfloat16": 30000, "mixed_float16": 32000},
+        knee=4096,
+        oom_at={"float32": 400, "mixed_float16": 1 << 20, "mixed_bfloat16": 1 << 20},
+        xla_factor=1.1,
+        spe_factor={4: 1.2},
+    )
+    space = SearchSpace(global_batch=960)
+    result = run(machine, tmp_path, space=space, profile=gpu())
+    rec = result.recommendation
+    assert all(s.batch_size * s.setup.gradient_accumulation_steps == 960 for s in machine.calls)
+    stages = {t.stage for t in TuningSession.load("t", _url(tmp_path)).trials()}
+    assert {
+        "baseline",
+        "policies",
+        "refine",
+        "loss-scale",
+        "xla",
+        "steps-per-execution",
+        "guard",
+        "remeasure",
+    } <= stages
+    # The ladder starts at the global batch, without accumulation.
+    assert machine.calls[0].setup == Setup("float32", 960)
+    # float32 does not fit 960 or 480: it runs at 240 x 4, and 320 x 3 between.
+    f32 = {s.setup.batch_size for s in machine.calls if s.setup.precision == "float32"}
+    assert {960, 480, 320, 240} <= f32
+    assert rec.setup.global_batch == 960 and rec.global_batch == 960
+    assert any(n.startswith("the global batch 960 is kept") for n in rec.notes)
+    assert rows(rec)["Global batch"].startswith("960, kept (--global-batch)")
+    assert round_trips(rec)
+
+
+def test_a_smaller_step_is_taken_only_when_it_is_faster(tmp_path: Path) -> None:
+    """Below the largest per-step batch that fits, one rung is tried; it is kept (and the next
+    tried) only when faster beyond the noise."""
+    machine = float32_only(
+        growth=0.0, script={("float32", 128): [1200.0], ("float32", 64): [1000.0]}
+    )
+    space = SearchSpace(global_batch=256)
+    rec = run(machine, tmp_path, space=space).recommendation
+    assert rec.setup == Setup("float32", 128, gradient_accumulation_steps=2)
+    ladder = [s.batch_size for s in machine.calls if s.policy == "float32"]
+    assert ladder[:1] == [256] and 128 in ladder and 64 in ladder and 32 not in ladder
+
+
+# -- the user's batch size --------------------------------------------------------------------
+
+
+def test_a_batch_size_unlike_the_users_says_what_it_means_for_the_learning_rate(
+    tmp_path: Path,
+) -> None:
+    machine = float32_only()
+    rec = run(machine, tmp_path, space=SearchSpace(user_batch=32)).recommendation
+    assert rec.setup.batch_size == 256 and rec.user_batch == 32
+    (note,) = [n for n in rec.notes if "differs from yours" in n]
+    assert "the recommended batch size 256 differs from yours (32)" in note
+    assert "256/32 = 8" in note and "Goyal et al. 2017" in note and "--global-batch 32" in note
+    assert "yours is 32" in rows(rec)["Global batch"]
+    assert round_trips(rec)
+
+
+def test_no_learning_rate_note_when_the_batch_size_is_the_users(tmp_path: Path) -> None:
+    rec = run(float32_only(), tmp_path, space=SearchSpace(user_batch=256)).recommendation
+    assert not any("differs from yours" in n for n in rec.notes)
+    rec = run(float32_only(), tmp_path, study="u", space=SearchSpace()).recommendation
+    assert not any("differs from yours" in n for n in rec.notes)
+
+
+@pytest.mark.parametrize(
+    ("source", "batch"),
+    [
+        ("BATCH_SIZE = 48\n", 48),
+        ("BATCH_SIZE: int = 96\n", 96),
+        ("BATCH_SIZE = 16\nBATCH_SIZE = 24\n", 24),
+        ("BATCH_SIZE = 8 * 4\n", None),
+        ("BATCH_SIZE = '32'\n", None),
+        ("BATCH_SIZE = True\n", None),
+        ("def f():\n    BATCH_SIZE = 32\n", None),
+        ("batch_size = 32\n", None),
+    ],
+)
+def test_the_model_files_batch_size_is_read_without_running_it(
+    tmp_path: Path, source: str, batch: int | None
+) -> None:
+    model = tmp_path / "net.py"
+    model.write_text(source + "def build_model():\n    raise SystemExit('never run')\n")
+    assert parse_model_spec(str(model)).user_batch == batch
+
+
+# -- resuming ---------------------------------------------------------------------------------
+
+
+def test_a_resumed_knob_search_recalls_every_trial(tmp_path: Path) -> None:
+    def machine(**kwargs: Any) -> Machine:
+        return fast(xla_factor=1.2, spe_factor={4: 1.3, 16: 1.31}, tf32_factor=1.4, **kwargs)
+
+    first = machine(interrupt_at=9)
+    with pytest.raises(KeyboardInterrupt):
+        run(first, tmp_path, study="knobs", profile=gpu())
+    finished = [s.setup for s in first.calls[:8]]
+    second = machine()
+    result = run(second, tmp_path, study="knobs", resume=True, profile=gpu())
+    assert not set(finished) & {s.setup for s in second.calls}
+    rec = result.recommendation
+    assert rec.setup.tf32 and rec.setup.xla and rec.setup.steps_per_execution == 4
+    # Once finished, a resumed search runs nothing and recommends the same.
+    third = machine()
+    again = run(third, tmp_path, study="knobs", resume=True, profile=gpu())
+    assert third.calls == []
+    assert again.recommendation == rec
+
+
+def _url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 's.db'}"
+
+
+def test_the_search_knobs_doc_names_the_rule() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
+    assert f"{SPE_STEP_MS:g} ms" in doc and "--global-batch" in doc and "float32+tf32" in doc
+
+
+def test_a_recommendation_stored_before_the_knobs_shows_its_settings() -> None:
+    old = {
+        "setup": {"policy": "float32", "batch_size": 64, "loss_scale": "none"},
+        "samples_per_second": 1000.0,
+        "samples_per_second_spread": [990.0, 1010.0],
+        "baseline_samples_per_second": 1000.0,
+        "float32_samples_per_second": 1000.0,
+        "speedup_vs_float32": 1.0,
+        "speedup_vs_baseline": 1.0,
+        "memory_saving": None,
+        "peak_memory_mb": 100.0,
+        "memory_kind": "cpu_rss",
+        "loss_gap": 0.0,
+        "skipped_steps": 0,
+        "reason": "float32 at batch size 64 is the best setup here.",
+        "trials": [1],
+        "objective": "speed",
+    }
+    rec = Recommendation.from_dict(old)
+    assert rec.knobs == () and rec.global_batch is None and rec.user_batch is None
+    shown = rows(rec)
+    assert (shown["XLA"], shown["Steps per execution"], shown["TF32"]) == ("off", "1", "off")
+    assert shown["Global batch"] == "64"
+    assert round_trips(rec)
