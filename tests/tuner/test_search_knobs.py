@@ -14,6 +14,7 @@ from tuner.search.recommend import Recommendation, evidence_rows
 from tuner.search.session import TuningSession
 from tuner.search.space import DeviceTraits, SearchSpace
 from tuner.search.strategy import SPE_LADDER, SPE_STEP_MS
+from tuner.search.tune import tune
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
@@ -342,6 +343,20 @@ def test_no_learning_rate_note_when_the_batch_size_is_the_users(tmp_path: Path) 
     assert not any("differs from yours" in n for n in rec.notes)
     rec = run(float32_only(), tmp_path, study="u", space=SearchSpace()).recommendation
     assert not any("differs from yours" in n for n in rec.notes)
+
+
+def test_tune_takes_the_users_batch_size_from_the_model_file(tmp_path: Path) -> None:
+    # Every face gets the note, not only the command line: tune() reads BATCH_SIZE itself.
+    model = tmp_path / "net.py"
+    model.write_text("BATCH_SIZE = 32\ndef build_model():\n    raise SystemExit('never run')\n")
+    rec = tune(
+        str(model),
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        study="m",
+        runner=float32_only(),
+        profile=FakeProfile(),
+    ).recommendation
+    assert rec.user_batch == 32 and any("differs from yours (32)" in n for n in rec.notes)
 
 
 @pytest.mark.parametrize(

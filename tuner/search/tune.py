@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from tuner.search.session import SessionView, TuningSession, storage_errors
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Evaluator, Search, SearchOutcome, TrialRunner
 from tuner.trials.models import parse_model_spec
-from tuner.trials.runner import run_trial
+from tuner.trials.runner import WorkerPool, run_trial
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ def tune(
         resume: the session must exist already.
         on_event: called with each :mod:`~tuner.search.events` record, on this thread.
         cancel: set it to stop the running trial and end the search.
-        runner: runs one trial (tests pass scripted outcomes).
+        runner: runs one trial (tests pass scripted outcomes); by default a
+            :class:`~tuner.trials.runner.WorkerPool`, which keeps the worker warm along a
+            batch-size ladder and ends it when the search ends.
         profile: the hardware profile; ``None`` detects it.
 
     Raises:
@@ -114,6 +117,10 @@ def tune(
         profile = detect()
     settings = settings or SearchSettings()
     space = space or SearchSpace(policies=hardware_prior(profile))
+    if stored is None and space.user_batch is None and source.user_batch is not None:
+        # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
+        # learning-rate note; every face gets it, not only the command line.
+        space = dataclasses.replace(space, user_batch=source.user_batch)
     name = study or default_study_name(model)
     with storage_errors(storage):
         session = TuningSession.create(
@@ -129,6 +136,9 @@ def tune(
         )
         lease = Lease(session.storage, session.name)
         lease.acquire()
+    pool = WorkerPool() if runner is run_trial else None
+    if pool is not None:
+        runner = pool.run
     try:
         with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
             if stored is not None and stored.search_settings() != settings:
@@ -151,6 +161,8 @@ def tune(
             rec = recommend(outcome, space, settings, profile.to_dict())
             session.set_attr("recommendation", rec.to_dict())
     finally:
+        if pool is not None:
+            pool.close()  # no warm worker outlives its search
         lease.release()
     emit(Recommended(rec))
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)

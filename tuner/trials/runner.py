@@ -30,7 +30,7 @@ from tuner.trials.events import Event, EventReader, as_float
 from tuner.trials.hazards import Hazard, merge
 from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
-from tuner.trials.result import Timings, TrialResult
+from tuner.trials.result import Timings, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,79 @@ def run_trial(
         TrialCancelled: ``cancel`` was set.
     """
     source = source or parse_model_spec(spec.model)
-    return _WorkerRun(spec, source, on_event, cancel).run()
+    result, _ = _WorkerRun(spec, source, on_event, cancel).run(None, warm=False)
+    return result
+
+
+class WorkerPool:
+    """Runs trials like :func:`run_trial`, keeping the worker warm between trials that differ
+    only in batch size (a batch-size ladder), so that they skip the interpreter start, the
+    TensorFlow import and the tracing of the training step.
+
+    A warm worker runs its next trial from the same compiled model with every variable back at
+    its starting value, on new data at the new batch size: the same steps and losses as a fresh
+    worker (tests/tuner/test_warm.py checks this). Isolation is kept: a trial that ends in any
+    way other than ``ok`` (out of memory, a crash, a timeout, a stop) kills its worker, and the
+    next trial starts a fresh one. A trial that runs the numerics probe, or changes anything but
+    the batch size, starts a fresh worker too.
+
+    Use it as a context manager, or call :meth:`close`, so the warm worker is ended.
+    """
+
+    def __init__(self) -> None:
+        self._worker: _Worker | None = None
+        self._key: str | None = None
+        self.started = 0  #: workers started
+        self.reused = 0  #: trials that ran in a warm worker
+
+    def run(
+        self,
+        spec: TrialSpec,
+        on_event: EventCallback | None = None,
+        *,
+        cancel: threading.Event | None = None,
+        source: ModelSource | None = None,
+    ) -> TrialResult:
+        """:func:`run_trial`, in the warm worker when it fits."""
+        source = source or parse_model_spec(spec.model)
+        key = warm_key(spec, source)
+        worker = self._worker
+        if worker is not None and (key is None or key != self._key or worker.exited()):
+            self.close()
+            worker = None
+        self._worker = None  # the run owns it now: it comes back only if it stays warm
+        if worker is None:
+            self.started += 1
+        else:
+            self.reused += 1
+        result, kept = _WorkerRun(spec, source, on_event, cancel).run(worker, warm=key is not None)
+        self._worker, self._key = kept, (key if kept is not None else None)
+        return result
+
+    def close(self) -> None:
+        """End the warm worker, if there is one."""
+        worker, self._worker, self._key = self._worker, None, None
+        if worker is not None:
+            worker.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
+    """What must match for a trial to run in a warm worker: everything but the batch size.
+    None for a trial that runs the numerics probe (it builds a float32 twin and may change the
+    model), which always gets a fresh worker."""
+    if spec.probe and spec.policy.is_mixed:
+        return None
+    data = spec.to_dict()
+    data.pop("batch_size")
+    data.pop("timeout_s")
+    data["source"] = _source_dict(source)
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -134,60 +206,42 @@ class _WorkerRun:
         self.peak_rss_mb: float | None = None
         self.load_window: _LoadWindow | None = None
         self.background_load: float | None = None
+        #: a warm worker finished this trial and waits for the next
+        self.ready = False
 
-    def run(self) -> TrialResult:
-        read_fd, write_fd = os.pipe()
-        # The worker's stdout and stderr go to a file with no name: it is unlinked as soon as
-        # the worker has it, so nothing is left behind however this process ends, and its tail
-        # is read back through this process's own descriptor.
-        log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
+    def run(self, worker: _Worker | None, warm: bool) -> tuple[TrialResult, _Worker | None]:
+        """Run the trial in ``worker`` (a warm one) or a new worker; returns the result and the
+        worker when it stays warm for another trial (``warm`` asked, the trial ``ok``)."""
         t0 = time.monotonic()
+        worker = worker or _Worker(worker_environment(self.spec))
+        payload = {
+            "spec": self.spec.to_dict(),
+            "source": _source_dict(self.source),
+            "token": self.token,
+            "warm": warm,
+        }
+        returncode: int | None = None
+        log_tail = ""
+        keep = False
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd)],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                env=worker_environment(self.spec),
-                start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
-            )
-        except BaseException:
-            log.close()
-            raise
+            # One line; stdin then stays open as the worker's lifeline: when this process
+            # closes it or dies, the worker ends its process group (Lifeline).
+            worker.send(payload)
+            self._pump(worker.proc, worker.read_fd, t0)
+            keep = self.ready
         finally:
-            os.close(write_fd)
-        with _LIVE_LOCK:
-            _LIVE.add(proc)
-        try:
-            payload = {
-                "spec": self.spec.to_dict(),
-                "source": _source_dict(self.source),
-                "token": self.token,
-            }
-            assert proc.stdin is not None
-            try:
-                # One line; stdin then stays open as the worker's lifeline: when this process
-                # closes it or dies, the worker ends its process group (hold_lifeline).
-                proc.stdin.write(json.dumps(payload).encode() + b"\n")
-                proc.stdin.flush()
-            except BrokenPipeError:
-                pass  # it died at once; the log says why
-            self._pump(proc, read_fd, t0)
-        finally:
-            # The whole group, even when the worker itself has exited: a process the model
-            # forked may still be running. Not yet reaped, so the group id is still ours.
-            _kill_group(proc)
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
-            os.close(read_fd)
-            returncode = proc.wait()
-            with _LIVE_LOCK:
-                _LIVE.discard(proc)
-            log_tail = _read_tail(log)
-            log.close()
+            if not keep:
+                returncode, log_tail = worker.close()
         total_s = time.monotonic() - t0
-        facts = WorkerFacts(
+        status, error = classify(self._facts(returncode, log_tail))
+        if keep and status is not TrialStatus.OK:
+            # Any trial that is not ok ends its worker: the next one starts fresh.
+            worker.close()
+            keep = False
+        return self._assemble(status, error, total_s), (worker if keep else None)
+
+    def _facts(self, returncode: int | None, log_tail: str) -> WorkerFacts:
+        return WorkerFacts(
             result=self.result,
             error=self.error,
             user_model=self.source.is_user_code,
@@ -204,8 +258,6 @@ class _WorkerRun:
             foreign_lines=self.reader.foreign_lines,
             hazards=tuple(self.hazards),
         )
-        status, error = classify(facts)
-        return self._assemble(status, error, total_s)
 
     def _pump(self, proc: subprocess.Popen[bytes], read_fd: int, t0: float) -> None:
         deadline = t0 + self.spec.timeout_s
@@ -233,6 +285,8 @@ class _WorkerRun:
                     if data:
                         for event in self.reader.feed(data):
                             self._handle(event, t0)
+                        if self.ready:
+                            return  # the worker waits for its next trial
                         continue
                 elif not exited:
                     continue
@@ -262,6 +316,9 @@ class _WorkerRun:
                 self.background_load = self.load_window.close()
         elif kind == "error":
             self.error = event
+        elif kind == "ready":
+            self.ready = self.result is not None
+            return  # the worker's business, not the trial's
         if self.on_event is not None:
             self.on_event(event)
 
@@ -333,6 +390,68 @@ class _WorkerRun:
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
         )
+
+
+class _Worker:
+    """A worker process with its event pipe and its log: spawned for one trial, or kept warm
+    for several by a :class:`WorkerPool`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        read_fd, write_fd = os.pipe()
+        # The worker's stdout and stderr go to a file with no name: it is unlinked as soon as
+        # the worker has it, so nothing is left behind however this process ends, and its tail
+        # is read back through this process's own descriptor once the worker is gone.
+        self.log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd)],
+                stdin=subprocess.PIPE,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=env,
+                start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
+            )
+        except BaseException:
+            self.log.close()
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self.read_fd = read_fd
+        self.closed = False
+        with _LIVE_LOCK:
+            _LIVE.add(self.proc)
+
+    def send(self, payload: dict[str, Any]) -> None:
+        """Write one trial's payload, one line, to the worker's stdin."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(payload).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died at once; the log says why
+
+    def exited(self) -> bool:
+        return _has_exited(self.proc)
+
+    def close(self) -> tuple[int, str]:
+        """Kill the worker's whole group, reap it; returns its exit status and log tail."""
+        if self.closed:
+            return self.proc.returncode or 0, ""
+        self.closed = True
+        # The whole group, even when the worker itself has exited: a process the model
+        # forked may still be running. Not yet reaped, so the group id is still ours.
+        _kill_group(self.proc)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        os.close(self.read_fd)
+        returncode = self.proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(self.proc)
+        log_tail = _read_tail(self.log)
+        self.log.close()
+        return returncode, log_tail
 
 
 @dataclass

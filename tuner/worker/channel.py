@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import threading
 import time
@@ -25,6 +26,11 @@ class Channel:
         self._token = token
         self._t0 = time.monotonic()
 
+    def next_trial(self, token: str) -> None:
+        """A warm worker's next trial: its lines carry that trial's token."""
+        self._token = token
+        self._t0 = time.monotonic()
+
     def emit(self, type_: str, **fields: Any) -> None:
         event = {"type": type_, "t": round(time.monotonic() - self._t0, 4), **fields}
         if self._token:
@@ -40,29 +46,45 @@ class Channel:
             self._fd = -1
 
 
-def hold_lifeline(fd: int = 0) -> threading.Thread:
-    """End this worker's whole process group when the parent goes away.
+class Lifeline:
+    """End this worker's whole process group when the parent goes away; hand on the specs the
+    parent sends for more trials.
 
-    The parent keeps the write end of our stdin open for as long as it wants the trial to run
+    The parent keeps the write end of our stdin open for as long as it wants the worker to live
     and never hands that end to anyone else, so end-of-file on it means the parent closed it or
     died (by any signal, SIGKILL included: the kernel closes a dead process's descriptors). The
     descriptor is moved off fd 0 first, and fd 0 becomes ``/dev/null``, so the user's code
     cannot read from it. The worker leads its own process group, so the kill takes the model's
-    own child processes (data loaders, a forked helper) with it.
+    own child processes (data loaders, a forked helper) with it. A warm worker reads its next
+    trial's spec, one JSON line, from the same pipe (:meth:`next_line`).
     """
-    lifeline = os.dup(fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, fd)
-    os.close(null)
 
-    def watch() -> None:
+    def __init__(self, fd: int = 0) -> None:
+        self._lifeline = os.dup(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, fd)
+        os.close(null)
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        self.thread = threading.Thread(target=self._watch, name="mptune-lifeline", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        pending = b""
         with contextlib.suppress(OSError):
-            while os.read(lifeline, 4096):
-                pass
+            while chunk := os.read(self._lifeline, 1 << 16):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._lines.put(line)
         with contextlib.suppress(OSError):
             os.killpg(os.getpgid(0), signal.SIGKILL)
         os._exit(1)  # not in a group of our own (run by hand): at least end ourselves
 
-    thread = threading.Thread(target=watch, name="mptune-lifeline", daemon=True)
-    thread.start()
-    return thread
+    def next_line(self) -> bytes:
+        """The parent's next line; blocks (the parent going away ends the process instead)."""
+        return self._lines.get()
+
+
+def hold_lifeline(fd: int = 0) -> Lifeline:
+    """Start the :class:`Lifeline` on ``fd`` (the worker's stdin)."""
+    return Lifeline(fd)

@@ -42,21 +42,75 @@ class _Context:
     optimizer: Any = None
 
 
+@dataclass
+class _Warm:
+    """What a warm worker keeps between trials of one model and setup (only the batch size
+    changes): the compiled model, its variables and its optimizer's as they were before the
+    first step, and what the data is made from."""
+
+    model: Any
+    loaded: Any
+    device: str
+    tensor_cores: bool
+    variables: list[Any]
+    optimizer_variables: list[Any]
+    #: what the first trial's model checks said, sent again with each trial
+    warnings: list[tuple[str, str]]
+    hazards: list[Any]
+
+    def restore(self) -> None:
+        """Every variable back to its value before the first step: the next trial trains from
+        the same start, with the same dropout seeds, as a fresh worker would."""
+        for variable, value in zip(self.model.variables, self.variables, strict=True):
+            variable.assign(value)
+        for variable, value in zip(
+            self.model.optimizer.variables, self.optimizer_variables, strict=True
+        ):
+            variable.assign(value)
+        self.model.reset_metrics()
+
+
+#: A warm worker keeps a host copy of the model's and optimizer's starting values; past this
+#: size it does not stay warm (each trial then starts a fresh worker, as before).
+WARM_SNAPSHOT_LIMIT_BYTES = 1 << 30
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.worker")
     parser.add_argument("--channel-fd", type=int, required=True)
     args = parser.parse_args(argv)
-    # The payload is one line; stdin then stays open as the lifeline (see hold_lifeline).
+    # The payload is one line; stdin then stays open as the lifeline (see Lifeline), and a warm
+    # worker reads its next trial's payload from it.
     payload = json.loads(sys.stdin.buffer.readline())
-    hold_lifeline(0)
+    lifeline = hold_lifeline(0)
     channel = Channel(args.channel_fd, str(payload.get("token") or ""))
+    warm: _Warm | None = None
+    try:
+        while True:
+            ok, warm = _one_trial(payload, channel, warm)
+            if not ok:
+                return 1
+            if warm is None or not payload.get("warm"):
+                return 0
+            # Ready for the next trial of the same model and setup at another batch size.
+            channel.emit("ready")
+            payload = json.loads(lifeline.next_line())
+            channel.next_trial(str(payload.get("token") or ""))
+    finally:
+        channel.close()
+
+
+def _one_trial(
+    payload: dict[str, Any], channel: Channel, warm: _Warm | None
+) -> tuple[bool, _Warm | None]:
+    """Run the payload's trial: whether it reported a result (else an ``error`` event was
+    sent), and what a warm worker keeps for the next trial (None: nothing to keep)."""
     spec = TrialSpec.from_dict(payload["spec"])
     source = ModelSource(**payload["source"])
     phase = ["import"]
     context = _Context()
     try:
-        _run(spec, source, channel, phase, context)
-        return 0
+        return True, _run(spec, source, channel, phase, context, warm, bool(payload.get("warm")))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
         facts = _describe(exc, phase[0], source)
         if isinstance(exc, PolicyFailure):
@@ -73,22 +127,32 @@ def main(argv: list[str]) -> int:
                 f"{facts['message']}"
             )
         channel.emit("error", **facts)
-        return 1
-    finally:
-        channel.close()
+        return False, None
 
 
 def _run(
-    spec: TrialSpec, source: ModelSource, channel: Channel, phase: list[str], context: _Context
-) -> None:
+    spec: TrialSpec,
+    source: ModelSource,
+    channel: Channel,
+    phase: list[str],
+    context: _Context,
+    warm: _Warm | None = None,
+    keep_warm: bool = False,
+) -> _Warm | None:
+    """One trial, from the model to the ``result`` event. A warm worker's later trials (``warm``
+    given) reuse the compiled model: its variables go back to their starting values and only
+    the data is made anew. Returns what a warm worker keeps, or None when it cannot stay warm."""
     import keras
-    import numpy as np
     import tensorflow as tf
 
     from tuner import keras_setup, workloads
     from tuner.worker import checks, loading, probe, training
 
-    device, tensor_cores = _configure_device(tf, spec)
+    if warm is None:
+        device, tensor_cores = _configure_device(tf, spec)
+    else:
+        device, tensor_cores = warm.device, warm.tensor_cores
+        training.reset_peak_rss()
     channel.emit(
         "started",
         pid=os.getpid(),
@@ -98,7 +162,10 @@ def _run(
             "tensorflow": tf.__version__,
             "keras": keras.__version__,
         },
+        warm=warm is not None,
     )
+    if warm is not None:
+        return _run_warm(spec, source, channel, phase, context, warm)
 
     phase[0] = "build"
     if spec.policy.name != FLOAT32:
@@ -176,12 +243,117 @@ def _run(
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
+    kept = (
+        _keep_warm(model, loaded, device, tensor_cores, warnings, hazards, spec)
+        if keep_warm
+        else None
+    )
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
+    _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu)
+    return kept
+
+
+def _run_warm(
+    spec: TrialSpec,
+    source: ModelSource,
+    channel: Channel,
+    phase: list[str],
+    context: _Context,
+    warm: _Warm,
+) -> _Warm:
+    """A warm worker's later trial: the same compiled model, from its starting values, on new
+    data at the spec's batch size."""
+    import keras
+
+    from tuner import keras_setup, workloads
+    from tuner.worker import loading, training
+
+    phase[0] = "build"
+    channel.emit("phase", phase="build")
+    t_build = time.perf_counter()
+    keras.utils.set_random_seed(spec.seed)
+    keras_setup.apply_policy(spec.setup)
+    warm.restore()
+    if source.kind == "builtin":
+        pool = loading.pool_size(
+            workloads.sample_bytes(source.name, source.params), spec.batch_size
+        )
+        batches = workloads.make_batches(
+            source.name, source.params, spec.batch_size, pool, spec.seed
+        )
+    else:
+        pool = loading.pool_size(4 * 1024, spec.batch_size)
+        batches = loading.user_batches(source, warm.loaded, spec.batch_size, pool, spec.seed)
+    context.batches, context.loss = batches, warm.loaded.loss
+    context.model, context.optimizer = warm.model, warm.loaded.optimizer
+    for code, message in warm.warnings:
+        channel.emit("warning", code=code, message=message)
+    if warm.tensor_cores and spec.batch_size % 8:
+        channel.emit(
+            "warning",
+            code="batch_not_multiple_of_8",
+            message=f"batch size {spec.batch_size} is not a multiple of 8 (Tensor Core advice)",
+        )
+    for hazard in warm.hazards:
+        channel.emit("hazard", **hazard.to_dict())
+    on_cpu = warm.device.startswith("cpu")
+    runner = training.StepRunner(
+        warm.model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
+    )
+    build_s = time.perf_counter() - t_build
+    _measure(spec, channel, phase, context, runner, build_s, None, on_cpu)
+    return warm
+
+
+def _keep_warm(
+    model: Any,
+    loaded: Any,
+    device: str,
+    tensor_cores: bool,
+    warnings: list[tuple[str, str]],
+    hazards: list[Any],
+    spec: TrialSpec,
+) -> _Warm | None:
+    """Build the optimizer now (as its first step would) and copy every starting value, so
+    that later trials can start from them; None when the copy would pass the size limit."""
+    if device.startswith("cpu") and not os.access("/proc/self/clear_refs", os.W_OK):
+        return None  # a later trial's CPU peak could not be told from this one's
+    model.optimizer.build(model.trainable_variables)
+    size = sum(int(v.numpy().nbytes) for v in (*model.variables, *model.optimizer.variables))
+    if size > WARM_SNAPSHOT_LIMIT_BYTES:
+        return None
+    return _Warm(
+        model,
+        loaded,
+        device,
+        tensor_cores,
+        [v.numpy() for v in model.variables],
+        [v.numpy() for v in model.optimizer.variables],
+        [w for w in warnings if w[0] != "batch_not_multiple_of_8"],
+        list(hazards),
+    )
+
+
+def _measure(
+    spec: TrialSpec,
+    channel: Channel,
+    phase: list[str],
+    context: _Context,
+    runner: Any,
+    build_s: float,
+    probe_s: float | None,
+    on_cpu: bool,
+) -> None:
+    """Warm up, measure and send the ``result``."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tuner.worker import training
 
     context.runner = runner
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
-    warm = runner.run("warmup", spec.warmup_steps)
+    warmup = runner.run("warmup", spec.warmup_steps)
     if not on_cpu:
         tf.config.experimental.reset_memory_stats("GPU:0")
 
@@ -213,10 +385,10 @@ def _run(
         skipped_flags=log.skipped,
         skipped_steps=sum(log.skipped),
         nonfinite_steps=sum(log.nonfinite),
-        weights_finite=all(bool(np.isfinite(w).all()) for w in model.get_weights()),
+        weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
         build_s=build_s,
         probe_s=probe_s,
-        warmup_s=warm.elapsed_s,
+        warmup_s=warmup.elapsed_s,
         measure_s=window,
         executions=len(log.execution_times_s),
     )

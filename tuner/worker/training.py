@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import resource
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import keras
+import numpy as np
 
 from tuner.setup import Setup
 
@@ -55,9 +57,35 @@ class MemoryLimitExceeded(MemoryError):
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory."""
+    """This process's peak resident memory since it started, or since :func:`reset_peak_rss`
+    (Linux: ``VmHWM`` in ``/proc/self/status``; elsewhere the process's lifetime peak)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes vs KiB
+
+
+def reset_peak_rss() -> bool:
+    """Start a warm worker's next trial with a fresh peak: return freed heap memory to the
+    system (glibc ``malloc_trim``), then reset the peak to the current resident memory (Linux
+    4.0+: writing 5 to ``/proc/self/clear_refs``). False where the peak cannot be reset."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError, TypeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
 
 
 class StepRunner:
@@ -102,10 +130,14 @@ class StepRunner:
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
         # The trial's batches in order, again and again: step k sees batch k mod the pool, as
-        # every trial of the same batch size and seed does.
-        dataset = tf.data.Dataset.from_tensors(tuple(batches[0]))
-        for batch in batches[1:]:
-            dataset = dataset.concatenate(tf.data.Dataset.from_tensors(tuple(batch)))
+        # every trial of the same batch size and seed does. Batched by tf.data from the samples,
+        # as fit batches arrays: the batch dimension is unknown to the traced step (as in fit,
+        # whose last batch may be short), so a warm worker's next batch size reuses the trace.
+        flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
+        columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
+        samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
+        batch_size = int(np.shape(flat[0][0])[0])
+        dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
         self.iterator = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
         model.make_train_function()
 
