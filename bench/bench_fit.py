@@ -127,8 +127,8 @@ def main() -> int:
                 print(f"round {r + 1}: {setup.label} on {model}: {result.status}", flush=True)
                 continue
             f = figures[i]
-            f["median"].append(result.samples_per_second)
-            f["wall"].append(result.wall_samples_per_second or 0.0)
+            f["median"].append(result.median_samples_per_second or 0.0)
+            f["wall"].append(result.samples_per_second)
             f["share"].append(result.timings.measured_share or 0.0)
             f["fit"].append(fit(model, setup, result.step_time_ms["p50"]))
             print(

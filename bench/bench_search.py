@@ -8,10 +8,14 @@ In one run on one machine, with the same trial settings:
   multiples of 8 halfway between them, where the search refines) x XLA off/on x steps per
   execution 1/4/16, one trial each, at the policy's default loss scale (the loss-scale stage
   is a separate, small stage);
-* the grid's best and the search's pick measured again, side by side, interleaved over
-  ``--rounds`` rounds in fresh workers: "within 2%" is judged on these, not on one trial.
+* the grid's three best setups and the search's pick measured again, side by side,
+  interleaved over ``--rounds`` rounds in fresh workers: the grid's best is the best of those
+  three re-measured, and "within 2%" is judged on these figures, not on one trial each.
 
-    python bench/bench_search.py [--model builtin:mlp] [--rounds 5] [--write]
+    python bench/bench_search.py [--model builtin:mlp] [--rounds 5] [--storage FILE] [--write]
+
+With ``--storage FILE`` (an SQLite file) the grid's trials are kept there, and a later run with
+the same file recalls them instead of running the grid again (a new search runs each time).
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ from tuner.search.tune import hardware_prior, tune
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import WorkerPool, run_trial
+from tuner.trials.spec import TrialSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine_line, write_section
 
 SPE = (1, 4, 16)
+#: The grid's best setups (by their one trial) measured again beside the search's pick.
+TOP = 3
 
 
 def grid_batches(space: SearchSpace) -> list[int]:
@@ -68,10 +75,25 @@ def run_grid(
         t0 = time.monotonic()
         found: dict[Setup, Measured] = {}
         for i, setup in enumerate(setups, 1):
-            m = evaluator.measure(setup, "grid")
+            m = evaluator.measure(setup, "grid")  # recalled when the storage holds it
             found[setup] = m
             print(f"  grid {i}/{len(setups)} {setup.label}: {m.result.status} {m.speed:,.0f}")
-    return found, time.monotonic() - t0
+    # The grid's wall time as its trials took it (the same whether run now or recalled).
+    del t0
+    return found, sum(m.result.timings.total_s or 0.0 for m in found.values())
+
+
+def measured_share(study: str, storage: str) -> tuple[float, float, int, int]:
+    """Measured steps as a share of the trials' wall time, over all trials and over those that
+    ran in a warm worker; how many trials ran warm, of how many."""
+    results = [t.result for t in TuningSession.load(study, storage).trials() if t.result]
+    warm = [r for r in results if (r.timings.startup_s or 0) < 0.5]
+
+    def share(rs: list) -> float:
+        total = sum(r.timings.total_s or 0 for r in rs)
+        return sum(r.timings.measure_s or 0 for r in rs) / total if total else 0.0
+
+    return share(results), share(warm), len(warm), len(results)
 
 
 def remeasure(
@@ -82,7 +104,17 @@ def remeasure(
     source = parse_model_spec(model)
     for r in range(rounds):
         for setup in setups if r % 2 == 0 else list(reversed(setups)):
-            spec = Evaluator(None, source, settings).spec(setup)  # type: ignore[arg-type]
+            spec = TrialSpec(
+                model=source.spec,
+                setup=setup,
+                warmup_steps=settings.warmup_steps,
+                measure_seconds=settings.measure_seconds,
+                min_steps=max(settings.min_steps, settings.guard_steps),
+                seed=settings.seed,
+                timeout_s=settings.timeout_s,
+                device=settings.device,
+                probe=False,
+            )
             result = run_trial(spec, source=source)
             figures[setup].append(Measured(0, result).speed if result.ok else 0.0)
             print(f"  re-measure {r + 1}/{rounds} {setup.label}: {figures[setup][-1]:,.0f}")
@@ -94,6 +126,7 @@ def main() -> int:
     parser.add_argument("--model", default="builtin:mlp")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--storage", help="SQLite file that keeps the grid for later runs")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
 
@@ -102,24 +135,41 @@ def main() -> int:
     settings = SearchSettings(device=args.device)
     setups = grid_setups(space)
     with tempfile.TemporaryDirectory() as tmp:
-        storage = f"sqlite:///{Path(tmp) / 'bench.db'}"
+        path = Path(args.storage).resolve() if args.storage else Path(tmp) / "bench.db"
+        storage = f"sqlite:///{path}"
+        study = f"search-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"mptune search; the grid has {len(setups)} setups", flush=True)
         t0 = time.monotonic()
         ours = tune(args.model, space=space, settings=settings, storage=storage,
-                    study="search", profile=profile)  # fmt: skip
+                    study=study, profile=profile)  # fmt: skip
         ours_s = time.monotonic() - t0
         rec = ours.recommendation
         print("exhaustive grid", flush=True)
         grid, grid_s = run_grid(setups, args.model, settings, storage)
+        share = {"search": measured_share(study, storage), "grid": measured_share("grid", storage)}
 
-    best = max(grid, key=lambda s: grid[s].speed if grid[s].result.nonfinite_steps == 0 else 0)
+    # One trial per setup: the grid's top figure is partly luck (on this machine throughput
+    # swings up to 2x between runs), so its three best are measured again beside the pick and
+    # the best of them, re-measured, is the grid's best.
+    ranked = sorted(
+        grid, key=lambda s: grid[s].speed if grid[s].result.nonfinite_steps == 0 else 0.0
+    )[::-1]
+    top = ranked[:TOP]
     pick = rec.setup
-    again = remeasure(list(dict.fromkeys([best, pick])), args.model, settings, args.rounds)
+    again = remeasure(list(dict.fromkeys([*top, pick])), args.model, settings, args.rounds)
+    best = max(top, key=lambda s: again[s])
     ratio = again[pick] / again[best] if again[best] else 0.0
     same = "the same setup" if pick == best else "a different setup"
     single = f"{grid[pick].speed:,.0f} samples/s" if pick in grid else "not in the grid"
     trials_share, time_share = ours.ran / len(setups), ours_s / grid_s
     batches = ", ".join(map(str, grid_batches(space)))
+    top_text = "; ".join(
+        f"`{s.label}` {grid[s].speed:,.0f} in the grid, {again[s]:,.0f} again" for s in top
+    )
+    share_rows = "\n".join(
+        f"| {name} | {a:.0%} | {w:.0%} | {n} of {total} |"
+        for name, (a, w, n, total) in share.items()
+    )
     grid_row = (
         f"| exhaustive grid | `{best.label}` | {len(setups)} (100%) | {grid_s:.0f} s (100%) "
         f"| {again[best]:,.0f} |"
@@ -144,9 +194,17 @@ series. The search ran with `--xla on` (on a CPU `auto` leaves XLA out).
 {grid_row}
 {ours_row}
 
-Re-measured side by side ({args.rounds} interleaved rounds in fresh workers, medians), mptune's
-pick runs at {ratio:.3f} of the grid's best ({same}; the grid's single trial of the pick:
+The grid's best is the best of its {TOP} top setups measured again beside mptune's pick
+({args.rounds} interleaved rounds in fresh workers, medians: {top_text}). mptune's pick runs at
+{ratio:.3f} of the grid's best ({same}; the grid's single trial of the pick:
 {single}), with {trials_share:.0%} of the grid's trials and {time_share:.0%} of its wall time.
+
+Share of the trials' wall time that is measured steps (a trial in a fresh worker pays the
+interpreter start, the TensorFlow import and the tracing; a warm one does not):
+
+| run | all trials | trials in a warm worker | warm trials |
+|---|---:|---:|---:|
+{share_rows}
 """
     print("\n" + text)
     if args.write:

@@ -97,9 +97,20 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(
             (
                 "throughput",
-                f"{result.samples_per_second:,.1f} samples/s  (step time p50 "
-                f"{_fmt(st.get('p50'), '.2f')} ms, p90 "
-                f"{_fmt(st.get('p90'), '.2f')} ms)",
+                f"{result.samples_per_second:,.1f} samples/s over the measured window"
+                + (
+                    f", {result.median_samples_per_second:,.1f} at the median step"
+                    if result.median_samples_per_second is not None
+                    else ""
+                )
+                + f"  (step time p50 {_fmt(st.get('p50'), '.2f')} ms, p90 "
+                f"{_fmt(st.get('p90'), '.2f')} ms"
+                + (
+                    f", {result.executions} calls of {result.spec.setup.steps_per_execution} steps"
+                    if result.executions and result.spec.setup.steps_per_execution > 1
+                    else ""
+                )
+                + ")",
             )
         )
     if result.peak_memory_mb is not None:

@@ -98,3 +98,23 @@ def test_loss_scale_at_floor_still_overflowing_diverged() -> None:
 def test_a_recovered_skip_is_fine() -> None:
     result = ok_result(loss_scales=[32768.0, 16384.0], skipped_flags=[True, False])
     assert classify(facts(result=result))[0] is TrialStatus.OK
+
+
+def test_a_result_is_checked_against_its_step_events() -> None:
+    steps = (10.0, 10.0, 10.0, 10.0)  # ms: 64 / 0.010 s = 6,400 samples/s at most
+    honest = ok_result(
+        losses=[1.0] * 4, samples_per_second=6000.0, median_samples_per_second=6400.0
+    )
+    status, _ = classify(facts(result=honest, batch_size=64, measured_step_ms=steps))
+    assert status is TrialStatus.OK
+    # A wall figure above what the steps allow, or a median figure they do not imply.
+    for forged in (
+        {**honest, "samples_per_second": 9000.0},
+        {**honest, "median_samples_per_second": 9000.0},
+    ):
+        status, error = classify(facts(result=forged, batch_size=64, measured_step_ms=steps))
+        assert status is TrialStatus.CRASHED and "not trusted" in error.message
+    # A result stored before the median figure was kept apart: its one figure is the median's.
+    old = ok_result(losses=[1.0] * 4, samples_per_second=6400.0)
+    status, _ = classify(facts(result=old, batch_size=64, measured_step_ms=steps))
+    assert status is TrialStatus.OK

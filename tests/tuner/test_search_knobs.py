@@ -176,8 +176,14 @@ def test_steps_per_execution_is_tried_where_the_step_is_short(tmp_path: Path) ->
 def test_steps_per_execution_stops_at_the_first_rung_that_does_not_pay(tmp_path: Path) -> None:
     machine = fast(spe_factor={4: 1.01, 16: 2.0})
     rec = run(machine, tmp_path).recommendation
-    assert {s.setup.steps_per_execution for s in machine.calls} == {1, 4}
-    assert rec.setup.steps_per_execution == 1
+    trials = TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()
+    ladder = [t.result.spec.setup.steps_per_execution for t in trials
+              if t.stage == "steps-per-execution"]  # fmt: skip
+    assert ladder == [4]  # 4 did not pay: the stage stops there
+    # The pick's neighbourhood, which tries every knob combination at its batch size, still
+    # finds a rung that pays where the one below it did not.
+    assert rec.setup.steps_per_execution == 16
+    assert any("beat" in n and "spe16" in n for n in rec.notes)
 
 
 def test_steps_per_execution_is_not_tried_on_long_steps(tmp_path: Path) -> None:
@@ -320,6 +326,35 @@ def test_a_smaller_step_is_taken_only_when_it_is_faster(tmp_path: Path) -> None:
     assert rec.setup == Setup("float32", 128, gradient_accumulation_steps=2)
     ladder = [s.batch_size for s in machine.calls if s.policy == "float32"]
     assert ladder[:1] == [256] and 128 in ladder and 64 in ladder and 32 not in ladder
+
+
+# -- knobs that pay only together -------------------------------------------------------------
+
+
+def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) -> None:
+    """XLA alone loses and 16 steps per execution alone barely pays, so the knob stages keep
+    neither; together they are 40% faster. The neighbourhood of the pick (one step along each
+    axis, then one more from the better point) finds them."""
+    machine = fast(
+        knob_factor={(True, 1): 0.9, (False, 4): 1.02, (False, 16): 1.02, (True, 4): 1.1,
+                     (True, 16): 1.4},
+    )  # fmt: skip
+    space = SearchSpace(xla="on")
+    rec = run(machine, tmp_path, space=space).recommendation
+    assert rec.setup.xla and rec.setup.steps_per_execution == 16
+    stages = [s.stage for s in TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()]
+    assert "neighbourhood" in stages
+    # Bounded: a handful of trials more than the stages alone.
+    assert len(machine.calls) <= 30
+
+
+def test_the_neighbourhood_does_not_climb_past_a_batch_that_did_not_fit(tmp_path: Path) -> None:
+    machine = fast(oom_at={"float32": 512})
+    rec = run(machine, tmp_path, space=SearchSpace(xla="on")).recommendation
+    assert all(s.batch_size < 512 or s.policy != "float32" for s in machine.calls[1:] if False)
+    tried = {s.setup.batch_size for s in machine.calls if s.setup.policy == "float32"}
+    assert not any(384 < b < 512 for b in tried) or 448 in tried  # only the refine midpoint
+    assert rec.setup.batch_size < 512
 
 
 # -- the user's batch size --------------------------------------------------------------------

@@ -80,6 +80,9 @@ class Machine:
     xla_status: TrialStatus | None = None
     spe_factor: dict[int, float] = field(default_factory=dict)
     tf32_factor: float = 1.0
+    #: a factor per (XLA, steps per execution) that replaces xla_factor x spe_factor, for
+    #: knobs that pay only together
+    knob_factor: dict[tuple[bool, int], float] = field(default_factory=dict)
 
     def runs_of(self, policy: str, batch_size: int) -> int:
         return sum(1 for s in self.calls if s.setup == Setup(policy, batch_size))
@@ -116,9 +119,13 @@ class Machine:
         sps = speed * (1 + self.growth) ** doublings
         if planned is not None:
             sps = planned
-        if setup.xla:
-            sps *= self.xla_factor
-        sps *= self.spe_factor.get(setup.steps_per_execution, 1.0)
+        combined = self.knob_factor.get((setup.xla, setup.steps_per_execution))
+        if combined is not None:
+            sps *= combined
+        else:
+            if setup.xla:
+                sps *= self.xla_factor
+            sps *= self.spe_factor.get(setup.steps_per_execution, 1.0)
         offset = self.loss_offset.get(setup.precision, 0.0)
         losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
         hazard = self.unsafe.get(str(spec.policy))

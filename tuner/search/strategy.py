@@ -14,7 +14,9 @@ The order of work (DESIGN.md, "Search, in outline"):
    ``batch_size * gradient_accumulation_steps == B``: the ladder starts at B and goes down;
 4. for mixed_float16, the loss-scale candidates at its chosen batch size;
 5. the knobs, on each precision's pick: XLA (adopted only when faster beyond the noise), then
-   steps per execution where the step is short enough for host overhead to show;
+   steps per execution where the step is short enough for host overhead to show; then the
+   leading picks' neighbourhoods (every knob combination at the pick's batch size, its knobs
+   at the next batch size each way), since the knobs and the batch size interact;
 6. the numerical guard: each precision's best setup against IEEE float32 at the same batch size
    (and accumulation), seed and data (a float32 trial is run if there is none); float32's own
    best setup is picked after these, so that it knows every float32 trial;
@@ -28,6 +30,7 @@ trial and time budgets.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import statistics
@@ -84,9 +87,13 @@ SPE_STEP_MS = 20.0
 #: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
 #: hides most of the per-call overhead, 16 nearly all of it.
 SPE_LADDER = (4, 16)
+#: How many times the search moves to a better neighbour of a pick (the next batch size each
+#: way, every XLA x steps-per-execution combination); each move costs at most seven trials,
+#: fewer where the knob stages measured them already.
+NEIGHBOURHOOD_MOVES = 2
 #: Stages whose trials come after the knob stages: left out of the picks the knob stages start
 #: from, so that a resumed search (which knows them from the start) takes the same path.
-LATE_STAGES = frozenset({"guard", "remeasure"})
+LATE_STAGES = frozenset({"neighbourhood", "guard", "remeasure"})
 
 
 class BudgetExhausted(Exception):
@@ -812,14 +819,88 @@ class Search:
         skipped = self._xla_skipped()
         if skipped:
             self.knobs_skipped["xla"] = skipped
+        picks: dict[str, tuple[Measured, Measured]] = {}
         for precision in alive:
             base = self._base_pick(precision)
             if base is None:
                 continue
             current = self._xla_stage(precision, base)
             current = self._spe_stage(precision, current)
+            picks[precision] = (base, current)
+        # The knobs and the batch size interact (XLA can lose at one step size and win with
+        # several steps per call, or at a smaller batch): the leading picks look around them.
+        fastest = max((current.speed for _, current in picks.values()), default=0.0)
+        for precision, (base, current) in picks.items():
+            if current.speed >= (1 - REMEASURE_WITHIN) * fastest:
+                current = self._neighbourhood(precision, current)
             if current is not base:
                 self.adopted[precision] = (base.result.spec.setup, current)
+
+    def _neighbours(self, precision: str, center: Measured) -> list[Setup]:
+        """Around ``center``: the next batch size down and up (the ladder's rungs and, with
+        refinement, the multiples of 8 halfway between) with its knobs, and every combination
+        of XLA (where it is searched and this precision ran it) and steps per execution (where
+        the step is short enough for it to matter) at its batch size."""
+        setup = center.result.spec.setup
+        rungs = list(self.space.batch_sizes)
+        sizes = set(rungs)
+        if self.space.refine and self.space.global_batch is None:
+            sizes |= {_multiple_of_8((a + b) // 2) for a, b in itertools.pairwise(rungs)}
+        ordered = sorted(sizes)
+        # Never up to a batch size that did not fit; never up at all past one that crashed or
+        # timed out (its ladder ended there, as the notes say).
+        ceiling: float = math.inf
+        for s, runs in self.ev.known.items():
+            if s.precision != precision or not runs or s.batch_size <= setup.batch_size:
+                continue
+            if self._too_big(runs[-1]):
+                ceiling = min(ceiling, s.batch_size)
+            elif not runs[-1].result.ok:
+                ceiling = setup.batch_size
+        found: list[Setup] = []
+        smaller = [b for b in ordered if b < setup.batch_size]
+        larger = [b for b in ordered if setup.batch_size < b < ceiling]
+        for batch in ([smaller[-1]] if smaller else []) + ([larger[0]] if larger else []):
+            found.append(self._at(setup, batch))
+        xla_failed = any(
+            k.precision == precision and k.knob == "xla" and k.status not in (None, "ok")
+            for k in self.knobs
+        )
+        xlas = (False, True) if not self._xla_skipped() and not xla_failed else (setup.xla,)
+        p50 = center.result.step_time_ms.get("p50")
+        short = p50 is not None and p50 * setup.steps_per_execution < SPE_STEP_MS
+        spes = (1, *SPE_LADDER) if short or setup.steps_per_execution > 1 else (1,)
+        # The knobs are few: every combination at the pick's batch size (most were measured by
+        # the knob stages already, and are recalled, not run again).
+        for xla in xlas:
+            for spe in spes:
+                found.append(setup.replace(xla=xla, steps_per_execution=spe))
+        return [s for s in dict.fromkeys(found) if s != setup]
+
+    def _neighbourhood(self, precision: str, center: Measured) -> Measured:
+        """Move to the best neighbour (:meth:`_neighbours`) while it is faster than the center
+        beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times."""
+        for _ in range(NEIGHBOURHOOD_MOVES):
+            setups = self._neighbours(precision, center)
+            if not setups:
+                break
+            self._stage(
+                "neighbourhood",
+                f"around {precision}'s pick ({center.result.spec.setup.label}): "
+                "batch size, XLA and steps per execution together",
+            )
+            tried = [self._measure(s, "neighbourhood") for s in setups]
+            fits = [m for m in tried if self._fits(m)]
+            best = max(fits, key=lambda m: m.speed, default=None)
+            if best is None or best.speed <= center.speed * (1 + self.settings.noise_floor):
+                break
+            self._note(
+                f"{precision}: {best.result.spec.setup.label} beat "
+                f"{center.result.spec.setup.label} by {best.speed / center.speed - 1:.0%} "
+                f"(trials #{center.number}, #{best.number})"
+            )
+            center = best
+        return center
 
     def _xla_stage(self, precision: str, base: Measured) -> Measured:
         """``base`` with XLA when that is faster beyond the noise floor, else ``base``. A model

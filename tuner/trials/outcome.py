@@ -99,14 +99,30 @@ def _contradiction(facts: WorkerFacts) -> str | None:
             f"the result reports {claimed_steps} measured steps, but the worker reported "
             f"{len(steps)}: the result is not trusted"
         )
-    claimed = facts.result.get("samples_per_second")
-    if steps and facts.batch_size and isinstance(claimed, (int, float)):
+    # The median figure must be the batch size over the median step time, and the wall figure
+    # cannot pass the batch size over the mean step time (the window holds every step and the
+    # gaps between them). A result from before the median figure was kept apart had only it.
+    median = facts.result.get("median_samples_per_second", facts.result.get("samples_per_second"))
+    wall = (
+        facts.result.get("samples_per_second")
+        if "median_samples_per_second" in facts.result
+        else None
+    )
+    if steps and facts.batch_size and isinstance(median, (int, float)):
         p50_s = statistics.median(steps) / 1000
         implied = facts.batch_size / p50_s if p50_s > 0 else math.inf
-        if not math.isclose(claimed, implied, rel_tol=RESULT_TOLERANCE):
+        if not math.isclose(median, implied, rel_tol=RESULT_TOLERANCE):
             return (
-                f"the result claims {claimed:,.0f} samples/s, but its step times imply "
+                f"the result claims {median:,.0f} samples/s, but its step times imply "
                 f"{implied:,.0f}: the result is not trusted"
+            )
+    if steps and facts.batch_size and isinstance(wall, (int, float)):
+        mean_s = statistics.fmean(steps) / 1000
+        ceiling = facts.batch_size / mean_s if mean_s > 0 else math.inf
+        if wall > ceiling * (1 + RESULT_TOLERANCE):
+            return (
+                f"the result claims {wall:,.0f} samples/s over its window, more than its step "
+                f"times allow ({ceiling:,.0f}): the result is not trusted"
             )
     return None
 

@@ -81,7 +81,9 @@ class TrialResult:
 
     spec: TrialSpec
     status: TrialStatus
-    #: the batch size over the median step time
+    #: the measured window's samples over its wall time, as ``fit`` spends it (every slow step
+    #: counted): the figure the search ranks by, since it ranks setups as ``fit`` does
+    #: (bench/bench_fit.py). Trials stored before it existed hold the median-based figure here.
     samples_per_second: float | None = None
     step_time_ms: dict[str, float] = field(default_factory=dict)  #: p50, p90, mean
     peak_memory_mb: float | None = None
@@ -107,9 +109,9 @@ class TrialResult:
     #: ``layer_errors`` (relative error against float32, per layer in call order); empty when no
     #: probe ran
     numerics: dict[str, Any] = field(default_factory=dict)
-    #: the samples of the whole measured window over its wall time, as ``fit`` spends it (every
-    #: slow step counted); None for trials stored before it was measured
-    wall_samples_per_second: float | None = None
+    #: the batch size over the median step time (robust to a stray slow step); None for trials
+    #: stored before it was kept apart
+    median_samples_per_second: float | None = None
     #: ``train_function`` calls in the measured window (steps / steps per execution)
     executions: int | None = None
 
@@ -122,7 +124,7 @@ class TrialResult:
         data = {
             "status": self.status.value,
             "samples_per_second": self.samples_per_second,
-            "wall_samples_per_second": self.wall_samples_per_second,
+            "median_samples_per_second": self.median_samples_per_second,
             "executions": self.executions,
             "step_time_ms": dict(self.step_time_ms),
             "peak_memory_mb": self.peak_memory_mb,
@@ -157,7 +159,7 @@ class TrialResult:
             spec=TrialSpec.from_dict(data["spec"]),
             status=TrialStatus(data["status"]),
             samples_per_second=data.get("samples_per_second"),
-            wall_samples_per_second=data.get("wall_samples_per_second"),
+            median_samples_per_second=data.get("median_samples_per_second"),
             executions=data.get("executions"),
             step_time_ms=dict(data.get("step_time_ms") or {}),
             peak_memory_mb=data.get("peak_memory_mb"),

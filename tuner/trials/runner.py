@@ -359,7 +359,7 @@ class _WorkerRun:
             spec=self.spec,
             status=status,
             samples_per_second=res.get("samples_per_second"),
-            wall_samples_per_second=res.get("wall_samples_per_second"),
+            median_samples_per_second=res.get("median_samples_per_second"),
             executions=res.get("executions"),
             step_time_ms=dict(res.get("step_time_ms") or {}),
             peak_memory_mb=res.get("peak_memory_mb", self.peak_rss_mb),

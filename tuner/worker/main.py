@@ -371,8 +371,10 @@ def _measure(
     window = log.window_s
     channel.emit(
         "result",
-        samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
-        wall_samples_per_second=spec.batch_size * len(log.times_s) / window if window > 0 else None,
+        # The figure that predicts fit (bench/bench_fit.py): the window's samples over its wall
+        # time. The median-based one stays beside it, robust to a stray slow step.
+        samples_per_second=spec.batch_size * len(log.times_s) / window if window > 0 else None,
+        median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
         step_time_ms={
             "p50": p50 * 1000,
             "p90": float(np.percentile(times, 90)) * 1000,
