@@ -346,15 +346,22 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
     assert "neighbourhood" in stages
     # Bounded: a handful of trials more than the stages alone.
     assert len(machine.calls) <= 30
+    # The evidence says where each knob came from, not only that its own stage rejected it.
+    evidence = rows(rec)
+    assert evidence["XLA"].startswith("on: found around the pick, with the other knobs")
+    assert "on its own: XLA at batch size" in evidence["XLA"] and "not adopted" in evidence["XLA"]
+    assert evidence["Steps per execution"].startswith("16: found around the pick")
+    assert round_trips(rec)
 
 
 def test_the_neighbourhood_does_not_climb_past_a_batch_that_did_not_fit(tmp_path: Path) -> None:
-    machine = fast(oom_at={"float32": 512})
+    machine = fast(oom_at={"float32": 512}, knob_factor={(True, 16): 1.5})
     rec = run(machine, tmp_path, space=SearchSpace(xla="on")).recommendation
-    assert all(s.batch_size < 512 or s.policy != "float32" for s in machine.calls[1:] if False)
-    tried = {s.setup.batch_size for s in machine.calls if s.setup.policy == "float32"}
-    assert not any(384 < b < 512 for b in tried) or 448 in tried  # only the refine midpoint
-    assert rec.setup.batch_size < 512
+    trials = TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()
+    around = [t.result.spec.setup for t in trials if t.stage == "neighbourhood"]
+    assert around, "the neighbourhood ran"
+    assert all(s.batch_size < 512 for s in around)
+    assert rec.setup.batch_size < 512 and rec.setup.xla and rec.setup.steps_per_execution == 16
 
 
 # -- the user's batch size --------------------------------------------------------------------

@@ -345,9 +345,13 @@ def _knob_evidence(
     stages."""
     mine = [k for k in outcome.knobs if k.precision == setup.precision]
     items = []
+    moves = [k for k in mine if k.knob == "neighbourhood" and k.tried is not None]
     xla = [k for k in mine if k.knob == "xla" and k.tried is not None]
     setting = "on" if setup.xla else "off"
-    if xla:
+    moved = _moved(moves, lambda s: s.xla, setup.xla)
+    if moved is not None:
+        items.append(moved_evidence("xla", setting, moved, xla))
+    elif xla:
         k = xla[-1]
         items.append(KnobEvidence("xla", setting, f"{setting}: {_knob_line(k)}", k.gain, k.trials))
     else:
@@ -357,7 +361,10 @@ def _knob_evidence(
     spe = [k for k in mine if k.knob == "steps_per_execution"]
     setting = str(setup.steps_per_execution)
     tried = [k for k in spe if k.tried is not None]
-    if tried:
+    moved = _moved(moves, lambda s: s.steps_per_execution, setup.steps_per_execution)
+    if moved is not None:
+        items.append(moved_evidence("steps_per_execution", setting, moved, tried))
+    elif tried:
         adopted = [k for k in tried if k.adopted]
         gain = (
             adopted[-1].speed / tried[0].base_speed
@@ -411,6 +418,31 @@ def _knob_evidence(
         detail = f"{setup.global_batch} ({steps})"
     items.append(KnobEvidence("global_batch", str(setup.global_batch), detail))
     return tuple(items)
+
+
+def _moved(moves: list[KnobTrial], value: Any, final: Any) -> KnobTrial | None:
+    """The neighbourhood move that brought the knob to its final value, if one did."""
+    for k in reversed(moves):
+        assert k.tried is not None
+        if value(k.tried) == final and value(k.base) != final:
+            return k
+    return None
+
+
+def moved_evidence(
+    knob: str, setting: str, move: KnobTrial, stage: list[KnobTrial]
+) -> KnobEvidence:
+    """A knob the pick's neighbourhood set: the move, and what its own stage had found."""
+    assert move.tried is not None
+    numbers = ", ".join(f"#{n}" for n in move.trials)
+    detail = (
+        f"{setting}: found around the pick, with the other knobs: {move.tried.label} ran "
+        f"{move.gain or 0:.2f}x {move.base.label} ({move.speed or 0:,.0f} vs "
+        f"{move.base_speed:,.0f} samples/s, trials {numbers})"
+    )
+    if stage:
+        detail += "; on its own: " + "; ".join(_knob_line(k) for k in stage)
+    return KnobEvidence(knob, setting, detail, move.gain, move.trials)
 
 
 def _knob_line(k: KnobTrial) -> str:

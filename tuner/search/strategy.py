@@ -175,7 +175,8 @@ class KnobTrial:
 
     Attributes:
         precision: the precision (``Setup.precision``) whose pick the knob was tried on.
-        knob: ``xla`` or ``steps_per_execution``.
+        knob: ``xla``, ``steps_per_execution`` or ``neighbourhood`` (a move to a better
+            neighbour of the pick: ``base`` to ``tried``).
         base: the setup it was compared with (the pick, with the knobs adopted before it).
         tried: the setup with the knob set; None when the stage did not run.
         base_speed: the base's effective samples/s.
@@ -898,6 +899,19 @@ class Search:
                 f"{precision}: {best.result.spec.setup.label} beat "
                 f"{center.result.spec.setup.label} by {best.speed / center.speed - 1:.0%} "
                 f"(trials #{center.number}, #{best.number})"
+            )
+            self.knobs.append(
+                KnobTrial(
+                    precision,
+                    "neighbourhood",
+                    center.result.spec.setup,
+                    best.result.spec.setup,
+                    center.speed,
+                    best.speed,
+                    (center.number, best.number),
+                    True,
+                    "ok",
+                )
             )
             center = best
         return center
