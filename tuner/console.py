@@ -162,18 +162,8 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
 
 
 def _knob_words(setup: api.Setup) -> list[str]:
-    """The knobs not at their defaults, in words: ``XLA``, ``4 steps/execution``,
-    ``accumulate 8 (global batch 512)``."""
-    words = []
-    if setup.xla:
-        words.append("XLA")
-    if setup.steps_per_execution > 1:
-        words.append(f"{setup.steps_per_execution} steps/execution")
-    if setup.gradient_accumulation_steps > 1:
-        words.append(
-            f"accumulate {setup.gradient_accumulation_steps} (global batch {setup.global_batch})"
-        )
-    return words
+    """The knobs not at their defaults, in words (:meth:`~tuner.setup.Setup.knob_words`)."""
+    return list(setup.knob_words())
 
 
 def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:
@@ -294,7 +284,7 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
         ("skipped", "right"),
     ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    table.add_column("status", overflow="fold")
+    table.add_column("status", overflow="fold", min_width=16)
     for t in trials:
         r = t.result
         if r is None:

@@ -315,19 +315,25 @@ class Setup:
         """A stable string key (sorted JSON of :meth:`to_dict`), the same in every process."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
+    def knob_words(self) -> tuple[str, ...]:
+        """The execution knobs away from their defaults, in words for people: ``XLA``,
+        ``4 steps per execution``, ``2 accumulation steps (global batch 128)``."""
+        words = []
+        if self.xla:
+            words.append("XLA")
+        if self.steps_per_execution > 1:
+            words.append(f"{self.steps_per_execution} steps per execution")
+        if self.gradient_accumulation_steps > 1:
+            words.append(
+                f"{self.gradient_accumulation_steps} accumulation steps (global batch "
+                f"{self.global_batch})"
+            )
+        return tuple(words)
+
     def describe(self) -> str:
         """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``."""
         precision = "float32 with TF32 matmuls" if self.tf32 else str(self.policy)
-        extras = [f"{self.loss_scale} loss scale"]
-        if self.xla:
-            extras.append("XLA")
-        if self.steps_per_execution > 1:
-            extras.append(f"{self.steps_per_execution} steps per execution")
-        if self.gradient_accumulation_steps > 1:
-            extras.append(
-                f"{self.gradient_accumulation_steps} accumulation steps, global batch "
-                f"{self.global_batch}"
-            )
+        extras = [f"{self.loss_scale} loss scale", *self.knob_words()]
         return f"{precision} at batch size {self.batch_size} ({', '.join(extras)})"
 
     def simplicity(self) -> tuple[int, ...]:

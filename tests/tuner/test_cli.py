@@ -320,8 +320,8 @@ def test_trial_flags_build_the_setup(
     )
     assert spec.steps == 3
     out = capsys.readouterr().out
-    assert "float32+tf32  batch 16  loss scale none  XLA  4 steps/execution" in out
-    assert "accumulate 8 (global batch 128)" in out
+    assert "float32+tf32  batch 16  loss scale none  XLA  4 steps per execution" in out
+    assert "8 accumulation steps (global batch 128)" in out
     # Without the flags: the knobs at their defaults.
     plain = cli.build_parser().parse_args([*TRIAL, "float32", "--batch-size", "16"])
     assert cli._cmd_trial(plain) == 0
@@ -378,7 +378,7 @@ def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
     )
     text = render_trial(result)
     assert "status  unsupported" in text and "reason  XLA cannot compile" in text
-    assert "XLA  4 steps/execution" in text
+    assert "XLA  4 steps per execution" in text
     stored = api.StoredTrial(7, "xla", result, "FAIL")
     console = Console(width=200, record=True)
     console.print(trials_table([stored]))

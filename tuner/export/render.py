@@ -197,15 +197,7 @@ def _setup_summary(setup: Setup) -> str:
     ]
     if setup.tf32:
         words.append("TF32 matmuls")
-    if setup.xla:
-        words.append("XLA")
-    if setup.steps_per_execution > 1:
-        words.append(f"{setup.steps_per_execution} steps per execution")
-    if setup.gradient_accumulation_steps > 1:
-        words.append(
-            f"{setup.gradient_accumulation_steps} accumulation steps "
-            f"(global batch {setup.global_batch})"
-        )
+    words += setup.knob_words()
     return ", ".join(words) + "."
 
 

@@ -825,16 +825,8 @@ def _setup_text(setup: Setup) -> str:
         str(setup.precision),
         f"batch size {setup.batch_size}",
         f"loss scale {setup.loss_scale}",
+        *setup.knob_words(),
     ]
-    if setup.xla:
-        parts.append("XLA")
-    if setup.steps_per_execution > 1:
-        parts.append(f"{setup.steps_per_execution} steps per execution")
-    if setup.gradient_accumulation_steps > 1:
-        parts.append(
-            f"{setup.gradient_accumulation_steps} accumulation steps (global batch "
-            f"{setup.global_batch})"
-        )
     return ", ".join(parts)
 
 
