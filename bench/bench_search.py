@@ -32,12 +32,11 @@ from pathlib import Path
 from tuner.hardware import detect
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import Evaluator, Measured
+from tuner.search.strategy import Evaluator, Measured, trial_spec
 from tuner.search.tune import hardware_prior, tune
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import WorkerPool, run_trial
-from tuner.trials.spec import TrialSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import machine_line, write_section
@@ -104,17 +103,7 @@ def remeasure(
     source = parse_model_spec(model)
     for r in range(rounds):
         for setup in setups if r % 2 == 0 else list(reversed(setups)):
-            spec = TrialSpec(
-                model=source.spec,
-                setup=setup,
-                warmup_steps=settings.warmup_steps,
-                measure_seconds=settings.measure_seconds,
-                min_steps=max(settings.min_steps, settings.guard_steps),
-                seed=settings.seed,
-                timeout_s=settings.timeout_s,
-                device=settings.device,
-                probe=False,
-            )
+            spec = trial_spec(source, settings, setup)
             result = run_trial(spec, source=source)
             figures[setup].append(Measured(0, result).speed if result.ok else 0.0)
             print(f"  re-measure {r + 1}/{rounds} {setup.label}: {figures[setup][-1]:,.0f}")

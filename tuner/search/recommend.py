@@ -583,13 +583,7 @@ def _short(setup: Setup) -> str:
 def _subject(setup: Setup) -> str:
     """``float32+tf32 at batch size 128``, with the knobs: ``... with XLA and 4 steps per
     execution``."""
-    knobs = []
-    if setup.xla:
-        knobs.append("XLA")
-    if setup.steps_per_execution > 1:
-        knobs.append(f"{setup.steps_per_execution} steps per execution")
-    if setup.gradient_accumulation_steps > 1:
-        knobs.append(f"{setup.gradient_accumulation_steps} gradient accumulation steps")
+    knobs = list(setup.knob_words())
     with_knobs = f" with {_and(knobs)}" if knobs else ""
     return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}"
 

@@ -276,18 +276,8 @@ class Evaluator:
         self.ran = 0
 
     def spec(self, setup: Setup) -> TrialSpec:
-        s = self.settings
-        return TrialSpec(
-            model=self.source.spec,
-            setup=setup,
-            warmup_steps=s.warmup_steps,
-            measure_seconds=s.measure_seconds,
-            min_steps=max(s.min_steps, s.guard_steps),
-            seed=s.seed,
-            timeout_s=s.timeout_s,
-            device=s.device,
-            probe=setup.policy != FLOAT32 and self.probed(setup.policy.name) is None,
-        )
+        probe = setup.policy != FLOAT32 and self.probed(setup.policy.name) is None
+        return trial_spec(self.source, self.settings, setup, probe)
 
     def probed(self, policy: str) -> Measured | None:
         """The trial of ``policy`` in which the numerics probe ran, if one did."""
@@ -1207,14 +1197,28 @@ def _where(setup: Setup) -> str:
     extras = []
     if setup.loss_scale != LossScale.default_for(setup.policy):
         extras.append(f"loss scale {setup.loss_scale}")
-    if setup.xla:
-        extras.append("XLA")
-    if setup.steps_per_execution > 1:
-        extras.append(f"{setup.steps_per_execution} steps per execution")
-    if setup.gradient_accumulation_steps > 1:
-        extras.append(f"{setup.gradient_accumulation_steps} accumulation steps")
+    extras += setup.knob_words()
     detail = f" ({', '.join(extras)})" if extras else ""
     return f"{setup.precision}: batch size {setup.batch_size}{detail}"
+
+
+def trial_spec(
+    source: ModelSource, settings: SearchSettings, setup: Setup, probe: bool = False
+) -> TrialSpec:
+    """The trial a search runs for ``setup``: its settings' warm-up, measuring time (at least
+    the guard's window of steps), seed, time limit and device."""
+    s = settings
+    return TrialSpec(
+        model=source.spec,
+        setup=setup,
+        warmup_steps=s.warmup_steps,
+        measure_seconds=s.measure_seconds,
+        min_steps=max(s.min_steps, s.guard_steps),
+        seed=s.seed,
+        timeout_s=s.timeout_s,
+        device=s.device,
+        probe=probe,
+    )
 
 
 def _float32(batch_size: int, accumulation: int = 1) -> Setup:
