@@ -23,6 +23,7 @@ from tuner.trials.spec import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
+KNOBS = ("loss_scale", "xla", "steps_per_execution", "gradient_accumulation_steps", "tf32")
 
 
 def spec(batch_size: int, model: str = TINY_MLP, **kwargs: object) -> TrialSpec:
@@ -35,7 +36,8 @@ def spec(batch_size: int, model: str = TINY_MLP, **kwargs: object) -> TrialSpec:
     }
     values.update(kwargs)
     policy = str(values.pop("policy", "float32"))
-    return TrialSpec(model=model, setup=Setup(policy, batch_size), **values)  # type: ignore[arg-type]
+    knobs = {k: values.pop(k) for k in KNOBS if k in values}
+    return TrialSpec(model=model, setup=Setup(policy, batch_size, **knobs), **values)  # type: ignore[arg-type]
 
 
 def gone(pid: int, timeout: float) -> bool:
@@ -48,11 +50,19 @@ def gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def test_the_warm_key_is_everything_but_the_batch_size() -> None:
+def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None:
     source = parse_model_spec(TINY_MLP)
-    assert warm_key(spec(16), source) == warm_key(spec(64), source)
-    assert warm_key(spec(16), source) != warm_key(spec(16, policy="mixed_bfloat16"), source)
-    assert warm_key(spec(16), source) != warm_key(spec(16, seed=1), source)
+    key = warm_key(spec(16), source)
+    # What compile() sets is the worker's to change: it compiles again.
+    assert key == warm_key(spec(64), source)
+    assert key == warm_key(spec(16, xla=True, steps_per_execution=4), source)
+    assert key == warm_key(spec(16, gradient_accumulation_steps=2, loss_scale="fixed:128"), source)
+    # What is fixed when the model is built, or process-wide, is not.
+    assert key != warm_key(spec(16, policy="mixed_bfloat16"), source)
+    assert key != warm_key(spec(16, tf32=True), source)
+    assert key != warm_key(spec(16, seed=1), source)
+    assert key != warm_key(spec(16, steps=7), source)
+    assert key != warm_key(spec(16, model="builtin:mlp:features=16,width=16,depth=1"), source)
     # A trial that runs the numerics probe always gets a fresh worker.
     assert warm_key(spec(16, policy="mixed_bfloat16", probe=True), source) is None
 
@@ -63,9 +73,9 @@ def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
         first = pool.run(spec(16))
         warm = pool.run(spec(32))
         again = pool.run(spec(16))
-        pid = pool._worker.proc.pid if pool._worker else None
+        [pid] = pool.idle_pids
         assert (pool.started, pool.reused) == (1, 2)
-    assert pid is not None and gone(pid, 30), "closing the pool leaves no worker"
+    assert gone(pid, 30), "closing the pool leaves no worker"
     assert not runner._LIVE
     cold = run_trial(spec(32))
     assert first.ok and warm.ok and again.ok and cold.ok
@@ -76,6 +86,94 @@ def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
     assert warm.timings.startup_s is not None and first.timings.startup_s is not None
     assert warm.timings.startup_s < first.timings.startup_s / 10
     assert warm.peak_memory_mb and warm.memory_kind == "cpu_rss"
+
+
+class FakeWorker:
+    def __init__(self, on_cpu: bool) -> None:
+        self.on_cpu = on_cpu
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_workers_wait_side_by_side_on_a_cpu_and_one_at_a_time_on_a_gpu() -> None:
+    pool = WorkerPool(max_idle=2)
+    a, b, c = FakeWorker(True), FakeWorker(True), FakeWorker(True)
+    pool._idle = {"a": a, "b": b}  # type: ignore[dict-item]
+    pool._trim()
+    assert not a.closed and not b.closed
+    pool._idle["c"] = c  # type: ignore[assignment]
+    pool._trim()
+    assert a.closed and not b.closed and not c.closed  # the longest-waiting one goes
+    gpu = FakeWorker(False)
+    pool._idle["gpu"] = gpu  # type: ignore[assignment]
+    pool._trim()
+    assert b.closed and c.closed and not gpu.closed
+    pool.close()
+    assert gpu.closed and not pool._idle
+
+
+@pytest.mark.slow
+def test_a_search_going_from_policy_to_policy_and_back_finds_its_workers_warm() -> None:
+    with WorkerPool() as pool:
+        assert pool.run(spec(16)).ok
+        assert pool.run(spec(16, policy="mixed_bfloat16")).ok
+        assert len(pool.idle_pids) == 2
+        back = pool.run(spec(32))
+        assert pool.run(spec(32, policy="mixed_bfloat16")).ok
+        assert (pool.started, pool.reused) == (2, 2)
+        pids = pool.idle_pids
+    assert back.ok and back.timings.startup_s is not None and back.timings.startup_s < 1.0
+    assert all(gone(pid, 30) for pid in pids)
+
+
+@pytest.mark.slow
+def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one() -> None:
+    knobs = {"xla": True, "steps_per_execution": 2, "gradient_accumulation_steps": 2}
+    with WorkerPool() as pool:
+        first = pool.run(spec(16, steps=8))
+        changed = pool.run(spec(32, steps=8, **knobs))
+        back = pool.run(spec(16, steps=8))
+        assert (pool.started, pool.reused) == (1, 2)
+    cold = run_trial(spec(32, steps=8, **knobs))
+    assert first.ok and changed.ok and back.ok and cold.ok, (changed.error, cold.error)
+    assert changed.spec.setup == cold.spec.setup and changed.spec.setup.xla
+    # A new optimizer from the starting weights: the fresh worker's losses, step by step (one
+    # loss per call of 2 steps), and back at the first setup the first trial's again.
+    assert changed.losses == pytest.approx(cold.losses, rel=1e-5)
+    assert back.losses == pytest.approx(first.losses, rel=1e-6)
+    assert changed.timings.startup_s is not None and cold.timings.startup_s is not None
+    assert changed.timings.startup_s < cold.timings.startup_s / 10
+
+
+@pytest.mark.slow
+def test_a_warm_worker_changes_the_loss_scaling_under_mixed_float16() -> None:
+    # Dynamic scaling wraps the optimizer (its own variables); a fixed scale does not.
+    with WorkerPool() as pool:
+        dynamic = pool.run(spec(16, policy="mixed_float16", loss_scale="dynamic"))
+        fixed = pool.run(spec(16, policy="mixed_float16", loss_scale="fixed:1024"))
+        assert (pool.started, pool.reused) == (1, 1)
+    cold = run_trial(spec(16, policy="mixed_float16", loss_scale="fixed:1024"))
+    assert dynamic.ok and fixed.ok and cold.ok
+    assert set(dynamic.loss_scales) == {32768.0}
+    assert set(fixed.loss_scales) == set(cold.loss_scales) == {1024.0}
+    assert fixed.losses == pytest.approx(cold.losses, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_probe_trial_starts_fresh_and_its_worker_stays_for_the_policy() -> None:
+    with WorkerPool() as pool:
+        probed = pool.run(spec(16, policy="mixed_bfloat16", probe=True))
+        later = pool.run(spec(32, policy="mixed_bfloat16"))
+        assert pool.run(spec(16, policy="mixed_bfloat16", probe=True)).ok
+        # The probe needs the model before compile(): a second probe trial starts fresh.
+        assert (pool.started, pool.reused) == (2, 1)
+    cold = run_trial(spec(32, policy="mixed_bfloat16"))
+    assert probed.ok and probed.timings.probe_s and later.ok and cold.ok
+    assert later.timings.probe_s is None
+    # The probe runs the model forward only: the later trial starts from the built weights.
+    assert later.losses == pytest.approx(cold.losses, rel=1e-6)
 
 
 @pytest.mark.slow
@@ -103,10 +201,10 @@ def test_a_failed_trial_ends_the_warm_worker_and_the_next_starts_fresh(tmp_path:
     )
     with WorkerPool() as pool:
         assert pool.run(spec(16, model=str(model))).ok
-        first_pid = pool._worker.proc.pid if pool._worker else None
+        [first_pid] = pool.idle_pids
         failed = pool.run(spec(32, model=str(model)))
         assert failed.status is TrialStatus.USER_ERROR and "no 32s here" in failed.error.message
-        assert pool._worker is None and first_pid is not None and gone(first_pid, 30)
+        assert not pool.idle_pids and gone(first_pid, 30)
         assert pool.run(spec(16, model=str(model))).ok
         assert (pool.started, pool.reused) == (2, 1)
 
@@ -122,7 +220,7 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         pool = WorkerPool()
         result = pool.run(TrialSpec(model={TINY_MLP!r}, setup=Setup("float32", 16), steps=2,
                                     warmup_steps=1, device="cpu", probe=False))
-        print(json.dumps({{"ok": result.ok, "pid": pool._worker.proc.pid}}), flush=True)
+        print(json.dumps({{"ok": result.ok, "pid": pool.idle_pids[0]}}), flush=True)
         sys.stdin.read()  # idle, its worker warm, until killed
         """
     )

@@ -87,8 +87,8 @@ def tune(
         on_event: called with each :mod:`~tuner.search.events` record, on this thread.
         cancel: set it to stop the running trial and end the search.
         runner: runs one trial (tests pass scripted outcomes); by default a
-            :class:`~tuner.trials.runner.WorkerPool`, which keeps the worker warm along a
-            batch-size ladder and ends it when the search ends.
+            :class:`~tuner.trials.runner.WorkerPool`, which keeps a worker warm per policy
+            (across batch sizes, loss scales and knobs) and ends them when the search ends.
         profile: the hardware profile; ``None`` detects it.
 
     Raises:

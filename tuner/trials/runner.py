@@ -10,6 +10,7 @@ a log file whose tail is kept when something goes wrong.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -89,23 +90,33 @@ def run_trial(
 
 
 class WorkerPool:
-    """Runs trials like :func:`run_trial`, keeping the worker warm between trials that differ
-    only in batch size (a batch-size ladder), so that they skip the interpreter start, the
-    TensorFlow import and the tracing of the training step.
+    """Runs trials like :func:`run_trial`, keeping workers warm between trials of one model
+    under one policy (a batch-size ladder, the loss-scale and knob stages), so that they skip
+    the interpreter start, the TensorFlow import and the model's build.
 
-    A warm worker runs its next trial from the same compiled model with every variable back at
-    its starting value, on new data at the new batch size: the same steps and losses as a fresh
-    worker (tests/tuner/test_warm.py checks this). Isolation is kept: a trial that ends in any
-    way other than ``ok`` (out of memory, a crash, a timeout, a stop) kills its worker, and the
-    next trial starts a fresh one. A trial that runs the numerics probe, or changes anything but
-    the batch size, starts a fresh worker too.
+    A warm worker runs its next trial from the same model with every variable back at its
+    starting value, on new data at the new batch size; when the loss scale, XLA, steps per
+    execution or accumulation differ from its last trial, it compiles the model again with a
+    new optimizer. Either way: the same steps and losses as a fresh worker
+    (tests/tuner/test_warm.py checks this). Isolation is kept: a trial that ends in any way
+    other than ``ok`` (out of memory, a crash, a timeout, a stop) kills its worker, and the
+    next trial starts a fresh one. A trial that runs the numerics probe, or changes the model,
+    the policy, TF32, the seed, the device or how a trial measures, starts a fresh worker too.
 
-    Use it as a context manager, or call :meth:`close`, so the warm worker is ended.
+    On a CPU, up to ``max_idle`` workers wait side by side (one per policy: a search goes from
+    policy to policy and back), while the machine keeps a quarter of its memory available; a
+    waiting worker uses no CPU time and its memory is not counted in another worker's peak. A
+    worker on a GPU holds its GPU memory while it waits, which another trial's figures and
+    out-of-memory limit must not see: it waits only for the very next trial, and only if that
+    trial is its own.
+
+    Use it as a context manager, or call :meth:`close`, so no worker is left waiting.
     """
 
-    def __init__(self) -> None:
-        self._worker: _Worker | None = None
-        self._key: str | None = None
+    def __init__(self, max_idle: int = 3) -> None:
+        #: waiting workers by warm key, the most recently used last
+        self._idle: dict[str, _Worker] = {}
+        self.max_idle = max(1, max_idle)
         self.started = 0  #: workers started
         self.reused = 0  #: trials that ran in a warm worker
 
@@ -117,26 +128,54 @@ class WorkerPool:
         cancel: threading.Event | None = None,
         source: ModelSource | None = None,
     ) -> TrialResult:
-        """:func:`run_trial`, in the warm worker when it fits."""
+        """:func:`run_trial`, in a warm worker when one fits."""
         source = source or parse_model_spec(spec.model)
         key = warm_key(spec, source)
-        worker = self._worker
-        if worker is not None and (key is None or key != self._key or worker.exited()):
-            self.close()
+        worker = self._idle.pop(key, None) if key is not None else None
+        if worker is not None and worker.exited():
+            worker.close()
             worker = None
-        self._worker = None  # the run owns it now: it comes back only if it stays warm
+        # Nothing that waits on a GPU may hold memory while another worker's trial runs.
+        for other in [k for k, w in self._idle.items() if not w.on_cpu]:
+            self._idle.pop(other).close()
         if worker is None:
             self.started += 1
         else:
             self.reused += 1
-        result, kept = _WorkerRun(spec, source, on_event, cancel).run(worker, warm=key is not None)
-        self._worker, self._key = kept, (key if kept is not None else None)
+        # A probe trial starts fresh, and its worker stays warm for the policy's later trials
+        # when the probe left the model as built (the worker says so by staying).
+        later = key if key is not None else warm_key(dataclasses.replace(spec, probe=False), source)
+        result, kept = _WorkerRun(spec, source, on_event, cancel).run(worker, warm=True)
+        if kept is not None and later is None:
+            kept.close()
+        elif kept is not None and later is not None:
+            replaced = self._idle.pop(later, None)
+            if replaced is not None:
+                replaced.close()
+            self._idle[later] = kept
+            self._trim()
         return result
 
+    def _trim(self) -> None:
+        """End the longest-waiting workers past what may wait (see the class)."""
+        import psutil
+
+        newest = list(self._idle)[-1]
+        memory = psutil.virtual_memory()
+        short_of_memory = memory.available < memory.total / 4
+        allowed = 1 if short_of_memory or not self._idle[newest].on_cpu else self.max_idle
+        while len(self._idle) > allowed:
+            self._idle.pop(next(iter(self._idle))).close()
+
+    @property
+    def idle_pids(self) -> list[int]:
+        """The process ids of the workers waiting for a trial, the most recently used last."""
+        return [w.proc.pid for w in self._idle.values()]
+
     def close(self) -> None:
-        """End the warm worker, if there is one."""
-        worker, self._worker, self._key = self._worker, None, None
-        if worker is not None:
+        """End every waiting worker."""
+        idle, self._idle = self._idle, {}
+        for worker in idle.values():
             worker.close()
 
     def __enter__(self) -> WorkerPool:
@@ -146,15 +185,29 @@ class WorkerPool:
         self.close()
 
 
+#: What a warm worker changes between trials by itself: the batch size (the data has no fixed
+#: batch dimension) and what compile() sets (it compiles again with a new optimizer). The
+#: policy (layer dtypes are fixed when the model is built), TF32 (a process-wide setting), the
+#: seed and the device are not among them.
+WARM_VARIES = (
+    "batch_size",
+    "loss_scale",
+    "xla",
+    "steps_per_execution",
+    "gradient_accumulation_steps",
+)
+
+
 def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
-    """What must match for a trial to run in a warm worker: everything but the batch size.
-    None for a trial that runs the numerics probe (it builds a float32 twin and may change the
-    model), which always gets a fresh worker."""
+    """What must match for a trial to run in a warm worker: the model, the policy and how the
+    trial measures (everything but :data:`WARM_VARIES` and the timeout). None for a trial that
+    runs the numerics probe (it builds a float32 twin and may change the model), which always
+    gets a fresh worker."""
     if spec.probe and spec.policy.is_mixed:
         return None
     data = spec.to_dict()
-    data.pop("batch_size")
-    data.pop("timeout_s")
+    for name in (*WARM_VARIES, "timeout_s"):
+        data.pop(name, None)
     data["source"] = _source_dict(source)
     return json.dumps(data, sort_keys=True, default=str)
 
@@ -229,6 +282,7 @@ class _WorkerRun:
             worker.send(payload)
             self._pump(worker.proc, worker.read_fd, t0)
             keep = self.ready
+            worker.on_cpu = str((self.started or {}).get("device", "")).startswith("cpu")
         finally:
             if not keep:
                 returncode, log_tail = worker.close()
@@ -420,6 +474,8 @@ class _Worker:
             os.close(write_fd)
         self.read_fd = read_fd
         self.closed = False
+        #: whether its trials run on the CPU (as its first trial's ``started`` event said)
+        self.on_cpu = False
         with _LIVE_LOCK:
             _LIVE.add(self.proc)
 

@@ -8,6 +8,7 @@ out-of-memory error, whether it came from the user's code, the phase); the paren
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -44,9 +45,9 @@ class _Context:
 
 @dataclass
 class _Warm:
-    """What a warm worker keeps between trials of one model and setup (only the batch size
-    changes): the compiled model, its variables and its optimizer's as they were before the
-    first step, and what the data is made from."""
+    """What a warm worker keeps between trials of one model under one policy: the compiled
+    model, its variables and its optimizer's as they were before the first step, the setup it
+    is compiled for, and what the data is made from."""
 
     model: Any
     loaded: Any
@@ -57,6 +58,10 @@ class _Warm:
     #: what the first trial's model checks said, sent again with each trial
     warnings: list[tuple[str, str]]
     hazards: list[Any]
+    #: the setup the model is compiled for (its batch size aside, which compile() never sees)
+    compiled_for: Any = None
+    #: the last trial's step runner, let go between trials (see _between_trials)
+    spent: Any = None
 
     def restore(self) -> None:
         """Every variable back to its value before the first step: the next trial trains from
@@ -68,6 +73,24 @@ class _Warm:
         ):
             variable.assign(value)
         self.model.reset_metrics()
+
+    def recompile(self, setup: Any) -> None:
+        """Compile the model again for ``setup`` (another loss scale, XLA, steps per execution
+        or accumulation under the same policy) with a new optimizer made from the model's own
+        optimizer's config, as a fresh worker's compile() would give it; the model's variables
+        are at their starting values (call :meth:`restore` first), the new optimizer's are
+        built and become the snapshot."""
+        from tuner import keras_setup
+
+        gc.unfreeze()  # the old optimizer and traced step become garbage here
+        optimizer = self.loaded.optimizer
+        if optimizer is not None and not isinstance(optimizer, str):
+            optimizer = type(optimizer).from_config(optimizer.get_config())
+        keras_setup.compile_model(self.model, setup, optimizer, self.loaded.loss)
+        self.model.optimizer.build(self.model.trainable_variables)
+        self.variables = [v.numpy() for v in self.model.variables]
+        self.optimizer_variables = [v.numpy() for v in self.model.optimizer.variables]
+        self.compiled_for = setup
 
 
 #: A warm worker keeps a host copy of the model's and optimizer's starting values; past this
@@ -85,6 +108,7 @@ def main(argv: list[str]) -> int:
     lifeline = hold_lifeline(0)
     channel = Channel(args.channel_fd, str(payload.get("token") or ""))
     warm: _Warm | None = None
+    gc.disable()  # collected between trials instead (_between_trials)
     try:
         while True:
             ok, warm = _one_trial(payload, channel, warm)
@@ -92,8 +116,10 @@ def main(argv: list[str]) -> int:
                 return 1
             if warm is None or not payload.get("warm"):
                 return 0
-            # Ready for the next trial of the same model and setup at another batch size.
+            # Ready for the next trial of the same model and policy; the garbage is collected
+            # while the parent records this one.
             channel.emit("ready")
+            _between_trials(warm)
             payload = json.loads(lifeline.next_line())
             channel.next_trial(str(payload.get("token") or ""))
     finally:
@@ -216,6 +242,7 @@ def _run(
                 + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
             )
         if report.unsafe_layers:
+            keep_warm = False  # the model now differs from what a fresh worker would build
             names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
             channel.emit(
                 "warning",
@@ -250,6 +277,8 @@ def _run(
     )
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
     _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu)
+    if kept is not None:
+        kept.spent = runner
     return kept
 
 
@@ -261,8 +290,9 @@ def _run_warm(
     context: _Context,
     warm: _Warm,
 ) -> _Warm:
-    """A warm worker's later trial: the same compiled model, from its starting values, on new
-    data at the spec's batch size."""
+    """A warm worker's later trial: the same model, from its starting values, on new data at
+    the spec's batch size; compiled again (with a new optimizer) when the spec's other knobs
+    differ from the last trial's."""
     import keras
 
     from tuner import keras_setup, workloads
@@ -274,6 +304,8 @@ def _run_warm(
     keras.utils.set_random_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
     warm.restore()
+    if _compiled_differently(warm.compiled_for, spec.setup):
+        warm.recompile(spec.setup)
     if source.kind == "builtin":
         pool = loading.pool_size(
             workloads.sample_bytes(source.name, source.params), spec.batch_size
@@ -286,6 +318,8 @@ def _run_warm(
         batches = loading.user_batches(source, warm.loaded, spec.batch_size, pool, spec.seed)
     context.batches, context.loss = batches, warm.loaded.loss
     context.model, context.optimizer = warm.model, warm.loaded.optimizer
+    if spec.policy.name != FLOAT32:  # a failure is asked of float32 as in a fresh worker
+        context.build_float32 = _float32_builder(spec, source, keras_setup, workloads)
     for code, message in warm.warnings:
         channel.emit("warning", code=code, message=message)
     if warm.tensor_cores and spec.batch_size % 8:
@@ -302,7 +336,30 @@ def _run_warm(
     )
     build_s = time.perf_counter() - t_build
     _measure(spec, channel, phase, context, runner, build_s, None, on_cpu)
+    warm.spent = runner
     return warm
+
+
+def _between_trials(warm: _Warm) -> None:
+    """Let the last trial's data go and collect its garbage, between a warm worker's trials
+    (while the parent records the trial), then freeze what lives on (the model, its traced
+    step, TensorFlow's objects) so that the next collection does not scan it again.
+
+    Off the trials' clocks: letting a tf.data iterator go took 0.35-0.45 s on a CPU after
+    some trials (those with several steps per execution), and a collection of a TensorFlow
+    process's objects 0.2-0.5 s, which in a 2 s trial is a fifth of its wall time. Automatic
+    collection is off in the worker for the same reason: one during the timed steps would be
+    counted as a slow step. A recompile unfreezes first (the old traced step is garbage then).
+    """
+    warm.spent = None
+    gc.collect()
+    gc.freeze()
+
+
+def _compiled_differently(compiled_for: Any, setup: Any) -> bool:
+    """Whether ``setup`` needs another compile() than ``compiled_for`` (the batch size never
+    does: the data has no fixed batch dimension)."""
+    return compiled_for is None or compiled_for.replace(batch_size=1) != setup.replace(batch_size=1)
 
 
 def _keep_warm(
@@ -331,6 +388,7 @@ def _keep_warm(
         [v.numpy() for v in model.optimizer.variables],
         [w for w in warnings if w[0] != "batch_not_multiple_of_8"],
         list(hazards),
+        spec.setup,
     )
 
 
