@@ -95,6 +95,28 @@ def measured_share(study: str, storage: str) -> tuple[float, float, int, int]:
     return share(results), share(warm), len(warm), len(results)
 
 
+def time_split(study: str, storage: str) -> list[tuple[str, float]]:
+    """Where a run's trial wall time went, as shares of it."""
+    results = [t.result for t in TuningSession.load(study, storage).trials() if t.result]
+    total = sum(r.timings.total_s or 0 for r in results) or 1.0
+
+    def part(rs: list, name: str) -> float:
+        return sum(getattr(r.timings, name) or 0 for r in rs) / total
+
+    xla = [r for r in results if r.spec.setup.xla]
+    other = [r for r in results if not r.spec.setup.xla]
+    parts = [
+        ("measured steps", part(results, "measure_s")),
+        ("warm-up steps, XLA trials (XLA compiles per batch size)", part(xla, "warmup_s")),
+        ("warm-up steps, other trials (tracing)", part(other, "warmup_s")),
+        ("start-up (fresh: interpreter, TensorFlow import; warm: the last trial's clean-up)",
+         part(results, "startup_s")),
+        ("build and probe (model, data, compile)", part(results, "build_s") +
+         part(results, "probe_s")),
+    ]  # fmt: skip
+    return [*parts, ("reporting and the rest", 1.0 - sum(v for _, v in parts))]
+
+
 def remeasure(
     setups: list[Setup], model: str, settings: SearchSettings, rounds: int
 ) -> dict[Setup, float]:
@@ -136,6 +158,7 @@ def main() -> int:
         print("exhaustive grid", flush=True)
         grid, grid_s = run_grid(setups, args.model, settings, storage)
         share = {"search": measured_share(study, storage), "grid": measured_share("grid", storage)}
+        split = time_split(study, storage)
 
     # One trial per setup: the grid's top figure is partly luck (on this machine throughput
     # swings up to 2x between runs), so its three best are measured again beside the pick and
@@ -167,6 +190,7 @@ def main() -> int:
         f"| mptune search | `{pick.label}` | {ours.ran} ({trials_share:.0%}) | "
         f"{ours_s:.0f} s ({time_share:.0%}) | {again[pick]:,.0f} |"
     )
+    split_rows = "\n".join(f"| {name} | {v:.0%} |" for name, v in split)
     text = f"""## Search against an exhaustive grid of the space, on `{args.model}`
 
 `python bench/bench_search.py --model {args.model} --rounds {args.rounds} --write` on
@@ -175,8 +199,9 @@ x batch sizes {batches} (powers of two and the multiples of 8 halfway between) x
 steps per execution {"/".join(map(str, SPE))}, at each policy's default loss scale:
 {len(setups)} setups. Search and grid use the same trial settings ({settings.warmup_steps}
 warm-up steps, {settings.measure_seconds:g} s measured, at least
-{max(settings.min_steps, settings.guard_steps)} steps) and warm workers along each batch-size
-series. The search ran with `--xla on` (on a CPU `auto` leaves XLA out).
+{max(settings.min_steps, settings.guard_steps)} steps) and warm workers. The search ran with
+`--xla on` (on a CPU `auto` leaves XLA out). With `--storage FILE` the grid's trials are recalled
+from the file when it holds them: their wall time and shares are as they ran then.
 
 | method | setup | trials (share of grid) | wall time (share of grid) | re-measured samples/s |
 |---|---|---:|---:|---:|
@@ -194,6 +219,12 @@ interpreter start, the TensorFlow import and the tracing; a warm one does not):
 | run | all trials | trials in a warm worker | warm trials |
 |---|---:|---:|---:|
 {share_rows}
+
+Where the search's trial wall time went:
+
+| part | share |
+|---|---:|
+{split_rows}
 """
     print("\n" + text)
     if args.write:
