@@ -478,3 +478,19 @@ def test_a_recommendation_stored_before_the_knobs_shows_its_settings() -> None:
     assert (shown["XLA"], shown["Steps per execution"], shown["TF32"]) == ("off", "1", "off")
     assert shown["Global batch"] == "64"
     assert round_trips(rec)
+
+
+def test_the_guard_compares_losses_at_the_candidates_steps_per_execution(tmp_path: Path) -> None:
+    """A trial of 16 steps per execution reports each execution's mean loss and warms up in
+    whole executions: float32 at one step per execution is not comparable step for step (the
+    scripted losses here, as a worker's, would differ by 7% though the policy costs nothing)."""
+    machine = Machine(
+        speed={"float32": 20000, "mixed_bfloat16": 30000, "mixed_float16": 3000},
+        spe_factor={4: 1.3, 16: 1.6},
+    )
+    result = run(machine, tmp_path, space=SearchSpace(policies=("float32", "mixed_bfloat16")))
+    rec = result.recommendation
+    assert rec.setup.policy == "mixed_bfloat16" and rec.setup.steps_per_execution == 16
+    assert rec.loss_gap == pytest.approx(0.0)
+    guards = [s.setup for s in machine.calls if s.setup.policy == "float32"]
+    assert Setup("float32", rec.setup.batch_size, steps_per_execution=16) in guards

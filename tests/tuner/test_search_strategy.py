@@ -127,7 +127,16 @@ class Machine:
                 sps *= self.xla_factor
             sps *= self.spe_factor.get(setup.steps_per_execution, 1.0)
         offset = self.loss_offset.get(setup.precision, 0.0)
-        losses = tuple(2.0 - 0.01 * i + offset for i in range(STEPS))
+        # As a worker reports them: warm-up in whole executions, then one loss per execution
+        # (the mean of its steps'), repeated for each of its steps.
+        spe = setup.steps_per_execution
+        start = -(-spec.warmup_steps // spe) * spe
+        per_step = [2.0 - 0.01 * (start + i) + offset for i in range(STEPS)]
+        losses = tuple(
+            sum(per_step[i - i % spe : i - i % spe + spe])
+            / len(per_step[i - i % spe : i - i % spe + spe])
+            for i in range(STEPS)
+        )
         hazard = self.unsafe.get(str(spec.policy))
         probed = spec.probe and spec.policy.is_mixed
         return TrialResult(

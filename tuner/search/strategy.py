@@ -1089,34 +1089,38 @@ class Search:
                 else "no comparable loss window"
             )
 
-    def _reference(self, batch_size: int) -> Setup:
+    def _reference(self, batch_size: int, steps_per_execution: int = 1) -> Setup:
         """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
-        return _float32(batch_size, self._acc(batch_size))
+        return _float32(batch_size, self._acc(batch_size), steps_per_execution)
 
     def _common_batch(
         self, cand: Candidate, allow_new_trials: bool
     ) -> tuple[Measured, Measured] | None:
-        """The candidate's setup and float32 at the largest smaller batch where float32 ran."""
+        """The candidate's setup and float32 (with the candidate's steps per execution) at the
+        largest smaller batch where float32 ran."""
         fits = sorted(
             s.batch_size
             for s, runs in self.ev.known.items()
-            if s == self._reference(s.batch_size)
+            if s == self._reference(s.batch_size, s.steps_per_execution)
             and s.batch_size < cand.setup.batch_size
             and first_ok(runs) is not None
         )
         if not fits:
             return None
-        batch = fits[-1]
-        mine = self._recall_or_measure(self._at(cand.setup, batch), "guard", allow_new_trials)
-        reference = first_ok(self.ev.known[self._reference(batch)])
-        if mine is None or not mine.result.ok or reference is None:
+        there = self._at(cand.setup, fits[-1])
+        mine = self._recall_or_measure(there, "guard", allow_new_trials)
+        reference = self._float32_at(there, allow_new_trials)
+        if mine is None or not mine.result.ok or reference is None or not reference.result.ok:
             return None
         return mine, reference
 
     def _float32_at(self, setup: Setup, allow_new_trials: bool) -> Measured | None:
-        """IEEE float32 at ``setup``'s batch size and accumulation: recalled, or run."""
+        """IEEE float32 at ``setup``'s batch size, accumulation and steps per execution:
+        recalled, or run. The steps per execution must match: a trial of several steps per
+        execution reports one loss per execution (its steps' mean) and warms up in whole
+        executions, so only the same grouping compares step for step."""
         batch_size = setup.batch_size
-        key = _float32(batch_size, setup.gradient_accumulation_steps)
+        key = _float32(batch_size, setup.gradient_accumulation_steps, setup.steps_per_execution)
         if key not in self.ev.known:
             oom_below = [
                 runs[0]
@@ -1178,7 +1182,8 @@ def _unsafe_text(m: Measured, baseline: Measured | None) -> str:
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
     """Relative gap between two trials' mean loss over the last quarter of their first
-    ``window`` common measured steps (same seed, same data: step k saw the same batch)."""
+    ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
+    must run the same steps per execution (see ``_float32_at``)."""
     n = min(len(candidate.losses), len(reference.losses), window)
     if n < 4:
         return None
@@ -1221,9 +1226,16 @@ def trial_spec(
     )
 
 
-def _float32(batch_size: int, accumulation: int = 1) -> Setup:
-    """The IEEE float32 reference setup at ``batch_size`` (no knobs but the accumulation)."""
-    return Setup(FLOAT32, batch_size, LossScale("none"), gradient_accumulation_steps=accumulation)
+def _float32(batch_size: int, accumulation: int = 1, steps_per_execution: int = 1) -> Setup:
+    """The IEEE float32 reference setup at ``batch_size`` (no knobs but the accumulation and
+    the steps per execution, which decide how losses are grouped)."""
+    return Setup(
+        FLOAT32,
+        batch_size,
+        LossScale("none"),
+        gradient_accumulation_steps=accumulation,
+        steps_per_execution=steps_per_execution,
+    )
 
 
 def _plain(setup: Setup) -> bool:
