@@ -29,7 +29,7 @@ COLUMNS = (
     "loss scale",
     "knobs",
     "samples/s",
-    "step p50 ms",
+    "p50 ms",
     "peak MB",
     "skipped",
     "loss gap",
@@ -42,7 +42,11 @@ _TIPS = {
     "batch": TOOLTIPS["batch_size"],
     "skipped": TOOLTIPS["skipped"],
     "loss gap": TOOLTIPS["loss_gap"],
+    "p50 ms": "The median step time of the measured steps, in milliseconds.",
 }
+#: No column wider than this (a long loss scale or status is elided; its tooltip has it whole),
+#: so that the table fits beside the settings at 1280 pixels once knobs show.
+MAX_COLUMN_PX = 124
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -107,6 +111,8 @@ class TrialsModel(QAbstractTableModel):
             return _status_data(row.result, role)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("precision", "batch", "knobs"):
             return setup_tooltip(row.result.spec.setup)
+        if role == Qt.ItemDataRole.ToolTipRole and column in ("stage", "loss scale"):
+            return self._text(column, value)
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
             "precision",
@@ -128,7 +134,7 @@ class TrialsModel(QAbstractTableModel):
             "loss scale": str(setup.loss_scale),
             "knobs": " ".join(setup.knobs),
             "samples/s": r.samples_per_second,
-            "step p50 ms": r.step_time_ms.get("p50"),
+            "p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
             "loss gap": self.loss_gaps.get(row.number),
@@ -141,7 +147,7 @@ class TrialsModel(QAbstractTableModel):
             return ""
         if column == "samples/s":
             return f"{value:,.0f}"
-        if column in ("step p50 ms",):
+        if column in ("p50 ms",):
             return f"{value:.2f}"
         if column == "peak MB":
             return f"{value:,.0f}"
@@ -263,8 +269,7 @@ class QtTrialsTable(QTableView):
         self.setWordWrap(False)
         self.verticalHeader().setVisible(False)
         header = self.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setMaximumSectionSize(MAX_COLUMN_PX)
         self.selectionModel().selectionChanged.connect(self._on_selection)
         # The header fits its columns to the rows there when it is set up, not to rows added
         # later: a search's first mixed-precision row would show "mixed_..." without this.
@@ -277,7 +282,11 @@ class QtTrialsTable(QTableView):
         # The knobs column shows once a trial has a knob: a search without any keeps its width.
         knobs = COLUMNS.index("knobs")
         self.setColumnHidden(knobs, not any(r.result.spec.setup.knobs for r in self.trials.rows))
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # The stage takes what is left (elided when that is little; its tooltip has it whole),
+        # so that every figure and the status stay in view without scrolling sideways.
+        header.setSectionResizeMode(COLUMNS.index("stage"), QHeaderView.ResizeMode.Stretch)
 
     def _on_selection(self) -> None:
         rows = self.selectionModel().selectedRows()

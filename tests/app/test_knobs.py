@@ -317,3 +317,25 @@ def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
     finally:
         dialog.close()
         assert controller.wait(10), "an engine call did not end"
+
+
+def test_the_trials_table_fits_beside_the_settings_with_knobs(make_window, qtbot) -> None:
+    """At 1280 x 800 every column but the stage keeps its width, and nothing scrolls sideways:
+    the stage is elided, with the whole name in its tooltip."""
+    window = make_window()
+    window.resize(1280, 800)
+    window.show()
+    qtbot.waitExposed(window)
+    table = window.table
+    model = table.trials
+    long_scale = api.Setup("mixed_float16", 1024, "dynamic:1024:500", xla=True)
+    model.add(TrialRow(0, "steps-per-execution", result(KNOBBED, sps=123456.0)))
+    model.add(TrialRow(1, "neighbourhood", result(long_scale, sps=98765.0)))
+    qtbot.waitUntil(lambda: not table.isColumnHidden(COLUMNS.index("knobs")))
+    assert table.horizontalScrollBar().maximum() == 0
+    status_at = COLUMNS.index("status")
+    assert table.columnViewportPosition(status_at) + table.columnWidth(status_at) <= (
+        table.viewport().width()
+    )
+    tooltip = Qt.ItemDataRole.ToolTipRole
+    assert cell(model, 0, "stage", tooltip) == "steps-per-execution"
