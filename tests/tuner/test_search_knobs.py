@@ -494,3 +494,22 @@ def test_the_guard_compares_losses_at_the_candidates_steps_per_execution(tmp_pat
     assert rec.loss_gap == pytest.approx(0.0)
     guards = [s.setup for s in machine.calls if s.setup.policy == "float32"]
     assert Setup("float32", rec.setup.batch_size, steps_per_execution=16) in guards
+
+
+def test_a_lucky_leader_is_confirmed_before_the_picks_look_around(tmp_path: Path) -> None:
+    """bfloat16's first trial at 256 is a lucky 2,200 samples/s (it runs 1,605): measured once
+    more, its median lead is within reach of float32's pick, which then gets its
+    neighbourhood too instead of being left out by one outlier."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 950, "mixed_float16": 300},
+        script={("mixed_bfloat16", 256): [2200.0]},
+    )
+    run(machine, tmp_path, space=SearchSpace(policies=("float32", "mixed_bfloat16")))
+    trials = TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()
+    stages = [(t.stage, t.result.spec.setup) for t in trials]
+    confirm = stages.index(("remeasure", Setup("mixed_bfloat16", 256)))
+    around = [i for i, (stage, _) in enumerate(stages) if stage == "neighbourhood"]
+    assert around and confirm < around[0]
+    assert any(stages[i][1].policy == "float32" for i in around)
+    # The confirming run is the one the remeasure stage takes: it is not run a third time.
+    assert sum(1 for s in machine.calls if s.setup == Setup("mixed_bfloat16", 256)) <= 2
