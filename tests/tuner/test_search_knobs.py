@@ -513,3 +513,21 @@ def test_a_lucky_leader_is_confirmed_before_the_picks_look_around(tmp_path: Path
     assert any(stages[i][1].policy == "float32" for i in around)
     # The confirming run is the one the remeasure stage takes: it is not run a third time.
     assert sum(1 for s in machine.calls if s.setup == Setup("mixed_bfloat16", 256)) <= 2
+
+
+def test_the_confirmed_leader_is_looked_around_from_its_median(tmp_path: Path) -> None:
+    """float32's first trial at 256 is a lucky 2,400 (it runs 1,690; 512 runs 2,197): its
+    neighbours must beat the median of its two runs, not the lucky figure, and the evidence
+    says so."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300},
+        script={("float32", 256): [2400.0]},
+        knee=512,
+    )
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"), refine=False)
+    rec = run(machine, tmp_path, space=space).recommendation
+    assert rec.setup == Setup("float32", 512)
+    # 512 beat 256's median (2,045, trials #3 and #5), not its lucky 2,400; and 256 with its
+    # lucky run did not win back.
+    [moved] = [n for n in rec.notes if " beat " in n]
+    assert moved.startswith("float32: float32 b512 none beat float32 b256 none by 7%")

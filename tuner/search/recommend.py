@@ -440,6 +440,8 @@ def moved_evidence(
         f"{move.gain or 0:.2f}x {move.base.label} ({move.speed or 0:,.0f} vs "
         f"{move.base_speed:,.0f} samples/s, trials {numbers})"
     )
+    if len(move.trials) > 2:  # a setup measured more than once stands on its median
+        detail += "; a setup measured more than once stands on the median of its trials"
     if stage:
         detail += "; on its own: " + "; ".join(_knob_line(k) for k in stage)
     return KnobEvidence(knob, setting, detail, move.gain, move.trials)

@@ -181,7 +181,7 @@ class KnobTrial:
         tried: the setup with the knob set; None when the stage did not run.
         base_speed: the base's effective samples/s.
         speed: the tried setup's effective samples/s; None when it failed or did not run.
-        trials: the base's trial and the tried setup's trial.
+        trials: the base's trial(s) and the tried setup's trial.
         adopted: the knob paid beyond the noise floor and the pick keeps it.
         status: how the tried trial ended (``ok``, ``unsupported``, ``oom``, ...).
         reason: why the stage did not run, or why the trial failed.
@@ -821,33 +821,39 @@ class Search:
         # The knobs and the batch size interact (XLA can lose at one step size and win with
         # several steps per call, or at a smaller batch): the leading picks look around them.
         speeds = self._confirm_leader(picks)
-        fastest = max(speeds.values(), default=0.0)
+        fastest = max((speed for speed, _ in speeds.values()), default=0.0)
         for precision, (base, current) in picks.items():
-            if speeds[precision] >= (1 - REMEASURE_WITHIN) * fastest:
-                current = self._neighbourhood(precision, current)
+            if speeds[precision][0] >= (1 - REMEASURE_WITHIN) * fastest:
+                current = self._neighbourhood(precision, current, *speeds[precision])
             if current is not base:
                 self.adopted[precision] = (base.result.spec.setup, current)
 
-    def _confirm_leader(self, picks: dict[str, tuple[Measured, Measured]]) -> dict[str, float]:
-        """Each precision's pick's figure, for choosing which picks look around them. One
-        measurement can be luck (on this project's CPU one setup swings up to 2x between runs):
-        a pick that leads every other by more than :data:`REMEASURE_WITHIN` is measured once
-        more and stands on the median of its runs, so that an outlier does not keep the others
-        from their neighbourhoods. The re-measurement is the one the remeasure stage would
-        take next, so it is recalled there, not run again."""
-        speeds = {precision: current.speed for precision, (_, current) in picks.items()}
-        if len(speeds) < 2:
+    def _confirm_leader(
+        self, picks: dict[str, tuple[Measured, Measured]]
+    ) -> dict[str, tuple[float, tuple[int, ...]]]:
+        """Each precision's pick's figure and the trials behind it, for choosing which picks
+        look around them and what their neighbours must beat.
+
+        One measurement can be luck (on this project's CPU one setup swings up to 2x between
+        runs), and the fastest pick is the one most likely to owe its place to it: it is
+        measured once more and stands on the median of its runs, so that an outlier neither
+        keeps the other picks from their neighbourhoods nor sets a bar its own neighbours
+        cannot pass. The re-measurement is the one the remeasure stage takes next when this
+        pick is still the leader there, so it is recalled then, not run again."""
+        speeds: dict[str, tuple[float, tuple[int, ...]]] = {
+            p: (current.speed, (current.number,)) for p, (_, current) in picks.items()
+        }
+        if not speeds:
             return speeds
-        leader, second = sorted(speeds, key=lambda p: speeds[p], reverse=True)[:2]
-        if speeds[second] >= (1 - REMEASURE_WITHIN) * speeds[leader]:
-            return speeds
+        leader = max(speeds, key=lambda p: speeds[p][0])
         current = picks[leader][1]
         stored = [r.number for r in self.ev.known.get(current.result.spec.setup, [])]
         at = stored.index(current.number) if current.number in stored else len(stored) - 1
         self._stage("remeasure", f"confirming {leader}'s lead before looking around the picks")
         again = self._measure(current.result.spec.setup, "remeasure", repeat=at + 1)
         if again.result.ok and again.number != current.number:
-            speeds[leader] = statistics.median([current.speed, again.speed])
+            median = statistics.median([current.speed, again.speed])
+            speeds[leader] = (median, (current.number, again.number))
         return speeds
 
     def _neighbours(self, precision: str, center: Measured) -> list[Setup]:
@@ -891,9 +897,18 @@ class Search:
                 found.append(setup.replace(xla=xla, steps_per_execution=spe))
         return [s for s in dict.fromkeys(found) if s != setup]
 
-    def _neighbourhood(self, precision: str, center: Measured) -> Measured:
+    def _neighbourhood(
+        self,
+        precision: str,
+        center: Measured,
+        speed: float | None = None,
+        behind: tuple[int, ...] = (),
+    ) -> Measured:
         """Move to the best neighbour (:meth:`_neighbours`) while it is faster than the center
-        beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times."""
+        beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times. The first center
+        stands on ``speed`` (the median of the trials ``behind`` it) when given."""
+        speed = center.speed if speed is None else speed
+        behind = behind or (center.number,)
         for _ in range(NEIGHBOURHOOD_MOVES):
             setups = self._neighbours(precision, center)
             if not setups:
@@ -904,14 +919,17 @@ class Search:
                 "batch size, XLA and steps per execution together",
             )
             tried = [self._measure(s, "neighbourhood") for s in setups]
-            fits = [m for m in tried if self._fits(m)]
-            best = max(fits, key=lambda m: m.speed, default=None)
-            if best is None or best.speed <= center.speed * (1 + self.settings.noise_floor):
+            scored = [(self._standing(m), m) for m in tried if self._fits(m)]
+            if not scored:
                 break
+            (best_speed, best_behind), best = max(scored, key=lambda x: x[0][0])
+            if best_speed <= speed * (1 + self.settings.noise_floor):
+                break
+            trials = (*behind, *best_behind)
             self._note(
                 f"{precision}: {best.result.spec.setup.label} beat "
-                f"{center.result.spec.setup.label} by {best.speed / center.speed - 1:.0%} "
-                f"(trials #{center.number}, #{best.number})"
+                f"{center.result.spec.setup.label} by {best_speed / speed - 1:.0%} "
+                f"(trials {', '.join(f'#{n}' for n in trials)})"
             )
             self.knobs.append(
                 KnobTrial(
@@ -919,15 +937,23 @@ class Search:
                     "neighbourhood",
                     center.result.spec.setup,
                     best.result.spec.setup,
-                    center.speed,
-                    best.speed,
-                    (center.number, best.number),
+                    speed,
+                    best_speed,
+                    trials,
                     True,
                     "ok",
                 )
             )
-            center = best
+            center, speed, behind = best, best_speed, best_behind
         return center
+
+    def _standing(self, m: Measured) -> tuple[float, tuple[int, ...]]:
+        """What ``m``'s setup stands on: the median of its runs that ended ok when it ran more
+        than once (a confirmed leader, a re-measured one), else ``m``'s own figure."""
+        runs = [r for r in self.ev.known.get(m.result.spec.setup, []) if r.result.ok]
+        if len(runs) < 2:
+            return m.speed, (m.number,)
+        return statistics.median(r.speed for r in runs), tuple(r.number for r in runs)
 
     def _xla_stage(self, precision: str, base: Measured) -> Measured:
         """``base`` with XLA when that is faster beyond the noise floor, else ``base``. A model
