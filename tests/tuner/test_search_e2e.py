@@ -154,7 +154,14 @@ def test_guard_rejects_float16_that_breaks_the_numbers(
         # (a tiny model's short steps also get the steps-per-execution ladder before the guard)
         stages = [t.stage for t in trials]
         assert stages[0] == "baseline" and stages[-1] == "guard"
-        assert set(stages) <= {"baseline", "steps-per-execution", "guard"}
+        # (and the pick's confirming run and its neighbourhood)
+        assert set(stages) <= {
+            "baseline",
+            "steps-per-execution",
+            "remeasure",
+            "neighbourhood",
+            "guard",
+        }
         guard = trials[-1].result
         # float32 at the candidate's steps per execution: its losses are grouped the same way.
         spe = {t.result.spec.setup.steps_per_execution for t in trials[:-1]}
