@@ -83,10 +83,9 @@ class _Warm:
         from tuner import keras_setup
 
         gc.unfreeze()  # the old optimizer and traced step become garbage here
-        optimizer = self.loaded.optimizer
-        if optimizer is not None and not isinstance(optimizer, str):
-            optimizer = type(optimizer).from_config(optimizer.get_config())
-        keras_setup.compile_model(self.model, setup, optimizer, self.loaded.loss)
+        keras_setup.compile_model(
+            self.model, setup, _fresh_optimizer(self.loaded.optimizer), self.loaded.loss
+        )
         self.model.optimizer.build(self.model.trainable_variables)
         self.variables = [v.numpy() for v in self.model.variables]
         self.optimizer_variables = [v.numpy() for v in self.model.optimizer.variables]
@@ -277,6 +276,11 @@ def _run(
         if keep_warm
         else None
     )
+    # Automatic collection is off (see main): what the import, the build and the probe left is
+    # collected now, on the build's time, and what lives on is frozen, so that collections
+    # between a warm worker's trials scan only what each trial made.
+    gc.collect()
+    gc.freeze()
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
     _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu)
     if kept is not None:
@@ -351,9 +355,9 @@ def _between_trials(warm: _Warm) -> None:
     some trials (those with several steps per execution), and a collection of a TensorFlow
     process's objects 0.2-0.5 s, which in a 2 s trial is a fifth of its wall time. Automatic
     collection is off in the worker for the same reason: one during the timed steps would be
-    counted as a slow step. The first trial freezes the model and TensorFlow's objects while it
-    builds, and a recompile collects its old traced step while it builds, so this collection
-    scans only what the last trial made (milliseconds).
+    counted as a slow step. Every first trial collects and freezes the model and TensorFlow's
+    objects while it builds, and a recompile collects its old traced step while it builds, so
+    this collection scans only what the last trial made (milliseconds).
     """
     warm.spent = None
     gc.collect()
@@ -383,10 +387,6 @@ def _keep_warm(
     size = sum(int(v.numpy().nbytes) for v in (*model.variables, *model.optimizer.variables))
     if size > WARM_SNAPSHOT_LIMIT_BYTES:
         return None
-    # Freeze what lives on (TensorFlow's objects, the model) on this first trial's build time,
-    # so that the collections between later trials scan only what each trial made.
-    gc.collect()
-    gc.freeze()
     return _Warm(
         model,
         loaded,
@@ -533,6 +533,14 @@ def _float32_builder(
     return None
 
 
+def _fresh_optimizer(optimizer: Any) -> Any:
+    """A new optimizer from ``optimizer``'s config (no variables, no steps taken), for a model
+    compiled again; a name or None is passed on as it is."""
+    if optimizer is None or isinstance(optimizer, str):
+        return optimizer
+    return type(optimizer).from_config(optimizer.get_config())
+
+
 def _survives_without_xla(
     exc: BaseException, facts: dict[str, Any], spec: TrialSpec, context: _Context
 ) -> bool:
@@ -544,11 +552,11 @@ def _survives_without_xla(
     try:
         from tuner import keras_setup
 
-        optimizer = context.optimizer
-        if optimizer is not None and not isinstance(optimizer, str):
-            optimizer = type(optimizer).from_config(optimizer.get_config())
         keras_setup.compile_model(
-            context.model, spec.setup.replace(xla=False), optimizer, context.loss
+            context.model,
+            spec.setup.replace(xla=False),
+            _fresh_optimizer(context.optimizer),
+            context.loss,
         )
         x, y = context.batches[0]
         loss = context.model.train_on_batch(x, y, return_dict=True)["loss"]
