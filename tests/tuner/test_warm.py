@@ -63,6 +63,8 @@ def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None
     assert key != warm_key(spec(16, seed=1), source)
     assert key != warm_key(spec(16, steps=7), source)
     assert key != warm_key(spec(16, model="builtin:mlp:features=16,width=16,depth=1"), source)
+    # The probe setting matters only where the probe runs (a float32 trial never probes).
+    assert key == warm_key(spec(16, probe=True), source)
     # A trial that runs the numerics probe always gets a fresh worker.
     assert warm_key(spec(16, policy="mixed_bfloat16", probe=True), source) is None
 

@@ -820,41 +820,32 @@ class Search:
             picks[precision] = (base, current)
         # The knobs and the batch size interact (XLA can lose at one step size and win with
         # several steps per call, or at a smaller batch): the leading picks look around them.
-        speeds = self._confirm_leader(picks)
-        fastest = max((speed for speed, _ in speeds.values()), default=0.0)
+        self._confirm_leader(picks)
+        speeds = {p: self._standing(current)[0] for p, (_, current) in picks.items()}
+        fastest = max(speeds.values(), default=0.0)
         for precision, (base, current) in picks.items():
-            if speeds[precision][0] >= (1 - REMEASURE_WITHIN) * fastest:
-                current = self._neighbourhood(precision, current, *speeds[precision])
+            if speeds[precision] >= (1 - REMEASURE_WITHIN) * fastest:
+                current = self._neighbourhood(precision, current)
             if current is not base:
                 self.adopted[precision] = (base.result.spec.setup, current)
 
-    def _confirm_leader(
-        self, picks: dict[str, tuple[Measured, Measured]]
-    ) -> dict[str, tuple[float, tuple[int, ...]]]:
-        """Each precision's pick's figure and the trials behind it, for choosing which picks
-        look around them and what their neighbours must beat.
+    def _confirm_leader(self, picks: dict[str, tuple[Measured, Measured]]) -> None:
+        """Measure the fastest pick once more, so that it stands on the median of its runs
+        (:meth:`_standing`) in choosing which picks look around them and in what its own
+        neighbours must beat.
 
         One measurement can be luck (on this project's CPU one setup swings up to 2x between
-        runs), and the fastest pick is the one most likely to owe its place to it: it is
-        measured once more and stands on the median of its runs, so that an outlier neither
-        keeps the other picks from their neighbourhoods nor sets a bar its own neighbours
-        cannot pass. The re-measurement is the one the remeasure stage takes next when this
-        pick is still the leader there, so it is recalled then, not run again."""
-        speeds: dict[str, tuple[float, tuple[int, ...]]] = {
-            p: (current.speed, (current.number,)) for p, (_, current) in picks.items()
-        }
-        if not speeds:
-            return speeds
-        leader = max(speeds, key=lambda p: speeds[p][0])
-        current = picks[leader][1]
+        runs), and the fastest pick is the one most likely to owe its place to it. The
+        re-measurement is the one the remeasure stage takes next when this pick still leads
+        there, so it is recalled then, not run again."""
+        if not picks:
+            return
+        current = max((current for _, current in picks.values()), key=lambda m: m.speed)
         stored = [r.number for r in self.ev.known.get(current.result.spec.setup, [])]
         at = stored.index(current.number) if current.number in stored else len(stored) - 1
+        leader = current.result.spec.setup.precision
         self._stage("remeasure", f"confirming {leader}'s lead before looking around the picks")
-        again = self._measure(current.result.spec.setup, "remeasure", repeat=at + 1)
-        if again.result.ok and again.number != current.number:
-            median = statistics.median([current.speed, again.speed])
-            speeds[leader] = (median, (current.number, again.number))
-        return speeds
+        self._measure(current.result.spec.setup, "remeasure", repeat=at + 1)
 
     def _neighbours(self, precision: str, center: Measured) -> list[Setup]:
         """Around ``center``: the next batch size down and up (the ladder's rungs and, with
@@ -897,18 +888,11 @@ class Search:
                 found.append(setup.replace(xla=xla, steps_per_execution=spe))
         return [s for s in dict.fromkeys(found) if s != setup]
 
-    def _neighbourhood(
-        self,
-        precision: str,
-        center: Measured,
-        speed: float | None = None,
-        behind: tuple[int, ...] = (),
-    ) -> Measured:
+    def _neighbourhood(self, precision: str, center: Measured) -> Measured:
         """Move to the best neighbour (:meth:`_neighbours`) while it is faster than the center
-        beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times. The first center
-        stands on ``speed`` (the median of the trials ``behind`` it) when given."""
-        speed = center.speed if speed is None else speed
-        behind = behind or (center.number,)
+        beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times; each setup stands
+        on :meth:`_standing`."""
+        speed, behind = self._standing(center)
         for _ in range(NEIGHBOURHOOD_MOVES):
             setups = self._neighbours(precision, center)
             if not setups:

@@ -144,7 +144,7 @@ class WorkerPool:
             self.reused += 1
         # A probe trial starts fresh, and its worker stays warm for the policy's later trials
         # when the probe left the model as built (the worker says so by staying).
-        later = key if key is not None else warm_key(dataclasses.replace(spec, probe=False), source)
+        later = warm_key(dataclasses.replace(spec, probe=False), source)
         result, kept = _WorkerRun(spec, source, on_event, cancel).run(worker, warm=True)
         if kept is not None and later is None:
             kept.close()
@@ -206,7 +206,7 @@ def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
     if spec.probe and spec.policy.is_mixed:
         return None
     data = spec.to_dict()
-    for name in (*WARM_VARIES, "timeout_s"):
+    for name in (*WARM_VARIES, "timeout_s", "probe"):
         data.pop(name, None)
     data["source"] = _source_dict(source)
     return json.dumps(data, sort_keys=True, default=str)
