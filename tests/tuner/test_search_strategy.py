@@ -544,3 +544,38 @@ def test_a_search_cancelled_between_trials_opens_no_new_trial(tmp_path: Path) ->
         run(machine, tmp_path, cancel=cancel, space=SearchSpace(policies=("float32",)))
     assert machine.calls == []
     assert TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").view().trials == ()
+
+
+@dataclass
+class StartingMachine(Machine):
+    """A machine whose runner, like the WorkerPool, is told the trials to start workers for."""
+
+    ahead: list[list[Setup]] = field(default_factory=list)
+
+    def start_ahead(self, specs: Any, cancel: Any = None) -> None:
+        assert not self.calls, "asked before the first trial only"
+        self.ahead.append([s.setup for s in specs])
+
+
+def test_each_policys_first_worker_is_started_ahead_and_a_resume_starts_only_the_rest(
+    tmp_path: Path,
+) -> None:
+    speed = {"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}
+    first = StartingMachine(speed=speed, interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        run(first, tmp_path, study="ahead")
+    # Before the first trial: a worker for each policy's first trial, the baseline's first.
+    [ahead] = first.ahead
+    assert ahead == [first.calls[0].setup, first.calls[1].setup, *ahead[2:]]
+    assert {s.policy.name for s in ahead} == set(speed) and len(ahead) == 3
+    assert all(s.batch_size == first.calls[0].setup.batch_size for s in ahead)
+    # Resumed after the baseline: only the two policies still to run.
+    second = StartingMachine(speed=speed, interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        run(second, tmp_path, study="ahead", resume=True)
+    assert second.ahead == [ahead[1:]]
+    # Resumed with one policy left: a single worker gains nothing from starting ahead.
+    third = StartingMachine(speed=speed, interrupt_at=1)
+    with pytest.raises(KeyboardInterrupt):
+        run(third, tmp_path, study="ahead", resume=True)
+    assert third.ahead == []

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import psutil
@@ -212,6 +213,55 @@ def test_a_failed_trial_ends_the_warm_worker_and_the_next_starts_fresh(tmp_path:
         assert (pool.started, pool.reused) == (2, 1)
 
 
+def pid_of(result_events: list[dict[str, object]]) -> int:
+    return int(next(e["pid"] for e in result_events if e["type"] == "started"))  # type: ignore[call-overload]
+
+
+@pytest.mark.slow
+def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
+    mixed = spec(16, policy="mixed_bfloat16", probe=True)
+    with WorkerPool() as pool:
+        pool.start_ahead([spec(16), mixed])
+        ahead = pool.idle_pids
+        assert len(ahead) == 2 and all(psutil.Process(p).is_running() for p in ahead)
+        events: list[dict[str, object]] = []
+        first = pool.run(spec(16), events.append)
+        assert pid_of(events) in ahead
+        events.clear()
+        probed = pool.run(mixed, events.append)
+        assert pid_of(events) in ahead
+        # Both ran in workers started ahead: none started since, and both stay warm.
+        assert (pool.started, pool.reused) == (2, 0)
+        assert sorted(pool.idle_pids) == sorted(ahead)
+    assert all(gone(pid, 30) for pid in ahead)
+    cold, cold_mixed = run_trial(spec(16)), run_trial(mixed)
+    assert first.ok and probed.ok and cold.ok and cold_mixed.ok
+    assert first.losses == pytest.approx(cold.losses, rel=1e-6)
+    assert probed.losses == pytest.approx(cold_mixed.losses, rel=1e-6)
+    assert probed.numerics and probed.numerics.keys() == cold_mixed.numerics.keys()
+    # The interpreter and TensorFlow were started before the trial began.
+    assert first.timings.startup_s is not None and cold.timings.startup_s is not None
+    assert first.timings.startup_s < cold.timings.startup_s / 4
+
+
+@pytest.mark.slow
+def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all() -> None:
+    with WorkerPool() as pool:
+        pool.start_ahead([spec(16), spec(16)])
+        dead, spare = pool.idle_pids
+        os.kill(dead, signal.SIGKILL)
+        assert gone(dead, 30)
+        events: list[dict[str, object]] = []
+        assert pool.run(spec(16), events.append).ok
+        assert pid_of(events) == spare, "the live one started ahead ran the trial"
+        cancel = threading.Event()
+        cancel.set()
+        with pytest.raises(runner.TrialCancelled):
+            pool.start_ahead([spec(16, policy="mixed_bfloat16")] * 2, cancel)
+        assert pool.idle_pids == [spare]
+    assert gone(spare, 30) and not runner._LIVE
+
+
 @pytest.mark.slow
 def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(
@@ -221,9 +271,11 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         from tuner.trials.spec import TrialSpec
         from tuner.setup import Setup
         pool = WorkerPool()
-        result = pool.run(TrialSpec(model={TINY_MLP!r}, setup=Setup("float32", 16), steps=2,
-                                    warmup_steps=1, device="cpu", probe=False))
-        print(json.dumps({{"ok": result.ok, "pid": pool.idle_pids[0]}}), flush=True)
+        spec = TrialSpec(model={TINY_MLP!r}, setup=Setup("float32", 16), steps=2,
+                         warmup_steps=1, device="cpu", probe=False)
+        result = pool.run(spec)
+        pool.start_ahead([spec, spec])
+        print(json.dumps({{"ok": result.ok, "pids": pool.idle_pids}}), flush=True)
         sys.stdin.read()  # idle, its worker warm, until killed
         """
     )
@@ -238,11 +290,11 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         line = json.loads(parent.stdout.readline())
-        assert line["ok"]
-        assert psutil.Process(line["pid"]).is_running()
+        assert line["ok"] and len(line["pids"]) == 3  # two started ahead, one warm
+        assert all(psutil.Process(pid).is_running() for pid in line["pids"])
         parent.send_signal(signal.SIGKILL)
         parent.wait(60)
-        assert gone(line["pid"], 30), "a warm worker outlived its parent"
+        assert all(gone(pid, 30) for pid in line["pids"]), "a worker outlived its parent"
     finally:
         parent.kill()
         parent.wait()

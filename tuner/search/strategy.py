@@ -61,6 +61,8 @@ from tuner.trials.spec import TrialSpec
 logger = logging.getLogger(__name__)
 
 TrialRunner = Callable[..., TrialResult]
+#: Starts the fresh workers of some trials ahead, side by side (WorkerPool.start_ahead).
+StartAhead = Callable[[Sequence[TrialSpec], threading.Event | None], None]
 
 #: A policy is abandoned at the starting batch when it is this much slower than the best...
 ABANDON_SLOWER = 0.25
@@ -253,8 +255,10 @@ class Evaluator:
         runner: TrialRunner = run_trial,
         memory_budget_mb: float | None = None,
         heartbeat: Heartbeat | None = None,
+        start_ahead: StartAhead | None = None,
     ) -> None:
         self.session = session
+        self._start_ahead = start_ahead
         self.heartbeat = heartbeat
         self.source = source
         self.settings = settings
@@ -278,6 +282,13 @@ class Evaluator:
     def spec(self, setup: Setup) -> TrialSpec:
         probe = setup.policy != FLOAT32 and self.probed(setup.policy.name) is None
         return trial_spec(self.source, self.settings, setup, probe)
+
+    def start_ahead(self, setups: Sequence[Setup]) -> None:
+        """Let the runner start the fresh workers of these trials side by side, before the
+        first of them runs; those already stored are left out, and one alone gains nothing."""
+        todo = [s for s in dict.fromkeys(setups) if s not in self.known]
+        if self._start_ahead is not None and len(todo) > 1:
+            self._start_ahead([self.spec(s) for s in todo], self.cancel)
 
     def probed(self, policy: str) -> Measured | None:
         """The trial of ``policy`` in which the numerics probe ran, if one did."""
@@ -439,6 +450,12 @@ class Search:
         first = FLOAT32 if FLOAT32 in policies else policies[0]
         self._plan(4 * len(self.precisions) + 4)
         self._stage("baseline", f"{first} at batch size {start}{self._accumulating(start)}")
+        # Each precision's first trial starts a worker (the policy and TF32 are fixed in a
+        # process): started side by side now, not one by one.
+        self.ev.start_ahead(
+            [self._at(Setup(first, start), start)]
+            + [self._start_setup(p, start) for p in self.precisions if p != first]
+        )
         self.baseline = self._fit(self._first_trial(first, start), "baseline")
 
         self._stage("policies", f"each policy at batch size {start}")
@@ -446,12 +463,9 @@ class Search:
         for precision in self.precisions:
             if precision in at_start:
                 continue
-            if precision == TF32:
-                # A variant of float32: at the batch size float32's baseline ran at.
-                b = self.baseline.result.spec.batch_size
-                setup = self._at(Setup(FLOAT32, b, tf32=True), b)
-            else:
-                setup = self._at(Setup(precision, start), start)
+            # TF32 is a variant of float32: at the batch size float32's baseline ran at.
+            b = self.baseline.result.spec.batch_size if precision == TF32 else start
+            setup = self._start_setup(precision, b)
             at_start[precision] = self._fit(self._measure(setup, "policies"), "policies")
         self._abandon_laggards(at_start)
 
@@ -468,6 +482,12 @@ class Search:
         if MIXED_FLOAT16 in alive and self._base_pick(MIXED_FLOAT16) is not None:
             self._loss_scale_stage()
         self._knob_stages(alive)
+
+    def _start_setup(self, precision: str, batch_size: int) -> Setup:
+        """A precision's first setup in the policies stage."""
+        if precision == TF32:
+            return self._at(Setup(FLOAT32, batch_size, tf32=True), batch_size)
+        return self._at(Setup(precision, batch_size), batch_size)
 
     def _note(self, text: str) -> None:
         if text not in self.notes:  # a recalled retry is met again by a later stage

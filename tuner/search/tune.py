@@ -88,7 +88,9 @@ def tune(
         cancel: set it to stop the running trial and end the search.
         runner: runs one trial (tests pass scripted outcomes); by default a
             :class:`~tuner.trials.runner.WorkerPool`, which keeps a worker warm per policy
-            (across batch sizes, loss scales and knobs) and ends them when the search ends.
+            (across batch sizes, loss scales and knobs), starts each policy's first worker
+            ahead, side by side, and ends them when the search ends. A runner with a
+            ``start_ahead(specs, cancel)`` method is asked to do the same.
         profile: the hardware profile; ``None`` detects it.
 
     Raises:
@@ -137,6 +139,7 @@ def tune(
         lease = Lease(session.storage, session.name)
         lease.acquire()
     pool = WorkerPool() if runner is run_trial else None
+    start_ahead = getattr(runner, "start_ahead", None)
     if pool is not None:
         runner = pool.run
     try:
@@ -155,6 +158,7 @@ def tune(
                 runner,
                 memory_budget_mb(profile, settings.device, settings.memory_headroom),
                 heartbeat=heartbeat,
+                start_ahead=pool.start_ahead if pool is not None else start_ahead,
             )
             device = DeviceTraits.from_profile(profile, settings.device)
             outcome = Search(evaluator, space, settings, device=device).run()

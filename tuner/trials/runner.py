@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -110,12 +110,20 @@ class WorkerPool:
     out-of-memory limit must not see: it waits only for the very next trial, and only if that
     trial is its own.
 
+    A search knows at its start that each policy's first trial needs a fresh worker:
+    :meth:`start_ahead` starts those workers side by side before the first trial, so that their
+    interpreter starts and TensorFlow imports overlap (on a 2-core CPU three of them take about
+    half the time of three in turn), and returns once every one of them waits idle, so that no
+    import runs beside a measured step.
+
     Use it as a context manager, or call :meth:`close`, so no worker is left waiting.
     """
 
     def __init__(self, max_idle: int = 3) -> None:
         #: waiting workers by warm key, the most recently used last
         self._idle: dict[str, _Worker] = {}
+        #: workers started ahead (imports done, no trial yet), with their environment's key
+        self._spares: list[tuple[str, _Worker]] = []
         self.max_idle = max(1, max_idle)
         self.started = 0  #: workers started
         self.reused = 0  #: trials that ran in a warm worker
@@ -139,6 +147,7 @@ class WorkerPool:
         for other in [k for k, w in self._idle.items() if not w.on_cpu]:
             self._idle.pop(other).close()
         if worker is None:
+            worker = self._spare(worker_environment(spec))
             self.started += 1
         else:
             self.reused += 1
@@ -156,6 +165,66 @@ class WorkerPool:
             self._trim()
         return result
 
+    def start_ahead(
+        self,
+        specs: Sequence[TrialSpec],
+        cancel: threading.Event | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        """Start a fresh worker for each of ``specs`` (trials that will not find a warm one)
+        side by side, and return once each has done its imports and waits for its trial; a
+        later :meth:`run` that needs a fresh worker in the same environment takes one of them.
+        A worker that fails to start is let go (its trial then starts its own and reports
+        why); past ``timeout_s`` the rest are let go too.
+
+        Raises:
+            TrialCancelled: ``cancel`` was set; every worker started here is ended.
+        """
+        started: list[tuple[str, _Worker]] = []
+        for spec in specs:
+            env = worker_environment(spec)
+            started.append((_env_key(env), _Worker(env, announce_import=True)))
+        waiting = {w.read_fd: (key, w) for key, w in started}
+        deadline = time.monotonic() + timeout_s
+        try:
+            with selectors.DefaultSelector() as selector:
+                for fd in waiting:
+                    selector.register(fd, selectors.EVENT_READ)
+                while waiting and time.monotonic() < deadline:
+                    if cancel is not None and cancel.is_set():
+                        raise TrialCancelled("workers started ahead")
+                    for fd in [fd for fd, (_, w) in waiting.items() if w.exited()]:
+                        selector.unregister(fd)
+                        waiting.pop(fd)[1].close()  # its trial starts its own, and says why
+                    for ready, _ in selector.select(timeout=MEMORY_SAMPLE_INTERVAL_S):
+                        fd = int(ready.fd)
+                        line = _read_line(fd)
+                        selector.unregister(fd)
+                        key, worker = waiting.pop(fd)
+                        if line.startswith(b'{"type": "imported"}'):
+                            self._spares.append((key, worker))
+                        else:
+                            worker.close()
+        except BaseException:
+            for _, worker in started:
+                worker.close()
+            self._spares = [(k, w) for k, w in self._spares if not w.closed]
+            raise
+        for _, worker in waiting.values():  # still importing at the deadline
+            worker.close()
+
+    def _spare(self, env: dict[str, str]) -> _Worker | None:
+        """A worker started ahead for this environment, if one waits; None otherwise."""
+        key = _env_key(env)
+        for i, (spare_key, worker) in enumerate(self._spares):
+            if spare_key == key:
+                del self._spares[i]
+                if not worker.exited():
+                    return worker
+                worker.close()
+                return self._spare(env)
+        return None
+
     def _trim(self) -> None:
         """End the longest-waiting workers past what may wait (see the class)."""
         import psutil
@@ -169,13 +238,15 @@ class WorkerPool:
 
     @property
     def idle_pids(self) -> list[int]:
-        """The process ids of the workers waiting for a trial, the most recently used last."""
-        return [w.proc.pid for w in self._idle.values()]
+        """The process ids of the workers waiting for a trial: those started ahead, then the
+        warm ones, the most recently used last."""
+        return [w.proc.pid for _, w in self._spares] + [w.proc.pid for w in self._idle.values()]
 
     def close(self) -> None:
         """End every waiting worker."""
         idle, self._idle = self._idle, {}
-        for worker in idle.values():
+        spares, self._spares = self._spares, []
+        for worker in [*(w for _, w in spares), *idle.values()]:
             worker.close()
 
     def __enter__(self) -> WorkerPool:
@@ -210,6 +281,22 @@ def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
         data.pop(name, None)
     data["source"] = _source_dict(source)
     return json.dumps(data, sort_keys=True, default=str)
+
+
+def _env_key(env: dict[str, str]) -> str:
+    return json.dumps(env, sort_keys=True)
+
+
+def _read_line(fd: int) -> bytes:
+    """One line from ``fd``, read a byte at a time so that nothing after it is consumed; what
+    came before end-of-file when the line did not end."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line
 
 
 def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -450,7 +537,7 @@ class _Worker:
     """A worker process with its event pipe and its log: spawned for one trial, or kept warm
     for several by a :class:`WorkerPool`."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], announce_import: bool = False) -> None:
         read_fd, write_fd = os.pipe()
         # The worker's stdout and stderr go to a file with no name: it is unlinked as soon as
         # the worker has it, so nothing is left behind however this process ends, and its tail
@@ -458,7 +545,14 @@ class _Worker:
         self.log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tuner.worker",
+                    "--channel-fd",
+                    str(write_fd),
+                    *(["--announce-import"] if announce_import else []),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,

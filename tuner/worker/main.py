@@ -102,17 +102,28 @@ WARM_SNAPSHOT_LIMIT_BYTES = 1 << 30
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tuner.worker")
     parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument(
+        "--announce-import",
+        action="store_true",
+        help="write one line to the channel once the imports are done (a worker started ahead)",
+    )
     args = parser.parse_args(argv)
-    # The payload is one line; stdin then stays open as the lifeline (see Lifeline), and a warm
-    # worker reads its next trial's payload from it.
-    payload = json.loads(sys.stdin.buffer.readline())
+    # Each payload is one line on stdin, which stays open as the lifeline (see Lifeline): the
+    # parent going away ends this process at once, even while it imports.
     lifeline = hold_lifeline(0)
+    # The imports first, before the trial is known: a worker started ahead of its trial
+    # (WorkerPool.start_ahead) spends them beside other workers', and then waits.
+    import_error = _import_frameworks()
+    if args.announce_import:
+        os.write(args.channel_fd, b'{"type": "imported"}\n')
+    payload = json.loads(lifeline.next_line())
     channel = Channel(args.channel_fd, str(payload.get("token") or ""))
     warm: _Warm | None = None
     gc.disable()  # collected between trials instead (_between_trials)
     try:
         while True:
-            ok, warm = _one_trial(payload, channel, warm)
+            ok, warm = _one_trial(payload, channel, warm, import_error)
+            import_error = None
             if not ok:
                 return 1
             if warm is None or not payload.get("warm"):
@@ -127,8 +138,25 @@ def main(argv: list[str]) -> int:
         channel.close()
 
 
+def _import_frameworks() -> BaseException | None:
+    """Import Keras, TensorFlow and the worker's own modules that use them (most of a fresh
+    worker's start-up); what failed, to be reported as the first trial's import error."""
+    try:
+        import keras  # noqa: F401
+        import tensorflow  # noqa: F401
+
+        from tuner import keras_setup, workloads  # noqa: F401
+        from tuner.worker import checks, loading, probe, training  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - reported by the trial, in its import phase
+        return exc
+    return None
+
+
 def _one_trial(
-    payload: dict[str, Any], channel: Channel, warm: _Warm | None
+    payload: dict[str, Any],
+    channel: Channel,
+    warm: _Warm | None,
+    import_error: BaseException | None = None,
 ) -> tuple[bool, _Warm | None]:
     """Run the payload's trial: whether it reported a result (else an ``error`` event was
     sent), and what a warm worker keeps for the next trial (None: nothing to keep)."""
@@ -137,6 +165,8 @@ def _one_trial(
     phase = ["import"]
     context = _Context()
     try:
+        if import_error is not None:
+            raise import_error
         return True, _run(spec, source, channel, phase, context, warm, bool(payload.get("warm")))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
         facts = _describe(exc, phase[0], source)
