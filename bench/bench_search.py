@@ -30,6 +30,7 @@ from datetime import date
 from pathlib import Path
 
 from tuner.hardware import detect
+from tuner.search.events import TrialStarted
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import Evaluator, Measured, trial_spec
@@ -86,7 +87,14 @@ def measured_share(study: str, storage: str) -> tuple[float, float, int, int]:
     """Measured steps as a share of the trials' wall time, over all trials and over those that
     ran in a warm worker; how many trials ran warm, of how many."""
     results = [t.result for t in TuningSession.load(study, storage).trials() if t.result]
-    warm = [r for r in results if (r.timings.startup_s or 0) < 0.5]
+    # A trial ran warm when the last trial of its policy (and TF32 setting) ran and was ok:
+    # the pool kept that worker (a worker started ahead is fresh, only started earlier).
+    warm, last_ok = [], {}
+    for r in results:
+        key = (r.spec.policy.name, r.spec.setup.tf32)
+        if last_ok.get(key):
+            warm.append(r)
+        last_ok[key] = r.ok
 
     def share(rs: list) -> float:
         total = sum(r.timings.total_s or 0 for r in rs)
@@ -95,10 +103,11 @@ def measured_share(study: str, storage: str) -> tuple[float, float, int, int]:
     return share(results), share(warm), len(warm), len(results)
 
 
-def time_split(study: str, storage: str) -> list[tuple[str, float]]:
-    """Where a run's trial wall time went, as shares of it."""
+def time_split(study: str, storage: str, wall_s: float, ahead_s: float) -> list[tuple[str, float]]:
+    """Where a search's wall time (``wall_s``) went, as shares of it; ``ahead_s``: the time
+    before its first trial, when the policies' workers start side by side."""
     results = [t.result for t in TuningSession.load(study, storage).trials() if t.result]
-    total = sum(r.timings.total_s or 0 for r in results) or 1.0
+    total = wall_s or 1.0
 
     def part(rs: list, name: str) -> float:
         return sum(getattr(r.timings, name) or 0 for r in rs) / total
@@ -109,12 +118,15 @@ def time_split(study: str, storage: str) -> list[tuple[str, float]]:
         ("measured steps", part(results, "measure_s")),
         ("warm-up steps, XLA trials (XLA compiles per batch size)", part(xla, "warmup_s")),
         ("warm-up steps, other trials (tracing)", part(other, "warmup_s")),
-        ("start-up (fresh: interpreter, TensorFlow import; warm: the last trial's clean-up)",
-         part(results, "startup_s")),
+        ("workers started ahead, side by side, before the first trial (interpreter, "
+         "TensorFlow import)", ahead_s / total),
+        ("start-up in the trials (fresh: interpreter, TensorFlow import; started ahead: the "
+         "device; warm: the last trial's clean-up)", part(results, "startup_s")),
         ("build and probe (model, data, compile)", part(results, "build_s") +
          part(results, "probe_s")),
     ]  # fmt: skip
-    return [*parts, ("reporting and the rest", 1.0 - sum(v for _, v in parts))]
+    rest = ("reporting, storage and the strategy", 1.0 - sum(v for _, v in parts))
+    return [*parts, rest]
 
 
 def remeasure(
@@ -150,15 +162,22 @@ def main() -> int:
         storage = f"sqlite:///{path}"
         study = f"search-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"mptune search; the grid has {len(setups)} setups", flush=True)
+        first_trial: list[float] = []
+
+        def on_event(event: object) -> None:
+            if isinstance(event, TrialStarted) and not first_trial:
+                first_trial.append(time.monotonic())
+
         t0 = time.monotonic()
         ours = tune(args.model, space=space, settings=settings, storage=storage,
-                    study=study, profile=profile)  # fmt: skip
+                    study=study, profile=profile, on_event=on_event)  # fmt: skip
         ours_s = time.monotonic() - t0
+        ahead_s = first_trial[0] - t0 if first_trial else 0.0
         rec = ours.recommendation
         print("exhaustive grid", flush=True)
         grid, grid_s = run_grid(setups, args.model, settings, storage)
         share = {"search": measured_share(study, storage), "grid": measured_share("grid", storage)}
-        split = time_split(study, storage)
+        split = time_split(study, storage, ours_s, ahead_s)
 
     # One trial per setup: the grid's top figure is partly luck (on this machine throughput
     # swings up to 2x between runs), so its three best are measured again beside the pick and
@@ -214,13 +233,14 @@ The grid's best is the best of its {TOP} top setups measured again beside mptune
 {single}), with {trials_share:.0%} of the grid's trials and {time_share:.0%} of its wall time.
 
 Share of the trials' wall time that is measured steps (a trial in a fresh worker pays the
-interpreter start, the TensorFlow import and the tracing; a warm one does not):
+interpreter start, the TensorFlow import and the tracing; one in a worker started ahead pays
+the tracing; a warm one neither):
 
 | run | all trials | trials in a warm worker | warm trials |
 |---|---:|---:|---:|
 {share_rows}
 
-Where the search's trial wall time went:
+Where the search's wall time went ({ours_s:.0f} s, from the call to the recommendation):
 
 | part | share |
 |---|---:|
