@@ -230,6 +230,8 @@ class TuneProgress:
             self.session = event.name
         elif isinstance(event, api.PlanUpdated):
             self.progress.update(self.task, completed=event.done, total=event.planned)
+        elif isinstance(event, api.StageStarted):
+            self.progress.update(self.task, description=event.message)
         elif isinstance(event, api.TrialStarted):
             self.current = f"#{event.number} {event.spec.setup.label}"
             self.progress.update(self.task, description=f"{self.current}: starting")

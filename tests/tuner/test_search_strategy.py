@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tuner.errors import MptuneError
+from tuner.search.events import StageStarted
 from tuner.search.recommend import NoViableSetup, Recommendation, evidence_rows
 from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import SearchSettings, SearchSpace, parse_batch_sizes
@@ -562,8 +563,11 @@ def test_each_policys_first_worker_is_started_ahead_and_a_resume_starts_only_the
 ) -> None:
     speed = {"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}
     first = StartingMachine(speed=speed, interrupt_at=2)
+    events: list[Any] = []
     with pytest.raises(KeyboardInterrupt):
-        run(first, tmp_path, study="ahead")
+        run(first, tmp_path, study="ahead", on_event=events.append)
+    said = [e.message for e in events if isinstance(e, StageStarted)]
+    assert "starting 3 workers side by side (Python, TensorFlow), one per policy" in said
     # Before the first trial: a worker for each policy's first trial, the baseline's first.
     [ahead] = first.ahead
     assert ahead == [first.calls[0].setup, first.calls[1].setup, *ahead[2:]]

@@ -288,6 +288,13 @@ class Evaluator:
         first of them runs; those already stored are left out, and one alone gains nothing."""
         todo = [s for s in dict.fromkeys(setups) if s not in self.known]
         if self._start_ahead is not None and len(todo) > 1:
+            self.on_event(
+                StageStarted(
+                    "baseline",
+                    f"starting {len(todo)} workers side by side (Python, TensorFlow), one per "
+                    "policy",
+                )
+            )
             self._start_ahead([self.spec(s) for s in todo], self.cancel)
 
     def probed(self, policy: str) -> Measured | None:
