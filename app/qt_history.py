@@ -29,12 +29,12 @@ class QtHistoryDialog(QDialog):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Past sessions")
-        self.resize(760, 420)
+        self.resize(960, 420)
         self.chosen: str | None = None
         layout = QVBoxLayout(self)
-        self.table = QTableWidget(0, 5)
+        self.table = QTableWidget(0, 6)
         self.table.setHorizontalHeaderLabels(
-            ["session", "model", "created", "trials", "recommendation"]
+            ["session", "model", "created", "hardware", "trials", "recommendation"]
         )
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -64,8 +64,10 @@ class QtHistoryDialog(QDialog):
                     s.name,
                     s.model or "",
                     s.created or "",
+                    s.hardware or "",
                     str(s.trials),
-                    s.recommendation or "none yet",
+                    (s.recommendation or "none yet")
+                    + (f" ({s.speedup:.2f}x float32)" if s.speedup is not None else ""),
                 )
             ):
                 item = QTableWidgetItem(value)

@@ -128,6 +128,7 @@ __all__ = [
     "parse_batch_sizes",
     "parse_loss_scales",
     "parse_policies",
+    "redact_url",
     "render_config",
     "render_hardware",
     "run_trial",
@@ -257,6 +258,13 @@ def default_storage_url() -> str:
     from tuner.search.session import default_storage_url as _default
 
     return _default()
+
+
+def redact_url(url: str) -> str:
+    """A storage URL with its password shown as ``***``, for messages."""
+    from tuner.search.session import redact_url as _redact
+
+    return _redact(url)
 
 
 def list_sessions(storage: str | None = None) -> list[SessionSummary]:

@@ -510,7 +510,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             print(
                 f"mptune: {_stopped(stop)}; finished trials are kept in session {progress.session} "
                 f"(continue with: mptune tune --resume {progress.session}"
-                + (f" --storage {args.storage}" if args.storage else "")
+                + (f" --storage {api.redact_url(args.storage)}" if args.storage else "")
                 + ")",
                 file=sys.stderr,
             )
@@ -578,11 +578,17 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         print("no stored sessions (run mptune tune)")
         return EXIT_OK
     table = Table()
-    for column in ("session", "model", "created", "trials", "recommendation"):
+    for column in ("session", "model", "created", "hardware", "trials", "recommendation"):
         table.add_column(column)
     for s in sessions:
         table.add_row(
-            s.name, s.model or "", s.created or "", str(s.trials), s.recommendation or "none yet"
+            s.name,
+            s.model or "",
+            s.created or "",
+            s.hardware or "",
+            str(s.trials),
+            (s.recommendation or "none yet")
+            + (f" ({s.speedup:.2f}x float32)" if s.speedup is not None else ""),
         )
     output_console().print(table)
     return EXIT_OK
@@ -597,7 +603,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     console = output_console()
     console.print(
-        f"Session {session.name}: {session.model}, created {session.created}", highlight=False
+        f"Session {session.name}: {session.model}, created {session.created}"
+        + (f", measured on {session.hardware_kind}" if session.hardware_kind else ""),
+        highlight=False,
     )
     console.print(trials_table(session.trials))
     if session.recommendation:

@@ -328,14 +328,24 @@ def test_a_stale_trial_of_another_host_is_failed_by_heartbeat(tmp_path: Path) ->
 SPEEDS = {"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}
 
 
+class HereProfile(FakeProfile):
+    """Scripted policies, and this machine's hardware as a session records it: a session made
+    with it can be continued by the real command line here."""
+
+    def to_dict(self) -> dict:
+        from tuner.hardware import detect
+
+        return detect().to_dict()
+
+
 def run_scripted(machine: Machine, tmp_path: Path, study: str, **kwargs):
     kwargs.setdefault("model", "builtin:mlp")
     kwargs.setdefault("settings", SearchSettings(max_trials=3))
+    kwargs.setdefault("profile", FakeProfile())
     return tune(
         storage=f"sqlite:///{tmp_path / 's.db'}",
         study=study,
         runner=machine,
-        profile=FakeProfile(),
         **kwargs,
     )
 
@@ -393,7 +403,7 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_resume_without_model_keeps_the_sessions_model(tmp_path: Path) -> None:
-    run_scripted(Machine(speed=SPEEDS), tmp_path, "r")
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "r", profile=HereProfile())
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = cli("tune", "--resume", "r", "--storage", storage, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -406,7 +416,7 @@ def test_cli_resume_without_model_keeps_the_sessions_model(tmp_path: Path) -> No
 
 # -- storage and flags ---------------------------------------------------------------------------
 def test_a_read_only_database_is_one_line(tmp_path: Path) -> None:
-    run_scripted(Machine(speed=SPEEDS), tmp_path, "r")
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "r", profile=HereProfile())
     read_only = f"sqlite:///file:{tmp_path / 's.db'}?mode=ro&uri=true"
     proc = cli("tune", "--resume", "r", "--storage", read_only, "--max-trials", "9")
     assert proc.returncode == 2, proc.stderr
@@ -462,3 +472,18 @@ def test_a_trial_measures_how_busy_the_machine_was() -> None:
     # One burner per core competes with the trial for every core: well over a quarter of the
     # machine's CPU time went to them (the recommendation calls a machine busy above 0.25).
     assert busy.background_load is not None and busy.background_load > 0.25
+
+
+def test_a_session_is_never_continued_on_another_kind_of_machine(tmp_path: Path) -> None:
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "hw")
+    machine = Machine(speed=SPEEDS)
+    with pytest.raises(MptuneError, match="session 'hw' was measured on CPU Test CPU") as info:
+        tune(
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="hw",
+            runner=machine,
+            profile=FakeProfile(cpu_model="Other CPU"),
+            settings=SearchSettings(max_trials=6),
+        )
+    assert "CPU Test CPU vs Other CPU" in str(info.value) and "another --study" in str(info.value)
+    assert machine.calls == []

@@ -41,6 +41,7 @@ class FakeProfile:
     policies: tuple[str, ...] = ("float32", "mixed_bfloat16", "mixed_float16")
     ram_total_mb: float = 16000.0
     gpus: tuple = ()
+    cpu_model: str = "Test CPU"
 
     @property
     def advice(self) -> list[Any]:
@@ -51,7 +52,7 @@ class FakeProfile:
         return type("C", (), {"ram_total_mb": self.ram_total_mb})()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpus": [], "cpu": {"model": "Test CPU", "flags": ["avx2"]}}
+        return {"gpus": [], "cpu": {"model": self.cpu_model, "flags": ["avx2"]}}
 
 
 @dataclass

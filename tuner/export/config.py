@@ -12,7 +12,6 @@ each one's kind, policy and severity must be a known name, and its text is bound
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.errors import MptuneError
+from tuner.hardware.fingerprint import HardwareFingerprint as HardwareFingerprint
 from tuner.policies import POLICIES
 from tuner.setup import KNOB_DEFAULTS, SETUP_FIELDS, LossScale, Policy, Setup
 from tuner.trials.hazards import KINDS, SEVERITIES, Hazard
@@ -40,7 +40,6 @@ MAX_HAZARDS = 1000
 #: sentences are a few hundred; the limit keeps the comments generated code carries readable.
 MAX_HAZARD_TEXT = 4000
 
-_GPU_DEVICE_RE = re.compile(r"^gpu(?::(\d+))?\b", re.IGNORECASE)
 #: Control characters (Unicode category Cc): C0, DEL and C1.
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: The same, less tab and newline, for free text.
@@ -67,69 +66,6 @@ class Evidence:
     skipped_steps: int = 0
     reason: str = ""
     trials: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class HardwareFingerprint:
-    """The machine the setup was measured on, to warn when it is applied elsewhere."""
-
-    device: str
-    gpu_name: str | None = None
-    compute_capability: str | None = None
-    gpu_memory_total_mb: float | None = None
-    cpu_model: str | None = None
-    cpu_flags: tuple[str, ...] = ()
-    digest: str = ""
-
-    @classmethod
-    def from_profile(cls, profile: Any, device: str) -> HardwareFingerprint:
-        """The fingerprint of ``profile`` (a :class:`~tuner.hardware.HardwareProfile`) for the
-        device the trials ran on (``cpu`` or ``gpu:N ...``)."""
-        gpu = None
-        match = _GPU_DEVICE_RE.match(device.strip())
-        if match and profile.gpus:
-            # The worker reports "gpu:N (name)"; a bare "gpu" means the first one.
-            index = int(match.group(1) or 0)
-            gpu = next(
-                (g for g in profile.gpus if getattr(g, "index", None) == index), profile.gpus[0]
-            )
-        cc = gpu.compute_capability if gpu else None
-        values = {
-            "device": "gpu" if gpu else "cpu",
-            "gpu_name": gpu.name if gpu else None,
-            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
-            "gpu_memory_total_mb": gpu.memory_total_mb if gpu else None,
-            "cpu_model": profile.cpu.model,
-            "cpu_flags": tuple(profile.cpu.flags),
-        }
-        return cls(**values, digest=_digest(values))
-
-    def mismatches(self, other: HardwareFingerprint) -> list[str]:
-        """Differences that matter, worded for a warning."""
-        found = []
-        if self.device != other.device:
-            found.append(f"tuned on {self.device}, running on {other.device}")
-        if self.device == "gpu" and other.device == "gpu":
-            if self.gpu_name != other.gpu_name:
-                found.append(f"GPU {self.gpu_name} vs {other.gpu_name}")
-            if self.compute_capability != other.compute_capability:
-                found.append(
-                    f"compute capability {self.compute_capability} vs {other.compute_capability}"
-                )
-        if self.device == "cpu" and other.device == "cpu":
-            if self.cpu_model != other.cpu_model:
-                found.append(f"CPU {self.cpu_model} vs {other.cpu_model}")
-            lost = sorted(set(self.cpu_flags) - set(other.cpu_flags))
-            if lost:
-                found.append(f"this CPU lacks {', '.join(lost)}")
-        return found
-
-
-def _digest(values: dict[str, Any]) -> str:
-    ident = {
-        k: values[k] for k in ("device", "gpu_name", "compute_capability", "cpu_model", "cpu_flags")
-    }
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
+from tuner.hardware.fingerprint import HardwareFingerprint, device_of
 from tuner.policies import POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
@@ -85,7 +86,7 @@ def open_storage(url: str | None) -> optuna.storages.RDBStorage:
             )
     except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds; one problem here
         raise MptuneError(
-            f"cannot open session storage {_redact(url)}: {_reason(exc, url)}"
+            f"cannot open session storage {redact_url(url)}: {_reason(exc, url)}"
         ) from None
 
 
@@ -96,6 +97,8 @@ def _reason(exc: BaseException, url: str) -> str:
         root.__context__ is not None and not root.__suppress_context__
     ):
         root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    if isinstance(root, ModuleNotFoundError) and (root.name or "").startswith("psycopg"):
+        return "the PostgreSQL driver is not installed (pip install 'mptune[postgres]')"
     text = str(root).strip() or str(exc).strip() or type(exc).__name__
     line = text.splitlines()[0]
     line = re.sub(r"^\((?:[\w.]+)\)\s*", "", line)  # sqlalchemy's "(sqlite3.OperationalError) "
@@ -125,7 +128,7 @@ def storage_errors(url: str | None) -> Iterator[None]:
     try:
         yield
     except optuna.exceptions.StorageInternalError as exc:
-        where = _redact(url or default_storage_url())
+        where = redact_url(url or default_storage_url())
         raise MptuneError(f"session storage {where} failed: {_reason(exc, where)}") from None
 
 
@@ -135,7 +138,7 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without a password, for messages."""
     head, sep, tail = url.partition("://")
     if sep and "@" in tail:
@@ -418,6 +421,11 @@ class SessionView:
     trials: tuple[StoredTrial, ...]
     recommendation: Recommendation | None
 
+    @property
+    def hardware_kind(self) -> str | None:
+        """The kind of machine it was measured on (``HardwareFingerprint.kind``)."""
+        return _hardware_kind({"hardware": self.hardware, "settings": self.settings})
+
     def search_space(self) -> SearchSpace:
         """The search space the session was created with.
 
@@ -474,6 +482,10 @@ class SessionSummary:
     created: str | None
     trials: int
     recommendation: str | None
+    #: the kind of machine it was measured on (``HardwareFingerprint.kind``), None if unknown
+    hardware: str | None = None
+    #: the recommendation's speed-up against the best float32 setup
+    speedup: float | None = None
 
 
 def list_sessions(storage_url: str | None) -> list[SessionSummary]:
@@ -491,6 +503,7 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
                 label = Setup.from_dict(rec["setup"]).label
             except ValueError:
                 label = "unreadable"
+        speedup = rec.get("speedup_vs_float32") if isinstance(rec, dict) else None
         summaries.append(
             SessionSummary(
                 summary.study_name,
@@ -498,7 +511,18 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
                 attrs.get("created"),
                 summary.n_trials,
                 label,
+                _hardware_kind(attrs),
+                float(speedup) if isinstance(speedup, int | float) else None,
             )
         )
     summaries.sort(key=lambda s: s.created or "", reverse=True)
     return summaries
+
+
+def _hardware_kind(attrs: dict[str, Any]) -> str | None:
+    """The kind of machine a session was measured on, from its stored profile and device."""
+    hardware, settings = attrs.get("hardware"), attrs.get("settings")
+    if not isinstance(hardware, dict) or not hardware:
+        return None
+    device = settings.get("device", "auto") if isinstance(settings, dict) else "auto"
+    return HardwareFingerprint.from_profile_dict(hardware, device_of(hardware, str(device))).kind

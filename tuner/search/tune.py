@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from tuner.errors import MptuneError
+from tuner.hardware.fingerprint import HardwareFingerprint, device_of
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.recommend import Recommendation, recommend
@@ -118,6 +119,8 @@ def tune(
 
         profile = detect()
     settings = settings or SearchSettings()
+    if stored is not None:
+        _same_hardware(stored, profile, settings.device)
     space = space or SearchSpace(policies=hardware_prior(profile))
     if stored is None and space.user_batch is None and source.user_batch is not None:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
@@ -179,6 +182,25 @@ def stored_session(study: str | None, storage: str | None) -> SessionView | None
         return None
     with storage_errors(storage):
         return session.view()
+
+
+def _same_hardware(stored: SessionView, profile: Any, device: str) -> None:
+    """Refuse to continue a session measured on another kind of machine: its trials and the new
+    ones would not compare (one session per kind of machine, also in a shared store)."""
+    if not stored.hardware:
+        return  # a session from before sessions recorded it
+    here = profile.to_dict()
+    theirs = HardwareFingerprint.from_profile_dict(
+        stored.hardware, device_of(stored.hardware, device)
+    )
+    mine = HardwareFingerprint.from_profile_dict(here, device_of(here, device))
+    if theirs.digest != mine.digest:
+        differences = "; ".join(theirs.mismatches(mine)) or "another machine"
+        raise MptuneError(
+            f"session {stored.name!r} was measured on {theirs.kind}, and this machine is "
+            f"{mine.kind} ({differences}): measurements of different hardware never mix in one "
+            "session. Give another --study for this machine"
+        )
 
 
 def _continue(
