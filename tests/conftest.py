@@ -38,3 +38,16 @@ def no_leftovers() -> Iterator[None]:
 import sys  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tuner"))
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The URL of a throw-away PostgreSQL server for this test run (tests/tuner/postgres_server.py);
+    the tests that ask for it are skipped, with the reason, where none can be started."""
+    from postgres_server import start
+
+    server = start()
+    if isinstance(server, str):
+        pytest.skip(f"no PostgreSQL server for this test: {server}")
+    yield server.url
+    server.stop()
