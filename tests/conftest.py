@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -41,13 +42,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tuner"))
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """The URL of a throw-away PostgreSQL server for this test run (tests/tuner/postgres_server.py);
-    the tests that ask for it are skipped, with the reason, where none can be started."""
+def postgres_server() -> Iterator[Any]:
+    """A throw-away PostgreSQL server for this test run (tests/tuner/postgres_server.py); the
+    tests that ask for it are skipped, with the reason, where none can be started."""
     from postgres_server import start
 
     server = start()
     if isinstance(server, str):
         pytest.skip(f"no PostgreSQL server for this test: {server}")
-    yield server.url
+    yield server
     server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: Any) -> str:
+    """The URL of :func:`postgres_server`."""
+    return str(postgres_server.url)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -159,3 +161,57 @@ def test_without_the_driver_the_error_says_what_to_install(
     with pytest.raises(MptuneError, match=r"pip install 'mptune\[postgres\]'") as info:
         open_storage("postgresql://u:secret@127.0.0.1:1/db")
     assert "secret" not in str(info.value)
+
+
+class OutageMachine(Machine):
+    """A scripted machine whose ``at``-th trial takes the database server down as it ends, and
+    brings it back ``after`` seconds later (never, for None)."""
+
+    def __init__(self, server: Any, at: int, after: float | None) -> None:
+        super().__init__(speed=SPEEDS)
+        self.server, self.at, self.after = server, at, after
+        self.timer: threading.Timer | None = None
+
+    def __call__(self, spec, on_event=None, *, cancel=None, source=None):
+        result = super().__call__(spec, on_event, cancel=cancel, source=source)
+        if len(self.calls) == self.at:
+            self.server.down()
+            if self.after is not None:
+                self.timer = threading.Timer(self.after, self.server.up)
+                self.timer.start()
+        return result
+
+
+def test_a_server_back_within_the_retries_loses_nothing(postgres_server: Any) -> None:
+    url = postgres_server.url
+    machine = OutageMachine(postgres_server, at=3, after=2.0)
+    try:
+        result = scripted(machine, url, "pg-blip")
+    finally:
+        if machine.timer is not None:
+            machine.timer.join()
+    stored = TuningSession.load("pg-blip", url).trials()
+    assert result.ran == len(machine.calls) == len(stored)
+    assert all(t.state == "COMPLETE" for t in stored)
+
+
+def test_a_server_gone_for_good_stops_the_search_with_finished_trials_kept(
+    postgres_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.search import session as session_module
+
+    monkeypatch.setattr(session_module, "STORAGE_RETRY_S", (0.2, 0.2))
+    url = postgres_server.url
+    machine = OutageMachine(postgres_server, at=3, after=None)
+    try:
+        with pytest.raises(MptuneError, match=r"session storage .*127\.0\.0\.1") as info:
+            scripted(machine, url, "pg-gone")
+    finally:
+        postgres_server.up()
+    assert "pw-for-tests-only" not in str(info.value)
+    assert "Connection refused" in str(info.value)  # the database's own words, one line
+    assert len(str(info.value).splitlines()) == 1
+    stored = TuningSession.load("pg-gone", url).trials()
+    # The two trials finished before the outage are kept; the third's result never reached the
+    # store (its trial is failed by the next search of the session, as after a crash).
+    assert [t.state for t in stored] == ["COMPLETE", "COMPLETE"]

@@ -10,17 +10,19 @@ and, at the end, the recommendation.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import socket
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import psutil
@@ -92,14 +94,17 @@ def open_storage(url: str | None) -> optuna.storages.RDBStorage:
 
 def _reason(exc: BaseException, url: str) -> str:
     """One line for a storage failure: the database's own words, never the password."""
-    root: BaseException = exc
-    while root.__cause__ is not None or (
-        root.__context__ is not None and not root.__suppress_context__
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None or (
+        chain[-1].__context__ is not None and not chain[-1].__suppress_context__
     ):
-        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)  # type: ignore[arg-type]
+    root = chain[-1]
     if isinstance(root, ModuleNotFoundError) and (root.name or "").startswith("psycopg"):
         return "the PostgreSQL driver is not installed (pip install 'mptune[postgres]')"
-    text = str(root).strip() or str(exc).strip() or type(exc).__name__
+    # The deepest cause that says something (a pool's clean-up may end the chain with "()").
+    said = [e for e in chain if str(e).strip(" ()")]
+    text = str(said[-1]).strip() if said else type(exc).__name__
     line = text.splitlines()[0]
     line = re.sub(r"^\((?:[\w.]+)\)\s*", "", line)  # sqlalchemy's "(sqlite3.OperationalError) "
     password = _password(url)
@@ -183,8 +188,53 @@ class StoredTrial:
     note: str | None = None
 
 
+#: How long to wait before each new try of a write to a database server whose connection
+#: dropped (a restart, a network blip): about half a minute in all, then the search stops.
+STORAGE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a lost or refused connection to a server."""
+    import sqlalchemy.exc
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+            return True
+        if getattr(seen, "connection_invalidated", False):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+T = TypeVar("T")
+
+
+def _retrying(url: str, what: str, call: Callable[[], T]) -> T:
+    """``call()``, tried again while a database server's connection is down (not SQLite's
+    file: its errors are not passing), waiting :data:`STORAGE_RETRY_S` between tries."""
+    delays = () if url.startswith("sqlite") else STORAGE_RETRY_S
+    for delay in delays:
+        try:
+            return call()
+        except optuna.exceptions.StorageInternalError as exc:
+            if not _connection_lost(exc):
+                raise
+            logger.warning(
+                "session storage %s: %s; trying again in %g s", redact_url(url), what, delay
+            )
+            time.sleep(delay)
+    return call()
+
+
 class TuningSession:
-    """A stored tuning session (an Optuna study) and the trials in it."""
+    """A stored tuning session (an Optuna study) and the trials in it.
+
+    Its writes (a trial opened, its result, a closed trial, a session attribute) are tried
+    again for about half a minute when a database server's connection drops
+    (:data:`STORAGE_RETRY_S`); past that the error reaches the search, which stops with every
+    finished trial kept.
+    """
 
     def __init__(
         self,
@@ -265,8 +315,11 @@ class TuningSession:
     def attrs(self) -> dict[str, Any]:
         return dict(self.study.user_attrs)
 
+    def _retry(self, what: str, call: Callable[[], T]) -> T:
+        return _retrying(str(self.storage.url), what, call)
+
     def set_attr(self, key: str, value: Any) -> None:
-        self.study.set_user_attr(key, value)
+        self._retry("writing the session", lambda: self.study.set_user_attr(key, value))
 
     def recommendation(self) -> Recommendation | None:
         """The stored recommendation; None before the search has finished (or when what is
@@ -346,32 +399,41 @@ class TuningSession:
             "policy": spec.setup.policy.name,
             "batch_size": spec.setup.batch_size,
         }
-        with warnings.catch_warnings():
-            # Optuna warns that its heartbeat is meant for optimize(); Heartbeat renews it here.
-            warnings.simplefilter("ignore")
-            trial = self.study.ask(DISTRIBUTIONS)
-        self.storage.record_heartbeat(trial._trial_id)
-        trial.set_user_attr("spec", spec.to_dict())
-        trial.set_user_attr("loss_scale", str(spec.loss_scale))
-        trial.set_user_attr("stage", stage)
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("pid", os.getpid())
+
+        def ask() -> optuna.Trial:
+            with warnings.catch_warnings():
+                # Optuna warns that its heartbeat is meant for optimize(); Heartbeat renews it.
+                warnings.simplefilter("ignore")
+                return self.study.ask(DISTRIBUTIONS)
+
+        trial = self._retry("opening a trial", ask)
+        self._retry("opening a trial", lambda: self.storage.record_heartbeat(trial._trial_id))
+        attrs = {
+            "spec": spec.to_dict(),
+            "loss_scale": str(spec.loss_scale),
+            "stage": stage,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        for key, value in attrs.items():
+            self._retry("opening a trial", functools.partial(trial.set_user_attr, key, value))
         return trial
 
     def finish_trial(self, trial: optuna.Trial, result: TrialResult) -> int:
         """Store the result and close the trial (Optuna's tell); returns its number."""
-        trial.set_user_attr("result", result.to_dict())
-        trial.set_user_attr("status", result.status.value)
+        what = "storing a trial's result"
+        self._retry(what, lambda: trial.set_user_attr("result", result.to_dict()))
+        self._retry(what, lambda: trial.set_user_attr("status", result.status.value))
         if result.status is TrialStatus.OK and result.samples_per_second is not None:
-            self.study.tell(trial, result.samples_per_second)
+            self._retry(what, lambda: self.study.tell(trial, result.samples_per_second))
         else:
-            self.study.tell(trial, state=TrialState.FAIL)
+            self._retry(what, lambda: self.study.tell(trial, state=TrialState.FAIL))
         return trial.number
 
     def abandon_trial(self, trial: optuna.Trial, note: str) -> None:
         """Close a trial that will never have a result (Ctrl-C, a stop from the GUI)."""
-        trial.set_user_attr("note", note)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self._retry("closing a trial", lambda: trial.set_user_attr("note", note))
+        self._retry("closing a trial", lambda: self.study.tell(trial, state=TrialState.FAIL))
 
     def trials(self) -> list[StoredTrial]:
         """Every closed trial, oldest first."""
