@@ -66,8 +66,7 @@ class QtHistoryDialog(QDialog):
                     s.created or "",
                     s.hardware or "",
                     str(s.trials),
-                    (s.recommendation or "none yet")
-                    + (f" ({s.speedup:.2f}x float32)" if s.speedup is not None else ""),
+                    s.outcome,
                 )
             ):
                 item = QTableWidgetItem(value)

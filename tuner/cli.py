@@ -587,8 +587,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
             s.created or "",
             s.hardware or "",
             str(s.trials),
-            (s.recommendation or "none yet")
-            + (f" ({s.speedup:.2f}x float32)" if s.speedup is not None else ""),
+            s.outcome,
         )
     output_console().print(table)
     return EXIT_OK

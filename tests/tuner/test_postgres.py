@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from test_faults import cli
 from test_search_strategy import FakeProfile, Machine
 
 from tuner.errors import MptuneError
@@ -23,16 +23,6 @@ from tuner.search.tune import tune
 ROOT = Path(__file__).resolve().parents[2]
 SPEEDS = {"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}
 TINY_MLP = "builtin:mlp:features=8,width=16,depth=1"
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tuner", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def scripted(machine: Machine, url: str, study: str, **kwargs):

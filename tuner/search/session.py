@@ -549,6 +549,14 @@ class SessionSummary:
     #: the recommendation's speed-up against the best float32 setup
     speedup: float | None = None
 
+    @property
+    def outcome(self) -> str:
+        """The recommendation and its speed-up in a few words, for a list of sessions."""
+        if self.recommendation is None:
+            return "none yet"
+        speedup = f" ({self.speedup:.2f}x float32)" if self.speedup is not None else ""
+        return self.recommendation + speedup
+
 
 def list_sessions(storage_url: str | None) -> list[SessionSummary]:
     """Every session in the storage, newest first."""
