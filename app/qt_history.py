@@ -32,10 +32,8 @@ class QtHistoryDialog(QDialog):
         self.resize(960, 420)
         self.chosen: str | None = None
         layout = QVBoxLayout(self)
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(
-            ["session", "model", "created", "hardware", "trials", "recommendation"]
-        )
+        self.table = QTableWidget(0, len(api.SessionSummary.COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(api.SessionSummary.COLUMNS))
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -59,16 +57,7 @@ class QtHistoryDialog(QDialog):
         for s in sessions:
             row = self.table.rowCount()
             self.table.insertRow(row)
-            for column, value in enumerate(
-                (
-                    s.name,
-                    s.model or "",
-                    s.created or "",
-                    s.hardware or "",
-                    str(s.trials),
-                    s.outcome,
-                )
-            ):
+            for column, value in enumerate(s.cells()):
                 item = QTableWidgetItem(value)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 self.table.setItem(row, column, item)

@@ -578,17 +578,10 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         print("no stored sessions (run mptune tune)")
         return EXIT_OK
     table = Table()
-    for column in ("session", "model", "created", "hardware", "trials", "recommendation"):
+    for column in api.SessionSummary.COLUMNS:
         table.add_column(column)
     for s in sessions:
-        table.add_row(
-            s.name,
-            s.model or "",
-            s.created or "",
-            s.hardware or "",
-            str(s.trials),
-            s.outcome,
-        )
+        table.add_row(*s.cells())
     output_console().print(table)
     return EXIT_OK
 

@@ -549,6 +549,20 @@ class SessionSummary:
     #: the recommendation's speed-up against the best float32 setup
     speedup: float | None = None
 
+    #: the headings of :meth:`cells`, for a table of sessions
+    COLUMNS = ("session", "model", "created", "hardware", "trials", "recommendation")
+
+    def cells(self) -> tuple[str, ...]:
+        """The session as a row of text under :attr:`COLUMNS`."""
+        return (
+            self.name,
+            self.model or "",
+            self.created or "",
+            self.hardware or "",
+            str(self.trials),
+            self.outcome,
+        )
+
     @property
     def outcome(self) -> str:
         """The recommendation and its speed-up in a few words, for a list of sessions."""
