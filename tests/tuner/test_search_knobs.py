@@ -3,6 +3,8 @@ batch sizes between the powers of two, the global batch and the user's batch siz
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from test_search_strategy import FakeGpu, FakeProfile, Machine, run
 
 from tuner.search.recommend import Recommendation, evidence_rows
 from tuner.search.session import TuningSession
-from tuner.search.space import DeviceTraits, SearchSpace
+from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import SPE_LADDER, SPE_STEP_MS
 from tuner.search.tune import tune
 from tuner.setup import Setup
@@ -443,6 +445,72 @@ def test_a_resumed_knob_search_recalls_every_trial(tmp_path: Path) -> None:
     again = run(third, tmp_path, study="knobs", resume=True, profile=gpu())
     assert third.calls == []
     assert again.recommendation == rec
+
+
+# -- the runoff -------------------------------------------------------------------------------
+
+
+def _first_run_low(machine: Machine, setup: Setup, factor: float) -> Any:
+    """``machine`` with the first trial of ``setup`` measured ``factor`` times its truth (a slow
+    moment of the machine)."""
+
+    def runner(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        first = not any(s.setup == spec.setup for s in machine.calls)
+        result = machine(spec, *args, **kwargs)
+        if first and spec.setup == setup:
+            low = result.samples_per_second * factor
+            return dataclasses.replace(result, samples_per_second=low)
+        return result
+
+    return runner
+
+
+def test_a_runoff_finds_the_faster_of_two_setups_one_trial_each_could_not_tell(
+    tmp_path: Path,
+) -> None:
+    """16 steps per execution is 3% faster than 4 in truth, but its first trial fell 2%: one
+    trial each puts them inside the 3% noise floor, where the simpler setup would stay. The
+    runoff measures both three times, in turns, and their medians separate them."""
+    machine = fast(spe_factor={4: 1.30, 16: 1.34})
+    spe16 = Setup("float32", 256, steps_per_execution=16)
+    rec = run(_first_run_low(machine, spe16, 0.98), tmp_path).recommendation
+    assert rec.setup == spe16
+    assert len(rec.trials) == 3 and rec.samples_per_second == pytest.approx(
+        machine.speed["float32"] * 1.3**2 * 1.34
+    )
+    trials = TuningSession.load("t", _url(tmp_path)).trials()
+    runoff = [t.result.spec.setup for t in trials if t.stage == "runoff"]
+    # They take turns, so that a slow minute falls on all of them, until each stands on three.
+    assert spe16 in runoff and len(set(runoff)) >= 2
+    assert all(a != b for a, b in itertools.pairwise(runoff))
+    for setup in set(runoff):
+        assert sum(t.result.spec.setup == setup and t.result.ok for t in trials) == 3
+    assert any("beat" in n and "in a runoff" in n for n in rec.notes)
+    assert "in a runoff" in rows(rec)["Steps per execution"]
+    assert round_trips(rec)
+
+
+def test_a_runoff_keeps_the_simpler_setup_within_its_margin(tmp_path: Path) -> None:
+    """16 steps per execution measures 0.8% faster than 4 every time: inside the runoff's 1%
+    margin, so the simpler 4 stays, standing on its three runs; nothing is measured again
+    after the runoff."""
+    machine = fast(spe_factor={4: 1.30, 16: 1.31})
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup == Setup("float32", 256, steps_per_execution=4)
+    trials = TuningSession.load("t", _url(tmp_path)).trials()
+    assert {t.result.spec.setup.steps_per_execution for t in trials if t.stage == "runoff"} >= {
+        4,
+        16,
+    }
+    assert len(rec.trials) == 3
+    assert not [t for t in trials if t.stage == "remeasure" and t.number > max(rec.trials)]
+
+
+def test_no_runoff_for_the_memory_objective(tmp_path: Path) -> None:
+    machine = fast(spe_factor={4: 1.30, 16: 1.31})
+    run(machine, tmp_path, settings=SearchSettings(objective="memory"))
+    trials = TuningSession.load("t", _url(tmp_path)).trials()
+    assert not [t for t in trials if t.stage == "runoff"]
 
 
 def _url(tmp_path: Path) -> str:

@@ -400,16 +400,18 @@ def test_an_oom_is_not_retried(tmp_path: Path) -> None:
 
 
 def test_a_resumed_search_recalls_the_retry_and_the_remeasurement(tmp_path: Path) -> None:
-    # No growth past 128: float32 b128 (crashed, then ok) is the pick and is measured again.
+    # No growth past 128: float32 b128 (crashed, then ok) ties with b192 and b256, and the
+    # runoff measures the three in turns from their first ok run on.
     script: dict[tuple[str, int], list[float | TrialStatus]] = {
-        ("float32", 128): [TrialStatus.CRASHED, 1300.0, 1280.0]
+        ("float32", 128): [TrialStatus.CRASHED, 1300.0, 1280.0, 1290.0]
     }
     machine = float32_only(script=script, knee=128)
     first = run(machine, tmp_path, study="again")
     rec = first.recommendation
     assert rec.setup == Setup("float32", 128)
-    assert machine.runs_of("float32", 128) == 3  # the crash, its retry, the re-measurement
-    assert len(rec.trials) == 2 and rec.samples_per_second_spread == (1280.0, 1300.0)
+    assert machine.runs_of("float32", 128) == 4  # the crash, its retry, two runoff runs
+    assert len(rec.trials) == 3 and rec.samples_per_second_spread == (1280.0, 1300.0)
+    assert rec.samples_per_second == 1290.0  # the median of the three ok runs
     second = float32_only(script=script, knee=128)
     again = run(second, tmp_path, study="again", resume=True)
     assert second.calls == []

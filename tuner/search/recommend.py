@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import TF32, Candidate, KnobTrial, SearchOutcome, first_ok
+from tuner.search.strategy import TF32, Candidate, KnobTrial, SearchOutcome, and_join, first_ok
 from tuner.setup import SETUP_FIELDS, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 
@@ -345,7 +345,7 @@ def _knob_evidence(
     stages."""
     mine = [k for k in outcome.knobs if k.precision == setup.precision]
     items = []
-    moves = [k for k in mine if k.knob == "neighbourhood" and k.tried is not None]
+    moves = [k for k in mine if k.knob in ("neighbourhood", "runoff") and k.tried is not None]
     xla = [k for k in mine if k.knob == "xla" and k.tried is not None]
     setting = "on" if setup.xla else "off"
     moved = _moved(moves, lambda s: s.xla, setup.xla)
@@ -435,8 +435,13 @@ def moved_evidence(
     """A knob the pick's neighbourhood set: the move, and what its own stage had found."""
     assert move.tried is not None
     numbers = ", ".join(f"#{n}" for n in move.trials)
+    how = (
+        "in a runoff of setups within the noise of each other, measured in turns"
+        if move.knob == "runoff"
+        else "around the pick, with the other knobs"
+    )
     detail = (
-        f"{setting}: found around the pick, with the other knobs: {move.tried.label} ran "
+        f"{setting}: found {how}: {move.tried.label} ran "
         f"{move.gain or 0:.2f}x {move.base.label} ({move.speed or 0:,.0f} vs "
         f"{move.base_speed:,.0f} samples/s, trials {numbers})"
     )
@@ -586,7 +591,7 @@ def _subject(setup: Setup) -> str:
     """``float32+tf32 at batch size 128``, with the knobs: ``... with XLA and 4 steps per
     execution``."""
     knobs = list(setup.knob_words())
-    with_knobs = f" with {_and(knobs)}" if knobs else ""
+    with_knobs = f" with {and_join(knobs)}" if knobs else ""
     return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}"
 
 
@@ -595,10 +600,6 @@ def _figures(spread: tuple[float, float] | None, speed: float | None) -> str:
         return _fmt(speed, ",.0f")
     low, high = spread
     return f"{low:,.0f}" if round(low) == round(high) else f"{low:,.0f}-{high:,.0f}"
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _tie_text(
@@ -610,7 +611,8 @@ def _tie_text(
     """``a and b tie within the measurement noise (spreads ... samples/s)``."""
     names = [_short(setup)] + [_short(t.setup) for t in ties]
     figures = [_figures(spread, speed)] + [_figures(t.spread, t.samples_per_second) for t in ties]
-    return f"{_and(names)} tie within the measurement noise (spreads {_and(figures)} samples/s)"
+    spreads = and_join(figures)
+    return f"{and_join(names)} tie within the measurement noise (spreads {spreads} samples/s)"
 
 
 def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str:
@@ -658,7 +660,7 @@ def _reason(
         tail = "" if precision == FLOAT32 else f"; loss gap to float32 {gap}"
         return f"{tie}{because}{tail}."
     tie_sentence = (
-        f" It ties with {_and([_short(c.setup) for c in ties])} within the measurement noise "
+        f" It ties with {and_join([_short(c.setup) for c in ties])} within the measurement noise "
         "and is the simpler setup."
         if ties
         else ""

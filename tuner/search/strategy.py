@@ -16,7 +16,9 @@ The order of work (DESIGN.md, "Search, in outline"):
 5. the knobs, on each precision's pick: XLA (adopted only when faster beyond the noise), then
    steps per execution where the step is short enough for host overhead to show; then the
    leading picks' neighbourhoods (every knob combination at the pick's batch size, its knobs
-   at the next batch size each way), since the knobs and the batch size interact;
+   at the next batch size each way), since the knobs and the batch size interact; then a
+   runoff among the leading pick and its setups that measured within the noise floor of it,
+   each measured three times, interleaved, decided on the medians;
 6. the numerical guard: each precision's best setup against IEEE float32 at the same batch size
    (and accumulation), seed and data (a float32 trial is run if there is none); float32's own
    best setup is picked after these, so that it knows every float32 trial;
@@ -95,7 +97,17 @@ SPE_LADDER = (4, 16)
 NEIGHBOURHOOD_MOVES = 2
 #: Stages whose trials come after the knob stages: left out of the picks the knob stages start
 #: from, so that a resumed search (which knows them from the start) takes the same path.
-LATE_STAGES = frozenset({"neighbourhood", "guard", "remeasure"})
+LATE_STAGES = frozenset({"neighbourhood", "runoff", "guard", "remeasure"})
+#: The runoff (:meth:`Search._runoff`): a leading pick and at most this many setups in all that
+#: measured within the noise floor of it...
+RUNOFF_SIZE = 3
+#: ...each measured until it stands on this many runs, the setups taking turns...
+RUNOFF_RUNS = 3
+#: ...and the fastest median wins unless a simpler setup's median is within this of it. One
+#: trial each cannot tell two setups 3% apart on a machine whose figures swing by more than
+#: that between runs; the median of three interleaved runs can, and the choice between them
+#: then costs at most four trials more (bench/bench_search.py, docs/search.md).
+RUNOFF_MARGIN = 0.01
 
 
 class BudgetExhausted(Exception):
@@ -403,6 +415,8 @@ class Search:
         self.adopted: dict[str, tuple[Setup, Measured]] = {}
         self.knobs: list[KnobTrial] = []
         self.knobs_skipped: dict[str, str] = {}
+        #: the setups measured in a runoff (:meth:`_runoff`)
+        self.ran_off: set[Setup] = set()
         #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
         self.failed_above: dict[str, int] = {}
 
@@ -644,7 +658,11 @@ class Search:
                 chosen = choose([chosen, knobbed], self.settings)
         if chosen is None:
             return None
-        return Candidate(chosen.result.spec.setup, [chosen])
+        setup = chosen.result.spec.setup
+        if setup in self.ran_off:  # it stands on its runoff's runs
+            ok = [r for r in self.ev.known[setup] if r.result.ok]
+            return Candidate(setup, ok[:RUNOFF_RUNS])
+        return Candidate(setup, [chosen])
 
     def _abandon_laggards(self, at_start: dict[str, Measured]) -> None:
         usable = {p: m for p, m in at_start.items() if m.result.ok}
@@ -853,6 +871,7 @@ class Search:
         for precision, (base, current) in picks.items():
             if speeds[precision] >= (1 - REMEASURE_WITHIN) * fastest:
                 current = self._neighbourhood(precision, current)
+                current = self._runoff(precision, current)
             if current is not base:
                 self.adopted[precision] = (base.result.spec.setup, current)
 
@@ -957,6 +976,76 @@ class Search:
             )
             center, speed, behind = best, best_speed, best_behind
         return center
+
+    def _runoff(self, precision: str, center: Measured) -> Measured:
+        """Decide between ``center`` and the setups of ``precision`` that measured within the
+        noise floor of it (either side; the nearest first, :data:`RUNOFF_SIZE` in all) on the
+        medians of :data:`RUNOFF_RUNS` runs each, taken in turns so that a slow minute of the
+        machine falls on all of them. The fastest median wins, unless a simpler setup's is
+        within :data:`RUNOFF_MARGIN` of it. Only for the speed objective: memory per sample
+        does not swing between runs."""
+        if self.settings.objective != "speed":
+            return center
+        speed, _ = self._standing(center)
+        floor = self.settings.noise_floor
+        here = center.result.spec.setup
+        near = [
+            m
+            for m in self.usable(precision)
+            if m.result.spec.setup != here
+            and m.stage != "guard"  # after the runoff in a search that was not stopped
+            and self._fits(m)
+            and abs(self._standing(m)[0] - speed) <= floor * speed
+        ]
+        near.sort(key=lambda m: abs(self._standing(m)[0] - speed))
+        finalists = [center, *near[: RUNOFF_SIZE - 1]]
+        if len(finalists) < 2:
+            return center
+        labels = and_join([m.result.spec.setup.label for m in finalists])
+        self._stage(
+            "runoff",
+            f"{precision}: {labels} measured within {floor:.0%} of each other; each runs "
+            f"{RUNOFF_RUNS} times, in turns",
+        )
+        self.ran_off.update(m.result.spec.setup for m in finalists)
+        # Counted from each setup's run in hand (a crashed run and its retry come before it),
+        # so that a resumed search recalls the same trials.
+        start = {m.number: [r.number for r in self.ev.known[m.result.spec.setup]].index(m.number)
+                 for m in finalists}  # fmt: skip
+        for repeat in range(1, RUNOFF_RUNS):
+            for m in finalists:
+                self._measure(m.result.spec.setup, "runoff", repeat=start[m.number] + repeat)
+        standing = {m.number: self._standing(m) for m in finalists}
+        fastest = max(standing[m.number][0] for m in finalists)
+        winner = min(
+            (m for m in finalists if standing[m.number][0] >= (1 - RUNOFF_MARGIN) * fastest),
+            key=lambda m: m.result.spec.setup.simplicity(),
+        )
+        if winner is center:
+            return center
+        (base_speed, behind), (best_speed, best_behind) = (
+            standing[center.number],
+            standing[winner.number],
+        )
+        self._note(
+            f"{precision}: {winner.result.spec.setup.label} beat {here.label} in a runoff, "
+            f"{best_speed / base_speed - 1:.1%} on the medians of their runs (trials "
+            f"{', '.join(f'#{n}' for n in (*behind, *best_behind))})"
+        )
+        self.knobs.append(
+            KnobTrial(
+                precision,
+                "runoff",
+                here,
+                winner.result.spec.setup,
+                base_speed,
+                best_speed,
+                (*behind, *best_behind),
+                True,
+                "ok",
+            )
+        )
+        return winner
 
     def _standing(self, m: Measured) -> tuple[float, tuple[int, ...]]:
         """What ``m``'s setup stands on: the median of its runs that ended ok when it ran more
@@ -1209,6 +1298,9 @@ class Search:
             leader,
             *[c for c in viable[1:] if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1],
         ]
+        contenders = [c for c in contenders if len(c.runs) < RUNOFF_RUNS]  # a runoff measured it
+        if not contenders:
+            return
         self._stage("remeasure", "measuring the leading setups again")
         for cand in contenders:
             # The next measurement after those the candidate stands on (a crashed run and its
@@ -1306,6 +1398,11 @@ def _plain(setup: Setup) -> bool:
 
 def _multiple_of_8(value: int) -> int:
     return max(8, round(value / 8) * 8)
+
+
+def and_join(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _pct(value: float | None) -> str:
