@@ -14,6 +14,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
+    QFrame,
+    QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -78,7 +80,11 @@ class QtMainWindow(QMainWindow):
         self.bridge.finished.connect(self._on_search_finished)
         self._search_started = 0.0
         self._trial_started = 0.0
-        self._trial_text = ""  # the running trial, as the status line names it
+        self._trial_text = ""  # the followed trial, as the status line names it
+        #: the running trials (several with --parallel): number -> (name, what it does now)
+        self._running: dict[int, tuple[str, str]] = {}
+        #: the running trial the live plots and the status line follow (the oldest)
+        self._followed: int | None = None
         self._trial_seconds: list[float] = []
         self._best_speed = 0.0
         self._memory_budget: float | None = None
@@ -148,9 +154,20 @@ class QtMainWindow(QMainWindow):
         tab_bar = self.tabs.tabBar().sizeHint().height()
         self.tabs.setMinimumHeight(rows + header + tab_bar + 2 * self.table.frameWidth() + 8)
         self.plots.setMinimumSize(480, 280)
+        # Trials running at once (--parallel), side by side; hidden while one runs at a time.
+        self.running_strip = QWidget()
+        self.running_strip.setObjectName("running-trials")
+        self._running_row = QHBoxLayout(self.running_strip)
+        self._running_row.setContentsMargins(0, 0, 0, 0)
+        self.running_strip.setVisible(False)
+        below = QWidget()
+        below_column = QVBoxLayout(below)
+        below_column.setContentsMargins(0, 0, 0, 0)
+        below_column.addWidget(self.running_strip)
+        below_column.addWidget(self.tabs)
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(self.plots)
-        right.addWidget(self.tabs)
+        right.addWidget(below)
         right.setChildrenCollapsible(False)
         right.setStretchFactor(0, 3)
         right.setStretchFactor(1, 2)
@@ -285,6 +302,9 @@ class QtMainWindow(QMainWindow):
         self.recommendation.set_recommendation(None, "Searching...")
         self._search_started = time.monotonic()
         self._trial_seconds = []
+        self._running.clear()
+        self._followed = None
+        self._show_running()
         self.finished_status = None
         self.progress.setRange(0, 0)
         self.bridge.start(profile=self.profile, **arguments)
@@ -301,6 +321,9 @@ class QtMainWindow(QMainWindow):
         for event in events:
             if isinstance(event, api.WorkerReported):
                 message = event.message
+                if event.number != self._followed:
+                    self._note_running(event.number, message)
+                    continue  # the plots follow one trial
                 if message["type"] == "step":
                     steps.append(message)
                 elif message["type"] == "memory" and not (self.profile and self.profile.gpus):
@@ -308,6 +331,7 @@ class QtMainWindow(QMainWindow):
                     self.plots.add_memory([t], [message["rss_mb"]])
                 elif message["type"] == "phase":
                     self._show_phase(str(message.get("phase")))
+                    self._note_running(event.number, message)
                 elif message["type"] == "hazard":
                     self._on_hazard(message)
                 continue
@@ -329,21 +353,66 @@ class QtMainWindow(QMainWindow):
         elif isinstance(event, api.StageStarted):
             self.status.setText(event.message)
         elif isinstance(event, api.TrialStarted):
-            self._trial_started = time.monotonic()
             setup = event.spec.setup
-            self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
-            self._trial_text = (
-                f"Trial #{event.number}: {setup.precision}, batch "
-                f"{setup.batch_size}, loss scale {setup.loss_scale}"
-                + "".join(f", {knob}" for knob in setup.knobs)
-            )
-            self.status.setText(self._trial_text)
+            device = event.spec.device
+            where = f" on {device}" if device.startswith("gpu:") else ""
+            self._running[event.number] = (f"#{event.number}{where}: {setup.label}", "starting")
+            if self._followed is None:
+                self._follow(event)
+            self._show_running()
         elif isinstance(event, api.TrialFinished):
-            self._trial_seconds.append(time.monotonic() - self._trial_started)
+            self._running.pop(event.number, None)
+            if event.number == self._followed:
+                self._trial_seconds.append(time.monotonic() - self._trial_started)
+                self._followed = None
+            self._show_running()
             self.add_trial(event.number, event.stage, event.result)
             self.progress.setValue(min(self.progress.value() + 1, self.progress.maximum()))
         elif isinstance(event, api.Recommended):
             self.show_recommendation(event.recommendation)
+
+    def _follow(self, event: api.TrialStarted) -> None:
+        """Let the live plots and the status line follow this trial."""
+        self._followed = event.number
+        self._trial_started = time.monotonic()
+        setup = event.spec.setup
+        self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
+        self._trial_text = (
+            f"Trial #{event.number}: {setup.precision}, batch "
+            f"{setup.batch_size}, loss scale {setup.loss_scale}"
+            + "".join(f", {knob}" for knob in setup.knobs)
+        )
+        self.status.setText(self._trial_text)
+
+    def _note_running(self, number: int, message: api.WorkerMessage) -> None:
+        """What a running trial does now, for the strip of trials running at once."""
+        if number not in self._running or message["type"] not in ("phase", "step"):
+            return
+        name, _ = self._running[number]
+        if message["type"] == "phase":
+            doing = api.PHASES.get(str(message.get("phase")), str(message.get("phase")))
+        else:
+            doing = f"{message.get('phase')} step {message.get('step')}"
+        self._running[number] = (name, doing)
+        self._show_running()
+
+    def _show_running(self) -> None:
+        """The trials running at once, side by side (hidden while one runs at a time)."""
+        while self._running_row.count():
+            item = self._running_row.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
+        several = len(self._running) > 1
+        self.running_strip.setVisible(several)
+        if not several:
+            return
+        for number, (name, doing) in sorted(self._running.items()):
+            card = QLabel(f"<b>{name}</b><br>{doing}")
+            card.setObjectName(f"running-{number}")
+            card.setFrameShape(QFrame.Shape.StyledPanel)
+            card.setToolTip("followed by the plots" if number == self._followed else "")
+            self._running_row.addWidget(card, 1)
 
     def _show_phase(self, phase: str) -> None:
         if self._trial_text:
@@ -400,6 +469,9 @@ class QtMainWindow(QMainWindow):
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status
+        self._running.clear()
+        self._followed = None
+        self._show_running()
         if status == "stopped" and self.session_name:
             self._resumable = (self.session_name, self.setup.model_spec() or "")
         done = self.table.trials.rowCount()

@@ -29,6 +29,8 @@ DEFAULT_MODEL = "builtin:cnn"
 #: The global batch offered when "keep" is first ticked, and the largest the panel takes: the
 #: same bound as the batch-size range (the search tries the per-step sizes that divide it).
 DEFAULT_GLOBAL_BATCH = 256
+#: --parallel's choices in the window
+PARALLEL_CHOICES = ("1", "auto", "2", "4", "8")
 MAX_GLOBAL_BATCH = 1 << 16
 
 
@@ -155,6 +157,11 @@ class QtSetupPanel(QWidget):
         self.max_trials.setSpecialValueText("no limit")
         form.addRow("Time budget", self.budget_minutes)
         form.addRow("Max trials", self.max_trials)
+
+        self.parallel = QComboBox()
+        self.parallel.addItems(PARALLEL_CHOICES)
+        self.parallel.setToolTip(TOOLTIPS["parallel"])
+        form.addRow("Trials at once", self.parallel)
 
         self.storage = QLineEdit()
         self.storage.setPlaceholderText("default: SQLite in the user data directory")
@@ -289,7 +296,13 @@ class QtSetupPanel(QWidget):
             "space": space,
             "settings": settings,
             "storage": self.storage.text().strip() or None,
+            "parallel": self.parallel_choice(),
         }
+
+    def parallel_choice(self) -> int | str:
+        """``auto`` or a whole number, as ``--parallel`` takes it."""
+        text = self.parallel.currentText()
+        return text if text == "auto" else int(text)
 
     # -- QSettings ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -307,6 +320,7 @@ class QtSetupPanel(QWidget):
         s.setValue("budget_minutes", self.budget_minutes.value())
         s.setValue("max_trials", self.max_trials.value())
         s.setValue("storage", self.storage.text())
+        s.setValue("parallel", self.parallel.currentText())
 
     def _load(self) -> None:
         s = self.settings
@@ -331,6 +345,8 @@ class QtSetupPanel(QWidget):
         self.budget_minutes.setValue(int(str(s.value("budget_minutes", 0))))
         self.max_trials.setValue(int(str(s.value("max_trials", 0))))
         self.storage.setText(str(s.value("storage", "") or ""))
+        parallel = str(s.value("parallel", "1"))
+        self.parallel.setCurrentText(parallel if parallel in PARALLEL_CHOICES else "1")
 
 
 def _whole(value: object) -> int:

@@ -43,6 +43,11 @@ TOOLTIPS = {
         "time and trained nothing."
     ),
     "measure_seconds": "How long each trial measures its steps, after the warm-up.",
+    "parallel": (
+        "How many independent trials run at once, each on a GPU of its own (auto: every GPU "
+        "of the searched GPU's model; one on a CPU, where trials side by side would slow each "
+        "other's figures)."
+    ),
     "xla": (
         "XLA compiles the training step into fused kernels (Keras' jit_compile), which can "
         "speed it up or fail for some layers. auto: try XLA on a GPU, where Keras turns it "

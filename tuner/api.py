@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from tuner.export import FORMATS, ConfigError, TunedConfig
     from tuner.hardware import HardwareProfile
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
+    from tuner.search.fleet import WorkDone
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.session import SessionSummary, SessionView, StoredTrial
     from tuner.search.tune import TuneResult
@@ -111,6 +112,7 @@ __all__ = [
     "TrialStatus",
     "TuneResult",
     "TunedConfig",
+    "WorkDone",
     "WorkerMessage",
     "WorkerReported",
     "check_model",
@@ -136,6 +138,7 @@ __all__ = [
     "session_config",
     "tune",
     "tuned_config",
+    "work",
 ]
 
 #: Names served on first use (PEP 562) from the module that defines them, so that importing
@@ -156,6 +159,7 @@ _LAZY = {
     "SessionView": "tuner.search.session",
     "StoredTrial": "tuner.search.session",
     "TuneResult": "tuner.search.tune",
+    "WorkDone": "tuner.search.fleet",
 }
 
 
@@ -251,6 +255,15 @@ def tune(model: str | None = None, **kwargs: Any) -> TuneResult:
     from tuner.search.tune import tune as _tune
 
     return _tune(model, **kwargs)
+
+
+def work(study: str, storage: str, **kwargs: Any) -> WorkDone:
+    """Join the running search of session ``study`` and take trials from it until it ends; see
+    :func:`tuner.search.fleet.work` for the keyword arguments (``profile``, ``device``,
+    ``cancel``, ``on_event``)."""
+    from tuner.search.fleet import work as _work
+
+    return _work(study, storage, **kwargs)
 
 
 def default_storage_url() -> str:

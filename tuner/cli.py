@@ -253,6 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", type=_device, metavar="DEV", help="auto, cpu or gpu:N (default auto)"
     )
     tune.add_argument(
+        "--parallel",
+        type=_parallel,
+        default=1,
+        metavar="N|auto",
+        help="run up to N independent trials at once, one a GPU (auto: one a GPU of the "
+        "searched GPU's model, one on a CPU; default 1)",
+    )
+    tune.add_argument(
+        "--workers",
+        action="store_true",
+        help="also hand trials to mptune worker processes that join this session (the same "
+        "kind of machine; needs a database server --storage)",
+    )
+    tune.add_argument(
         "--storage",
         metavar="URL",
         help="Optuna storage URL (default: SQLite in the user data directory)",
@@ -263,6 +277,19 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", metavar="FILE", help="also write the tuned config (JSON) here")
     tune.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     tune.set_defaults(handler=_cmd_tune)
+
+    worker = sub.add_parser(
+        "worker",
+        help="join a running search (started with tune --workers) and take trials from it",
+    )
+    worker.add_argument(
+        "--storage", required=True, metavar="URL", help="the search's database server URL"
+    )
+    worker.add_argument("--study", required=True, metavar="NAME", help="the session's name")
+    worker.add_argument(
+        "--device", type=_device, metavar="DEV", help="run the trials here (default: as asked)"
+    )
+    worker.set_defaults(handler=_cmd_worker)
 
     sessions = sub.add_parser("sessions", help="list stored tuning sessions")
     sessions.add_argument("--storage", metavar="URL")
@@ -344,6 +371,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _parallel(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{exc}: give a whole number of 1 or more, or auto"
+        ) from None
 
 
 def _non_negative_int(text: str) -> int:
@@ -503,6 +541,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 on_event=progress.on_event,
                 profile=profile,
                 cancel=_STOP,
+                parallel=args.parallel,
+                workers=args.workers,
             )
     except (KeyboardInterrupt, api.TrialCancelled) as stopped:
         stop = _stop_exception(stopped)
@@ -562,6 +602,32 @@ def _write_out(path: str | None, view: Any) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from tuner.console import TuneProgress
+
+    progress = TuneProgress()
+    try:
+        with progress:
+            done = api.work(
+                args.study,
+                args.storage,
+                device=args.device,
+                cancel=_STOP,
+                on_event=progress.on_event,
+            )
+    except (KeyboardInterrupt, api.TrialCancelled) as stopped:
+        stop = _stop_exception(stopped)
+        print(
+            f"mptune: worker {_stopped(stop)}; its running trial goes back to the search",
+            file=sys.stderr,
+        )
+        return _interrupted_exit(stop)
+    ran = len(done.ran)
+    print(f"mptune: worker ran {ran} trial{'s' if ran != 1 else ''} of session {done.session}; "
+          f"{done.reason}")  # fmt: skip
     return EXIT_OK
 
 

@@ -210,7 +210,8 @@ class TuneProgress:
         )
         self.task = self.progress.add_task("starting", total=None)
         self.session: str | None = None
-        self.current = ""
+        #: the running trials (several with --parallel): number -> what it is and does now
+        self.running: dict[int, tuple[str, str]] = {}
         self._last_step = 0.0
 
     def __enter__(self) -> TuneProgress:
@@ -233,26 +234,42 @@ class TuneProgress:
         elif isinstance(event, api.StageStarted):
             self.progress.update(self.task, description=event.message)
         elif isinstance(event, api.TrialStarted):
-            self.current = f"#{event.number} {event.spec.setup.label}"
-            self.progress.update(self.task, description=f"{self.current}: starting")
+            device = event.spec.device
+            label = f"#{event.number} {event.spec.setup.label}" + (
+                f" on {device}" if device.startswith("gpu:") else ""
+            )
+            self.running[event.number] = (label, "starting")
+            self._describe()
         elif isinstance(event, api.WorkerReported):
             message = event.message
-            if message["type"] == "step" and time.monotonic() - self._last_step > 0.2:
+            if (
+                message["type"] == "step"
+                and event.number in self.running
+                and time.monotonic() - self._last_step > 0.2
+            ):
                 self._last_step = time.monotonic()
-                self.progress.update(
-                    self.task,
-                    description=(
-                        f"{self.current}: {message.get('phase')} step {message.get('step')}"
-                    ),
+                label, _ = self.running[event.number]
+                self.running[event.number] = (
+                    label,
+                    f"{message.get('phase')} step {message.get('step')}",
                 )
+                self._describe()
         elif isinstance(event, api.TrialFinished):
             result = event.result
+            self.running.pop(event.number, None)
+            self._describe()
             self.progress.advance(self.task)
             line = f"trial #{event.number} {result.spec.setup.label:28s} " + _result_cell(result)
             if self.console.is_terminal:
                 self.progress.console.print(line, highlight=False)
             else:
                 self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _describe(self) -> None:
+        """The running trials in the bar's description: one, or several side by side."""
+        if self.running:
+            text = "; ".join(f"{label}: {doing}" for label, doing in self.running.values())
+            self.progress.update(self.task, description=text)
 
 
 def _result_cell(result: TrialResult) -> str:

@@ -269,3 +269,40 @@ def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -
     assert rows_shown >= 8, rows_shown
     tabs_bottom = window.tabs.mapTo(window, window.tabs.rect().bottomRight())
     assert tabs_bottom.y() <= window.height()
+
+
+def test_trials_running_at_once_are_shown_side_by_side(make_window, qtbot) -> None:
+    """--parallel: each running trial has a card in a strip; the plots and the status line
+    follow the oldest; the strip hides again once one trial runs at a time."""
+    window = make_window("ampere_8.0_x4")
+    spec = api.TrialSpec("builtin:mlp", api.Setup("float32", 64), device="gpu:0")
+    other = api.TrialSpec("builtin:mlp", api.Setup("mixed_bfloat16", 64), device="gpu:1")
+    with qtbot.waitSignal(window.bridge.eventsReady):
+        window.bridge.feed(
+            [
+                api.TrialStarted(3, "policies", spec),
+                api.TrialStarted(4, "policies", other),
+                api.WorkerReported(4, {"type": "step", "phase": "measure", "step": 12}),
+            ]
+        )
+    assert not window.running_strip.isHidden()
+    cards = {
+        c.objectName(): c.text() for c in window.running_strip.findChildren(type(window.status))
+    }
+    assert set(cards) == {"running-3", "running-4"}
+    assert "#3 on gpu:0: float32 b64" in cards["running-3"]
+    assert "#4 on gpu:1: mixed_bfloat16 b64" in cards["running-4"]
+    assert "measure step 12" in cards["running-4"]
+    assert window.status.text().startswith("Trial #3:")
+    with qtbot.waitSignal(window.bridge.eventsReady):
+        window.bridge.feed(
+            [api.TrialFinished(4, "policies", api.TrialResult(other, api.TrialStatus.OK))]
+        )
+    assert window.running_strip.isHidden()
+
+
+def test_the_window_asks_for_trials_at_once(make_window) -> None:
+    window = make_window()
+    assert window.setup.tune_arguments(["float32"])["parallel"] == 1
+    window.setup.parallel.setCurrentText("auto")
+    assert window.setup.tune_arguments(["float32"])["parallel"] == "auto"

@@ -349,6 +349,57 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         ],
     },
     # WSL2's NVML answers Not Supported for much of the board's state.
+    # A box with four of one model: ``--parallel auto`` runs four trials at once, one a card.
+    "ampere_8.0_x4": {
+        "driver": "550.90.07",
+        "cuda": "12.4",
+        "gpus": [
+            _gpu(
+                "NVIDIA A100-SXM4-40GB",
+                [8, 0],
+                40960,
+                620,
+                400,
+                1410,
+                1215,
+                False,
+                f"GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b8{i}",
+            )
+            for i in range(4)
+        ],
+    },
+    # Two A100s and a T4: ``--parallel auto`` uses the two cards of the searched GPU's model.
+    "mixed_a100_t4": {
+        "driver": "550.90.07",
+        "cuda": "12.4",
+        "gpus": [
+            *(
+                _gpu(
+                    "NVIDIA A100-SXM4-40GB",
+                    [8, 0],
+                    40960,
+                    620,
+                    400,
+                    1410,
+                    1215,
+                    False,
+                    f"GPU-3c1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0c9{i}",
+                )
+                for i in range(2)
+            ),
+            _gpu(
+                "Tesla T4",
+                [7, 5],
+                15360,
+                410,
+                70,
+                1590,
+                5001,
+                False,
+                "GPU-0f5b1d2e-7a3c-4e8b-9d61-2c4a6e8f1b37",
+            ),
+        ],
+    },
     "wsl2": {
         "driver": "556.12",
         "cuda": "12.5",

@@ -83,6 +83,10 @@ class Lease:
             return
         raise SessionBusy(f"session {self.session!r} is being taken by another search; retry")
 
+    def searching(self) -> bool:
+        """Whether a live search holds the lease (this process's or another's)."""
+        return _alive_holder(self._holder())
+
     def beat(self) -> None:
         """Record that the holder is alive."""
         if self._study_id is not None:
@@ -121,6 +125,10 @@ class Lease:
             self.storage.delete_study(int(holder["_study_id"]))
 
 
+def _alive_holder(holder: dict[str, Any] | None) -> bool:
+    return holder is not None and _alive(holder)
+
+
 def _alive(holder: dict[str, Any]) -> bool:
     """Whether the lease's holder may still be searching."""
     pid, host, beat = holder.get("pid"), holder.get("host"), holder.get("heartbeat")
@@ -147,8 +155,8 @@ def _busy_message(session: str, holder: dict[str, Any]) -> str:
 class Heartbeat:
     """A daemon thread that renews a lease and the running trial's Optuna heartbeat.
 
-    Use as a context manager around the search; set :attr:`trial_id` to the running trial's
-    id (``None`` between trials).
+    Use as a context manager around the search; tell it which trials run (:meth:`started`,
+    :meth:`ended`): several at once with ``--parallel``.
     """
 
     def __init__(
@@ -157,7 +165,8 @@ class Heartbeat:
         self.storage = storage
         self.lease = lease
         self.interval_s = interval_s
-        self.trial_id: int | None = None
+        self._running: set[int] = set()
+        self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mptune-heartbeat", daemon=True)
 
@@ -169,10 +178,20 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def started(self, trial_id: int) -> None:
+        with self._guard:
+            self._running.add(trial_id)
+
+    def ended(self, trial_id: int) -> None:
+        with self._guard:
+            self._running.discard(trial_id)
+
     def beat(self) -> None:
         self.lease.beat()
-        if self.trial_id is not None:
-            self.storage.record_heartbeat(self.trial_id)
+        with self._guard:
+            running = sorted(self._running)
+        for trial_id in running:
+            self.storage.record_heartbeat(trial_id)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from tuner.hardware.fingerprint import HardwareFingerprint, device_of
 from tuner.policies import POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
-from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
 if TYPE_CHECKING:
@@ -59,12 +60,19 @@ def default_storage_url() -> str:
     return f"sqlite:///{directory / 'sessions.db'}"
 
 
-#: How often a search records that it is alive: its lease on the session, and Optuna's heartbeat
-#: of the running trial.
-HEARTBEAT_S = 10
-#: A trial or a lease whose heartbeat is older than this belongs to a search that died (on any
-#: host): Optuna fails such trials, and another search may take the session over.
-GRACE_S = 60
+def _seconds(name: str, default: int) -> int:
+    """A whole number of seconds from the environment variable ``name``, else ``default``."""
+    value = os.environ.get(name, "")
+    return int(value) if value.strip().isdigit() and int(value) > 0 else default
+
+
+#: How often a search (or an ``mptune worker``) records that it is alive: its lease on the
+#: session, and Optuna's heartbeat of its running trials. ``MPTUNE_HEARTBEAT_S`` sets it.
+HEARTBEAT_S = _seconds("MPTUNE_HEARTBEAT_S", 10)
+#: A trial or a lease whose heartbeat is older than this belongs to a process that died (on
+#: any host): its trial is failed (and run again by the search), and another search may take
+#: the session over. ``MPTUNE_GRACE_S`` sets it (a fleet on a slow network may want more).
+GRACE_S = max(_seconds("MPTUNE_GRACE_S", 60), 2 * HEARTBEAT_S)
 #: The leases of :mod:`tuner.search.lease` are studies named with this prefix; session lists
 #: leave them out, and no session may be named so.
 LOCK_PREFIX = "mptune-lock:"
@@ -245,6 +253,9 @@ class TuningSession:
         self.study = study
         self.storage = storage
         self.sampler = sampler
+        #: one trial opened or closed at a time: the sampler's plan is per trial, and parallel
+        #: trials (``--parallel``) open and close theirs from several threads
+        self._lock = threading.RLock()
 
     @property
     def name(self) -> str:
@@ -368,6 +379,11 @@ class TuningSession:
                 count += 1
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass  # another process failed it first
+        # A trial left waiting was handed out by a search that is gone (this one holds the
+        # lease now and has handed out nothing yet): nobody waits for its result.
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            self.give_up(trial._trial_id, "left waiting by a search that stopped")
+            count += 1
         still = self._running()
         host = socket.gethostname()
         for trial in still:
@@ -393,6 +409,10 @@ class TuningSession:
 
     def start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         """Record a trial as running (Optuna's ask) before its worker starts."""
+        with self._lock:
+            return self._start_trial(spec, stage)
+
+    def _start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         if self.sampler is None:
             raise RuntimeError("a session opened with load() is read-only")
         self.sampler.planned = {
@@ -419,8 +439,93 @@ class TuningSession:
             self._retry("opening a trial", functools.partial(trial.set_user_attr, key, value))
         return trial
 
+    # -- trials handed out through the store (``mptune worker``) -------------------------------
+    def enqueue_trial(self, spec: TrialSpec, stage: str) -> int:
+        """Record a trial as waiting (Optuna's WAITING state) for whoever claims it first: this
+        search's own slot or an ``mptune worker``; returns its trial id."""
+        frozen = optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params={"policy": spec.setup.policy.name, "batch_size": spec.setup.batch_size},
+            distributions=dict(DISTRIBUTIONS),
+            user_attrs={"spec": spec.to_dict(), "loss_scale": str(spec.loss_scale),
+                        "stage": stage},
+        )  # fmt: skip
+        with self._lock:
+            return self._retry(
+                "opening a trial",
+                lambda: self.storage.create_new_trial(self.study._study_id, template_trial=frozen),
+            )
+
+    def claim(self, trial_id: int) -> optuna.Trial | None:
+        """Take a waiting trial to run it here: the trial, or None when another process took
+        it first (the store decides, atomically: Optuna's WAITING to RUNNING)."""
+        with self._lock:
+            try:
+                taken = self._retry(
+                    "claiming a trial",
+                    lambda: self.storage.set_trial_state_values(trial_id, TrialState.RUNNING),
+                )
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return None  # abandoned by its search meanwhile
+            if not taken:
+                return None
+            self._retry("claiming a trial", lambda: self.storage.record_heartbeat(trial_id))
+            for key, value in {"host": socket.gethostname(), "pid": os.getpid()}.items():
+                self._retry(
+                    "claiming a trial",
+                    functools.partial(self.storage.set_trial_user_attr, trial_id, key, value),
+                )
+            return optuna.Trial(self.study, trial_id)
+
+    def waiting(self) -> list[int]:
+        """The ids of the trials waiting to be claimed, oldest first."""
+        trials = self.storage.get_all_trials(
+            self.study._study_id, deepcopy=False, states=(TrialState.WAITING,)
+        )
+        return [t._trial_id for t in sorted(trials, key=lambda t: t.number)]
+
+    def peek(self, trial_id: int) -> tuple[StoredTrial, dict[str, Any]]:
+        """One trial as stored now (any state: ``WAITING``, ``RUNNING``, ...), with its user
+        attributes (who runs it: ``host``, ``pid``)."""
+        trial = self._retry("reading a trial", lambda: self.storage.get_trial(trial_id))
+        return _stored(trial), dict(trial.user_attrs)
+
+    def give_up(self, trial_id: int, note: str) -> None:
+        """Close a trial this search handed out and no longer waits for (a stop): failed,
+        with ``note``; a worker running it finds it closed and drops it."""
+        with self._lock:
+            try:
+                self.storage.set_trial_user_attr(trial_id, "note", note)
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # it ended meanwhile
+
+    def fail_stale(self, trial_id: int, result: TrialResult) -> bool:
+        """Close a running trial whose runner stopped sending its heartbeat, with ``result``
+        (``crashed``, saying why); False when it ended meanwhile after all."""
+        with self._lock:
+            try:
+                self.storage.set_trial_user_attr(trial_id, "result", result.to_dict())
+                self.storage.set_trial_user_attr(trial_id, "status", result.status.value)
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return False
+            return True
+
+    def stale(self, trial_id: int) -> bool:
+        """Whether a running trial's runner has sent no heartbeat for :data:`GRACE_S`
+        (Optuna's heartbeat, the same test as ``fail_stale_trials``)."""
+        return trial_id in self._retry(
+            "reading the heartbeats",
+            lambda: self.storage._get_stale_trial_ids(self.study._study_id),
+        )
+
     def finish_trial(self, trial: optuna.Trial, result: TrialResult) -> int:
         """Store the result and close the trial (Optuna's tell); returns its number."""
+        with self._lock:
+            return self._finish_trial(trial, result)
+
+    def _finish_trial(self, trial: optuna.Trial, result: TrialResult) -> int:
         what = "storing a trial's result"
         self._retry(what, lambda: trial.set_user_attr("result", result.to_dict()))
         self._retry(what, lambda: trial.set_user_attr("status", result.status.value))
@@ -432,8 +537,9 @@ class TuningSession:
 
     def abandon_trial(self, trial: optuna.Trial, note: str) -> None:
         """Close a trial that will never have a result (Ctrl-C, a stop from the GUI)."""
-        self._retry("closing a trial", lambda: trial.set_user_attr("note", note))
-        self._retry("closing a trial", lambda: self.study.tell(trial, state=TrialState.FAIL))
+        with self._lock:
+            self._retry("closing a trial", lambda: trial.set_user_attr("note", note))
+            self._retry("closing a trial", lambda: self.study.tell(trial, state=TrialState.FAIL))
 
     def trials(self) -> list[StoredTrial]:
         """Every closed trial, oldest first."""
@@ -443,6 +549,15 @@ class TuningSession:
         ):
             stored.append(_stored(trial))
         return stored
+
+
+def stored_result(trial: StoredTrial, spec: TrialSpec) -> TrialResult:
+    """A closed trial's result; one that closed without a result (its worker stopped, or the
+    search gave it up) as ``crashed``, with the trial's note."""
+    if trial.result is not None:
+        return trial.result
+    why = trial.note or "it closed without a result"
+    return TrialResult(spec, TrialStatus.CRASHED, error=TrialError(why))
 
 
 def _stored(trial: FrozenTrial) -> StoredTrial:

@@ -32,14 +32,18 @@ trial and time budgets.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
+import queue
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from tuner.errors import MptuneError, Terminated
 from tuner.policies import FLOAT32, MIXED_FLOAT16
@@ -52,13 +56,16 @@ from tuner.search.events import (
     WorkerReported,
 )
 from tuner.search.lease import Heartbeat
-from tuner.search.session import TuningSession
+from tuner.search.session import GRACE_S, TuningSession, stored_result
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.setup import LossScale, Setup
 from tuner.trials.models import ModelSource
-from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled, run_trial
 from tuner.trials.spec import TrialSpec
+
+if TYPE_CHECKING:
+    import optuna
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +119,34 @@ RUNOFF_MARGIN = 0.01
 
 class BudgetExhausted(Exception):
     """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
+
+
+class _LaneStopped(Exception):
+    """Another lane of :meth:`Search._concurrently` ended in an error: this one starts no more
+    trials (the error is raised once all lanes have stopped)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place where a trial may run: the runner, and the device its trials are pinned to
+    (``gpu:1``; None: the settings' device). A search with several slots runs up to that many
+    independent trials at once (``--parallel``), each in its own slot."""
+
+    runner: TrialRunner
+    device: str | None = None
+
+
+#: How often a trial handed out through the store is looked at while it waits or runs
+#: elsewhere.
+SHARED_POLL_S = 0.5
+#: With workers joining through the store, how many lanes may run at once (more than a fleet
+#: of workers would want to start side by side; each costs a thread, not a process).
+SHARED_LANES = 64
+
+T = TypeVar("T")
+R = TypeVar("R")
+#: What a lane puts in the evaluator's outbox when it ends.
+_LANE_DONE = object()
 
 
 @dataclass(frozen=True)
@@ -268,18 +303,24 @@ class Evaluator:
         memory_budget_mb: float | None = None,
         heartbeat: Heartbeat | None = None,
         start_ahead: StartAhead | None = None,
+        slots: Sequence[Slot] | None = None,
+        shared: bool = False,
     ) -> None:
         self.session = session
+        #: trials go through the store, where ``mptune worker`` processes take them too
+        self.shared = shared
         self._start_ahead = start_ahead
         self.heartbeat = heartbeat
         self.source = source
         self.settings = settings
-        self.on_event = on_event or (lambda event: None)
+        self._on_event = on_event or (lambda event: None)
         self.cancel = cancel
         self.runner = runner
         self.memory_budget_mb = memory_budget_mb
         self.started = time.monotonic()
         self.trial_seconds: list[float] = []
+        #: every measurement by setup. Replaced, never changed in place, under the lock, so
+        #: that a lane reading it while another adds to it reads a whole one.
         self.known: dict[Setup, list[Measured]] = {}
         self.closed_trials = 0
         for stored in session.trials():
@@ -290,6 +331,43 @@ class Evaluator:
                 )
         self.recalled = sum(len(v) for v in self.known.values())
         self.ran = 0
+        self.slots: tuple[Slot, ...] = tuple(slots) if slots else (Slot(runner),)
+        self._free: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+        for slot in self.slots:
+            self._free.put(slot)
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[Setup, int], Future[Measured]] = {}
+        #: the thread that called the search: events reach ``on_event`` on it
+        self._owner = threading.get_ident()
+        self._outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        #: set when a lane ended in an error: the other lanes start no more trials
+        self.halted = threading.Event()
+
+    @property
+    def parallel(self) -> int:
+        """How many trials may run at once: the slots, or with workers joining through the
+        store (``shared``) as many as the search has independent trials."""
+        return len(self.slots) if not self.shared else SHARED_LANES
+
+    def on_event(self, event: SearchEvent) -> None:
+        """Pass ``event`` on: at once on the search's own thread; from a lane, through the
+        outbox that :meth:`pump` empties on the search's thread."""
+        if threading.get_ident() == self._owner:
+            self._on_event(event)
+        else:
+            self._outbox.put(event)
+
+    def pump(self, lanes: int) -> None:
+        """On the search's thread: pass on the lanes' events until ``lanes`` lanes ended."""
+        while lanes:
+            item = self._outbox.get()
+            if item is _LANE_DONE:
+                lanes -= 1
+            else:
+                self._on_event(item)  # type: ignore[arg-type]
+
+    def lane_done(self) -> None:
+        self._outbox.put(_LANE_DONE)
 
     def spec(self, setup: Setup) -> TrialSpec:
         probe = setup.policy != FLOAT32 and self.probed(setup.policy.name) is None
@@ -299,7 +377,8 @@ class Evaluator:
         """Let the runner start the fresh workers of these trials side by side, before the
         first of them runs; those already stored are left out, and one alone gains nothing."""
         todo = [s for s in dict.fromkeys(setups) if s not in self.known]
-        if self._start_ahead is not None and len(todo) > 1:
+        # With several slots those trials run side by side anyway, each in its own slot.
+        if self._start_ahead is not None and len(todo) > 1 and self.parallel == 1:
             self.on_event(
                 StageStarted(
                     "baseline",
@@ -319,23 +398,70 @@ class Evaluator:
         return None
 
     def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
-        """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored."""
-        known = self.known.get(setup, [])
-        if len(known) > repeat:
-            return known[repeat]
-        self._check_budget()
+        """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored.
+        Safe from several lanes at once: a measurement another lane is taking is waited for,
+        not taken twice."""
+        with self._lock:
+            known = self.known.get(setup, [])
+            if len(known) > repeat:
+                return known[repeat]
+            pending = self._inflight.get((setup, repeat))
+            if pending is None:
+                if self.halted.is_set():
+                    raise _LaneStopped
+                self._check_budget()
+                mine: Future[Measured] = Future()
+                self._inflight[(setup, repeat)] = mine
+        if pending is not None:
+            return pending.result()
+        try:
+            measured = self._run(setup, stage)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        else:
+            mine.set_result(measured)
+            return measured
+        finally:
+            with self._lock:
+                del self._inflight[(setup, repeat)]
+
+    def _run(self, setup: Setup, stage: str) -> Measured:
+        """Run one trial of ``setup`` in the next free slot and store it."""
         spec = self.spec(setup)
         if self.cancel is not None and self.cancel.is_set():
             # Stopped between trials (a signal whose exception Python swallowed, say): no new
             # trial is opened only to be abandoned.
             raise TrialCancelled(spec.describe())
-        trial = self.session.start_trial(spec, stage)
+        if self.shared:
+            return self._run_shared(setup, spec, stage)
+        slot = self._free.get()  # blocks while every slot runs a trial
+        try:
+            if self.cancel is not None and self.cancel.is_set():
+                raise TrialCancelled(spec.describe())  # stopped while this lane waited
+            if slot.device is not None:
+                spec = dataclasses.replace(spec, device=slot.device)
+            return self._run_in(slot, setup, spec, stage)
+        finally:
+            self._free.put(slot)
+
+    def _run_in(
+        self,
+        slot: Slot,
+        setup: Setup,
+        spec: TrialSpec,
+        stage: str,
+        trial: optuna.Trial | None = None,
+    ) -> Measured:
+        """Run ``spec`` in ``slot``: in a new trial, or in ``trial`` (claimed from the store)."""
+        if trial is None:
+            trial = self.session.start_trial(spec, stage)
         self.on_event(TrialStarted(trial.number, stage, spec))
         t0 = time.monotonic()
         if self.heartbeat is not None:
-            self.heartbeat.trial_id = trial._trial_id
+            self.heartbeat.started(trial._trial_id)
         try:
-            result = self.runner(
+            result = slot.runner(
                 spec,
                 lambda e: self.on_event(WorkerReported(trial.number, e)),
                 cancel=self.cancel,
@@ -351,19 +477,83 @@ class Evaluator:
             raise
         finally:
             if self.heartbeat is not None:
-                self.heartbeat.trial_id = None
-        self.trial_seconds.append(time.monotonic() - t0)
+                self.heartbeat.ended(trial._trial_id)
         number = self.session.finish_trial(trial, result)
-        self.ran += 1
-        self.closed_trials += 1
-        measured = Measured(number, result, stage)
-        self.known.setdefault(setup, []).append(measured)
-        self.on_event(TrialFinished(number, stage, result))
+        return self._record(setup, Measured(number, result, stage), time.monotonic() - t0)
+
+    def _record(self, setup: Setup, measured: Measured, seconds: float) -> Measured:
+        with self._lock:
+            self.trial_seconds.append(seconds)
+            self.ran += 1
+            self.closed_trials += 1
+            known = dict(self.known)
+            known[setup] = [*known.get(setup, []), measured]
+            self.known = known
+        self.on_event(TrialFinished(measured.number, measured.stage, measured.result))
         return measured
+
+    # -- trials handed out through the store (mptune worker) --------------------------------
+    def _run_shared(self, setup: Setup, spec: TrialSpec, stage: str) -> Measured:
+        """Put the trial in the store as waiting and let the first taker run it: a free slot
+        of this search, or an ``mptune worker`` of the same kind of machine. A trial whose
+        worker stops sending its heartbeat (killed, its machine gone) ends ``crashed``, and
+        the strategy runs it once more, like any crashed trial."""
+        trial_id = self.session.enqueue_trial(spec, stage)
+        t0 = time.monotonic()
+        elsewhere = False  # a worker took it
+        idle = threading.Event()
+        while True:
+            if self.cancel is not None and self.cancel.is_set():
+                self.session.give_up(trial_id, "stopped by its search")
+                raise TrialCancelled(spec.describe())
+            if not elsewhere:
+                try:
+                    slot = self._free.get(timeout=SHARED_POLL_S)
+                except queue.Empty:
+                    slot = None
+                if slot is not None:
+                    try:
+                        trial = self.session.claim(trial_id)
+                        if trial is not None:
+                            mine = (
+                                spec
+                                if slot.device is None
+                                else dataclasses.replace(spec, device=slot.device)
+                            )
+                            return self._run_in(slot, setup, mine, stage, trial)
+                    finally:
+                        self._free.put(slot)
+            else:
+                (self.cancel or idle).wait(SHARED_POLL_S)
+            now, attrs = self.session.peek(trial_id)
+            if now.state == "WAITING":
+                continue
+            if not elsewhere:
+                elsewhere = True
+                self.on_event(TrialStarted(now.number, stage, spec))
+            if now.state != "RUNNING":
+                result = stored_result(now, spec)
+                return self._record(
+                    setup, Measured(now.number, result, stage), time.monotonic() - t0
+                )
+            if self.session.stale(trial_id):
+                result = TrialResult(
+                    spec,
+                    TrialStatus.CRASHED,
+                    error=TrialError(
+                        f"the mptune worker running it (pid {attrs.get('pid')} on "
+                        f"{attrs.get('host')}) sent no heartbeat for {GRACE_S} s"
+                    ),
+                )
+                if self.session.fail_stale(trial_id, result):
+                    return self._record(
+                        setup, Measured(now.number, result, stage), time.monotonic() - t0
+                    )
 
     def _check_budget(self) -> None:
         s = self.settings
-        if s.max_trials is not None and self.closed_trials >= s.max_trials:
+        # Trials running in other slots count: together they never pass the budget.
+        if s.max_trials is not None and self.closed_trials + len(self._inflight) >= s.max_trials:
             raise BudgetExhausted(f"the limit of {s.max_trials} trials was reached")
         if s.budget_minutes is not None:
             typical = statistics.median(self.trial_seconds) if self.trial_seconds else 0.0
@@ -415,6 +605,8 @@ class Search:
         self.adopted: dict[str, tuple[Setup, Measured]] = {}
         self.knobs: list[KnobTrial] = []
         self.knobs_skipped: dict[str, str] = {}
+        #: a lane's own notes and knob findings (:meth:`_concurrently`)
+        self._lane = threading.local()
         #: the setups measured in a runoff (:meth:`_runoff`)
         self.ran_off: set[Setup] = set()
         #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
@@ -480,25 +672,34 @@ class Search:
         self.baseline = self._fit(self._first_trial(first, start), "baseline")
 
         self._stage("policies", f"each policy at batch size {start}")
-        at_start = {first: self.baseline}
-        for precision in self.precisions:
-            if precision in at_start:
-                continue
+        baseline = self.baseline
+
+        def at_start_of(precision: str) -> Measured:
             # TF32 is a variant of float32: at the batch size float32's baseline ran at.
-            b = self.baseline.result.spec.batch_size if precision == TF32 else start
+            b = baseline.result.spec.batch_size if precision == TF32 else start
             setup = self._start_setup(precision, b)
-            at_start[precision] = self._fit(self._measure(setup, "policies"), "policies")
+            return self._fit(self._measure(setup, "policies"), "policies")
+
+        others = [p for p in self.precisions if p != first]
+        at_start = {first: baseline} | dict(
+            zip(others, self._concurrently(others, at_start_of), strict=True)
+        )
         self._abandon_laggards(at_start)
 
         alive = [p for p in self.precisions if p not in self.abandoned]
         self._plan(self._left(alive, len(alive)))
-        for i, precision in enumerate(alive):
+        ladders = [0]
+
+        def ladder(precision: str) -> None:
             self._stage("batch", f"batch-size ladder for {precision}")
             if self.space.global_batch is None:
                 self._ladder(precision, at_start[precision])
             else:
                 self._global_ladder(precision, at_start[precision])
-            self._plan(self._left(alive, len(alive) - i - 1))
+            ladders[0] += 1
+            self._plan(self._left(alive, len(alive) - ladders[0]))
+
+        self._concurrently(alive, ladder)
 
         if MIXED_FLOAT16 in alive and self._base_pick(MIXED_FLOAT16) is not None:
             self._loss_scale_stage()
@@ -511,8 +712,70 @@ class Search:
         return self._at(Setup(precision, batch_size), batch_size)
 
     def _note(self, text: str) -> None:
-        if text not in self.notes:  # a recalled retry is met again by a later stage
-            self.notes.append(text)
+        notes = getattr(self._lane, "notes", self.notes)
+        if text not in notes and text not in self.notes:  # a recalled retry is met again
+            notes.append(text)
+
+    def _knob(self, found: KnobTrial) -> None:
+        getattr(self._lane, "knobs", self.knobs).append(found)
+
+    def _concurrently(self, items: Iterable[T], work: Callable[[T], R]) -> list[R]:
+        """``work`` on each item, each in a lane of its own when the evaluator has several
+        slots (``--parallel``), else one after the other; the results in the items' order.
+
+        Only where the items are independent of each other (the policies' ladders, the loss
+        scales, a neighbourhood's setups): a result that decides the next step stays in
+        sequence. The lanes' notes and knob findings join the search's in the items' order,
+        and their events reach ``on_event`` on this thread, so a search in parallel reads the
+        same as one in sequence. A lane that fails stops the others from starting trials; the
+        first failure (in the items' order) is raised once every lane has stopped. A lane
+        does not start lanes of its own."""
+        todo = list(items)
+        nested = threading.get_ident() != self.ev._owner
+        if self.ev.parallel == 1 or len(todo) < 2 or nested:
+            return [work(x) for x in todo]
+        results: list[R | None] = [None] * len(todo)
+        errors: list[tuple[int, BaseException]] = []
+        notes: list[list[str]] = [[] for _ in todo]
+        knobs: list[list[KnobTrial]] = [[] for _ in todo]
+
+        def lane(i: int, item: T) -> None:
+            self._lane.notes, self._lane.knobs = notes[i], knobs[i]
+            try:
+                results[i] = work(item)
+            except _LaneStopped:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - raised on the search's thread
+                errors.append((i, exc))
+                self.ev.halted.set()
+            finally:
+                self.ev.lane_done()
+
+        threads = [
+            threading.Thread(target=lane, args=(i, x), name=f"mptune-lane-{i}", daemon=True)
+            for i, x in enumerate(todo)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self.ev.pump(len(threads))
+        except BaseException:
+            # Ctrl-C or a stop signal on this thread: stop the lanes' trials, then go.
+            if self.ev.cancel is not None:
+                self.ev.cancel.set()
+            self.ev.halted.set()
+            raise
+        finally:
+            for t in threads:
+                t.join()
+        for lane_notes, lane_knobs in zip(notes, knobs, strict=True):
+            for text in lane_notes:
+                self._note(text)
+            self.knobs.extend(lane_knobs)
+        if errors:
+            self.ev.halted.clear()
+            raise min(errors, key=lambda e: e[0])[1]
+        return results  # type: ignore[return-value]
 
     def _measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
         """The ``repeat``-th measurement of ``setup``; one that crashed or timed out is run
@@ -712,7 +975,7 @@ class Search:
             if not self._fits(m):
                 failed_at = b
                 why = "over the memory budget" if m.result.ok else self._failure(m)
-                self.notes.append(f"{precision}: batch size {b} {why}; larger batches skipped")
+                self._note(f"{precision}: batch size {b} {why}; larger batches skipped")
                 break
             gain = m.speed / best.speed - 1 if best.speed else math.inf
             if gain < self.settings.noise_floor:
@@ -813,7 +1076,8 @@ class Search:
                 f"scaling {shares['1']:.2%} of float32's gradient values would flush to zero "
                 "in float16"
             )
-        for scale in others:
+
+        def one(scale: LossScale) -> None:
             limit = numerics.get("overflow_scale")
             if scale.kind == "fixed" and limit and scale.value and scale.value > limit:
                 self._note(
@@ -822,20 +1086,22 @@ class Search:
                     "passes float16's 65,504, so every step would overflow and a fixed scale "
                     "never skips a step"
                 )
-                continue
+                return
             m = self._measure(cand.setup.replace(loss_scale=scale), "loss-scale")
             r = m.result
             if not r.ok:
-                self.notes.append(
+                self._note(
                     f"mixed_float16 with loss scale {scale}: {self._failure(m)}"
                     + (f" ({r.error.message})" if r.error else "")
                 )
-                continue
+                return
             if r.skipped_steps > 0.1 * max(1, r.steps_completed):
-                self.notes.append(
+                self._note(
                     f"mixed_float16 with loss scale {scale}: {r.skipped_steps} of "
                     f"{r.steps_completed} steps skipped"
                 )
+
+        self._concurrently(others, one)
 
     # -- knobs ------------------------------------------------------------------------------
     def _xla_skipped(self) -> str | None:
@@ -855,25 +1121,32 @@ class Search:
         skipped = self._xla_skipped()
         if skipped:
             self.knobs_skipped["xla"] = skipped
-        picks: dict[str, tuple[Measured, Measured]] = {}
-        for precision in alive:
+
+        def knobs(precision: str) -> tuple[Measured, Measured] | None:
             base = self._base_pick(precision)
             if base is None:
-                continue
+                return None
             current = self._xla_stage(precision, base)
             current = self._spe_stage(precision, current)
-            picks[precision] = (base, current)
+            return base, current
+
+        found = zip(alive, self._concurrently(alive, knobs), strict=True)
+        picks = {precision: pair for precision, pair in found if pair is not None}
         # The knobs and the batch size interact (XLA can lose at one step size and win with
         # several steps per call, or at a smaller batch): the leading picks look around them.
         self._confirm_leader(picks)
         speeds = {p: self._standing(current)[0] for p, (_, current) in picks.items()}
         fastest = max(speeds.values(), default=0.0)
-        for precision, (base, current) in picks.items():
+
+        def around(precision: str) -> None:
+            base, current = picks[precision]
             if speeds[precision] >= (1 - REMEASURE_WITHIN) * fastest:
                 current = self._neighbourhood(precision, current)
                 current = self._runoff(precision, current)
             if current is not base:
                 self.adopted[precision] = (base.result.spec.setup, current)
+
+        self._concurrently(list(picks), around)
 
     def _confirm_leader(self, picks: dict[str, tuple[Measured, Measured]]) -> None:
         """Measure the fastest pick once more, so that it stands on the median of its runs
@@ -948,7 +1221,7 @@ class Search:
                 f"around {precision}'s pick ({center.result.spec.setup.label}): "
                 "batch size, XLA and steps per execution together",
             )
-            tried = [self._measure(s, "neighbourhood") for s in setups]
+            tried = self._concurrently(setups, lambda s: self._measure(s, "neighbourhood"))
             scored = [(self._standing(m), m) for m in tried if self._fits(m)]
             if not scored:
                 break
@@ -961,7 +1234,7 @@ class Search:
                 f"{center.result.spec.setup.label} by {best_speed / speed - 1:.0%} "
                 f"(trials {', '.join(f'#{n}' for n in trials)})"
             )
-            self.knobs.append(
+            self._knob(
                 KnobTrial(
                     precision,
                     "neighbourhood",
@@ -1013,8 +1286,8 @@ class Search:
         start = {m.number: [r.number for r in self.ev.known[m.result.spec.setup]].index(m.number)
                  for m in finalists}  # fmt: skip
         for repeat in range(1, RUNOFF_RUNS):
-            for m in finalists:
-                self._measure(m.result.spec.setup, "runoff", repeat=start[m.number] + repeat)
+            turn = [(m.result.spec.setup, start[m.number] + repeat) for m in finalists]
+            self._concurrently(turn, lambda pair: self._measure(pair[0], "runoff", pair[1]))
         standing = {m.number: self._standing(m) for m in finalists}
         fastest = max(standing[m.number][0] for m in finalists)
         winner = min(
@@ -1032,7 +1305,7 @@ class Search:
             f"{best_speed / base_speed - 1:.1%} on the medians of their runs (trials "
             f"{', '.join(f'#{n}' for n in (*behind, *best_behind))})"
         )
-        self.knobs.append(
+        self._knob(
             KnobTrial(
                 precision,
                 "runoff",
@@ -1070,7 +1343,7 @@ class Search:
         if not self._fits(m):
             why = "over the memory budget" if r.ok else self._failure(m)
             message = r.error.message if r.error and not r.ok else ""
-            self.knobs.append(
+            self._knob(
                 KnobTrial(
                     precision,
                     "xla",
@@ -1099,7 +1372,7 @@ class Search:
                 )
             return base
         adopted = m.speed > base.speed * (1 + self.settings.noise_floor)
-        self.knobs.append(
+        self._knob(
             KnobTrial(precision, "xla", setup, tried, base.speed, m.speed, trials, adopted, "ok")
         )
         return m if adopted else base
@@ -1116,7 +1389,7 @@ class Search:
                 else f"the median step takes {p50:.1f} ms, not under {SPE_STEP_MS:g} ms, so "
                 "the host's per-call overhead is inside the noise"
             )
-            self.knobs.append(
+            self._knob(
                 KnobTrial(
                     precision,
                     "steps_per_execution",
@@ -1143,7 +1416,7 @@ class Search:
                 r = m.result
                 why = "over the memory budget" if r.ok else self._failure(m)
                 message = r.error.message if r.error and not r.ok else ""
-                self.knobs.append(
+                self._knob(
                     KnobTrial(
                         precision,
                         "steps_per_execution",
@@ -1162,7 +1435,7 @@ class Search:
                 )
                 break
             adopted = m.speed > current.speed * (1 + self.settings.noise_floor)
-            self.knobs.append(
+            self._knob(
                 KnobTrial(
                     precision,
                     "steps_per_execution",
@@ -1187,8 +1460,7 @@ class Search:
         the float32 candidate (what a speed-up is stated against) must know every float32
         trial."""
         others = {p: c for p in self.precisions if p != FLOAT32 and (c := self.pick(p)) is not None}
-        for cand in others.values():
-            self._guard(cand, allow_new_trials)
+        self._concurrently(others.values(), lambda cand: self._guard(cand, allow_new_trials))
         f32 = self.pick(FLOAT32) if FLOAT32 in self.precisions else None
         if f32 is not None:
             f32.loss_gap = 0.0
@@ -1222,7 +1494,7 @@ class Search:
                 )
                 return
             mine, reference = pair
-            self.notes.append(
+            self._note(
                 f"{cand.setup.precision} was compared with float32 at batch size "
                 f"{reference.result.spec.batch_size}: float32 does not run at batch size "
                 f"{cand.setup.batch_size}"
@@ -1302,7 +1574,8 @@ class Search:
         if not contenders:
             return
         self._stage("remeasure", "measuring the leading setups again")
-        for cand in contenders:
+
+        def again(cand: Candidate) -> None:
             # The next measurement after those the candidate stands on (a crashed run and its
             # retry included), so that a resumed search recalls the same trials.
             stored = [r.number for r in self.ev.known.get(cand.setup, [])]
@@ -1313,6 +1586,8 @@ class Search:
                     cand.runs.append(measured)
                 else:
                     cand.rejected = f"re-measurement {self._failure(measured)}"
+
+        self._concurrently(contenders, again)
 
 
 def _unsafe_text(m: Measured, baseline: Measured | None) -> str:

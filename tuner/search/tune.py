@@ -17,7 +17,7 @@ from tuner.search.lease import Heartbeat, Lease
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.session import SessionView, TuningSession, storage_errors
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.strategy import Evaluator, Search, SearchOutcome, TrialRunner
+from tuner.search.strategy import Evaluator, Search, SearchOutcome, Slot, TrialRunner
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import WorkerPool, run_trial
 
@@ -57,6 +57,58 @@ def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None
     return total * (1 - headroom) if total else None
 
 
+def parallel_devices(
+    parallel: int | str, profile: Any, device: str
+) -> tuple[list[str | None], str | None]:
+    """The device of each slot for ``--parallel`` (None: the settings' own device), and what to
+    tell the user about it (None: nothing).
+
+    ``auto`` is one slot a GPU of the searched GPU's model (its first GPU, or
+    ``--device gpu:N``'s), and one on a CPU; a number is at most that many GPUs. On a CPU a
+    number above one runs that many trials side by side, sharing the cores, with a warning.
+
+    Raises:
+        MptuneError: ``parallel`` is not ``auto`` or a whole number of at least 1, or more than
+            one trial at once is asked for with every trial pinned to one GPU.
+    """
+    wrong = f"--parallel takes a whole number of 1 or more, or auto; got {parallel!r}"
+    if isinstance(parallel, str) and parallel != "auto":
+        if not parallel.strip().isdigit():
+            raise MptuneError(wrong)
+        parallel = int(parallel)
+    if isinstance(parallel, int) and parallel < 1:
+        raise MptuneError(wrong)
+    gpus = list(getattr(profile, "gpus", ()) or ())
+    if device == "cpu" or not gpus:
+        if parallel == "auto" or parallel == 1:
+            return [None], None
+        return [None] * int(parallel), (
+            f"{parallel} trials ran at once on the CPU, sharing its cores: each one's figures "
+            "are slowed by the others, so they check the search, not measure it "
+            "(--parallel auto runs one at a time on a CPU)"
+        )
+    if device.startswith("gpu:"):
+        if parallel not in ("auto", 1):
+            raise MptuneError(
+                f"--parallel {parallel} runs one trial a GPU, and --device {device} pins every "
+                "trial to one: leave out --device to use each GPU of its model"
+            )
+        return [None], None
+    model = gpus[0].name
+    same = [g for g in gpus if g.name == model]
+    n = len(same) if parallel == "auto" else min(int(parallel), len(same))
+    note = None
+    if parallel != "auto" and int(parallel) > len(same):
+        note = (
+            f"--parallel {parallel}: this machine has {len(same)} {model} GPU"
+            f"{'s' if len(same) > 1 else ''}, and trials compare only on one model: ran {n} at "
+            "once"
+        )
+    if n == 1:
+        return [None], note
+    return [f"gpu:{g.index}" for g in same[:n]], note
+
+
 def tune(
     model: str | None = None,
     *,
@@ -69,6 +121,8 @@ def tune(
     cancel: threading.Event | None = None,
     runner: TrialRunner = run_trial,
     profile: Any = None,
+    parallel: int | str = 1,
+    workers: bool = False,
 ) -> TuneResult:
     """Search for the best setup of ``model`` on this machine, storing every trial.
 
@@ -93,6 +147,12 @@ def tune(
             ahead, side by side, and ends them when the search ends. A runner with a
             ``start_ahead(specs, cancel)`` method is asked to do the same.
         profile: the hardware profile; ``None`` detects it.
+        parallel: how many independent trials run at once (``auto``: one a GPU of the
+            searched GPU's model, one on a CPU), see :func:`parallel_devices`; each slot has
+            its own worker pool and GPU (``CUDA_VISIBLE_DEVICES``).
+        workers: hand trials out through the store too, where ``mptune worker`` processes
+            of the same kind of machine take them (:mod:`tuner.search.fleet`); needs a
+            database server.
 
     Raises:
         MptuneError: bad model spec, unreachable storage, a model that fails in its own code,
@@ -120,7 +180,12 @@ def tune(
         profile = detect()
     settings = settings or SearchSettings()
     if stored is not None:
-        _same_hardware(stored, profile, settings.device)
+        same_hardware(stored, profile, settings.device)
+    devices, parallel_note = parallel_devices(parallel, profile, settings.device)
+    if workers:
+        from tuner.search.fleet import needs_server
+
+        needs_server(storage)
     space = space or SearchSpace(policies=hardware_prior(profile))
     if stored is None and space.user_batch is None and source.user_batch is not None:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
@@ -141,8 +206,10 @@ def tune(
         )
         lease = Lease(session.storage, session.name)
         lease.acquire()
-    pool = WorkerPool() if runner is run_trial else None
+    pools = [WorkerPool() for _ in devices] if runner is run_trial else []
+    pool = pools[0] if pools else None
     start_ahead = getattr(runner, "start_ahead", None)
+    slots = [Slot(pools[i].run if pools else runner, device) for i, device in enumerate(devices)]
     if pool is not None:
         runner = pool.run
     try:
@@ -162,14 +229,19 @@ def tune(
                 memory_budget_mb(profile, settings.device, settings.memory_headroom),
                 heartbeat=heartbeat,
                 start_ahead=pool.start_ahead if pool is not None else start_ahead,
+                slots=slots,
+                shared=workers,
             )
             device = DeviceTraits.from_profile(profile, settings.device)
-            outcome = Search(evaluator, space, settings, device=device).run()
+            search = Search(evaluator, space, settings, device=device)
+            if parallel_note:
+                search.notes.append(parallel_note)
+            outcome = search.run()
             rec = recommend(outcome, space, settings, profile.to_dict())
             session.set_attr("recommendation", rec.to_dict())
     finally:
-        if pool is not None:
-            pool.close()  # no warm worker outlives its search
+        for each in pools:
+            each.close()  # no warm worker outlives its search
         lease.release()
     emit(Recommended(rec))
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
@@ -184,7 +256,7 @@ def stored_session(study: str | None, storage: str | None) -> SessionView | None
         return session.view()
 
 
-def _same_hardware(stored: SessionView, profile: Any, device: str) -> None:
+def same_hardware(stored: SessionView, profile: Any, device: str) -> None:
     """Refuse to continue a session measured on another kind of machine: its trials and the new
     ones would not compare (one session per kind of machine, also in a shared store)."""
     if not stored.hardware:

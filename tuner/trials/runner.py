@@ -305,6 +305,9 @@ def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> d
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["KERAS_BACKEND"] = "tensorflow"
     env["PYTHONUNBUFFERED"] = "1"
+    # CUDA numbers GPUs fastest first by default, NVML by PCI bus id: in bus order both name
+    # the same card gpu:N (a trial pinned to a GPU, its memory read per card).
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if spec.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = "-1"
     elif spec.device.startswith("gpu:"):

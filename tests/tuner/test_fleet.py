@@ -1,0 +1,182 @@
+"""``mptune worker``: processes that join a running search through its PostgreSQL store
+(``postgres_url`` in tests/conftest.py; skipped, saying why, where no server can start)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from test_faults import cli
+from test_search_strategy import FakeProfile, Machine
+
+from tuner.errors import MptuneError
+from tuner.search.fleet import work
+from tuner.search.session import TuningSession
+from tuner.search.tune import tune
+from tuner.trials.result import TrialResult
+from tuner.trials.spec import TrialSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEEDS = {"float32": 1000, "mixed_bfloat16": 1300, "mixed_float16": 1200}
+TINY_MLP = "builtin:mlp:features=8,width=16,depth=1"
+
+
+def measured(url: str, study: str) -> collections.Counter[Any]:
+    trials = TuningSession.load(study, url).trials()
+    return collections.Counter(t.result.spec.setup for t in trials if t.result and t.result.ok)
+
+
+def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """In one process for a scripted search: the search's first trial starts a worker; the
+    search's own slot then waits (on its second trial) until the worker has run one of the
+    trials the strategy handed out. Together they measure what a search alone measures."""
+    alone = tune("builtin:mlp", storage=f"sqlite:///{tmp_path / 'alone.db'}", study="alone",
+                 runner=Machine(speed=SPEEDS), profile=FakeProfile())  # fmt: skip
+    remote, local = Machine(speed=SPEEDS), Machine(speed=SPEEDS)
+    worked = threading.Event()
+    done: list[Any] = []
+
+    def worker_runner(spec: TrialSpec, *args: Any, **kwargs: Any) -> TrialResult:
+        result = remote(spec, *args, **kwargs)
+        worked.set()
+        return result
+
+    def join() -> None:
+        done.append(work("fleet-1", postgres_url, profile=FakeProfile(), runner=worker_runner))
+
+    worker = threading.Thread(target=join)
+
+    def search_runner(spec: TrialSpec, *args: Any, **kwargs: Any) -> TrialResult:
+        if not local.calls:
+            worker.start()  # the session exists and its search holds the lease
+        elif len(local.calls) == 1:
+            assert worked.wait(30), "the worker took no trial"
+        return local(spec, *args, **kwargs)
+
+    result = tune("builtin:mlp", storage=postgres_url, study="fleet-1", runner=search_runner,
+                  profile=FakeProfile(), workers=True)  # fmt: skip
+    worker.join(timeout=30)
+    assert not worker.is_alive() and done and done[0].reason == "its search ended"
+    assert remote.calls and local.calls
+    assert len(done[0].ran) == len(remote.calls)
+    assert measured(postgres_url, "fleet-1") == measured(f"sqlite:///{tmp_path / 'alone.db'}",
+                                                         "alone")  # fmt: skip
+    assert result.recommendation.setup == alone.recommendation.setup
+    session = TuningSession.load("fleet-1", postgres_url)
+    assert not session._running() and not session.waiting()
+
+
+def test_workers_need_a_database_server(tmp_path: Path) -> None:
+    with pytest.raises(MptuneError, match="SQLite is not safe for several processes"):
+        work("s", f"sqlite:///{tmp_path / 's.db'}")
+    with pytest.raises(MptuneError, match="SQLite is not safe"):
+        tune("builtin:mlp", storage=None, runner=Machine(speed=SPEEDS), profile=FakeProfile(),
+             workers=True)  # fmt: skip
+    proc = cli("worker", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", "s")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
+    postgres_url: str,
+) -> None:
+    with pytest.raises(MptuneError, match="no session named 'nowhere'"):
+        work("nowhere", postgres_url, profile=FakeProfile())
+    tune("builtin:mlp", storage=postgres_url, study="fleet-kind", runner=Machine(speed=SPEEDS),
+         profile=FakeProfile())  # fmt: skip
+    other = FakeProfile(cpu_model="Another CPU")
+    with pytest.raises(MptuneError, match="measured on"):
+        work("fleet-kind", postgres_url, profile=other)
+
+
+def _wait_for(what: str, condition: Callable[[], Any], timeout: float = 240) -> Any:
+    """Poll ``condition`` until it holds (a process to reach a state), failing after
+    ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
+    postgres_url: str,
+) -> None:
+    """Real processes, real trials: a search with --workers, two mptune worker processes; one
+    is killed (SIGKILL) while it runs a trial. Its heartbeat stops, the search closes that
+    trial as crashed after the grace period and runs it again; the search ends with every
+    trial run by exactly one process, and nothing of the killed worker is left."""
+    env = {**os.environ, "MPTUNE_HEARTBEAT_S": "1", "MPTUNE_GRACE_S": "4"}
+    tune_cmd = [sys.executable, "-m", "tuner", "tune", "--workers", "--storage", postgres_url,
+                "--study", "fleet-real", "--model", TINY_MLP, "--batch-sizes", "16,32,64",
+                "--measure-seconds", "0.3", "--max-trials", "14", "--json"]  # fmt: skip
+    search = subprocess.Popen(tune_cmd, cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    procs = [search]
+    try:
+        _wait_for("the session", lambda: TuningSession.find("fleet-real", postgres_url))
+        worker_cmd = [sys.executable, "-m", "tuner", "worker", "--storage", postgres_url,
+                      "--study", "fleet-real"]  # fmt: skip
+        doomed, kept = (
+            subprocess.Popen(
+                worker_cmd,
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(2)
+        )
+        procs += [doomed, kept]
+        session = TuningSession.load("fleet-real", postgres_url)
+
+        def doomed_running() -> int | None:
+            for trial in session._running():
+                if trial.user_attrs.get("pid") == doomed.pid:
+                    return trial.number
+            return None
+
+        killed_number = _wait_for("the doomed worker's trial", doomed_running)
+        children = psutil.Process(doomed.pid).children(recursive=True)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=30)
+        _, err = search.communicate(timeout=400)
+        assert search.returncode == 0, err
+        kept_out, kept_err = kept.communicate(timeout=60)
+        assert kept.returncode == 0, kept_err
+        assert "its search ended" in kept_out
+        _wait_for("the killed worker's trial process to end",
+                  lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                  for c in children), timeout=30)  # fmt: skip
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    trials = TuningSession.load("fleet-real", postgres_url).study.get_trials(deepcopy=False)
+    by_number = {t.number: t for t in trials}
+    killed = by_number[killed_number]
+    assert killed.state.name == "FAIL"
+    assert "sent no heartbeat" in str(killed.user_attrs.get("result", {}).get("error"))
+    setup = killed.user_attrs["spec"]
+    again = [t for t in trials if t.number > killed_number and t.user_attrs["spec"] == setup]
+    assert any(t.state.name == "COMPLETE" for t in again), "the killed trial was not run again"
+    # Every trial was run by one process: the search's, the kept worker's or (before it was
+    # killed) the doomed one's; none is left waiting or running.
+    runners = {t.user_attrs.get("pid") for t in trials if t.state.name == "COMPLETE"}
+    assert runners <= {search.pid, kept.pid, doomed.pid}
+    assert not [t for t in trials if t.state.name in ("WAITING", "RUNNING")]

@@ -1,0 +1,220 @@
+"""``mptune worker``: join a running search and take trials from it, through its store.
+
+A search started with ``--workers`` puts each trial it wants in its Optuna study as a waiting
+trial (Optuna's ``WAITING`` state) and runs it in its own slot unless another process claims it
+first. A worker claims a waiting trial by moving it to ``RUNNING``, which the store does
+atomically (a row lock in PostgreSQL and MySQL): of two workers asking for one trial, exactly
+one gets it, so no trial runs twice. The worker runs it in a fresh or warm trial process, like
+the search would, records Optuna's heartbeat of it while it runs, and stores the result; the
+search reads it from the store. A worker killed mid-trial stops sending that heartbeat: after
+:data:`~tuner.search.session.GRACE_S` the search closes the trial as ``crashed`` and, as for
+any crashed trial, runs it once more, wherever a slot is free.
+
+A worker measures only on the kind of machine the session was measured on (its hardware
+fingerprint), and only over a database server: SQLite is not safe for several processes
+writing at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import MptuneError
+from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
+from tuner.search.lease import Lease
+from tuner.search.session import GRACE_S, HEARTBEAT_S, TuningSession, storage_errors
+from tuner.search.strategy import TrialRunner
+from tuner.search.tune import same_hardware
+from tuner.trials.models import parse_model_spec
+from tuner.trials.runner import TrialCancelled, WorkerPool
+from tuner.trials.spec import TrialSpec
+
+logger = logging.getLogger(__name__)
+
+#: How often an idle worker looks for a waiting trial.
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class WorkDone:
+    """What a worker did: the trials it ran, and why it stopped."""
+
+    session: str
+    ran: tuple[int, ...]
+    reason: str
+
+
+def needs_server(url: str | None) -> None:
+    """Refuse a store that several processes cannot write at once.
+
+    Raises:
+        MptuneError: ``url`` is SQLite (or the default SQLite file).
+    """
+    if url is None or url.startswith("sqlite"):
+        raise MptuneError(
+            "workers share a search through a database server (--storage postgresql://... or "
+            "mysql://...): SQLite is not safe for several processes writing at once"
+        )
+
+
+def work(
+    study: str,
+    storage: str,
+    *,
+    profile: Any = None,
+    device: str | None = None,
+    cancel: threading.Event | None = None,
+    on_event: Callable[[SearchEvent], None] | None = None,
+    runner: TrialRunner | None = None,
+) -> WorkDone:
+    """Take trials from the running search of session ``study`` until it ends.
+
+    Args:
+        study: the session's name.
+        storage: the database server's URL (not SQLite).
+        profile: this machine's hardware profile; ``None`` detects it.
+        device: run the trials here (``cpu``, ``gpu:N``); ``None``: as the search asks.
+        cancel: set it to stop; the running trial is closed, and the search runs it again.
+        on_event: called with :class:`TrialStarted`, :class:`WorkerReported` and
+            :class:`TrialFinished` for the trials run here.
+        runner: runs one trial; by default a :class:`~tuner.trials.runner.WorkerPool`.
+
+    Raises:
+        MptuneError: SQLite, no such session, or this machine is another kind than the one the
+            session was measured on.
+        TrialCancelled: stopped by ``cancel`` (the running trial was closed).
+    """
+    needs_server(storage)
+    emit = on_event or (lambda event: None)
+    stop = cancel or threading.Event()
+    with storage_errors(storage):
+        session = TuningSession.find(study, storage)
+        if session is None:
+            raise MptuneError(
+                f"no session named {study!r} in {storage.split('@')[-1]}: start its search "
+                "first (mptune tune --workers --study NAME --storage URL)"
+            )
+        view = session.view()
+    if profile is None:
+        from tuner.hardware import detect
+
+        profile = detect()
+    same_hardware(view, profile, device or view.search_settings().device)
+    lease = Lease(session.storage, session.name)
+    pool = WorkerPool() if runner is None else None
+    run = pool.run if pool is not None else runner
+    assert run is not None
+    ran: list[int] = []
+    # A worker may start before its search holds the session (or between a stop and a
+    # resume): it waits up to GRACE_S for one, and ends when the search it saw ends.
+    started = searched = time.monotonic()
+    seen = False
+    beat = _Beat(session)
+    beat.start()
+    try:
+        while not stop.is_set():
+            with storage_errors(storage):
+                trial = next(
+                    (t for t in (session.claim(i) for i in session.waiting()) if t is not None),
+                    None,
+                )
+                if trial is None:
+                    if lease.searching():
+                        searched = time.monotonic()
+                    elif seen:
+                        return WorkDone(session.name, tuple(ran), "its search ended")
+                    elif time.monotonic() - searched > GRACE_S:
+                        return WorkDone(
+                            session.name, tuple(ran), f"no search ran it for {GRACE_S} s"
+                        )
+                    seen = seen or searched > started
+                    stop.wait(POLL_S)
+                    continue
+                seen = True
+                stored, attrs = session.peek(trial._trial_id)
+            spec = TrialSpec.from_dict(attrs["spec"])
+            if device is not None:
+                spec = dataclasses.replace(spec, device=device)
+            number = stored.number
+            emit(TrialStarted(number, stored.stage, spec))
+            mine = threading.Event()
+            beat.track(trial._trial_id, mine, stop)  # beats at once, then every HEARTBEAT_S
+            try:
+                result = run(
+                    spec,
+                    lambda e, n=number: emit(WorkerReported(n, e)),  # type: ignore[misc]
+                    cancel=mine,
+                    source=parse_model_spec(spec.model),
+                )
+            except TrialCancelled:
+                if stop.is_set():
+                    session.give_up(trial._trial_id, "stopped on its worker")
+                    raise
+                logger.warning("trial #%d was given up by its search", number)
+                continue
+            finally:
+                beat.untrack()
+            with storage_errors(storage):
+                try:
+                    session.finish_trial(trial, result)
+                except Exception as exc:  # noqa: BLE001 - closed by its search meanwhile
+                    logger.warning("trial #%d could not be stored: %s", number, exc)
+                    continue
+            ran.append(number)
+            emit(TrialFinished(number, stored.stage, result))
+        raise TrialCancelled(f"worker of session {study}")
+    finally:
+        beat.stop()
+        if pool is not None:
+            pool.close()
+
+
+class _Beat(threading.Thread):
+    """Records the running trial's heartbeat every :data:`HEARTBEAT_S`, and stops its run when
+    the search closed it (gave it up, or took it for dead)."""
+
+    def __init__(self, session: TuningSession) -> None:
+        super().__init__(name="mptune-worker-heartbeat", daemon=True)
+        self.session = session
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._trial: tuple[int, threading.Event, threading.Event] | None = None
+
+    def track(self, trial_id: int, cancel: threading.Event, stop: threading.Event) -> None:
+        with self._lock:
+            self._trial = (trial_id, cancel, stop)
+
+    def untrack(self) -> None:
+        with self._lock:
+            self._trial = None
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+    def run(self) -> None:
+        last = 0.0
+        while not self._done.wait(POLL_S):
+            with self._lock:
+                current = self._trial
+            if current is None:
+                continue
+            trial_id, cancel, stop = current
+            if stop.is_set():
+                cancel.set()
+            if time.monotonic() - last < HEARTBEAT_S:
+                continue
+            last = time.monotonic()
+            try:
+                self.session.storage.record_heartbeat(trial_id)
+                now, _ = self.session.peek(trial_id)
+                if now.state != "RUNNING":
+                    cancel.set()  # the search closed it: stop measuring for nothing
+            except Exception as exc:  # noqa: BLE001 - a missed beat is not fatal; logged
+                logger.warning("could not record the trial's heartbeat: %s", exc)
