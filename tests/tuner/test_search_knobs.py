@@ -599,3 +599,17 @@ def test_the_confirmed_leader_is_looked_around_from_its_median(tmp_path: Path) -
     # lucky run did not win back.
     [moved] = [n for n in rec.notes if " beat " in n]
     assert moved.startswith("float32: float32 b512 none beat float32 b256 none by 7%")
+
+
+@pytest.mark.parametrize(
+    ("saving", "said"),
+    [(0.12, "12% less than"), (-0.04, "4% more than"), (0.001, "the same as")],
+)
+def test_the_memory_row_says_more_or_less_than_float32(
+    saving: float, said: str, tmp_path: Path
+) -> None:
+    """A mixed policy can peak higher than float32 (its float32 master weights beside the
+    low-precision copies): "-4% less" was printed; now "4% more"."""
+    rec = run(fast(), tmp_path).recommendation
+    memory = rows(dataclasses.replace(rec, memory_saving=saving))["Memory"]
+    assert f"{said} float32 at this batch size" in memory

@@ -783,11 +783,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         (
             "Memory",
             f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
-            + (
-                f", {rec.memory_saving:.0%} less than float32 at this batch size"
-                if rec.memory_saving is not None
-                else ""
-            ),
+            + (_memory_against_float32(rec.memory_saving) if rec.memory_saving is not None else ""),
         ),
         ("Loss gap", f"{rec.loss_gap:.2%} to float32" if rec.loss_gap is not None else "n/a"),
         *((k.label, k.detail) for k in rec.knobs or _plain_knobs(setup)),
@@ -815,6 +811,14 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows
+
+
+def _memory_against_float32(saving: float) -> str:
+    """``, 12% less than float32 at this batch size`` (or more, or the same)."""
+    if round(saving, 2) == 0:
+        return ", the same as float32 at this batch size"
+    more_or_less = "less" if saving > 0 else "more"
+    return f", {abs(saving):.0%} {more_or_less} than float32 at this batch size"
 
 
 def _setup_text(setup: Setup) -> str:
