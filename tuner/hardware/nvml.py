@@ -277,6 +277,11 @@ def _gpu(
     }
 
 
+def _a100(uuid: str) -> dict[str, Any]:
+    """An A100 SXM4 40GB (three scenarios have one or more)."""
+    return _gpu("NVIDIA A100-SXM4-40GB", [8, 0], 40960, 620, 400, 1410, 1215, False, uuid)
+
+
 #: Ready-made fake machines. Names, memory (MiB, as nvidia-smi shows it), power limits and
 #: maximum clocks follow the vendors' specifications for these boards.
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -317,19 +322,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "ampere_8.0": {
         "driver": "550.90.07",
         "cuda": "12.4",
-        "gpus": [
-            _gpu(
-                "NVIDIA A100-SXM4-40GB",
-                [8, 0],
-                40960,
-                620,
-                400,
-                1410,
-                1215,
-                False,
-                "GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80",
-            )
-        ],
+        "gpus": [_a100("GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80")],
     },
     "hopper_9.0": {
         "driver": "560.35.03",
@@ -353,40 +346,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "ampere_8.0_x4": {
         "driver": "550.90.07",
         "cuda": "12.4",
-        "gpus": [
-            _gpu(
-                "NVIDIA A100-SXM4-40GB",
-                [8, 0],
-                40960,
-                620,
-                400,
-                1410,
-                1215,
-                False,
-                f"GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b8{i}",
-            )
-            for i in range(4)
-        ],
+        "gpus": [_a100(f"GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b8{i}") for i in range(4)],
     },
     # Two A100s and a T4: ``--parallel auto`` uses the two cards of the searched GPU's model.
     "mixed_a100_t4": {
         "driver": "550.90.07",
         "cuda": "12.4",
         "gpus": [
-            *(
-                _gpu(
-                    "NVIDIA A100-SXM4-40GB",
-                    [8, 0],
-                    40960,
-                    620,
-                    400,
-                    1410,
-                    1215,
-                    False,
-                    f"GPU-3c1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0c9{i}",
-                )
-                for i in range(2)
-            ),
+            *(_a100(f"GPU-3c1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0c9{i}") for i in range(2)),
             _gpu(
                 "Tesla T4",
                 [7, 5],
