@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +101,28 @@ def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
         work("fleet-kind", postgres_url, profile=other)
 
 
-def _wait_for(what: str, condition: Callable[[], Any], timeout: float = 240) -> Any:
-    """Poll ``condition`` until it holds (a process to reach a state), failing after
-    ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """``proc``'s stderr, line by line, read on a thread (None at its end), so that waiting
+    for a line never blocks the pipe of another process."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _first(lines: queue.Queue[str | None], pattern: str, what: str) -> re.Match[str]:
+    """The first line matching ``pattern``; fails when the stream ends first."""
+    while (line := lines.get(timeout=300)) is not None:
+        found = re.search(pattern, line)
+        if found:
+            return found
+    raise AssertionError(f"{what}: the process ended first")
 
 
 def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
@@ -127,9 +140,11 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     procs = [search]
     try:
-        _wait_for("the session", lambda: TuningSession.find("fleet-real", postgres_url))
-        worker_cmd = [sys.executable, "-m", "tuner", "worker", "--storage", postgres_url,
-                      "--study", "fleet-real"]  # fmt: skip
+        # Its first finished trial: the session exists and the search holds it.
+        search_lines = _lines(search)
+        _first(search_lines, r"^trial #0 ", "the search's first trial")
+        worker_cmd = [sys.executable, "-m", "tuner", "--verbose", "worker", "--storage",
+                      postgres_url, "--study", "fleet-real"]  # fmt: skip
         doomed, kept = (
             subprocess.Popen(
                 worker_cmd,
@@ -142,26 +157,18 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
             for _ in range(2)
         )
         procs += [doomed, kept]
-        session = TuningSession.load("fleet-real", postgres_url)
-
-        def doomed_running() -> int | None:
-            for trial in session._running():
-                if trial.user_attrs.get("pid") == doomed.pid:
-                    return trial.number
-            return None
-
-        killed_number = _wait_for("the doomed worker's trial", doomed_running)
+        _lines(kept)  # read, so that its pipe never fills
+        took = _first(_lines(doomed), r"took trial #(\d+)", "the doomed worker's trial")
+        killed_number = int(took.group(1))
         children = psutil.Process(doomed.pid).children(recursive=True)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(timeout=30)
-        _, err = search.communicate(timeout=400)
-        assert search.returncode == 0, err
-        kept_out, kept_err = kept.communicate(timeout=60)
-        assert kept.returncode == 0, kept_err
-        assert "its search ended" in kept_out
-        _wait_for("the killed worker's trial process to end",
-                  lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                                  for c in children), timeout=30)  # fmt: skip
+        assert search.wait(timeout=400) == 0, "".join(iter(search_lines.get, None))
+        assert kept.wait(timeout=60) == 0
+        assert kept.stdout is not None and "its search ended" in kept.stdout.read()
+        for child in children:  # the killed worker's trial process ends with it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.wait(timeout=30)
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -142,6 +142,7 @@ def work(
             if device is not None:
                 spec = dataclasses.replace(spec, device=device)
             number = stored.number
+            logger.info("took trial #%d of session %s: %s", number, session.name, spec.setup.label)
             emit(TrialStarted(number, stored.stage, spec))
             mine = threading.Event()
             beat.track(trial._trial_id, mine, stop)  # beats at once, then every HEARTBEAT_S
