@@ -394,7 +394,9 @@ class QtMainWindow(QMainWindow):
         else:
             doing = f"{message.get('phase')} step {message.get('step')}"
         self._running[number] = (name, doing)
-        self._show_running()
+        card = self.running_strip.findChild(QLabel, f"running-{number}")
+        if card is not None:  # a step changes one card's text, not the strip
+            card.setText(f"<b>{name}</b><br>{doing}")
 
     def _show_running(self) -> None:
         """The trials running at once, side by side (hidden while one runs at a time)."""
@@ -402,6 +404,7 @@ class QtMainWindow(QMainWindow):
             item = self._running_row.takeAt(0)
             widget = item.widget() if item is not None else None
             if widget is not None:
+                widget.setParent(None)  # gone from findChild at once, deleted later
                 widget.deleteLater()
         several = len(self._running) > 1
         self.running_strip.setVisible(several)

@@ -28,7 +28,13 @@ from typing import Any
 from tuner.errors import MptuneError
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
-from tuner.search.session import GRACE_S, HEARTBEAT_S, TuningSession, storage_errors
+from tuner.search.session import (
+    GRACE_S,
+    HEARTBEAT_S,
+    TuningSession,
+    redact_url,
+    storage_errors,
+)
 from tuner.search.strategy import TrialRunner
 from tuner.search.tune import same_hardware
 from tuner.trials.models import parse_model_spec
@@ -97,7 +103,7 @@ def work(
         session = TuningSession.find(study, storage)
         if session is None:
             raise MptuneError(
-                f"no session named {study!r} in {storage.split('@')[-1]}: start its search "
+                f"no session named {study!r} in {redact_url(storage)}: start its search "
                 "first (mptune tune --workers --study NAME --storage URL)"
             )
         view = session.view()
@@ -113,8 +119,8 @@ def work(
     ran: list[int] = []
     # A worker may start before its search holds the session (or between a stop and a
     # resume): it waits up to GRACE_S for one, and ends when the search it saw ends.
-    started = searched = time.monotonic()
-    seen = False
+    searched = time.monotonic()  # when a search last held the session
+    seen = False  # whether this worker has seen its search
     beat = _Beat(session)
     beat.start()
     try:
@@ -126,14 +132,13 @@ def work(
                 )
                 if trial is None:
                     if lease.searching():
-                        searched = time.monotonic()
+                        seen, searched = True, time.monotonic()
                     elif seen:
                         return WorkDone(session.name, tuple(ran), "its search ended")
                     elif time.monotonic() - searched > GRACE_S:
                         return WorkDone(
                             session.name, tuple(ran), f"no search ran it for {GRACE_S} s"
                         )
-                    seen = seen or searched > started
                     stop.wait(POLL_S)
                     continue
                 seen = True
@@ -145,7 +150,7 @@ def work(
             logger.info("took trial #%d of session %s: %s", number, session.name, spec.setup.label)
             emit(TrialStarted(number, stored.stage, spec))
             mine = threading.Event()
-            beat.track(trial._trial_id, mine, stop)  # beats at once, then every HEARTBEAT_S
+            beat.track(trial._trial_id, mine, stop)  # claim() recorded its first heartbeat
             try:
                 result = run(
                     spec,

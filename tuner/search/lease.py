@@ -85,7 +85,8 @@ class Lease:
 
     def searching(self) -> bool:
         """Whether a live search holds the lease (this process's or another's)."""
-        return _alive_holder(self._holder())
+        holder = self._holder()
+        return holder is not None and _alive(holder)
 
     def beat(self) -> None:
         """Record that the holder is alive."""
@@ -123,10 +124,6 @@ class Lease:
         )
         with contextlib.suppress(KeyError):
             self.storage.delete_study(int(holder["_study_id"]))
-
-
-def _alive_holder(holder: dict[str, Any] | None) -> bool:
-    return holder is not None and _alive(holder)
 
 
 def _alive(holder: dict[str, Any]) -> bool:

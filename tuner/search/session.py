@@ -371,33 +371,22 @@ class TuningSession:
         # Optuna's fail_stale_trials, with a note on each trial: Optuna keeps the heartbeats
         # but has no public way to ask which trials are stale.
         for trial_id in self.storage._get_stale_trial_ids(self.study._study_id):
-            try:
-                self.storage.set_trial_user_attr(
-                    trial_id, "note", f"its search sent no heartbeat for over {GRACE_S} s"
-                )
-                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-                count += 1
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # another process failed it first
+            note = f"its search or worker sent no heartbeat for over {GRACE_S} s"
+            count += self._fail(trial_id, note=note)
         # A trial left waiting was handed out by a search that is gone (this one holds the
         # lease now and has handed out nothing yet): nobody waits for its result.
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            self.give_up(trial._trial_id, "left waiting by a search that stopped")
-            count += 1
-        still = self._running()
+            count += self._fail(trial._trial_id, note="left waiting by a search that stopped")
         host = socket.gethostname()
-        for trial in still:
+        for trial in self._running():
             attrs = trial.user_attrs
             if attrs.get("host") != host:
                 continue
             pid = attrs.get("pid")
             if isinstance(pid, int) and pid != os.getpid() and psutil.pid_exists(pid):
                 continue
-            self.storage.set_trial_user_attr(
-                trial._trial_id, "note", "the tuning process died while this trial ran"
-            )
-            self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            count += 1
+            died = "the tuning process died while this trial ran"
+            count += self._fail(trial._trial_id, note=died)
         if count:
             logger.warning(
                 "marked %d trial(s) of session %s as failed: their search died", count, self.name
@@ -493,20 +482,25 @@ class TuningSession:
     def give_up(self, trial_id: int, note: str) -> None:
         """Close a trial this search handed out and no longer waits for (a stop): failed,
         with ``note``; a worker running it finds it closed and drops it."""
-        with self._lock:
-            try:
-                self.storage.set_trial_user_attr(trial_id, "note", note)
-                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # it ended meanwhile
+        self._fail(trial_id, note=note)
 
     def fail_stale(self, trial_id: int, result: TrialResult) -> bool:
         """Close a running trial whose runner stopped sending its heartbeat, with ``result``
         (``crashed``, saying why); False when it ended meanwhile after all."""
+        return self._fail(trial_id, result=result)
+
+    def _fail(
+        self, trial_id: int, *, note: str | None = None, result: TrialResult | None = None
+    ) -> bool:
+        """Close a trial as failed, with a note or a result; False when another process closed
+        it first."""
+        attrs: dict[str, Any] = {"note": note} if note is not None else {}
+        if result is not None:
+            attrs |= {"result": result.to_dict(), "status": result.status.value}
         with self._lock:
             try:
-                self.storage.set_trial_user_attr(trial_id, "result", result.to_dict())
-                self.storage.set_trial_user_attr(trial_id, "status", result.status.value)
+                for key, value in attrs.items():
+                    self.storage.set_trial_user_attr(trial_id, key, value)
                 self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 return False

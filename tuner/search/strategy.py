@@ -113,7 +113,7 @@ RUNOFF_RUNS = 3
 #: ...and the fastest median wins unless a simpler setup's median is within this of it. One
 #: trial each cannot tell two setups 3% apart on a machine whose figures swing by more than
 #: that between runs; the median of three interleaved runs can, and the choice between them
-#: then costs at most four trials more (bench/bench_search.py, docs/search.md).
+#: then costs at most six trials more (bench/bench_search.py, docs/search.md).
 RUNOFF_MARGIN = 0.01
 
 
@@ -134,6 +134,10 @@ class Slot:
 
     runner: TrialRunner
     device: str | None = None
+
+    def pin(self, spec: TrialSpec) -> TrialSpec:
+        """``spec`` on this slot's device."""
+        return spec if self.device is None else dataclasses.replace(spec, device=self.device)
 
 
 #: How often a trial handed out through the store is looked at while it waits or runs
@@ -315,7 +319,6 @@ class Evaluator:
         self.settings = settings
         self._on_event = on_event or (lambda event: None)
         self.cancel = cancel
-        self.runner = runner
         self.memory_budget_mb = memory_budget_mb
         self.started = time.monotonic()
         self.trial_seconds: list[float] = []
@@ -349,10 +352,14 @@ class Evaluator:
         store (``shared``) as many as the search has independent trials."""
         return len(self.slots) if not self.shared else SHARED_LANES
 
+    def on_search_thread(self) -> bool:
+        """Whether this is the thread that called the search (not one of its lanes)."""
+        return threading.get_ident() == self._owner
+
     def on_event(self, event: SearchEvent) -> None:
         """Pass ``event`` on: at once on the search's own thread; from a lane, through the
         outbox that :meth:`pump` empties on the search's thread."""
-        if threading.get_ident() == self._owner:
+        if self.on_search_thread():
             self._on_event(event)
         else:
             self._outbox.put(event)
@@ -439,9 +446,7 @@ class Evaluator:
         try:
             if self.cancel is not None and self.cancel.is_set():
                 raise TrialCancelled(spec.describe())  # stopped while this lane waited
-            if slot.device is not None:
-                spec = dataclasses.replace(spec, device=slot.device)
-            return self._run_in(slot, setup, spec, stage)
+            return self._run_in(slot, setup, slot.pin(spec), stage)
         finally:
             self._free.put(slot)
 
@@ -515,12 +520,7 @@ class Evaluator:
                     try:
                         trial = self.session.claim(trial_id)
                         if trial is not None:
-                            mine = (
-                                spec
-                                if slot.device is None
-                                else dataclasses.replace(spec, device=slot.device)
-                            )
-                            return self._run_in(slot, setup, mine, stage, trial)
+                            return self._run_in(slot, setup, slot.pin(spec), stage, trial)
                     finally:
                         self._free.put(slot)
             else:
@@ -688,7 +688,7 @@ class Search:
 
         alive = [p for p in self.precisions if p not in self.abandoned]
         self._plan(self._left(alive, len(alive)))
-        ladders = [0]
+        climbed: set[str] = set()
 
         def ladder(precision: str) -> None:
             self._stage("batch", f"batch-size ladder for {precision}")
@@ -696,8 +696,8 @@ class Search:
                 self._ladder(precision, at_start[precision])
             else:
                 self._global_ladder(precision, at_start[precision])
-            ladders[0] += 1
-            self._plan(self._left(alive, len(alive) - ladders[0]))
+            climbed.add(precision)
+            self._plan(self._left(alive, len(alive) - len(climbed)))
 
         self._concurrently(alive, ladder)
 
@@ -731,8 +731,7 @@ class Search:
         first failure (in the items' order) is raised once every lane has stopped. A lane
         does not start lanes of its own."""
         todo = list(items)
-        nested = threading.get_ident() != self.ev._owner
-        if self.ev.parallel == 1 or len(todo) < 2 or nested:
+        if self.ev.parallel == 1 or len(todo) < 2 or not self.ev.on_search_thread():
             return [work(x) for x in todo]
         results: list[R | None] = [None] * len(todo)
         errors: list[tuple[int, BaseException]] = []
