@@ -10,7 +10,17 @@ from typing import Any, ClassVar
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import TF32, Candidate, KnobTrial, SearchOutcome, and_join, first_ok
+from tuner.search.strategy import (
+    TF32,
+    Candidate,
+    KnobTrial,
+    Paired,
+    SearchOutcome,
+    and_join,
+    first_ok,
+    paired_ratio,
+    within,
+)
 from tuner.setup import SETUP_FIELDS, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 
@@ -166,6 +176,9 @@ class Recommendation:
     #: the batch size the user trains with (``--start-batch`` or the model file's
     #: ``BATCH_SIZE``); None: unknown
     user_batch: int | None = None
+    #: the setups measured back to back that decided the pick: its precision's runoff and the
+    #: final between the leading precisions; empty in recommendations stored before them
+    paired: tuple[Paired, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -180,6 +193,7 @@ class Recommendation:
         data["versions"] = dict(self.versions)
         data["hazards"] = [h.to_dict() for h in self.hazards]
         data["knobs"] = [k.to_dict() for k in self.knobs]
+        data["paired"] = [p.to_dict() for p in self.paired]
         return data
 
     @classmethod
@@ -206,6 +220,10 @@ class Recommendation:
         values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
         values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
         values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
+        try:
+            values["paired"] = tuple(Paired.from_dict(p) for p in values.get("paired") or ())
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a malformed paired comparison: {exc}") from None
         for key in ("trials", "not_tried", "notes"):
             values[key] = tuple(values.get(key, ()))
         try:
@@ -228,21 +246,34 @@ def recommend(
     viable = [c for c in outcome.candidates if c.rejected is None]
     if not viable:
         raise NoViableSetup(_no_viable_message(outcome))
+    paired = outcome.paired
     leader = max(viable, key=lambda c: _score(c, viable, settings))
+    if settings.objective == "speed":
+        # Setups measured back to back are ranked on the ratio of their runs, not on figures
+        # taken minutes apart on a machine that drifts.
+        for c in viable:
+            ratio = paired_ratio(paired, leader.setup, c.setup)
+            if ratio is not None and ratio > 1:
+                leader = c
     # Setups whose figures overlap are a tie, and a tie goes to the simplest of them: which of
     # them measured a little faster this time is noise, and must not decide the answer.
-    tied = [c for c in viable if c is leader or _tie(c, leader, viable, settings)]
+    tied = [c for c in viable if c is leader or _tie(c, leader, viable, settings, paired)]
     chosen = min(tied, key=_simplest)
     ties = sorted(
-        (c for c in viable if c is not chosen and _tie(c, chosen, viable, settings)),
+        (c for c in viable if c is not chosen and _tie(c, chosen, viable, settings, paired)),
         key=_simplest,
     )
     tie_note = None
     if chosen is not leader:
+        ratio = paired_ratio(paired, chosen.setup, leader.setup)
+        against = (
+            f"{ratio:.3f}x {_label(chosen)} on the median of their runs back to back"
+            if ratio is not None
+            else f"{leader.speed:,.0f} samples/s against {chosen.speed:,.0f}"
+        )
         tie_note = (
-            f"{_label(leader)} measured {leader.speed:,.0f} samples/s against "
-            f"{chosen.speed:,.0f}: inside the measurement noise, so the simpler "
-            f"{_label(chosen)} is recommended"
+            f"{_label(leader)} measured {against}: inside the measurement noise, so the "
+            f"simpler {_label(chosen)} is recommended"
         )
 
     f32_best = _best_float32(outcome)
@@ -273,7 +304,7 @@ def recommend(
     busy = _busy(outcome, trials)
     batch_note = _batch_note(chosen.setup, space)
     notes = list(outcome.notes) + [n for n in (tie_note, batch_note, busy) if n]
-    speedup = chosen.speed / f32_best.speed if f32_best and f32_best.speed else None
+    speedup = _ratio(f32_best, chosen, paired) if f32_best and f32_best.speed else None
     return Recommendation(
         setup=chosen.setup,
         samples_per_second=chosen.speed,
@@ -307,6 +338,7 @@ def recommend(
         knobs=_knob_evidence(chosen.setup, outcome, space),
         global_batch=space.global_batch,
         user_batch=space.user_batch,
+        paired=tuple(p for p in paired if chosen.setup in p.setups),
     )
 
 
@@ -557,10 +589,29 @@ def _overlap(a: Candidate, b: Candidate) -> bool:
     return a.spread[0] <= b.spread[1] and b.spread[0] <= a.spread[1]
 
 
-def _tie(a: Candidate, b: Candidate, viable: list[Candidate], settings: SearchSettings) -> bool:
-    """Whether nothing measured separates ``a`` and ``b`` for the objective (symmetric)."""
+def _ratio(a: Candidate, b: Candidate, paired: list[Paired]) -> float:
+    """``b``'s speed over ``a``'s: from their runs back to back where they were measured so,
+    else from their medians."""
+    ratio = paired_ratio(paired, a.setup, b.setup)
+    return ratio if ratio is not None else b.speed / a.speed
+
+
+def _tie(
+    a: Candidate,
+    b: Candidate,
+    viable: list[Candidate],
+    settings: SearchSettings,
+    paired: list[Paired] | None = None,
+) -> bool:
+    """Whether nothing measured separates ``a`` and ``b`` for the objective (symmetric). Two
+    setups measured back to back tie when the median of their per-turn ratios is within the
+    noise floor: their own spreads, taken on a machine that drifts between turns, do not
+    enter (they grow with every run while the ratio holds)."""
     noise = _noise(a, b, settings)
     if settings.objective == "speed":
+        ratio = paired_ratio(paired or [], a.setup, b.setup)
+        if ratio is not None:
+            return within(ratio, settings.noise_floor)
         return _overlap(a, b) or abs(a.speed - b.speed) <= noise * max(a.speed, b.speed)
     if not (
         math.isfinite(_score(a, viable, settings)) and math.isfinite(_score(b, viable, settings))
@@ -685,10 +736,15 @@ def _reason(
             f"{subject} is the only setup that "
             f"worked{because}; loss gap to float32 {gap}.{tie_sentence}"
         )
-    ratio = chosen.speed / f32.speed
+    ratio = _ratio(f32, chosen, outcome.paired)
     figures = f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s)"
-    noise = _noise(chosen, f32, settings)
-    if _overlap(chosen, f32) or abs(ratio - 1) <= noise:
+    if paired_ratio(outcome.paired, f32.setup, chosen.setup) is not None:
+        figures = f"{figures[:-1]}, measured back to back)"
+    if paired_ratio(outcome.paired, f32.setup, chosen.setup) is not None:
+        inside = within(ratio, settings.noise_floor)
+    else:
+        inside = _overlap(chosen, f32) or abs(ratio - 1) <= _noise(chosen, f32, settings)
+    if inside:
         verdict = f"as fast as float32 here within the measurement noise {figures}"
     elif ratio > 1:
         verdict = f"{ratio:.2f}x faster than float32 here {figures}"
@@ -790,6 +846,8 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
         ("Why", rec.reason),
     ]
+    for p in rec.paired:
+        rows.append(("Final" if p.stage == "final" else "Runoff", paired_text(p, setup)))
     if rec.ties:
         text = _tie_text(rec.setup, rec.samples_per_second_spread, rec.samples_per_second, rec.ties)
         rows.append(("Tie", f"{text}; re-run on an idle machine to separate them"))
@@ -811,6 +869,24 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows
+
+
+def paired_text(p: Paired, chosen: Setup) -> str:
+    """``float32 b1024 spe16 and mixed_bfloat16 b768 spe16 measured back to back in 3 turns:
+    mixed_bfloat16 b768 spe16 ran 1.31x float32 b1024 spe16 (1.28, 1.31, 1.35; trials #30,
+    ...)``: each other setup against ``chosen``."""
+    others = [s for s in p.setups if s != chosen]
+    parts = []
+    for s in others:
+        ratios = p.ratios(s, chosen)
+        median = statistics.median(ratios) if ratios else None
+        each = ", ".join(f"{r:.2f}" for r in ratios) or "no turn ran both"
+        parts.append(f"{_fmt(median, '.2f')}x {_short(s)} ({each})")
+    numbers = ", ".join(f"#{n}" for n in p.numbers())
+    return (
+        f"{and_join([_short(s) for s in p.setups])} measured back to back in {len(p.speeds)} "
+        f"turns: {_short(chosen)} ran " + "; ".join(parts) + f" (trials {numbers})"
+    )
 
 
 def _memory_against_float32(saving: float) -> str:

@@ -17,13 +17,15 @@ The order of work (DESIGN.md, "Search, in outline"):
    steps per execution where the step is short enough for host overhead to show; then the
    leading picks' neighbourhoods (every knob combination at the pick's batch size, its knobs
    at the next batch size each way), since the knobs and the batch size interact; then a
-   runoff among the leading pick and its setups that measured within the noise floor of it,
-   each measured three times, interleaved, decided on the medians;
+   runoff among the leading pick and its setups that measured within the noise floor of it
+   (and the setup a narrow neighbourhood move left), measured back to back in three turns and
+   decided on the medians of their per-turn ratios (:class:`Paired`);
 6. the numerical guard: each precision's best setup against IEEE float32 at the same batch size
    (and accumulation), seed and data (a float32 trial is run if there is none); float32's own
    best setup is picked after these, so that it knows every float32 trial;
-7. the leading setups are measured again, and the recommendation never calls a winner inside
-   the noise.
+7. the final: the leading precision's pick and a runner-up within 15% of it are measured back
+   to back in three turns, and the recommendation decides between them on the median of their
+   per-turn ratios, never calling a winner inside the noise.
 
 Every trial goes through :class:`Evaluator`, which recalls a finished trial of the session
 instead of running it again (so a resumed search continues where it stopped) and enforces the
@@ -43,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.errors import MptuneError, Terminated
 from tuner.policies import FLOAT32, MIXED_FLOAT16
@@ -104,7 +106,11 @@ SPE_LADDER = (4, 16)
 NEIGHBOURHOOD_MOVES = 2
 #: Stages whose trials come after the knob stages: left out of the picks the knob stages start
 #: from, so that a resumed search (which knows them from the start) takes the same path.
-LATE_STAGES = frozenset({"neighbourhood", "runoff", "guard", "remeasure"})
+LATE_STAGES = frozenset({"neighbourhood", "runoff", "guard", "remeasure", "final"})
+#: Stages whose runs a setup's standing (:meth:`Search._standing`) leaves out: they come after
+#: every decision taken on it, and a resumed search, which knows them from the start, must
+#: take those decisions as the search did.
+AFTER_STANDING = frozenset({"runoff", "guard", "final"})
 #: The runoff (:meth:`Search._runoff`): a leading pick and at most this many setups in all that
 #: measured within the noise floor of it...
 RUNOFF_SIZE = 3
@@ -115,6 +121,10 @@ RUNOFF_RUNS = 3
 #: that between runs; the median of three interleaved runs can, and the choice between them
 #: then costs at most six trials more (bench/bench_search.py, docs/search.md).
 RUNOFF_MARGIN = 0.01
+#: The setup the neighbourhood last moved away from joins its runoff when the move gained less
+#: than this many noise floors: a move decided by one trial just past the floor is itself a
+#: near tie (bench run 8 moved to a batch size on a 3.1% lead that its next run did not keep).
+RUNOFF_MOVED_FLOORS = 2.0
 
 
 class BudgetExhausted(Exception):
@@ -275,6 +285,120 @@ class SearchOutcome:
     #: knob -> why no precision tried it (``--xla off``, a CPU under ``--xla auto``, a model
     #: XLA cannot compile)
     knobs_skipped: dict[str, str] = field(default_factory=dict)
+    #: the setups measured back to back, in turns (the runoffs, the final), in the order
+    #: they ran
+    paired: list[Paired] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Setups measured back to back, in turns: each turn ran every one of them once, one
+    after the other, so a turn's runs share the machine's state (a slow minute, a busy
+    neighbour, a warm cache) and the ratio of two of them is free of it. On this project's
+    CPUs one setup's figure swings up to 2x between runs minutes apart while the ratio of two
+    setups run back to back stays within a few percent, so two setups are compared on the
+    median of their per-turn ratios, not on their figures taken at different times.
+
+    Attributes:
+        stage: the stage that measured them (``runoff``: a precision's leading setups;
+            ``final``: the leading precisions' picks).
+        setups: the setups, in the order of the columns of ``speeds`` and ``trials``.
+        speeds: per turn, each setup's effective samples/s (0 for a run that failed).
+        trials: per turn, each setup's trial number.
+    """
+
+    stage: str
+    setups: tuple[Setup, ...]
+    speeds: tuple[tuple[float, ...], ...]
+    trials: tuple[tuple[int, ...], ...]
+
+    def ratios(self, a: Setup, b: Setup) -> list[float]:
+        """``b``'s speed over ``a``'s, turn by turn, over the turns where both ran ok."""
+        i, j = self.setups.index(a), self.setups.index(b)
+        return [turn[j] / turn[i] for turn in self.speeds if turn[i] > 0 and turn[j] > 0]
+
+    def ratio(self, a: Setup, b: Setup) -> float | None:
+        """The median of :meth:`ratios` (1.05: ``b`` 5% faster than ``a``); None when fewer
+        than two turns ran both ok, or when either was not measured here."""
+        if a not in self.setups or b not in self.setups:
+            return None
+        ratios = self.ratios(a, b)
+        return statistics.median(ratios) if len(ratios) >= 2 else None
+
+    def numbers(self, *setups: Setup) -> tuple[int, ...]:
+        """The trials of ``setups`` (all when none is named), in the order they ran."""
+        columns = [self.setups.index(s) for s in setups] if setups else range(len(self.setups))
+        return tuple(sorted(turn[c] for turn in self.trials for c in columns))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "setups": [s.to_dict() for s in self.setups],
+            "speeds": [list(t) for t in self.speeds],
+            "trials": [list(t) for t in self.trials],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Paired:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a turn does not have one figure and one trial per setup.
+        """
+        setups = tuple(Setup.from_dict(s) for s in data["setups"])
+        speeds = tuple(tuple(float(v) for v in t) for t in data["speeds"])
+        trials = tuple(tuple(int(n) for n in t) for t in data["trials"])
+        if any(len(t) != len(setups) for t in (*speeds, *trials)) or len(speeds) != len(trials):
+            raise ValueError("a paired comparison whose turns do not match its setups")
+        return cls(str(data["stage"]), setups, speeds, trials)
+
+
+def paired_ratio(paired: Sequence[Paired], a: Setup, b: Setup) -> float | None:
+    """``b``'s speed over ``a``'s from the last comparison that measured both back to back;
+    None when none did."""
+    for p in reversed(paired):
+        ratio = p.ratio(a, b)
+        if ratio is not None:
+            return ratio
+    return None
+
+
+def within(ratio: float, margin: float) -> bool:
+    """Whether two setups whose speeds stand in ``ratio`` are within ``margin`` of each other,
+    the same whichever is on top: ``1 - margin <= ratio <= 1 / (1 - margin)``."""
+    return 1 - margin <= ratio <= 1 / (1 - margin)
+
+
+def decide(ratios: dict[Setup, float], margin: float) -> Setup:
+    """Of setups with their speeds relative to one of them: the simplest whose speed is within
+    ``margin`` of the fastest's (:func:`within`)."""
+    fastest = max(ratios.values())
+    return min(
+        (s for s, r in ratios.items() if within(r / fastest, margin)),
+        key=lambda s: s.simplicity(),
+    )
+
+
+def settled(bounds: dict[Setup, tuple[float, float]], margin: float) -> bool:
+    """Whether :func:`decide` chooses the same setup for every ratio within its bounds (the
+    range the ratio's median can still take): the setup chosen at the bounds' middle stays
+    within the margin of the fastest even at its lowest against the others at their highest,
+    and no simpler setup can come within the margin even at its highest against the others at
+    their lowest."""
+    middle = {s: (lo + hi) / 2 for s, (lo, hi) in bounds.items()}
+    chosen = decide(middle, margin)
+
+    def others(s: Setup, end: int) -> float:
+        return max((b[end] for t, b in bounds.items() if t != s), default=0.0)
+
+    low = bounds[chosen][0]
+    if low < (1 - margin) * max(others(chosen, 1), low):
+        return False
+    for s in bounds:
+        high = bounds[s][1]
+        if s.simplicity() < chosen.simplicity() and high >= (1 - margin) * max(others(s, 0), high):
+            return False
+    return True
 
 
 def first_ok(runs: Sequence[Measured]) -> Measured | None:
@@ -609,6 +733,10 @@ class Search:
         self._lane = threading.local()
         #: the setups measured in a runoff (:meth:`_runoff`)
         self.ran_off: set[Setup] = set()
+        #: precision -> the setup its neighbourhood last moved away from, and the move's gain
+        self.moved_from: dict[str, tuple[Measured, float]] = {}
+        #: (stage, precision) -> the setups measured back to back there (:meth:`_turns`)
+        self.paired: dict[tuple[str, str], Paired] = {}
         #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
         self.failed_above: dict[str, int] = {}
 
@@ -655,7 +783,12 @@ class Search:
             self.ev.memory_budget_mb,
             list(self.knobs),
             dict(self.knobs_skipped),
+            [self.paired[key] for key in sorted(self.paired, key=self._paired_order)],
         )
+
+    def _paired_order(self, key: tuple[str, str]) -> tuple[int, int]:
+        """Runoffs before the final, each in the order its trials ran."""
+        return (key[0] == "final", min(self.paired[key].numbers(), default=0))
 
     def _search(self) -> None:
         start = self.space.start_batch
@@ -922,8 +1055,7 @@ class Search:
             return None
         setup = chosen.result.spec.setup
         if setup in self.ran_off:  # it stands on its runoff's runs
-            ok = [r for r in self.ev.known[setup] if r.result.ok]
-            return Candidate(setup, ok[:RUNOFF_RUNS])
+            return Candidate(setup, self._ran_off_runs(setup) or [chosen])
         return Candidate(setup, [chosen])
 
     def _abandon_laggards(self, at_start: dict[str, Measured]) -> None:
@@ -1246,16 +1378,18 @@ class Search:
                     "ok",
                 )
             )
+            self.moved_from[precision] = (center, best_speed / speed)  # one lane a precision
             center, speed, behind = best, best_speed, best_behind
         return center
 
     def _runoff(self, precision: str, center: Measured) -> Measured:
         """Decide between ``center`` and the setups of ``precision`` that measured within the
-        noise floor of it (either side; the nearest first, :data:`RUNOFF_SIZE` in all) on the
-        medians of :data:`RUNOFF_RUNS` runs each, taken in turns so that a slow minute of the
-        machine falls on all of them. The fastest median wins, unless a simpler setup's is
-        within :data:`RUNOFF_MARGIN` of it. Only for the speed objective: memory per sample
-        does not swing between runs."""
+        noise floor of it (either side; the nearest first, :data:`RUNOFF_SIZE` in all), and
+        the setup a narrow neighbourhood move left (:data:`RUNOFF_MOVED_FLOORS`): measured
+        back to back in :data:`RUNOFF_RUNS` turns (:meth:`_turns`), each compared with
+        ``center`` on the median of its per-turn ratios. The fastest wins, unless a simpler
+        setup is within :data:`RUNOFF_MARGIN` of it. Only for the speed objective: memory per
+        sample does not swing between runs."""
         if self.settings.objective != "speed":
             return center
         speed, _ = self._standing(center)
@@ -1265,64 +1399,113 @@ class Search:
             m
             for m in self.usable(precision)
             if m.result.spec.setup != here
-            and m.stage != "guard"  # after the runoff in a search that was not stopped
+            and m.stage not in ("guard", "final")  # after the runoff in a search not stopped
             and self._fits(m)
             and abs(self._standing(m)[0] - speed) <= floor * speed
         ]
         near.sort(key=lambda m: abs(self._standing(m)[0] - speed))
         finalists = [center, *near[: RUNOFF_SIZE - 1]]
+        left = self.moved_from.get(precision)
+        if (
+            left is not None
+            and left[1] <= 1 + RUNOFF_MOVED_FLOORS * floor
+            and left[0].result.spec.setup not in {m.result.spec.setup for m in finalists}
+        ):
+            # The move that made ``center`` the pick won on one trial by a hair: the setup
+            # it left is as near a tie as any, whatever its figure now.
+            finalists = [*finalists[: RUNOFF_SIZE - 1], left[0]]
         if len(finalists) < 2:
             return center
-        labels = and_join([m.result.spec.setup.label for m in finalists])
+        setups = [m.result.spec.setup for m in finalists]
         self._stage(
             "runoff",
-            f"{precision}: {labels} measured within {floor:.0%} of each other; each runs "
-            f"{RUNOFF_RUNS} times, in turns",
+            f"{precision}: {and_join([s.label for s in setups])} measured within "
+            f"{floor:.0%} of each other; {RUNOFF_RUNS} turns back to back",
         )
-        self.ran_off.update(m.result.spec.setup for m in finalists)
-        # Counted from each setup's run in hand (a crashed run and its retry come before it),
-        # so that a resumed search recalls the same trials.
-        start = {m.number: [r.number for r in self.ev.known[m.result.spec.setup]].index(m.number)
-                 for m in finalists}  # fmt: skip
-        for repeat in range(1, RUNOFF_RUNS):
-            turn = [(m.result.spec.setup, start[m.number] + repeat) for m in finalists]
-            self._concurrently(turn, lambda pair: self._measure(pair[0], "runoff", pair[1]))
-        standing = {m.number: self._standing(m) for m in finalists}
-        fastest = max(standing[m.number][0] for m in finalists)
-        winner = min(
-            (m for m in finalists if standing[m.number][0] >= (1 - RUNOFF_MARGIN) * fastest),
-            key=lambda m: m.result.spec.setup.simplicity(),
-        )
-        if winner is center:
+        self.ran_off.update(setups)
+        paired = self._turns(setups, "runoff", RUNOFF_RUNS, RUNOFF_MARGIN)
+        self.paired[("runoff", precision)] = paired
+        ratios = {s: paired.ratio(here, s) for s in setups}
+        ratios[here] = 1.0 if any(t[0] > 0 for t in paired.speeds) else None
+        valid = {s: r for s, r in ratios.items() if r is not None}
+        if len(valid) < 2:
             return center
-        (base_speed, behind), (best_speed, best_behind) = (
-            standing[center.number],
-            standing[winner.number],
-        )
+        winner = decide(valid, RUNOFF_MARGIN)
+        standing = self._ran_off_runs(winner)
+        if winner == here or not standing:
+            return center
+        ratio = valid[winner]
+        turns = paired.numbers(here, winner)
         self._note(
-            f"{precision}: {winner.result.spec.setup.label} beat {here.label} in a runoff, "
-            f"{best_speed / base_speed - 1:.1%} on the medians of their runs (trials "
-            f"{', '.join(f'#{n}' for n in (*behind, *best_behind))})"
+            f"{precision}: {winner.label} beat {here.label} in a runoff, {ratio - 1:.1%} on "
+            f"the median of {len(paired.ratios(here, winner))} turns back to back (trials "
+            f"{', '.join(f'#{n}' for n in turns)})"
         )
+        base_speed = statistics.median(r.speed for r in self._ran_off_runs(here) or [center])
         self._knob(
             KnobTrial(
                 precision,
                 "runoff",
                 here,
-                winner.result.spec.setup,
+                winner,
                 base_speed,
-                best_speed,
-                (*behind, *best_behind),
+                base_speed * ratio,
+                turns,
                 True,
                 "ok",
             )
         )
-        return winner
+        return standing[0]
+
+    def _ran_off_runs(self, setup: Setup) -> list[Measured]:
+        """``setup``'s ok runs in its runoff: what it stands on after one."""
+        return [r for r in self.ev.known.get(setup, []) if r.result.ok and r.stage == "runoff"]
+
+    def _turns(
+        self, setups: Sequence[Setup], stage: str, turns: int, margin: float | None = None
+    ) -> Paired:
+        """Measure ``setups`` back to back, up to ``turns`` times: each turn runs every setup
+        once, in the reverse order of the turn before (so that a machine slowing or speeding
+        up within a turn favours none of them). Each turn's run is a new measurement, never
+        one taken earlier at another moment: a setup's runs in ``stage`` start after the runs
+        it had before the stage (counted from its first run in ``stage``, so that a resumed
+        search recalls the same trials), and a crashed run's retry stands in for it. With
+        ``margin``, the turns stop early once the turns left cannot change what
+        :func:`decide` chooses on the medians of the ratios (:func:`settled`): two turns that
+        agree decide between two setups far apart, and the third runs only for a close
+        call."""
+        nxt: dict[Setup, int] = {}
+        for s in setups:
+            runs = self.ev.known.get(s, [])
+            nxt[s] = next((i for i, r in enumerate(runs) if r.stage == stage), len(runs))
+        speeds: list[tuple[float, ...]] = []
+        numbers: list[tuple[int, ...]] = []
+        for turn in range(turns):
+            order = list(setups) if turn % 2 == 0 else list(reversed(setups))
+
+            def one(s: Setup) -> Measured:
+                return self._measure(s, stage, nxt[s])
+
+            ran = dict(zip(order, self._concurrently(order, one), strict=True))
+            for s, m in ran.items():
+                nxt[s] = [r.number for r in self.ev.known[s]].index(m.number) + 1
+            speeds.append(tuple(ran[s].speed if ran[s].result.ok else 0.0 for s in setups))
+            numbers.append(tuple(ran[s].number for s in setups))
+            so_far = Paired(stage, tuple(setups), tuple(speeds), tuple(numbers))
+            if margin is not None and turn + 1 < turns:
+                bounds = _median_bounds(so_far, turns)
+                if bounds is not None and settled(bounds, margin):
+                    break
+        return Paired(stage, tuple(setups), tuple(speeds), tuple(numbers))
 
     def _standing(self, m: Measured) -> tuple[float, tuple[int, ...]]:
         """What ``m``'s setup stands on: the median of its runs that ended ok when it ran more
         than once (a confirmed leader, a re-measured one), else ``m``'s own figure."""
-        runs = [r for r in self.ev.known.get(m.result.spec.setup, []) if r.result.ok]
+        runs = [
+            r
+            for r in self.ev.known.get(m.result.spec.setup, [])
+            if r.result.ok and r.stage not in AFTER_STANDING
+        ]
         if len(runs) < 2:
             return m.speed, (m.number,)
         return statistics.median(r.speed for r in runs), tuple(r.number for r in runs)
@@ -1560,33 +1743,82 @@ class Search:
         return self._recall_or_measure(key, "guard", allow_new_trials)
 
     def _remeasure(self, candidates: list[Candidate]) -> None:
-        viable = [c for c in candidates if c.rejected is None]
+        """The leading candidate is measured once more (the confirming run of
+        :meth:`_confirm_leader`, usually, recalled), unless it stands on its runoff's runs.
+        Then the final: the leader and the fastest runner-up whose best figure comes within
+        :data:`REMEASURE_WITHIN` of the leader's worst are measured back to back in
+        :data:`RUNOFF_RUNS` turns (:meth:`_turns`), and each stands on those runs; the
+        recommendation decides between them on the median of their per-turn ratios."""
+        viable = sorted(
+            (c for c in candidates if c.rejected is None), key=lambda c: c.speed, reverse=True
+        )
         if not viable:
             return
-        viable.sort(key=lambda c: c.speed, reverse=True)
         leader = viable[0]
-        contenders = [
-            leader,
-            *[c for c in viable[1:] if c.speed >= (1 - REMEASURE_WITHIN) * leader.speed][:1],
-        ]
-        contenders = [c for c in contenders if len(c.runs) < RUNOFF_RUNS]  # a runoff measured it
-        if not contenders:
+        if leader.setup not in self.ran_off:
+            self._stage("remeasure", "measuring the leading setup again")
+            self._again(leader)
+        viable = sorted(
+            (c for c in viable if c.rejected is None), key=lambda c: c.speed, reverse=True
+        )
+        if not viable:
             return
-        self._stage("remeasure", "measuring the leading setups again")
+        leader = viable[0]
+        # Close enough to measure back to back: the runner-up's best figure within 15% of
+        # the leader's worst (on a machine that drifts, a leader's runs can lie far apart).
+        runners = [
+            c for c in viable[1:] if c.spread[1] >= (1 - REMEASURE_WITHIN) * leader.spread[0]
+        ]
+        if not runners:
+            return
+        contenders = [leader, runners[0]]
+        self._stage(
+            "final",
+            f"{leader.setup.label} and {runners[0].setup.label}: up to {RUNOFF_RUNS} turns "
+            "back to back",
+        )
+        paired = self._turns(
+            [c.setup for c in contenders], "final", RUNOFF_RUNS, self.settings.noise_floor
+        )
+        self.paired[("final", "")] = paired
+        for cand in contenders:
+            numbers = paired.numbers(cand.setup)
+            runs = [r for r in self.ev.known[cand.setup] if r.number in numbers]
+            failed = next((r for r in runs if not r.result.ok), None)
+            if failed is not None:
+                cand.rejected = f"a run measured back to back {self._failure(failed)}"
+            cand.runs = [r for r in runs if r.result.ok] or cand.runs
 
-        def again(cand: Candidate) -> None:
-            # The next measurement after those the candidate stands on (a crashed run and its
-            # retry included), so that a resumed search recalls the same trials.
-            stored = [r.number for r in self.ev.known.get(cand.setup, [])]
-            used = max(stored.index(r.number) for r in cand.runs if r.number in stored)
-            measured = self._measure(cand.setup, "remeasure", repeat=used + 1)
-            if measured.number not in [r.number for r in cand.runs]:
-                if measured.result.ok:
-                    cand.runs.append(measured)
-                else:
-                    cand.rejected = f"re-measurement {self._failure(measured)}"
+    def _again(self, cand: Candidate) -> None:
+        """Measure ``cand`` once more: the next measurement after those it stands on (a
+        crashed run and its retry included), so that a resumed search recalls the same
+        trials."""
+        stored = [r.number for r in self.ev.known.get(cand.setup, [])]
+        used = max(stored.index(r.number) for r in cand.runs if r.number in stored)
+        measured = self._measure(cand.setup, "remeasure", repeat=used + 1)
+        if measured.number not in [r.number for r in cand.runs]:
+            if measured.result.ok:
+                cand.runs.append(measured)
+            else:
+                cand.rejected = f"re-measurement {self._failure(measured)}"
 
-        self._concurrently(contenders, again)
+
+def _median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]] | None:
+    """The range each setup's median ratio to the first can still take once all ``turns``
+    (an odd number) have run, whatever the turns left measure; None while some setup has too
+    few turns for that to be bounded, or when ``turns`` is even."""
+    if turns % 2 == 0:
+        return None
+    first = paired.setups[0]
+    left = turns - len(paired.speeds)
+    middle = (turns - 1) // 2
+    bounds = {first: (1.0, 1.0)}
+    for s in paired.setups[1:]:
+        known = sorted(paired.ratios(first, s))
+        if middle - left < 0 or len(known) <= middle:
+            return None
+        bounds[s] = (known[middle - left], known[middle])
+    return bounds
 
 
 def _unsafe_text(m: Measured, baseline: Measured | None) -> str:
