@@ -571,6 +571,28 @@ def test_the_final_decides_between_precisions_on_runs_back_to_back(tmp_path: Pat
         Recommendation.from_dict(rec.to_dict() | {"paired": [{"stage": "final"}]})
 
 
+def test_the_speedup_is_stated_against_the_float32_measured_back_to_back(tmp_path: Path) -> None:
+    """float32 b128 measured a lucky 1,400 once, float32's pick (b64) and bfloat16's ran
+    1,000 and 1,300 in the final, side by side. The speed-up is bfloat16's against the float32
+    it ran beside (1.30x), not 0.93x a figure taken minutes earlier on a drifting machine."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1300, "mixed_float16": 300},
+        knee=64,
+        script={
+            ("mixed_bfloat16", 64): [1980.0, 1556.0],
+            ("float32", 64): [1480.0],
+            ("float32", 128): [1400.0],
+        },
+    )
+    rec = run(machine, tmp_path).recommendation
+    assert rec.setup == Setup("mixed_bfloat16", 64)
+    (final,) = rec.paired
+    assert Setup("float32", 64) in final.setups
+    assert rec.speedup_vs_float32 == pytest.approx(1.3)
+    assert rec.float32_samples_per_second == pytest.approx(1000.0)
+    assert "1.30x faster than float32" in rec.reason
+
+
 def test_decide_and_settled() -> None:
     a, b, c = (Setup("float32", 256, steps_per_execution=n) for n in (1, 4, 16))
     # The simplest within the margin of the fastest, the same whichever way round.
