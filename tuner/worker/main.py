@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -381,15 +382,22 @@ def _between_trials(warm: _Warm) -> None:
     (while the parent records the trial), then freeze what lives on (the model, its traced
     step, TensorFlow's objects) so that the next collection does not scan it again.
 
-    Off the trials' clocks: letting a tf.data iterator go took 0.35-0.45 s on a CPU after
-    some trials (those with several steps per execution), and a collection of a TensorFlow
-    process's objects 0.2-0.5 s, which in a 2 s trial is a fifth of its wall time. Automatic
+    Off the trials' clocks: letting a tf.data iterator go waits 0.4-2.4 s on a CPU after some
+    trials (those with several steps per execution: its prefetching threads wind down), longer
+    than the parent takes to record the trial, so the next trial waited for it; it now goes on
+    a thread of its own, which waits beside the next trial without slowing it
+    (bench/bench_drop.py). A collection of a TensorFlow process's objects took 0.2-0.5 s,
+    which in a 2 s trial is a fifth of its wall time. Automatic
     collection is off in the worker for the same reason: one during the timed steps would be
     counted as a slow step. Every first trial collects and freezes the model and TensorFlow's
     objects while it builds, and a recompile collects its old traced step while it builds, so
     this collection scans only what the last trial made (milliseconds).
     """
-    warm.spent = None
+    spent, warm.spent = [warm.spent], None
+    if os.environ.get("MPTUNE_DROP_IN_TURN") == "1":  # as before, for bench/bench_drop.py
+        spent.clear()
+    else:
+        threading.Thread(target=spent.clear, name="drop-last-trial", daemon=True).start()
     gc.collect()
     gc.freeze()
 
