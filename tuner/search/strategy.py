@@ -18,14 +18,15 @@ The order of work (DESIGN.md, "Search, in outline"):
    leading picks' neighbourhoods (every knob combination at the pick's batch size, its knobs
    at the next batch size each way), since the knobs and the batch size interact; then a
    runoff among the leading pick and its setups that measured within the noise floor of it
-   (and the setup a narrow neighbourhood move left), measured back to back in three turns and
+   (and the setup a narrow neighbourhood move left), measured back to back in up to three turns and
    decided on the medians of their per-turn ratios (:class:`Paired`);
 6. the numerical guard: each precision's best setup against IEEE float32 at the same batch size
    (and accumulation), seed and data (a float32 trial is run if there is none); float32's own
    best setup is picked after these, so that it knows every float32 trial;
-7. the final: the leading precision's pick and a runner-up within 15% of it are measured back
-   to back in three turns, and the recommendation decides between them on the median of their
-   per-turn ratios, never calling a winner inside the noise.
+7. the final: the leading precision's pick and a runner-up whose best figure comes within 15%
+   of the leader's worst are measured back to back in up to three turns, and the
+   recommendation decides between them on the median of their per-turn ratios, never calling
+   a winner inside the noise.
 
 Every trial goes through :class:`Evaluator`, which recalls a finished trial of the session
 instead of running it again (so a resumed search continues where it stopped) and enforces the
@@ -114,12 +115,13 @@ AFTER_STANDING = frozenset({"runoff", "guard", "final"})
 #: The runoff (:meth:`Search._runoff`): a leading pick and at most this many setups in all that
 #: measured within the noise floor of it...
 RUNOFF_SIZE = 3
-#: ...each measured until it stands on this many runs, the setups taking turns...
+#: ...measured back to back in at most this many turns (two when they settle it)...
 RUNOFF_RUNS = 3
-#: ...and the fastest median wins unless a simpler setup's median is within this of it. One
+#: ...and the fastest on the ratios wins unless a simpler setup is within this of it. One
 #: trial each cannot tell two setups 3% apart on a machine whose figures swing by more than
-#: that between runs; the median of three interleaved runs can, and the choice between them
-#: then costs at most six trials more (bench/bench_search.py, docs/search.md).
+#: that between runs; the ratios of runs taken back to back, in up to this many turns, can, and
+#: the choice between them then costs two or three trials a setup (bench/bench_search.py,
+#: docs/search.md).
 RUNOFF_MARGIN = 0.01
 #: The setup the neighbourhood last moved away from joins its runoff when the move gained less
 #: than this many noise floors: a move decided by one trial just past the floor is itself a
@@ -1399,7 +1401,7 @@ class Search:
             m
             for m in self.usable(precision)
             if m.result.spec.setup != here
-            and m.stage not in ("guard", "final")  # after the runoff in a search not stopped
+            and m.stage not in AFTER_STANDING  # after the runoff in a search not stopped
             and self._fits(m)
             and abs(self._standing(m)[0] - speed) <= floor * speed
         ]
@@ -1425,8 +1427,7 @@ class Search:
         self.ran_off.update(setups)
         paired = self._turns(setups, "runoff", RUNOFF_RUNS, RUNOFF_MARGIN)
         self.paired[("runoff", precision)] = paired
-        ratios = {s: paired.ratio(here, s) for s in setups}
-        ratios[here] = 1.0 if any(t[0] > 0 for t in paired.speeds) else None
+        ratios = {s: paired.ratio(here, s) for s in setups}  # ``here`` itself: 1.0
         valid = {s: r for s, r in ratios.items() if r is not None}
         if len(valid) < 2:
             return center
