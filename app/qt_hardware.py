@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 
 from app.tooltips import TOOLTIPS
+from tuner import api
 
 
 def _na(value: Any, fmt: str = "{}") -> str:
@@ -58,9 +59,31 @@ class QtHardwarePanel(QWidget):
         )
         self._add_card(
             f"<b>Software</b> Python {sw['python']}, TensorFlow "
-            f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}",
+            f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}" + self._backends_text(sw),
             None,
         )
+
+    @staticmethod
+    def _backends_text(sw: dict[str, Any]) -> str:
+        """The Keras backends installed, and how to install the others (a profile stored before
+        backends were read has none: nothing is said)."""
+        backends = sw.get("backends")
+        if not backends:
+            return ""
+        installed = [
+            f"{html.escape(api.BACKEND_NAMES.get(name, name))} {html.escape(str(version))}"
+            for name, version in backends.items()
+            if version
+        ]
+        text = f"<br>Keras backends: {', '.join(installed) or 'none'}"
+        missing = sw.get("missing_backends") or {}
+        if missing:
+            text += "<br>not installed: " + ", ".join(
+                f"{html.escape(api.BACKEND_NAMES.get(name, name))} "
+                f"(<code>{html.escape(str(hint))}</code>)"
+                for name, hint in missing.items()
+            )
+        return text
 
     @staticmethod
     def _gpu_text(gpu: dict[str, Any], profile: dict[str, Any]) -> str:

@@ -238,6 +238,7 @@ class QtMainWindow(QMainWindow):
         self.profile = profile
         self.hardware.set_profile(profile.to_dict())
         self.setup.apply_advice([a.policy for a in profile.advice])
+        self.setup.set_installed_backends(profile.software.backends)
         # The engine's rule (the device's memory less the headroom), not a copy of it here.
         self._memory_budget = self.engine.memory_budget_mb(profile)
         self.plots.set_budget(self._memory_budget)

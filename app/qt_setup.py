@@ -76,6 +76,20 @@ class QtSetupPanel(QWidget):
         form.addRow("", self.model_description)
         form.addRow("", self.model_problem)
 
+        # The Keras backend: every backend listed; one that is not installed is greyed out,
+        # its tooltip saying how to install it (set_installed_backends, from the detection).
+        self.backend = QComboBox()
+        for name in api.BACKENDS:
+            self.backend.addItem(api.BACKEND_NAMES[name], name)
+            self.backend.setItemData(
+                self.backend.count() - 1, TOOLTIPS[f"backend_{name}"], Qt.ItemDataRole.ToolTipRole
+            )
+        self.backend.setToolTip(TOOLTIPS["backend"])
+        self.backend.currentIndexChanged.connect(self._revalidate)
+        # None until the detection says which backends are installed.
+        self._installed_backends: dict[str, str | None] | None = None
+        form.addRow("Backend", self.backend)
+
         policies = QWidget()
         row = QVBoxLayout(policies)  # one per line: the panel stays narrow
         row.setContentsMargins(0, 0, 0, 0)
@@ -230,6 +244,12 @@ class QtSetupPanel(QWidget):
             return "checking the model..."
         if self._model_checks[spec] is not None:
             return self._model_checks[spec]
+        backend = self.backend_choice()
+        if self._installed_backends is not None and not self._installed_backends.get(backend):
+            return (
+                f"{api.BACKEND_NAMES[backend]} is not installed: "
+                f"{api.BACKEND_INSTALL_HINTS[backend]}, or choose another backend"
+            )
         if not any(box.isChecked() for box in self.policy_boxes.values()):
             return "choose at least one policy"
         if self.batch_min.value() > self.batch_max.value():
@@ -254,6 +274,32 @@ class QtSetupPanel(QWidget):
     @property
     def valid(self) -> bool:
         return self._valid
+
+    def set_installed_backends(self, installed: dict[str, str | None]) -> None:
+        """Which backends can run here (the hardware profile's ``software.backends``: each
+        backend's version, None when it is not installed): the others are greyed out, with the
+        command that installs them in their tooltip. A stored choice that is not installed
+        stays chosen, and the panel says how to install it."""
+        self._installed_backends = dict(installed)
+        model = self.backend.model()
+        for index in range(self.backend.count()):
+            name = str(self.backend.itemData(index))
+            version = installed.get(name)
+            item = model.item(index)  # type: ignore[attr-defined]  # a QStandardItemModel
+            item.setEnabled(bool(version))
+            label = api.BACKEND_NAMES[name]
+            if version:
+                item.setText(f"{label} {version}")
+                tooltip = TOOLTIPS[f"backend_{name}"]
+            else:
+                item.setText(f"{label} (not installed)")
+                tooltip = f"Not installed here: {api.BACKEND_INSTALL_HINTS[name]}"
+            self.backend.setItemData(index, tooltip, Qt.ItemDataRole.ToolTipRole)
+        self._revalidate()
+
+    def backend_choice(self) -> str:
+        """The chosen Keras backend (``tensorflow``, ``jax`` or ``torch``)."""
+        return str(self.backend.currentData())
 
     def apply_advice(self, advised_policies: list[str]) -> None:
         """Order nothing, but keep the policies the hardware advice lists checked."""
@@ -286,6 +332,7 @@ class QtSetupPanel(QWidget):
         """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
         space = self.search_space(advice_order)
         settings = api.SearchSettings(
+            backend=self.backend_choice(),
             objective=self.objective.currentText(),
             measure_seconds=self.measure_seconds.value(),
             budget_minutes=self.budget_minutes.value() or None,
@@ -308,6 +355,7 @@ class QtSetupPanel(QWidget):
     def save(self) -> None:
         s = self.settings
         s.setValue("model", self.model_spec() or "")
+        s.setValue("backend", self.backend_choice())
         s.setValue("policies", ",".join(p for p, b in self.policy_boxes.items() if b.isChecked()))
         s.setValue("batch_min", self.batch_min.value())
         s.setValue("batch_max", self.batch_max.value())
@@ -327,6 +375,15 @@ class QtSetupPanel(QWidget):
         model = str(s.value("model", "") or "")
         if model and (model.startswith("builtin:") or Path(model).exists()):
             self.set_model(model)
+        # The stored backend; at first start KERAS_BACKEND's, as the command line's default.
+        try:
+            default_backend = api.backend_from_env()
+        except api.MptuneError:  # a value mptune does not tune: Keras' own default
+            default_backend = api.BACKENDS[0]
+        backend = str(s.value("backend", default_backend))
+        self.backend.setCurrentIndex(
+            max(0, self.backend.findData(backend if backend in api.BACKENDS else default_backend))
+        )
         if s.contains("policies"):
             chosen = set(str(s.value("policies")).split(","))
             for policy, box in self.policy_boxes.items():

@@ -56,6 +56,15 @@ TOOLTIPS = {
     "xla_auto": "Try XLA on a GPU, where Keras turns it on by itself; not on a CPU.",
     "xla_on": "Try XLA on any device, the CPU too.",
     "xla_off": "Never try XLA: every trial runs without it.",
+    "backend": (
+        "The Keras 3 backend every trial runs on. A session is measured on one backend: its "
+        "recommendation and exports are for that backend (exported code sets KERAS_BACKEND "
+        "before importing Keras). JAX always compiles the training step with XLA; on PyTorch, "
+        "XLA means torch.compile and Keras runs one step per call."
+    ),
+    "backend_tensorflow": "TensorFlow: Keras' default backend, and the one tf_keras needs.",
+    "backend_jax": "JAX: every training step compiled by XLA.",
+    "backend_torch": "PyTorch: eager steps, or torch.compile when XLA is tried.",
     "global_batch": (
         "Keep the samples per optimizer update at B. The search then tries only per-step "
         "batch sizes that divide B and accumulates gradients over B / batch steps, so that "
@@ -70,7 +79,8 @@ TOOLTIPS = {
     "knobs": (
         "Execution knobs that differ from Keras' defaults: xla (compiled with XLA), speN "
         "(N steps per train_function call: steps_per_execution), accN (gradients "
-        "accumulated over N batches before each update, so the global batch is N x batch)."
+        "accumulated over N batches before each update, so the global batch is N x batch), "
+        "and jax or torch: the Keras backend, when it is not TensorFlow."
     ),
     "unsupported": (
         "The model cannot run this setup's knob (XLA could not compile it, for example) "

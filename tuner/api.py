@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import MptuneError
-from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES
+from tuner.policies import BACKENDS, FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES, TENSORFLOW
 from tuner.search.events import (
     PlanUpdated,
     Recommended,
@@ -51,7 +51,7 @@ from tuner.search.space import (
     parse_loss_scales,
     parse_policies,
 )
-from tuner.setup import LossScale, Policy, Setup
+from tuner.setup import BACKEND_NAMES, LossScale, Policy, Setup
 from tuner.trials.events import PHASES
 from tuner.trials.events import Event as WorkerMessage
 from tuner.trials.hazards import Hazard
@@ -64,12 +64,16 @@ if TYPE_CHECKING:
     from tuner.export import FORMATS, ConfigError, TunedConfig
     from tuner.hardware import HardwareProfile
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
+    from tuner.hardware.profile import INSTALL_HINTS as BACKEND_INSTALL_HINTS
     from tuner.search.fleet import WorkDone
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.session import SessionSummary, SessionView, StoredTrial
     from tuner.search.tune import TuneResult
 
 __all__ = [
+    "BACKENDS",
+    "BACKEND_INSTALL_HINTS",
+    "BACKEND_NAMES",
     "BUILTINS",
     "DEFAULT_LOSS_SCALES",
     "FLOAT32",
@@ -115,12 +119,15 @@ __all__ = [
     "WorkDone",
     "WorkerMessage",
     "WorkerReported",
+    "backend_from_env",
+    "check_backend",
     "check_model",
     "default_storage_url",
     "detect",
     "event_from_dict",
     "evidence_rows",
     "hardware_prior",
+    "installed_backends",
     "kill_all_workers",
     "ladder_range",
     "list_sessions",
@@ -144,6 +151,7 @@ __all__ = [
 #: Names served on first use (PEP 562) from the module that defines them, so that importing
 #: the face does not import Optuna, Jinja2 or pynvml.
 _LAZY = {
+    "BACKEND_INSTALL_HINTS": "tuner.hardware.profile",
     "FORMATS": "tuner.export",
     "ConfigError": "tuner.export",
     "TunedConfig": "tuner.export",
@@ -163,11 +171,15 @@ _LAZY = {
 }
 
 
+#: Names whose defining module calls them otherwise.
+_RENAMED = {"BACKEND_INSTALL_HINTS": "INSTALL_HINTS"}
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), _RENAMED.get(name, name))
 
 
 # -- the machine ----------------------------------------------------------------------------
@@ -195,6 +207,48 @@ def nvml_backend_from_env() -> NvmlBackend:
     from tuner.hardware.nvml import backend_from_env
 
     return backend_from_env()
+
+
+def installed_backends() -> dict[str, str | None]:
+    """Each Keras 3 backend (:data:`BACKENDS`) and its installed version, ``None`` where it is
+    not installed; read from the packages' metadata without importing any of them."""
+    from tuner.hardware.software import read_backends
+
+    return read_backends()
+
+
+def check_backend(name: str) -> str:
+    """``name``'s installed version, checked before a trial or search runs on it.
+
+    Raises:
+        MptuneError: one line: ``name`` is no backend, or it is not installed here (with the
+            command that installs it: ``pip install 'mptune[jax]'``).
+    """
+    from tuner.hardware.software import check_backend as _check
+
+    try:
+        return _check(name)
+    except ValueError as exc:
+        raise MptuneError(str(exc)) from None
+
+
+def backend_from_env(environ: dict[str, str] | None = None) -> str:
+    """The backend chosen by ``KERAS_BACKEND`` (as Keras reads it) when it is set, else
+    TensorFlow, Keras' own default.
+
+    Raises:
+        MptuneError: ``KERAS_BACKEND`` names a backend mptune does not tune (Keras' ``numpy``
+            or ``openvino``, a typo).
+    """
+    value = (os.environ if environ is None else environ).get("KERAS_BACKEND", "").strip()
+    if not value:
+        return TENSORFLOW
+    if value not in BACKENDS:
+        raise MptuneError(
+            f"KERAS_BACKEND={value!r} (from the environment) is not a backend mptune tunes "
+            f"({', '.join(BACKENDS)}): give --backend, or unset KERAS_BACKEND"
+        )
+    return value
 
 
 def hardware_prior(profile: HardwareProfile) -> tuple[str, ...]:

@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         "build_model(), or a .keras file",
     )
     trial.add_argument("--policy", required=True, choices=api.POLICIES)
+    trial.add_argument(
+        "--backend",
+        choices=api.BACKENDS,
+        help="the Keras 3 backend the trial runs on (default: KERAS_BACKEND when set, else "
+        "tensorflow); jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'",
+    )
     trial.add_argument("--batch-size", required=True, type=_positive_int, metavar="N")
     trial.add_argument(
         "--loss-scale",
@@ -94,14 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument(
         "--xla",
         action="store_true",
-        help="compile the training step with XLA (jit_compile=True)",
+        help="compile the training step with XLA (jit_compile=True); on torch this is "
+        "torch.compile, and jax always compiles with XLA",
     )
     trial.add_argument(
         "--steps-per-execution",
         type=_positive_int,
         default=1,
         metavar="N",
-        help="training steps per train_function call (default 1)",
+        help="training steps per train_function call (default 1; torch runs 1 only)",
     )
     trial.add_argument(
         "--tf32",
@@ -178,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         metavar="SPEC",
         help="as for trial (default: the session's when continuing one, else builtin:cnn)",
+    )
+    tune.add_argument(
+        "--backend",
+        choices=api.BACKENDS,
+        help="the Keras 3 backend every trial runs on (default: the session's when continuing "
+        "one, else KERAS_BACKEND when set, else tensorflow); a session is measured on one "
+        "backend. jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'",
     )
     tune.add_argument(
         "--objective",
@@ -430,6 +444,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 def _cmd_trial(args: argparse.Namespace) -> int:
     from tuner.console import TrialProgress, render_trial
 
+    backend = args.backend or api.backend_from_env()
     try:
         setup = api.Setup(
             args.policy,
@@ -439,6 +454,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             steps_per_execution=args.steps_per_execution,
             tf32=args.tf32,
             gradient_accumulation_steps=args.accumulate,
+            backend=backend,
         )
         spec = api.TrialSpec(
             model=args.model,
@@ -454,6 +470,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
+    api.check_backend(backend)
     api.check_model(spec.model)
     with TrialProgress(spec) as progress:
         result = api.run_trial(spec, progress.on_event, cancel=_STOP)
@@ -498,6 +515,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         }.items()
         if value is not None
     }
+    # The backend: as given; else a continued session keeps its own (a different one given is
+    # refused by tune(): trials on two backends do not compare); else KERAS_BACKEND, as Keras.
+    if args.backend is not None:
+        given_settings["backend"] = args.backend
+    elif stored is None:
+        given_settings["backend"] = api.backend_from_env()
     given_space: dict[str, Any] = {}
     if args.policies:
         given_space["policies"] = args.policies
@@ -528,6 +551,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         space = dataclasses.replace(base_space, **given_space) if given_space else base_space
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
+    api.check_backend(settings.backend)
     progress = TuneProgress()
     try:
         with progress:
@@ -608,6 +632,11 @@ def _write_out(path: str | None, view: Any) -> int:
 def _cmd_worker(args: argparse.Namespace) -> int:
     from tuner.console import TuneProgress
 
+    stored = api.find_session(args.study, args.storage)
+    if stored is not None:
+        # The session's trials run on its backend: this machine must have it, or every trial
+        # it took would crash into the shared session.
+        api.check_backend(stored.search_settings().backend)
     progress = TuneProgress()
     try:
         with progress:

@@ -15,7 +15,8 @@ belongs on the inner optimizer (``LossScaleOptimizer`` refuses it). ``compile(ji
 defaults to ``"auto"``, which turns XLA on by itself on a GPU and off on a CPU
 (``Trainer._resolve_auto_jit_compile``), so a setup always passes True or False.
 TensorFlow runs float32 matmuls as TF32 on compute capability 8.0 and up unless told otherwise
-(``tf.config.experimental.enable_tensor_float_32_execution``).
+(``tf.config.experimental.enable_tensor_float_32_execution``); JAX's default matmul precision on
+such a GPU is TF32 too, PyTorch's is IEEE float32 for matmuls and TF32 for cuDNN convolutions.
 
 This module imports Keras; only the worker and ``apply_config`` may import it.
 """
@@ -42,13 +43,51 @@ def apply_policy(policy: Policy | Setup) -> None:
         set_tf32(policy.tf32)
 
 
-def set_tf32(enabled: bool) -> None:
-    """TensorFloat-32 matmuls and convolutions on or off (TensorFlow backend only)."""
-    if keras.backend.backend() != "tensorflow":
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy, Keras' global seed generator and the backend's own generator, as
+    ``keras.utils.set_random_seed`` does, without importing TensorFlow on JAX or PyTorch
+    (Keras' function imports it whenever it is installed, to seed ``tf.data``: seconds of a JAX
+    or PyTorch worker's start-up, and GPU memory, for nothing when no ``tf.data`` is used; a
+    model file that builds a ``tf.data`` dataset imports TensorFlow itself)."""
+    if keras.backend.backend() == "tensorflow":
+        keras.utils.set_random_seed(seed)
         return
-    import tensorflow as tf
+    import random
 
-    tf.config.experimental.enable_tensor_float_32_execution(enabled)
+    import numpy as np
+    from keras.src.backend.common import global_state
+    from keras.src.random import seed_generator
+    from keras.src.utils import rng_utils
+
+    global_state.set_global_attribute(rng_utils.GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    random.seed(seed)
+    np.random.seed(seed)
+    if keras.backend.backend() == "torch":
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def set_tf32(enabled: bool) -> None:
+    """TensorFloat-32 matmuls and convolutions on or off, on the backend Keras runs: TensorFlow
+    (``enable_tensor_float_32_execution``; on by default), JAX (``jax_default_matmul_precision``
+    ``tensorfloat32`` or ``highest``) or PyTorch (``allow_tf32`` for matmuls and cuDNN)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_tensor_float_32_execution(enabled)
+    elif backend == "jax":
+        import jax
+
+        precision = "tensorfloat32" if enabled else "highest"
+        jax.config.update("jax_default_matmul_precision", precision)  # type: ignore[no-untyped-call]
+    elif backend == "torch":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
 
 
 def wrap_optimizer(optimizer: Any, loss_scale: LossScale | Setup) -> Any:
@@ -107,7 +146,8 @@ def compile_kwargs(loss_scale: LossScale | Setup) -> dict[str, Any]:
     assert isinstance(scale, LossScale)
     kwargs: dict[str, Any] = {} if scale.kind == "dynamic" else {"auto_scale_loss": False}
     if setup is not None:
-        kwargs["jit_compile"] = setup.xla
+        # JAX: always compiled (a JAX setup's xla is False and means Keras' own jit).
+        kwargs["jit_compile"] = True if setup.backend == "jax" else setup.xla
         kwargs["steps_per_execution"] = setup.steps_per_execution
     return kwargs
 

@@ -12,3 +12,11 @@ MIXED_BFLOAT16 = "mixed_bfloat16"
 
 #: Every policy, simplest first: when two setups are equally fast the earlier one wins.
 POLICIES: tuple[str, ...] = (FLOAT32, MIXED_FLOAT16, MIXED_BFLOAT16)
+
+#: The Keras 3 backends trials can run on (``KERAS_BACKEND`` values), the default first.
+TENSORFLOW = "tensorflow"
+JAX = "jax"
+TORCH = "torch"
+BACKENDS: tuple[str, ...] = (TENSORFLOW, JAX, TORCH)
+#: The Python package (import name) each backend needs beside Keras.
+BACKEND_PACKAGES: dict[str, str] = {TENSORFLOW: "tensorflow", JAX: "jax", TORCH: "torch"}

@@ -18,7 +18,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES
+from tuner.policies import (
+    BACKENDS,
+    FLOAT32,
+    JAX,
+    MIXED_BFLOAT16,
+    MIXED_FLOAT16,
+    POLICIES,
+    TENSORFLOW,
+    TORCH,
+)
 
 #: Keras 3's defaults for ``LossScaleOptimizer`` (keras/src/optimizers/loss_scale_optimizer.py).
 DEFAULT_INITIAL_SCALE = 2.0**15
@@ -226,6 +235,12 @@ class Setup:
         gradient_accumulation_steps: micro-batches averaged per optimizer update (Keras 3
             optimizers' ``gradient_accumulation_steps``); the update sees
             ``batch_size * gradient_accumulation_steps`` samples (:attr:`global_batch`).
+        backend: the Keras 3 backend the steps run on (``KERAS_BACKEND``): ``tensorflow``,
+            ``jax`` or ``torch``. On JAX the step is always compiled by XLA (Keras' JAX
+            trainer jits it; ``jit_compile=False`` there runs it op by op, which nobody trains
+            with), so a JAX setup's ``xla`` is always False and means "as Keras compiles it".
+            On PyTorch ``xla`` means ``torch.compile`` (Keras' ``jit_compile=True`` there), and
+            Keras runs one step per execution only (``steps_per_execution`` must be 1).
     """
 
     policy: Policy
@@ -235,6 +250,7 @@ class Setup:
     steps_per_execution: int
     tf32: bool
     gradient_accumulation_steps: int
+    backend: str
 
     def __init__(
         self,
@@ -246,8 +262,11 @@ class Setup:
         steps_per_execution: int = 1,
         tf32: bool = False,
         gradient_accumulation_steps: int = 1,
+        backend: str = TENSORFLOW,
     ) -> None:
         parsed = Policy.parse(policy)
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise ValueError(f"batch size must be a whole number, not {batch_size!r}")
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
@@ -270,6 +289,13 @@ class Setup:
                 f"TF32 is a variant of float32; {parsed.name} already computes in "
                 f"{parsed.compute_dtype}"
             )
+        if backend == TORCH and steps_per_execution != 1:
+            raise ValueError(
+                "steps per execution must be 1 on the torch backend (Keras runs one step per "
+                f"call there), not {steps_per_execution}"
+            )
+        if backend == JAX:
+            xla = False  # always compiled: see the class docstring
         # Frozen: the parsed values are set once, here.
         for name, value in (
             ("policy", parsed),
@@ -279,6 +305,7 @@ class Setup:
             ("steps_per_execution", steps_per_execution),
             ("tf32", tf32),
             ("gradient_accumulation_steps", gradient_accumulation_steps),
+            ("backend", backend),
         ):
             object.__setattr__(self, name, value)
 
@@ -295,7 +322,7 @@ class Setup:
     @property
     def knobs(self) -> tuple[str, ...]:
         """The execution knobs that differ from the defaults, in words for a label:
-        ``xla``, ``spe8``, ``acc4``."""
+        ``xla``, ``spe8``, ``acc4``, and the backend when it is not TensorFlow (``jax``)."""
         words = []
         if self.xla:
             words.append("xla")
@@ -303,6 +330,8 @@ class Setup:
             words.append(f"spe{self.steps_per_execution}")
         if self.gradient_accumulation_steps > 1:
             words.append(f"acc{self.gradient_accumulation_steps}")
+        if self.backend != TENSORFLOW:
+            words.append(self.backend)
         return tuple(words)
 
     @property
@@ -317,10 +346,11 @@ class Setup:
 
     def knob_words(self) -> tuple[str, ...]:
         """The execution knobs away from their defaults, in words for people: ``XLA``,
-        ``4 steps per execution``, ``2 accumulation steps (global batch 128)``."""
+        ``4 steps per execution``, ``2 accumulation steps (global batch 128)``, and the backend
+        when it is not TensorFlow (``on JAX``)."""
         words = []
         if self.xla:
-            words.append("XLA")
+            words.append("torch.compile" if self.backend == TORCH else "XLA")
         if self.steps_per_execution > 1:
             words.append(f"{self.steps_per_execution} steps per execution")
         if self.gradient_accumulation_steps > 1:
@@ -328,6 +358,8 @@ class Setup:
                 f"{self.gradient_accumulation_steps} accumulation steps (global batch "
                 f"{self.global_batch})"
             )
+        if self.backend != TENSORFLOW:
+            words.append(f"on {BACKEND_NAMES[self.backend]}")
         return tuple(words)
 
     def describe(self) -> str:
@@ -367,7 +399,8 @@ class Setup:
     def to_dict(self, explicit: bool = False) -> dict[str, Any]:
         """The written form: ``{"policy": str, "batch_size": int, "loss_scale": str}``, plus each
         knob that is not at its default (every knob with ``explicit=True``): ``xla`` (bool),
-        ``steps_per_execution`` (int), ``tf32`` (bool), ``gradient_accumulation_steps`` (int).
+        ``steps_per_execution`` (int), ``tf32`` (bool), ``gradient_accumulation_steps`` (int),
+        ``backend`` (str).
         Leaving defaults out keeps the stored form of a setup without knobs as it always was."""
         data: dict[str, Any] = {
             "policy": self.policy.name,
@@ -411,7 +444,11 @@ KNOB_DEFAULTS: dict[str, Any] = {
     "steps_per_execution": 1,
     "tf32": False,
     "gradient_accumulation_steps": 1,
+    "backend": TENSORFLOW,
 }
+
+#: The backends' names for people.
+BACKEND_NAMES: dict[str, str] = {TENSORFLOW: "TensorFlow", JAX: "JAX", TORCH: "PyTorch"}
 _FIELD_ORDER = ("policy", "batch_size", "loss_scale", *KNOB_DEFAULTS)
 
 #: The names :meth:`Setup.to_dict` writes.

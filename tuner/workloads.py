@@ -83,6 +83,29 @@ def _coarse_pool(x: np.ndarray, cells: int) -> np.ndarray:
     return pooled
 
 
+class PositionEmbedding(keras.layers.Layer):  # type: ignore[misc]
+    """Adds a learned embedding of each position to the token embeddings, inside the model's
+    graph. (An ``Embedding`` called on ``keras.ops.arange(seq_len)`` while the model is built
+    runs once, eagerly: on TensorFlow and JAX its output is a constant that never trains, and on
+    PyTorch it keeps the autograd graph of that one call, so the second training step fails
+    with "Trying to backward through the graph a second time".)"""
+
+    def __init__(self, seq_len: int, embed_dim: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seq_len, self.embed_dim = seq_len, embed_dim
+        self.embedding = keras.layers.Embedding(seq_len, embed_dim, name="positions")
+
+    def build(self, input_shape: Any) -> None:
+        self.embedding.build((self.seq_len,))
+
+    def call(self, x: Any) -> Any:
+        positions = keras.ops.arange(keras.ops.shape(x)[1])
+        return x + keras.ops.cast(self.embedding(positions), x.dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "seq_len": self.seq_len, "embed_dim": self.embed_dim}
+
+
 def _output(x: Any, classes: int) -> Any:
     # The guides' advice: compute the logits in the policy's dtype, the softmax in float32.
     x = keras.layers.Dense(classes, name="logits")(x)
@@ -113,10 +136,7 @@ def _transformer(
 ) -> keras.Model:
     inputs = keras.Input((seq_len,), dtype="int32", name="tokens")
     tokens = keras.layers.Embedding(vocab, embed_dim, name="token_embedding")(inputs)
-    positions = keras.layers.Embedding(seq_len, embed_dim, name="position_embedding")(
-        keras.ops.arange(seq_len)
-    )
-    x = tokens + positions
+    x = PositionEmbedding(seq_len, embed_dim, name="position_embedding")(tokens)
     for i in range(layers):
         attn = keras.layers.MultiHeadAttention(heads, embed_dim // heads, name=f"attention_{i}")(
             x, x

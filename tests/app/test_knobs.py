@@ -339,3 +339,59 @@ def test_the_trials_table_fits_beside_the_settings_with_knobs(make_window, qtbot
     )
     tooltip = Qt.ItemDataRole.ToolTipRole
     assert cell(model, 0, "stage", tooltip) == "steps-per-execution"
+
+
+# -- the Keras backend ------------------------------------------------------------------------
+def test_the_backend_choice_goes_into_the_search_settings(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    panel = panel_at(qtbot, tmp_path / "settings.ini")
+    names = [panel.backend.itemData(i) for i in range(panel.backend.count())]
+    assert names == list(api.BACKENDS)
+    assert panel.backend_choice() == "tensorflow"  # Keras' default, as the CLI's
+    assert panel.tune_arguments(list(api.POLICIES))["settings"].backend == "tensorflow"
+
+    # The detection says which are installed: the others are greyed out, saying how to
+    # install them.
+    panel.set_installed_backends({"tensorflow": "2.21.0", "jax": None, "torch": "2.7.1"})
+    items = panel.backend.model()
+    jax, torch = items.item(names.index("jax")), items.item(names.index("torch"))
+    assert not jax.isEnabled() and torch.isEnabled()
+    assert jax.text() == "JAX (not installed)" and torch.text() == "PyTorch 2.7.1"
+    tooltip = panel.backend.itemData(names.index("jax"), Qt.ItemDataRole.ToolTipRole)
+    assert tooltip == "Not installed here: pip install 'mptune[jax]'"
+    assert "torch.compile" in panel.backend.itemData(
+        names.index("torch"), Qt.ItemDataRole.ToolTipRole
+    )
+    assert panel.valid
+
+    panel.backend.setCurrentIndex(names.index("torch"))
+    settings = panel.tune_arguments(list(api.POLICIES))["settings"]
+    assert isinstance(settings, api.SearchSettings) and settings.backend == "torch"
+    assert panel.valid
+
+    # A choice that is not installed (a stored one, or picked by a script) stops the search,
+    # and the panel says how to install it.
+    panel.backend.setCurrentIndex(names.index("jax"))
+    assert not panel.valid
+    assert panel.problem() == (
+        "JAX is not installed: pip install 'mptune[jax]', or choose another backend"
+    )
+    assert "pip install 'mptune[jax]'" in panel.model_problem.text()
+    panel.set_installed_backends({"tensorflow": "2.21.0", "jax": "0.6.2", "torch": "2.7.1"})
+    assert panel.valid and items.item(names.index("jax")).isEnabled()
+
+    # Remembered between runs.
+    panel.save()
+    again = panel_at(qtbot, tmp_path / "settings.ini")
+    assert again.backend_choice() == "jax"
+
+
+def test_the_first_backend_is_keras_backend_from_the_environment(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert panel_at(qtbot, tmp_path / "first.ini").backend_choice() == "torch"
+    monkeypatch.setenv("KERAS_BACKEND", "numpy")  # not tuned by mptune: Keras' default
+    assert panel_at(qtbot, tmp_path / "second.ini").backend_choice() == "tensorflow"

@@ -306,3 +306,23 @@ def test_the_window_asks_for_trials_at_once(make_window) -> None:
     assert window.setup.tune_arguments(["float32"])["parallel"] == 1
     window.setup.parallel.setCurrentText("auto")
     assert window.setup.tune_arguments(["float32"])["parallel"] == "auto"
+
+
+def test_the_chosen_backend_reaches_the_search(make_window, monkeypatch) -> None:
+    """The detection greys out the backends not installed here; Start hands the chosen one to
+    the search in its settings."""
+    window = make_window()
+    installed = api.installed_backends()
+    items = window.setup.backend.model()
+    for index, name in enumerate(api.BACKENDS):
+        assert items.item(index).isEnabled() is bool(installed[name]), name
+    cards = " ".join(label.text() for label in window.hardware.findChildren(type(window.status)))
+    assert "Keras backends: TensorFlow " in cards
+    started: list[dict] = []
+    monkeypatch.setattr(window.bridge, "start", lambda **kwargs: started.append(kwargs))
+    chosen = next((n for n in ("jax", "torch") if installed[n]), "tensorflow")
+    window.setup.backend.setCurrentIndex(api.BACKENDS.index(chosen))
+    assert window.start_button.isEnabled()
+    window.start_search()
+    (arguments,) = started
+    assert arguments["settings"].backend == chosen

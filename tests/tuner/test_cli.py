@@ -384,3 +384,225 @@ def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
     console.print(trials_table([stored]))
     table = console.export_text()
     assert "xla spe4" in table and "unsupported: XLA cannot compile" in table
+
+
+# -- the Keras backend ------------------------------------------------------------------------
+
+TINY_TRIAL = [*TRIAL, "float32", "--batch-size", "8"]
+
+
+@pytest.mark.parametrize(
+    "args, env, fragment",
+    [
+        (
+            [*TINY_TRIAL, "--backend", "numpy"],
+            {},
+            "argument --backend: invalid choice: 'numpy' (choose from 'tensorflow', 'jax', "
+            "'torch')",
+        ),
+        (
+            TINY_TRIAL,
+            {"KERAS_BACKEND": "numpy"},
+            "KERAS_BACKEND='numpy' (from the environment) is not a backend mptune tunes "
+            "(tensorflow, jax, torch): give --backend, or unset KERAS_BACKEND",
+        ),
+        (
+            ["tune", "--model", "builtin:mlp", "--max-trials", "1"],
+            {"KERAS_BACKEND": "openvino"},
+            "KERAS_BACKEND='openvino' (from the environment) is not a backend mptune tunes",
+        ),
+        (
+            [*TINY_TRIAL, "--backend", "torch", "--steps-per-execution", "4"],
+            {},
+            "steps per execution must be 1 on the torch backend",
+        ),
+    ],
+)
+def test_bad_backends_are_one_line_and_exit_2(
+    args: list[str], env: dict[str, str], fragment: str
+) -> None:
+    assert_one_line_error(mptune(*args, env=env), fragment)
+
+
+def test_an_explicit_backend_wins_over_a_bad_keras_backend_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tuner import api, cli
+
+    seen: list[api.TrialSpec] = []
+
+    def run_trial(spec: api.TrialSpec, on_event: object = None, **kwargs: object) -> object:
+        seen.append(spec)
+        return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
+
+    monkeypatch.setattr(api, "run_trial", run_trial)
+    monkeypatch.setenv("KERAS_BACKEND", "numpy")
+    args = cli.build_parser().parse_args([*TINY_TRIAL, "--backend", "tensorflow"])
+    assert cli._cmd_trial(args) == 0
+    assert seen[-1].setup.backend == "tensorflow"
+
+
+@pytest.fixture
+def every_backend(monkeypatch: pytest.MonkeyPatch) -> dict[str, str | None]:
+    """Every backend reads as installed (the checks are tested on their own); the dict can be
+    edited to take one away."""
+    from tuner.hardware import software
+
+    installed: dict[str, str | None] = {"tensorflow": "2.21.0", "jax": "0.6.2", "torch": "2.7.1"}
+    monkeypatch.setattr(software, "read_backends", lambda: dict(installed))
+    return installed
+
+
+def test_the_backend_reaches_the_trials_setup(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    every_backend: dict[str, str | None],
+) -> None:
+    from tuner import api, cli
+
+    seen: list[api.TrialSpec] = []
+
+    def run_trial(spec: api.TrialSpec, on_event: object = None, **kwargs: object) -> object:
+        seen.append(spec)
+        return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
+
+    monkeypatch.setattr(api, "run_trial", run_trial)
+
+    def backend_of(*flags: str) -> str:
+        assert cli._cmd_trial(cli.build_parser().parse_args([*TINY_TRIAL, *flags])) == 0
+        return seen[-1].setup.backend
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert backend_of() == "tensorflow"  # Keras' own default
+    assert backend_of("--backend", "jax") == "jax"
+    assert "on JAX" in capsys.readouterr().out
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    assert backend_of() == "torch"  # as Keras would pick it
+    assert backend_of("--backend", "tensorflow") == "tensorflow"  # the flag wins
+    # torch.compile is the torch backend's --xla; JAX always compiles (xla stays False).
+    assert seen[-1].setup.xla is False
+    backend_of("--backend", "torch", "--xla")
+    assert seen[-1].setup == api.Setup("float32", 8, backend="torch", xla=True)
+    assert "torch.compile" in capsys.readouterr().out
+
+    # A backend that is not installed is refused before anything runs, with the fix.
+    every_backend["jax"] = None
+    runs = len(seen)
+    with pytest.raises(api.MptuneError) as refused:
+        cli._cmd_trial(cli.build_parser().parse_args([*TINY_TRIAL, "--backend", "jax"]))
+    assert str(refused.value) == (
+        "the JAX backend (jax) is not installed here: install it with pip install 'mptune[jax]'"
+    )
+    assert refused.value.exit_code == 2 and len(seen) == runs
+
+
+def test_the_backend_reaches_the_search_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_backend: dict[str, str | None]
+) -> None:
+    from tuner import api, cli
+
+    settings: list[api.SearchSettings] = []
+
+    class Profile:
+        advice = tuple(type("A", (), {"policy": p})() for p in ("float32", "mixed_bfloat16"))
+
+    def tune(model: str | None = None, **kwargs: object) -> object:
+        assert isinstance(kwargs["settings"], api.SearchSettings)
+        settings.append(kwargs["settings"])
+        raise api.MptuneError("stopped by the test")
+
+    monkeypatch.setattr(api, "detect", lambda: Profile())
+    monkeypatch.setattr(api, "tune", tune)
+
+    def backend_of(*flags: str) -> str:
+        args = cli.build_parser().parse_args(["tune", "--model", "builtin:mlp", *flags])
+        with pytest.raises(api.MptuneError, match="stopped by the test"):
+            cli._cmd_tune(args)
+        return settings[-1].backend
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    assert backend_of() == "tensorflow"
+    assert backend_of("--backend", "torch") == "torch"
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert backend_of() == "jax"
+    assert backend_of("--backend", "tensorflow") == "tensorflow"
+    every_backend["torch"] = None
+    args = cli.build_parser().parse_args(["tune", "--model", "builtin:mlp", "--backend", "torch"])
+    with pytest.raises(api.MptuneError, match=r"pip install 'mptune\[torch\]'"):
+        cli._cmd_tune(args)
+
+
+def test_a_stored_session_keeps_its_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_backend: dict[str, str | None]
+) -> None:
+    """Continuing a session: its own backend, whatever KERAS_BACKEND says; another one given
+    with --backend is refused by the search, naming both."""
+    from tuner import api, cli
+    from tuner.search.session import TuningSession
+
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    TuningSession.create(
+        "on-torch",
+        storage,
+        {
+            "model": "builtin:mlp",
+            "space": api.SearchSpace(policies=("float32",)).to_dict(),
+            "settings": api.SearchSettings(backend="torch").to_dict(),
+            "hardware": api.detect().to_dict(),
+        },
+    )
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    real_tune = api.tune
+    seen: list[api.SearchSettings] = []
+
+    def tune(model: str | None = None, **kwargs: object) -> object:
+        assert isinstance(kwargs["settings"], api.SearchSettings)
+        seen.append(kwargs["settings"])
+        raise api.MptuneError("stopped by the test")
+
+    monkeypatch.setattr(api, "tune", tune)
+    for flags in ([], ["--backend", "torch"]):
+        args = cli.build_parser().parse_args(
+            ["tune", "--resume", "on-torch", "--storage", storage, *flags]
+        )
+        with pytest.raises(api.MptuneError, match="stopped by the test"):
+            cli._cmd_tune(args)
+        assert seen[-1].backend == "torch"
+
+    # The stored backend must be installed here too.
+    every_backend["torch"] = None
+    args = cli.build_parser().parse_args(["tune", "--resume", "on-torch", "--storage", storage])
+    with pytest.raises(api.MptuneError, match=r"PyTorch backend \(torch\) is not installed"):
+        cli._cmd_tune(args)
+    every_backend["torch"] = "2.7.1"
+
+    # Another backend, given explicitly: the real search refuses it before any trial runs.
+    monkeypatch.setattr(api, "tune", real_tune)
+    args = cli.build_parser().parse_args(
+        ["tune", "--resume", "on-torch", "--storage", storage, "--backend", "jax"]
+    )
+    with pytest.raises(api.MptuneError) as refused:
+        cli._cmd_tune(args)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "session 'on-torch' was measured with other settings (backend 'torch' -> 'jax'): its "
+        "trials would not compare."
+    ), message
+    assert "give another --study" in message
+
+
+def test_detect_lists_the_backends_and_how_to_install_the_missing_ones() -> None:
+    from tuner import api
+
+    proc = mptune("detect", "--json")
+    software = json.loads(proc.stdout)["software"]
+    assert set(software["backends"]) == set(api.BACKENDS)
+    assert software["backends"] == api.installed_backends()
+    assert software["missing_backends"] == {
+        name: api.BACKEND_INSTALL_HINTS[name]
+        for name, version in software["backends"].items()
+        if not version
+    }
+    text = mptune("detect").stdout
+    assert "Keras backends: TensorFlow " in text

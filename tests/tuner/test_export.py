@@ -50,6 +50,7 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,
+        "backend": "tensorflow",
     }
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temp file left
 
@@ -974,6 +975,17 @@ def with_setup(**changes: Any):
             "field setup.tf32: TF32 is a variant of float32; mixed_bfloat16",
         ),
         (with_setup(turbo=True), "unknown field(s) in setup: turbo"),
+        (
+            with_setup(backend="numpy"),
+            "field setup.backend: unknown Keras backend 'numpy': choose one of tensorflow, jax, "
+            "torch",
+        ),
+        (with_setup(backend=3), "field setup.backend must be a non-empty string, got 3"),
+        (with_setup(backend=None), "field setup.backend must be a non-empty string, got None"),
+        (
+            with_setup(backend="torch", steps_per_execution=4),
+            "setup: steps per execution must be 1 on the torch backend",
+        ),
     ],
 )
 def test_bad_knobs_name_the_field_on_one_line(tmp_path: Path, mutate, fragment: str) -> None:
@@ -1121,3 +1133,90 @@ def test_export_cli_refuses_keras2_accumulation_on_one_line(tmp_path: Path) -> N
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "export it for Keras 3 (--keras 3)" in lines[0], lines
+
+
+# -- the Keras backend ------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_backend_round_trips_through_the_config_and_the_export_cli(
+    tmp_path: Path, backend: str
+) -> None:
+    config = knob_config("mixed_bfloat16", backend=backend, gradient_accumulation_steps=2)
+    path = tmp_path / "tuned.json"
+    config.save(path)
+    assert json.loads(path.read_text())["setup"]["backend"] == backend
+    assert TunedConfig.load(path) == config
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["setup"] == config.setup.to_dict(explicit=True)
+    assert TunedConfig.from_dict(json.loads(proc.stdout)).setup.backend == backend
+
+
+@pytest.mark.parametrize("fmt", ["snippet", "script"])
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+def test_keras3_exports_set_the_backend_before_keras(fmt: str, backend: str) -> None:
+    """KERAS_BACKEND assigned (the tuned backend wins over the shell's) before Keras' first
+    import, then checked; TF32 on the backend's own switch; jit_compile as keras_setup has it
+    (always on JAX, torch.compile for --xla on PyTorch)."""
+    for xla in (False, True):
+        config = knob_config("float32", backend=backend, tf32=True, xla=xla)
+        code = render(config, fmt)
+        compile(code, f"{fmt}.py", "exec")
+        assert "setdefault(" not in code
+        lines = code.splitlines()
+        assert lines.count("import keras  # noqa: E402") == 1
+        keras_import = lines.index("import keras  # noqa: E402")
+        assign = lines.index('os.environ["KERAS_BACKEND"] = KERAS_BACKEND')
+        assert lines.index("import os") < assign < keras_import
+        assert not any("import keras" in line for line in lines[:assign])
+        assert assignments(code)["KERAS_BACKEND"] == backend
+        assert "if keras.backend.backend() != KERAS_BACKEND:" in code
+        text = comment_text(code)
+        assert "Keras reads KERAS_BACKEND once" in text and "not setdefault" in text
+        expected_jit = True if backend == "jax" else xla
+        assert assignments(code)["COMPILE_KWARGS"]["jit_compile"] is expected_jit
+        if backend == "jax":
+            assert "JAX: Keras compiles the training step with XLA" in text
+            assert "jax.config.update(\"jax_default_matmul_precision\", 'tensorfloat32')" in code
+        if backend == "torch":
+            assert ("torch.compile: compile the training step" in text) is xla
+            assert "torch.backends.cuda.matmul.allow_tf32 = True" in code
+            assert "torch.backends.cudnn.allow_tf32 = True" in code
+        assert ("enable_tensor_float_32_execution(True)" in code) is (backend == "tensorflow")
+        # Only the tuned backend's framework is imported (the TensorFlow script's tf.data too).
+        frameworks = {
+            "tensorflow": "import tensorflow",
+            "jax": "import jax",
+            "torch": "import torch",
+        }
+        for other, statement in frameworks.items():
+            assert (statement in code) is (other == backend), (other, statement)
+    plain = render(knob_config("mixed_bfloat16", backend=backend), fmt)
+    if backend != "tensorflow" and fmt == "snippet":
+        assert f"import {backend}" not in plain  # no TF32 to set: no framework needed
+
+
+@pytest.mark.parametrize("backend, name", [("jax", "JAX"), ("torch", "PyTorch")])
+def test_keras2_refuses_other_backends_on_one_line(tmp_path: Path, backend: str, name: str) -> None:
+    config = knob_config("mixed_float16", "dynamic", backend=backend)
+    with pytest.raises(ConfigError) as info:
+        render(config, "snippet", "2")
+    assert str(info.value) == (
+        f"this setup was tuned on the {backend} backend ({name}), and tf_keras (Keras 2) runs on "
+        "TensorFlow only; export it for Keras 3 (--keras 3)"
+    )
+    path = tmp_path / "tuned.json"
+    config.save(path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "export", str(path), "--format", "snippet", "--keras", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "tf_keras (Keras 2) runs on TensorFlow only" in lines[0], lines

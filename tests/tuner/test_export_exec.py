@@ -1,4 +1,5 @@
-"""Every export format executed with TensorFlow for a few steps, and apply_config in use."""
+"""Every export format executed for a few steps, with TensorFlow and on the other Keras
+backends (JAX, PyTorch), and apply_config in use."""
 
 from __future__ import annotations
 
@@ -524,3 +525,254 @@ def test_apply_config_applies_the_knobs(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "knobs applied" in proc.stdout
+
+
+# -- the other Keras backends (JAX, PyTorch) --------------------------------------------------
+#: The check code of the backend tests: keras_setup's own answers to compare with, read without
+#: TensorFlow (MIRROR imports it), and a variable's value on any backend.
+MIRROR_ANY_BACKEND = textwrap.dedent("""
+    import json
+    import keras
+    from tuner import keras_setup
+    from tuner.setup import Setup
+
+    def value(variable):
+        return keras.ops.convert_to_numpy(variable)
+
+    def unnamed(config):
+        if isinstance(config, dict):
+            return {k: unnamed(v) for k, v in config.items() if k != "name"}
+        return config
+
+    def same_optimizer(a, b):
+        return json.dumps(unnamed(a.get_config()), sort_keys=True, default=str) == json.dumps(
+            unnamed(b.get_config()), sort_keys=True, default=str)
+""")
+
+#: What a backend's TF32 switch reads after a float32 snippet set it.
+TF32_STATE = {
+    "jax": "jax.config.jax_default_matmul_precision",
+    "torch": "(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)",
+}
+TF32_EXPECTED = {
+    "jax": {True: "tensorfloat32", False: "highest"},
+    "torch": {True: (True, True), False: (False, False)},
+}
+
+
+def cpu_only(backend: str) -> dict[str, str]:
+    """This environment on the CPU, with KERAS_BACKEND naming another backend than ``backend``
+    (TensorFlow): the export's own choice must win."""
+    assert backend != "tensorflow"
+    return {
+        **os.environ,
+        "KERAS_BACKEND": "tensorflow",
+        "JAX_PLATFORMS": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_keras3_snippets_train_on_other_backends(tmp_path: Path, backend: str) -> None:
+    """Each snippet, pasted at the top of a script whose shell says KERAS_BACKEND=tensorflow,
+    runs Keras on the tuned backend and trains a tiny model 8 steps as keras_setup would set it
+    up: the same COMPILE_KWARGS and optimizer, TF32 on the backend's switch, the knobs in
+    effect. (No torch.compile here: it takes 40 s to compile on a CPU; test_export checks that
+    --xla on torch renders jit_compile=True.)"""
+    pytest.importorskip(backend)
+    checks = []
+    for policy, scale, knobs in (
+        ("float32", "none", {"tf32": True}),
+        ("float32", "none", {"gradient_accumulation_steps": 2}),
+        ("mixed_float16", "dynamic:1024:500", {}),
+        ("mixed_bfloat16", "none", {"gradient_accumulation_steps": 2}),
+    ):
+        config = knob_config(policy, scale, backend=backend, **knobs)
+        setup = config.setup
+        snippet = render(config, "snippet")
+        assert "os.system('exit 3')" in snippet  # in a comment
+        tf32 = ""
+        if policy == "float32":
+            tf32 = f"assert {TF32_STATE[backend]} == {TF32_EXPECTED[backend][setup.tf32]!r}"
+        checks.append(
+            snippet
+            + MIRROR_ANY_BACKEND
+            + textwrap.dedent(f"""
+            import numpy as np
+            assert keras.backend.backend() == {backend!r}, keras.backend.backend()
+            setup = Setup.from_dict({setup.to_dict()!r})
+            assert COMPILE_KWARGS == keras_setup.compile_kwargs(setup), COMPILE_KWARGS
+            assert same_optimizer(
+                make_optimizer(), keras_setup.wrap_optimizer(keras.optimizers.Adam(), setup))
+            {tf32}
+            inputs = keras.Input((4,))
+            x = keras.layers.Dense(8)(inputs)
+            outputs = keras.layers.Activation("linear", dtype="float32")(keras.layers.Dense(1)(x))
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=make_optimizer(), loss="mse", **COMPILE_KWARGS)
+            history = model.fit(np.ones((32, 4), "float32"), np.ones((32, 1), "float32"),
+                                batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            assert model.dtype_policy.name == {policy!r}
+            assert bool(model.jit_compile) is {backend == "jax"!r}, model.jit_compile
+            opt = model.optimizer
+            inner = getattr(opt, "inner_optimizer", opt)
+            accumulation = {setup.gradient_accumulation_steps!r}
+            assert inner.gradient_accumulation_steps == (accumulation if accumulation > 1 else None)
+            # 8 steps of 4 samples; with accumulation, one update per that many steps.
+            assert int(value(opt.iterations)) == 8 // accumulation, int(value(opt.iterations))
+            if {scale!r}.startswith("dynamic"):
+                assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+                assert float(value(opt.dynamic_scale)) == 1024.0
+            assert np.isfinite(history.history["loss"][-1])
+            print("ok", {setup.label!r})
+        """)
+        )
+    proc = python("\n".join(f"exec({c!r})" for c in checks), tmp_path, env=cpu_only(backend))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("ok ") == len(checks), proc.stdout
+
+
+def test_a_snippet_refuses_keras_imported_on_another_backend(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    snippet = render(knob_config("mixed_bfloat16", "none", backend="jax"), "snippet")
+    proc = python("import keras\n" + snippet, tmp_path, env=cpu_only("jax"))
+    assert proc.returncode == 1
+    assert (
+        "RuntimeError: this setup was tuned on the jax backend, but Keras was already imported "
+        "on tensorflow: run these lines before anything imports Keras"
+    ) in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "backend, policy, scale",
+    [("jax", "mixed_bfloat16", "none"), ("torch", "mixed_float16", "dynamic")],
+)
+def test_scripts_train_on_other_backends(
+    tmp_path: Path, backend: str, policy: str, scale: str
+) -> None:
+    """The script for a built-in model and for a model file (its make_dataset's tf.data on JAX,
+    synthetic arrays on PyTorch) trains on the tuned backend, whatever the shell's
+    KERAS_BACKEND says."""
+    pytest.importorskip(backend)
+    config = dataclasses.replace(
+        make_config(policy=policy, loss_scale=scale, batch_size=8), hazards=AWKWARD_HAZARDS
+    )
+    model = tmp_path / "net.py"
+    model.write_text(
+        textwrap.dedent("""
+        import numpy as np
+        import keras
+
+        def build_model():
+            inputs = keras.Input((6,))
+            x = keras.layers.Dense(8)(inputs)
+            outputs = keras.layers.Dense(3, activation="softmax", dtype="float32")(x)
+            model = keras.Model(inputs, outputs)
+            model.compile(optimizer=keras.optimizers.SGD(0.1),
+                          loss="sparse_categorical_crossentropy")
+            return model
+    """)
+        + (
+            textwrap.dedent("""
+        def make_dataset(batch_size):
+            import tensorflow as tf
+            x = np.ones((64, 6), np.float32)
+            y = np.zeros((64,), np.int32)
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    """)
+            if backend == "jax"
+            else ""
+        )
+    )
+    for name, tuned in (
+        ("builtin", config),
+        ("file", dataclasses.replace(config, model=str(model))),
+    ):
+        setup = Setup(policy, 8, scale, backend=backend)
+        script = tmp_path / f"train_{name}.py"
+        script.write_text(
+            render(dataclasses.replace(tuned, setup=setup), "script"), encoding="utf-8"
+        )
+        checked = textwrap.dedent(f"""
+            import runpy, sys
+            sys.argv = [{str(script)!r}, "--max-steps", "3"]
+            try:
+                runpy.run_path({str(script)!r}, run_name="__main__")
+            finally:
+                import keras
+                print("backend", keras.backend.backend())
+        """)
+        proc = python(checked, tmp_path, env=cpu_only(backend))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
+        assert found, proc.stdout[-2000:]
+        assert math.isfinite(float(found.group(1)))
+        assert f"({policy}, batch 8, loss scale {scale})" in proc.stdout
+        assert f"backend {backend}" in proc.stdout
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_apply_config_checks_the_backend(tmp_path: Path, backend: str) -> None:
+    """apply_config on the tuned backend applies it (and it trains); a config of another
+    backend is refused on one line, before anything is applied."""
+    pytest.importorskip(backend)
+    paths = {}
+    for name, config in (
+        ("tuned", knob_config("mixed_float16", "dynamic:1024:500", 4, False, backend=backend)),
+        ("tf32", knob_config("float32", "none", awkward=False, backend=backend, tf32=True)),
+        ("tensorflow", knob_config("mixed_bfloat16", "none", awkward=False)),
+    ):
+        paths[name] = str(tmp_path / f"{name}.json")
+        config.save(paths[name])
+    proc = python(
+        MIRROR_ANY_BACKEND
+        + textwrap.dedent(f"""
+        import numpy as np
+        from tuner import apply_config
+        from tuner.export import BackendMismatchError
+        from tuner.errors import MptuneError
+
+        import {backend}
+
+        paths = {paths!r}
+        assert keras.backend.backend() == {backend!r}
+        try:
+            apply_config(paths["tensorflow"], warn_on_mismatch=False)
+        except BackendMismatchError as exc:
+            assert isinstance(exc, MptuneError)
+            assert str(exc) == (
+                "this config was tuned on the TensorFlow backend (tensorflow), but Keras runs "
+                "on {backend} in this process: set KERAS_BACKEND=tensorflow before Keras is "
+                "first imported (or tune again on {backend}: mptune tune --backend {backend})"
+            ), str(exc)
+        else:
+            raise AssertionError("a TensorFlow config was applied on {backend}")
+        assert keras.mixed_precision.global_policy().name == "float32"  # nothing applied
+
+        tuned = apply_config(paths["tf32"], warn_on_mismatch=False)
+        assert tuned.backend == {backend!r} and tuned.tf32
+        assert {TF32_STATE[backend]} == {TF32_EXPECTED[backend][True]!r}
+
+        tuned = apply_config(paths["tuned"], warn_on_mismatch=False)
+        assert tuned.backend == {backend!r}
+        assert keras.mixed_precision.global_policy().name == "mixed_float16"
+        assert tuned.compile_kwargs() == {{
+            "jit_compile": {backend == "jax"!r}, "steps_per_execution": 1
+        }}
+        opt = tuned.wrap_optimizer(keras.optimizers.SGD())
+        assert type(opt).__name__ == "LossScaleOptimizer", type(opt)
+        inputs = keras.Input((4,))
+        outputs = keras.layers.Activation("linear", dtype="float32")(
+            keras.layers.Dense(1)(keras.layers.Dense(8)(inputs)))
+        model = keras.Model(inputs, outputs)
+        model.compile(optimizer=opt, loss="mse", **tuned.compile_kwargs())
+        history = model.fit(np.ones((16, 4), "float32"), np.ones((16, 1), "float32"),
+                            batch_size=tuned.batch_size, epochs=1, verbose=0)
+        assert int(value(opt.iterations)) == 4 and np.isfinite(history.history["loss"][-1])
+        print("applied on", keras.backend.backend())
+    """),
+        tmp_path,
+        env={**cpu_only(backend), "KERAS_BACKEND": backend},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"applied on {backend}" in proc.stdout

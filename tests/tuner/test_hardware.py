@@ -3,6 +3,7 @@ the NVML library, and as it is on this machine), detection, the profile's JSON a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -585,6 +586,33 @@ def test_report_without_a_gpu() -> None:
     assert text.startswith("GPU: none - NVML library not found (no NVIDIA driver installed)")
     assert "CPU: " in text and "Software: Python" in text
     assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_report_lists_the_backends_and_how_to_install_the_missing_ones() -> None:
+    profile = dataclasses.replace(
+        profile_of("no_driver"),
+        software=SoftwareInfo(python="3.11", tensorflow="2.17.0", keras="3.6.0", torch="2.5.1"),
+    )
+    text = render_text(profile)
+    assert all(len(line) <= 100 for line in text.splitlines())
+    flat = " ".join(line.strip() for line in text.splitlines())
+    assert (
+        "Keras backends: TensorFlow 2.17.0, PyTorch 2.5.1; not installed: JAX (pip install "
+        "'mptune[jax]')" in flat
+    ), text
+    every = dataclasses.replace(
+        profile,
+        software=SoftwareInfo(
+            python="3.11", tensorflow="2.17.0", jax="0.6.2", jaxlib="0.6.1", torch="2.5.1"
+        ),
+    )
+    assert (
+        "Keras backends: TensorFlow 2.17.0, JAX 0.6.2 (jaxlib 0.6.1), PyTorch 2.5.1\n"
+        in render_text(every) + "\n"
+    )
+    half = dataclasses.replace(profile, software=SoftwareInfo(python="3.11", jax="0.4.30"))
+    flat = " ".join(line.strip() for line in render_text(half).splitlines())
+    assert "JAX (jax 0.4.30 without jaxlib: pip install 'mptune[jax]')" in flat
 
 
 def test_report_shows_missing_fields_as_na() -> None:

@@ -1,16 +1,28 @@
 """The CPU (from /proc/cpuinfo and sysctl text) and the software versions (TensorFlow's
-build_info read without importing TensorFlow)."""
+build_info read without importing TensorFlow; the Keras backends installed, importing none)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from tuner.hardware import software as software_module
 from tuner.hardware.cpu import parse_cpuinfo, parse_sysctl, read_cpu
-from tuner.hardware.software import find_tensorflow_dir, read_build_info, read_software
+from tuner.hardware.profile import SoftwareInfo
+from tuner.hardware.software import (
+    check_backend,
+    find_tensorflow_dir,
+    read_backends,
+    read_build_info,
+    read_software,
+)
+from tuner.policies import BACKENDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,7 +207,8 @@ def test_real_software_here() -> None:
 def test_reading_build_info_does_not_import_tensorflow() -> None:
     script = (
         "import sys; from tuner.hardware.software import read_software; read_software(); "
-        "sys.exit(1 if 'tensorflow' in sys.modules else 0)"
+        "sys.exit(1 if {'tensorflow', 'jax', 'jaxlib', 'torch', 'keras'} & set(sys.modules) "
+        "else 0)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],
@@ -206,3 +219,69 @@ def test_reading_build_info_does_not_import_tensorflow() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# -- the Keras backends -----------------------------------------------------------------------
+
+
+def installed_only(monkeypatch: pytest.MonkeyPatch, versions: dict[str, str]) -> None:
+    """The packages' metadata as if only ``versions`` (distribution: version) were installed."""
+
+    def version(distribution: str) -> str:
+        if distribution in versions:
+            return versions[distribution]
+        raise importlib.metadata.PackageNotFoundError(distribution)
+
+    monkeypatch.setattr(software_module.importlib.metadata, "version", version)
+
+
+def test_backends_installed_here_match_their_packages() -> None:
+    backends = read_backends()
+    assert tuple(backends) == BACKENDS
+    for name, version in backends.items():
+        present = importlib.util.find_spec(name) is not None
+        if name == "jax":
+            present = present and importlib.util.find_spec("jaxlib") is not None
+        assert bool(version) is present, (name, version)
+        if version:
+            assert check_backend(name) == version
+    software = read_software()
+    assert software.backends == backends
+
+
+def test_backends_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed_only(monkeypatch, {"tensorflow-cpu": "2.17.0", "jax": "0.4.30", "torch": "2.5.1"})
+    # jax without jaxlib cannot run: it counts as missing, with the fix.
+    assert read_backends() == {"tensorflow": "2.17.0", "jax": None, "torch": "2.5.1"}
+    software = read_software()
+    assert (software.jax, software.jaxlib, software.torch) == ("0.4.30", None, "2.5.1")
+    assert software.missing_backends == {"jax": "pip install 'mptune[jax]'"}
+    with pytest.raises(ValueError) as missing:
+        check_backend("jax")
+    assert str(missing.value) == (
+        "the JAX backend (jax) is not installed here: install it with pip install 'mptune[jax]'"
+    )
+    assert check_backend("torch") == "2.5.1"
+    with pytest.raises(ValueError, match="unknown backend 'numpy': choose one of tensorflow"):
+        check_backend("numpy")
+
+    installed_only(monkeypatch, {"jax": "0.6.2", "jaxlib": "0.6.2"})
+    assert read_backends() == {"tensorflow": None, "jax": "0.6.2", "torch": None}
+    with pytest.raises(ValueError, match=r"install it with pip install 'mptune\[torch\]'"):
+        check_backend("torch")
+    with pytest.raises(ValueError, match="install it with pip install tensorflow"):
+        check_backend("tensorflow")
+
+
+def test_software_round_trips_with_the_backends_and_older_dicts_load() -> None:
+    software = SoftwareInfo(
+        python="3.11", tensorflow="2.17.0", keras="3.6.0", jax="0.6.2", jaxlib="0.6.2"
+    )
+    data = software.to_dict()
+    assert data["backends"] == {"tensorflow": "2.17.0", "jax": "0.6.2", "torch": None}
+    assert data["missing_backends"] == {"torch": "pip install 'mptune[torch]'"}
+    assert SoftwareInfo.from_dict(data) == software
+    # A profile stored before the backends were read: loads, with none but TensorFlow known.
+    old = {k: v for k, v in data.items() if k not in ("jax", "jaxlib", "torch", "backends")}
+    loaded = SoftwareInfo.from_dict(old)
+    assert loaded.backends == {"tensorflow": "2.17.0", "jax": None, "torch": None}

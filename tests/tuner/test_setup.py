@@ -248,6 +248,7 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,
+        "backend": "tensorflow",
     }
     assert Setup("float32", 8, xla=True).to_dict() == {
         "policy": "float32",
@@ -255,19 +256,16 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
         "loss_scale": "none",
         "xla": True,
     }
-    assert (
-        KNOBBED.to_dict()
-        == KNOBBED.to_dict(explicit=True)
-        == {
-            "policy": "float32",
-            "batch_size": 64,
-            "loss_scale": "none",
-            "xla": True,
-            "steps_per_execution": 4,
-            "tf32": True,
-            "gradient_accumulation_steps": 2,
-        }
-    )
+    assert KNOBBED.to_dict(explicit=True) == {**KNOBBED.to_dict(), "backend": "tensorflow"}
+    assert KNOBBED.to_dict() == {
+        "policy": "float32",
+        "batch_size": 64,
+        "loss_scale": "none",
+        "xla": True,
+        "steps_per_execution": 4,
+        "tf32": True,
+        "gradient_accumulation_steps": 2,
+    }
 
 
 @pytest.mark.parametrize(
@@ -322,3 +320,33 @@ def test_simplicity_prefers_default_knobs() -> None:
     assert base.simplicity() < base.replace(gradient_accumulation_steps=2).simplicity()
     # IEEE float32 with any knob is still simpler than a mixed policy.
     assert KNOBBED.replace(tf32=False).simplicity() < Setup("mixed_bfloat16", 8).simplicity()
+
+
+def test_backend_is_a_field_of_the_setup() -> None:
+    jax = Setup("mixed_bfloat16", 64, backend="jax")
+    assert jax.to_dict() == {
+        "policy": "mixed_bfloat16",
+        "batch_size": 64,
+        "loss_scale": "none",
+        "backend": "jax",
+    }
+    assert Setup.from_dict(jax.to_dict()) == jax
+    assert jax != Setup("mixed_bfloat16", 64)  # measured on another backend: another setup
+    assert jax.label == "mixed_bfloat16 b64 none jax"
+    assert jax.describe().endswith("on JAX)")
+    # A setup stored before backends existed is a TensorFlow one.
+    assert Setup.from_dict({"policy": "float32", "batch_size": 8}).backend == "tensorflow"
+
+
+def test_jax_always_compiles_and_torch_runs_one_step_per_call() -> None:
+    # JAX jits every step: its xla is False and means "as Keras compiles it".
+    assert Setup("float32", 8, xla=True, backend="jax") == Setup("float32", 8, backend="jax")
+    assert Setup("float32", 8, backend="jax").replace(xla=True).xla is False
+    torch = Setup("float32", 8, xla=True, backend="torch")
+    assert "torch.compile" in torch.describe()
+    with pytest.raises(ValueError, match="steps per execution must be 1 on the torch backend"):
+        Setup("float32", 8, steps_per_execution=4, backend="torch")
+    with pytest.raises(ValueError, match="unknown backend 'mxnet'"):
+        Setup("float32", 8, backend="mxnet")
+    with pytest.raises(ValueError, match="unknown backend"):
+        Setup.from_dict({"policy": "float32", "batch_size": 8, "backend": "theano"})

@@ -23,7 +23,12 @@ from tuner.setup import Setup
 from tuner.trials.hazards import Hazard
 
 if TYPE_CHECKING:
-    from tuner.export.apply import AppliedConfig, HardwareMismatchWarning, apply_config
+    from tuner.export.apply import (
+        AppliedConfig,
+        BackendMismatchError,
+        HardwareMismatchWarning,
+        apply_config,
+    )
     from tuner.search.session import SessionView
 
 __all__ = [
@@ -31,6 +36,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "AppliedConfig",
+    "BackendMismatchError",
     "ConfigError",
     "Evidence",
     "HardwareFingerprint",
@@ -45,7 +51,7 @@ __all__ = [
 
 #: Names served from :mod:`tuner.export.apply` on first use (PEP 562), so that importing this
 #: package never imports Keras.
-_LAZY = ("AppliedConfig", "HardwareMismatchWarning", "apply_config")
+_LAZY = ("AppliedConfig", "BackendMismatchError", "HardwareMismatchWarning", "apply_config")
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,8 @@
 
     from tuner import apply_config
 
-    tuned = apply_config("mptune.json")        # sets the precision policy (and TF32)
+    tuned = apply_config("mptune.json")        # sets the precision policy (and TF32); refuses
+                                               # a config tuned on another Keras backend
     model = build_model()                      # build after the policy is set
     model.compile(optimizer=tuned.wrap_optimizer(keras.optimizers.Adam()), loss=...,
                   **tuned.compile_kwargs())
@@ -19,8 +20,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.errors import MptuneError
 from tuner.export.config import HardwareFingerprint, TunedConfig
-from tuner.setup import Setup
+from tuner.setup import BACKEND_NAMES, Setup
 from tuner.trials.hazards import Hazard
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,11 @@ logger = logging.getLogger(__name__)
 
 class HardwareMismatchWarning(UserWarning):
     """The config was tuned on different hardware; its setup may not be the best here."""
+
+
+class BackendMismatchError(MptuneError):
+    """Keras runs on another backend in this process than the one the config was tuned on: its
+    figures (and its knobs: XLA, steps per execution) belong to that backend."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,11 @@ class AppliedConfig:
     @property
     def loss_scale(self) -> str:
         return str(self.setup.loss_scale)
+
+    @property
+    def backend(self) -> str:
+        """The Keras 3 backend the setup was tuned on (and Keras runs on: checked)."""
+        return self.setup.backend
 
     @property
     def xla(self) -> bool:
@@ -102,8 +114,9 @@ class AppliedConfig:
 def apply_config(
     path_or_config: str | os.PathLike[str] | TunedConfig, *, warn_on_mismatch: bool = True
 ) -> AppliedConfig:
-    """Apply a tuned config: set the precision policy (and, for float32, TF32 on or off as
-    tuned) and return the batch size and helpers.
+    """Apply a tuned config: check that Keras runs on the backend it was tuned on, set the
+    precision policy (and, for float32, TF32 on or off as tuned) and return the batch size and
+    helpers.
 
     Args:
         path_or_config: the JSON file ``mptune export`` wrote, or a loaded config.
@@ -116,6 +129,9 @@ def apply_config(
     Raises:
         ConfigError: the file is missing, corrupt (a bad field, control characters or a lone
             surrogate in a string, JSON nested too deeply), or of a newer schema.
+        BackendMismatchError: Keras runs on another backend here than the config's
+            (``setup.backend``); nothing is applied. Set ``KERAS_BACKEND`` to the config's
+            backend before Keras is first imported.
     """
     config = (
         path_or_config
@@ -123,8 +139,11 @@ def apply_config(
         else TunedConfig.load(path_or_config)
     )
     # Keras only once the config is known good: a bad file fails at once, on one line.
+    import keras
+
     from tuner import keras_setup
 
+    _check_backend(config, keras.backend.backend())
     keras_setup.apply_policy(config.setup)
     # mptune never recommends an unsafe policy; a config edited by hand to use one says so.
     for hazard in config.policy_hazards():
@@ -133,6 +152,18 @@ def apply_config(
     if warn_on_mismatch:
         _check_hardware(config)
     return AppliedConfig(config.setup, config)
+
+
+def _check_backend(config: TunedConfig, running: str) -> None:
+    """Refuse a config tuned on another backend than the one Keras runs on here."""
+    tuned = config.setup.backend
+    if running == tuned:
+        return
+    raise BackendMismatchError(
+        f"this config was tuned on the {BACKEND_NAMES[tuned]} backend ({tuned}), but Keras runs "
+        f"on {running} in this process: set KERAS_BACKEND={tuned} before Keras is first imported "
+        f"(or tune again on {running}: mptune tune --backend {running})"
+    )
 
 
 def _check_hardware(config: TunedConfig) -> None:

@@ -5,6 +5,9 @@ ever executed, imported or evaluated. Every string is valid Unicode text without
 (free text may hold tabs and line breaks), every figure is finite and in its range, and the JSON is
 at most :data:`MAX_DEPTH` levels deep, so whatever a config holds, it loads or fails on one line.
 
+The setup names the Keras 3 backend it was tuned on (``setup.backend``: ``tensorflow``, ``jax``
+or ``torch``); a config written before backends were tuned has none, and means TensorFlow.
+
 The config carries the recommendation's precision hazards (``hazards``, beside ``evidence``):
 each one's kind, policy and severity must be a known name, and its text is bounded by
 :data:`MAX_HAZARD_TEXT`. A config written before hazards existed has none.
@@ -23,7 +26,7 @@ from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint as HardwareFingerprint
-from tuner.policies import POLICIES
+from tuner.policies import BACKENDS, POLICIES
 from tuner.setup import KNOB_DEFAULTS, SETUP_FIELDS, LossScale, Policy, Setup
 from tuner.trials.hazards import KINDS, SEVERITIES, Hazard
 
@@ -422,6 +425,8 @@ class _Validator:
                 if not isinstance(value, bool):
                     raise self.fail(f"setup.{name}", "true or false", value)
                 knobs[name] = value
+            elif name == "backend":
+                knobs[name] = self.choice(value, "setup.backend", BACKENDS, "Keras backend")
             else:
                 knobs[name] = self.positive_int(value, f"setup.{name}")
         # Setup's own rules (ranges, TF32 on float32 only), checked one field at a time so that

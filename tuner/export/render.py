@@ -22,8 +22,9 @@ import jinja2
 
 from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
+from tuner.policies import JAX, TENSORFLOW
 from tuner.resources import templates_dir
-from tuner.setup import Setup
+from tuner.setup import BACKEND_NAMES, Setup
 from tuner.trials.models import parse_model_spec
 
 FORMATS = ("json", "snippet", "script")
@@ -118,14 +119,17 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
             (a runnable Keras 3 training script).
         keras: ``3`` for Keras 3, ``2`` for tf_keras (snippet and json only).
 
-    The snippet and the script apply the setup's execution knobs exactly as
-    :mod:`tuner.keras_setup` does: TF32 on or off for float32, ``gradient_accumulation_steps`` on
-    the inner optimizer, and ``jit_compile`` and ``steps_per_execution`` in ``COMPILE_KWARGS``.
+    The snippet and the script set ``KERAS_BACKEND`` to the setup's backend before they import
+    Keras (and stop, on one line, when Keras was imported earlier on another backend), then apply
+    the setup's execution knobs exactly as :mod:`tuner.keras_setup` does: TF32 on or off for
+    float32 (on the backend's own switch), ``gradient_accumulation_steps`` on the inner
+    optimizer, and ``jit_compile`` and ``steps_per_execution`` in ``COMPILE_KWARGS``.
 
     Raises:
         ConfigError: an unknown format or Keras version, or a combination not offered (the
-            script for Keras 2, or a tf_keras snippet of a setup that accumulates gradients:
-            tf_keras optimizers have no gradient accumulation).
+            script for Keras 2; a tf_keras snippet of a setup tuned on JAX or PyTorch, as
+            tf_keras runs on TensorFlow only, or of a setup that accumulates gradients: tf_keras
+            optimizers have no gradient accumulation).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -135,6 +139,12 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
         return config.to_json()
     if fmt == "script" and keras == "2":
         raise ConfigError("the script export is Keras 3 only; use --format snippet --keras 2")
+    backend = config.setup.backend
+    if keras == "2" and backend != TENSORFLOW:
+        raise ConfigError(
+            f"this setup was tuned on the {backend} backend ({BACKEND_NAMES[backend]}), and "
+            "tf_keras (Keras 2) runs on TensorFlow only; export it for Keras 3 (--keras 3)"
+        )
     steps = config.setup.gradient_accumulation_steps
     if keras == "2" and steps > 1:
         raise ConfigError(
@@ -166,8 +176,12 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "initial_scale": scale.effective_initial_scale,
         "growth_steps": scale.effective_growth_steps,
         "fixed_value": scale.value,
-        # The execution knobs (docs/export.md): applied as tuner/keras_setup.py applies them.
+        # The backend and the execution knobs (docs/export.md): applied as
+        # tuner/keras_setup.py applies them (on JAX, Keras always compiles with XLA).
+        "backend": setup.backend,
+        "backend_name": BACKEND_NAMES[setup.backend],
         "xla": setup.xla,
+        "jit_compile": True if setup.backend == JAX else setup.xla,
         "steps_per_execution": setup.steps_per_execution,
         "tf32": setup.tf32,
         "accumulation_steps": setup.gradient_accumulation_steps,

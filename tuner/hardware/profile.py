@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tuner.hardware.capability import CapabilityUnits
+from tuner.policies import JAX, TENSORFLOW, TORCH
 
 #: The version of :meth:`HardwareProfile.to_dict`'s layout.
 SCHEMA = 1
@@ -22,6 +23,16 @@ BF16_VECTOR_FLAGS = frozenset({"avx512_bf16", "bf16"})
 FP16_FLAGS = frozenset({"amx_fp16", "avx512_fp16"})
 #: Arm half-precision arithmetic: present on most aarch64 CPUs, seldom used by TensorFlow.
 ARM_HALF_FLAGS = frozenset({"fp16", "asimdhp"})
+
+
+#: How to install each Keras 3 backend: TensorFlow is a dependency of mptune itself, JAX and
+#: PyTorch are its extras (pyproject.toml). On an NVIDIA GPU, JAX needs its CUDA build too
+#: (``pip install 'jax[cuda12]'``).
+INSTALL_HINTS: dict[str, str] = {
+    TENSORFLOW: "pip install tensorflow",
+    JAX: "pip install 'mptune[jax]'",
+    TORCH: "pip install 'mptune[torch]'",
+}
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +142,12 @@ class CpuInfo:
 
 @dataclass(frozen=True)
 class SoftwareInfo:
-    """Versions, and what TensorFlow was built with (read without importing it)."""
+    """Versions, and what TensorFlow was built with (read without importing anything).
+
+    Attributes:
+        jax, jaxlib, torch: the versions of the other Keras 3 backends' packages; ``None`` when
+            not installed (a profile stored before they were read has ``None`` too).
+    """
 
     python: str
     tensorflow: str | None = None
@@ -141,9 +157,29 @@ class SoftwareInfo:
     tf_cudnn_version: str | None = None
     tf_is_cuda_build: bool | None = None
     tf_cuda_compute_capabilities: tuple[str, ...] = ()
+    jax: str | None = None
+    jaxlib: str | None = None
+    torch: str | None = None
+
+    @property
+    def backends(self) -> dict[str, str | None]:
+        """Each Keras 3 backend (:data:`tuner.policies.BACKENDS`) and its installed version;
+        ``None`` when it cannot run here. JAX needs ``jaxlib`` beside ``jax`` (its compiled
+        half): ``jax`` alone counts as not installed."""
+        return {
+            TENSORFLOW: self.tensorflow,
+            JAX: self.jax if self.jaxlib else None,
+            TORCH: self.torch,
+        }
+
+    @property
+    def missing_backends(self) -> dict[str, str]:
+        """Each backend that is not installed, with the command that installs it."""
+        return {name: INSTALL_HINTS[name] for name, v in self.backends.items() if not v}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data."""
+        """Plain JSON-able data; ``backends`` and ``missing_backends`` are derived, not read
+        back."""
         return {
             "python": self.python,
             "tensorflow": self.tensorflow,
@@ -153,6 +189,11 @@ class SoftwareInfo:
             "tf_cudnn_version": self.tf_cudnn_version,
             "tf_is_cuda_build": self.tf_is_cuda_build,
             "tf_cuda_compute_capabilities": list(self.tf_cuda_compute_capabilities),
+            "jax": self.jax,
+            "jaxlib": self.jaxlib,
+            "torch": self.torch,
+            "backends": self.backends,
+            "missing_backends": self.missing_backends,
         }
 
     @classmethod
@@ -203,7 +244,7 @@ class HardwareProfile:
         driver_version: the NVIDIA driver, e.g. ``"550.90.07"``.
         cuda_driver_version: the newest CUDA the driver supports, e.g. ``"12.4"``.
         cpu: the CPU.
-        software: Python, TensorFlow and Keras.
+        software: Python, TensorFlow, Keras and the other Keras backends.
         advice: every policy, most promising first (:func:`tuner.hardware.advice.advise`).
     """
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from tuner.hardware.profile import GpuInfo, HardwareProfile
+from tuner.hardware.profile import GpuInfo, HardwareProfile, SoftwareInfo
+from tuner.policies import JAX
+from tuner.setup import BACKEND_NAMES
 
 WIDTH = 100
 
@@ -42,6 +44,24 @@ def _gpu_lines(gpu: GpuInfo) -> list[str]:
     )
     indent = "       "
     return _wrap(head, indent) + _wrap(memory, indent, indent) + _wrap(board, indent, indent)
+
+
+def backends_text(software: SoftwareInfo) -> str:
+    """The Keras 3 backends installed, with their versions, then the missing ones with the
+    command that installs each: ``Keras backends: TensorFlow 2.21.0, JAX 0.6.2 (jaxlib
+    0.6.2); not installed: PyTorch (pip install 'mptune[torch]')``."""
+    installed, missing = [], []
+    hints = software.missing_backends
+    for name, version in software.backends.items():
+        label = BACKEND_NAMES[name]
+        if version:
+            jaxlib = f" (jaxlib {software.jaxlib})" if name == JAX else ""
+            installed.append(f"{label} {version}{jaxlib}")
+        else:
+            partial = f"jax {software.jax} without jaxlib: " if name == JAX and software.jax else ""
+            missing.append(f"{label} ({partial}{hints[name]})")
+    text = f"Keras backends: {', '.join(installed) or 'none'}"
+    return text + (f"; not installed: {', '.join(missing)}" if missing else "")
 
 
 def render_text(profile: HardwareProfile) -> str:
@@ -89,6 +109,7 @@ def render_text(profile: HardwareProfile) -> str:
     if sw.tf_cuda_compute_capabilities:
         kernels = ", ".join(sw.tf_cuda_compute_capabilities)
         lines += _wrap(f"TensorFlow CUDA kernels for {kernels}", "          ", "          ")
+    lines += _wrap(backends_text(sw), "          ", "          ")
     lines.append("")
     lines.append("Advice (most promising first):")
     width = max((len(a.policy) for a in profile.advice), default=0) + 2

@@ -1,9 +1,10 @@
-"""Python, TensorFlow and Keras versions, and what TensorFlow was built with.
+"""Python, TensorFlow and Keras versions, the Keras 3 backends installed, and what TensorFlow was
+built with.
 
-Nothing here imports TensorFlow (that takes seconds, and detection must not): versions come from
-the installed packages' metadata, and the CUDA/cuDNN build facts from TensorFlow's generated
-``tensorflow/python/platform/build_info.py``, loaded on its own (it imports only
-``collections`` and defines one dict, ``build_info``).
+Nothing here imports TensorFlow, JAX or PyTorch (each takes seconds, and detection must not):
+versions come from the installed packages' metadata, and the CUDA/cuDNN build facts from
+TensorFlow's generated ``tensorflow/python/platform/build_info.py``, loaded on its own (it
+imports only ``collections`` and defines one dict, ``build_info``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from tuner.hardware.profile import INSTALL_HINTS as INSTALL_HINTS
 from tuner.hardware.profile import SoftwareInfo
+from tuner.policies import BACKENDS
+from tuner.setup import BACKEND_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +50,50 @@ def _tensorflow_version() -> str | None:
         if version:
             return version
     return None
+
+
+def read_backends() -> dict[str, str | None]:
+    """Each Keras 3 backend (:data:`~tuner.policies.BACKENDS`) and its installed version, or
+    ``None`` where it is not installed (JAX: ``jax`` without ``jaxlib`` counts as missing); read
+    from the packages' metadata, importing none of them."""
+    return dict(_backend_versions().backends)
+
+
+def _backend_versions() -> SoftwareInfo:
+    return SoftwareInfo(
+        python=platform.python_version(),
+        tensorflow=_tensorflow_version(),
+        jax=_version("jax"),
+        jaxlib=_version("jaxlib"),
+        torch=_version("torch"),
+    )
+
+
+def missing_backend_message(name: str) -> str:
+    """One line: backend ``name`` is not installed, and the command that installs it."""
+    return (
+        f"the {BACKEND_NAMES[name]} backend ({name}) is not installed here: install it with "
+        f"{INSTALL_HINTS[name]}"
+    )
+
+
+def check_backend(name: str, installed: dict[str, str | None] | None = None) -> str:
+    """``name``'s installed version.
+
+    Args:
+        name: a Keras 3 backend.
+        installed: :func:`read_backends`'s answer; ``None`` reads it.
+
+    Raises:
+        ValueError: ``name`` is not a backend, or it is not installed (one line, with the
+            install command).
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    version = (read_backends() if installed is None else installed).get(name)
+    if not version:
+        raise ValueError(missing_backend_message(name))
+    return version
 
 
 def find_tensorflow_dir() -> Path | None:
@@ -117,13 +165,17 @@ def read_software(tensorflow_dir: Path | None = None) -> SoftwareInfo:
     info = read_build_info(tensorflow_dir if tensorflow_dir is not None else find_tensorflow_dir())
     is_cuda = info.get("is_cuda_build")
     capabilities = info.get("cuda_compute_capabilities") or ()
+    backends = _backend_versions()
     return SoftwareInfo(
         python=platform.python_version(),
-        tensorflow=_tensorflow_version(),
+        tensorflow=backends.tensorflow,
         keras=_version("keras"),
         tf_keras=_version("tf-keras"),
         tf_cuda_version=_text(info.get("cuda_version")),
         tf_cudnn_version=_text(info.get("cudnn_version")),
         tf_is_cuda_build=bool(is_cuda) if is_cuda is not None else None,
         tf_cuda_compute_capabilities=tuple(str(c) for c in capabilities),
+        jax=backends.jax,
+        jaxlib=backends.jaxlib,
+        torch=backends.torch,
     )

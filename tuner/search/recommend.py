@@ -295,6 +295,7 @@ def recommend(
             chosen.setup.batch_size,
             LossScale("none"),
             gradient_accumulation_steps=chosen.setup.gradient_accumulation_steps,
+            backend=chosen.setup.backend,
         )
     )
     f32_same_run = first_ok(f32_same) if f32_same else None

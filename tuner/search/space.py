@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tuner.policies import POLICIES
+from tuner.policies import BACKENDS, POLICIES, TENSORFLOW
 from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
@@ -242,6 +242,8 @@ class SearchSettings:
         noise_floor: relative differences below this are never called a win.
         device: the device trials run on.
         timeout_s: per trial.
+        backend: the Keras 3 backend trials run on (every setup of the search carries it; a
+            session is measured on one backend, so its results never mix two).
     """
 
     objective: str = "speed"
@@ -258,8 +260,13 @@ class SearchSettings:
     timeout_s: float = 300.0
     seed: int = 0
     memory_throughput_floor: float = 0.8
+    backend: str = TENSORFLOW
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}"
+            )
         if self.objective not in OBJECTIVES:
             raise ValueError(
                 f"unknown objective {self.objective!r}: choose one of " + ", ".join(OBJECTIVES)

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.errors import MptuneError, Terminated
-from tuner.policies import FLOAT32, MIXED_FLOAT16
+from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16, TENSORFLOW, TORCH
 from tuner.search.events import (
     PlanUpdated,
     SearchEvent,
@@ -972,7 +972,9 @@ class Search:
     def _at(self, setup: Setup, batch_size: int) -> Setup:
         """``setup`` at ``batch_size``, with the accumulation that keeps the global batch."""
         return setup.replace(
-            batch_size=batch_size, gradient_accumulation_steps=self._acc(batch_size)
+            batch_size=batch_size,
+            gradient_accumulation_steps=self._acc(batch_size),
+            backend=self.settings.backend,
         )
 
     def _accumulating(self, batch_size: int) -> str:
@@ -1241,6 +1243,8 @@ class Search:
         """Why no precision tries XLA, or None when the XLA stage runs."""
         if "xla" in self.knobs_skipped:
             return self.knobs_skipped["xla"]
+        if self.settings.backend == JAX:
+            return "JAX compiles every training step with XLA already"
         if self.space.xla == "off":
             return "--xla off"
         if self.space.xla == "auto" and not self.device.gpu:
@@ -1332,7 +1336,11 @@ class Search:
         xlas = (False, True) if not self._xla_skipped() and not xla_failed else (setup.xla,)
         p50 = center.result.step_time_ms.get("p50")
         short = p50 is not None and p50 * setup.steps_per_execution < SPE_STEP_MS
-        spes = (1, *SPE_LADDER) if short or setup.steps_per_execution > 1 else (1,)
+        spes = (
+            (1, *SPE_LADDER)
+            if (short or setup.steps_per_execution > 1) and setup.backend != TORCH
+            else (1,)
+        )
         # The knobs are few: every combination at the pick's batch size (most were measured by
         # the knob stages already, and are recalled, not run again).
         for xla in xlas:
@@ -1565,9 +1573,11 @@ class Search:
         beyond the noise floor; run only when the median step is under :data:`SPE_STEP_MS`,
         where the host's per-call overhead shows."""
         p50 = current.result.step_time_ms.get("p50")
-        if p50 is None or not p50 < SPE_STEP_MS:
+        if self.settings.backend == TORCH or p50 is None or not p50 < SPE_STEP_MS:
             reason = (
-                "no step time was measured"
+                "Keras runs one step per execution on the torch backend"
+                if self.settings.backend == TORCH
+                else "no step time was measured"
                 if p50 is None
                 else f"the median step takes {p50:.1f} ms, not under {SPE_STEP_MS:g} ms, so "
                 "the host's per-call overhead is inside the noise"
@@ -1695,7 +1705,9 @@ class Search:
 
     def _reference(self, batch_size: int, steps_per_execution: int = 1) -> Setup:
         """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
-        return _float32(batch_size, self._acc(batch_size), steps_per_execution)
+        return _float32(
+            batch_size, self._acc(batch_size), steps_per_execution, self.settings.backend
+        )
 
     def _common_batch(
         self, cand: Candidate, allow_new_trials: bool
@@ -1724,7 +1736,12 @@ class Search:
         execution reports one loss per execution (its steps' mean) and warms up in whole
         executions, so only the same grouping compares step for step."""
         batch_size = setup.batch_size
-        key = _float32(batch_size, setup.gradient_accumulation_steps, setup.steps_per_execution)
+        key = _float32(
+            batch_size,
+            setup.gradient_accumulation_steps,
+            setup.steps_per_execution,
+            setup.backend,
+        )
         if key not in self.ev.known:
             oom_below = [
                 runs[0]
@@ -1885,15 +1902,21 @@ def trial_spec(
     )
 
 
-def _float32(batch_size: int, accumulation: int = 1, steps_per_execution: int = 1) -> Setup:
-    """The IEEE float32 reference setup at ``batch_size`` (no knobs but the accumulation and
-    the steps per execution, which decide how losses are grouped)."""
+def _float32(
+    batch_size: int,
+    accumulation: int = 1,
+    steps_per_execution: int = 1,
+    backend: str = TENSORFLOW,
+) -> Setup:
+    """The IEEE float32 reference setup at ``batch_size`` on ``backend`` (no knobs but the
+    accumulation and the steps per execution, which decide how losses are grouped)."""
     return Setup(
         FLOAT32,
         batch_size,
         LossScale("none"),
         gradient_accumulation_steps=accumulation,
         steps_per_execution=steps_per_execution,
+        backend=backend,
     )
 
 

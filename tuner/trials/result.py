@@ -87,7 +87,9 @@ class TrialResult:
     samples_per_second: float | None = None
     step_time_ms: dict[str, float] = field(default_factory=dict)  #: p50, p90, mean
     peak_memory_mb: float | None = None
-    memory_kind: str | None = None  #: "gpu" (TensorFlow allocator peak) or "cpu_rss"
+    memory_kind: str | None = None  #: "gpu" (the backend's allocator peak) or "cpu_rss"
+    #: how the peak was read, e.g. ``torch.cuda.max_memory_allocated()`` (None: stored before)
+    memory_method: str | None = None
     losses: tuple[float, ...] = ()
     loss_scales: tuple[float | None, ...] = ()
     skipped_steps: int = 0
@@ -129,6 +131,7 @@ class TrialResult:
             "step_time_ms": dict(self.step_time_ms),
             "peak_memory_mb": self.peak_memory_mb,
             "memory_kind": self.memory_kind,
+            "memory_method": self.memory_method,
             "losses": list(self.losses),
             "loss_scales": list(self.loss_scales),
             "skipped_steps": self.skipped_steps,
@@ -164,6 +167,7 @@ class TrialResult:
             step_time_ms=dict(data.get("step_time_ms") or {}),
             peak_memory_mb=data.get("peak_memory_mb"),
             memory_kind=data.get("memory_kind"),
+            memory_method=data.get("memory_method"),
             losses=tuple(math.nan if v is None else float(v) for v in data.get("losses", ())),
             loss_scales=tuple(data.get("loss_scales", ())),
             skipped_steps=int(data.get("skipped_steps", 0)),

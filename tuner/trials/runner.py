@@ -300,11 +300,20 @@ def _read_line(fd: int) -> bytes:
 
 
 def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: quiet TensorFlow, the chosen device, our package importable."""
+    """The worker's environment: the setup's Keras backend, quiet TensorFlow, the chosen
+    device, GPU memory allocated as it is used (so that the peak means something), our package
+    importable."""
     env = dict(os.environ if base is None else base)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["KERAS_BACKEND"] = "tensorflow"
+    backend = spec.setup.backend
+    env["KERAS_BACKEND"] = backend
     env["PYTHONUNBUFFERED"] = "1"
+    if backend == "jax":
+        # JAX takes 75% of the card at its first allocation unless told otherwise; a memory
+        # limit is a fraction of the card there.
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        if spec.device == "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
     # CUDA numbers GPUs fastest first by default, NVML by PCI bus id: in bus order both name
     # the same card gpu:N (a trial pinned to a GPU, its memory read per card).
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -508,6 +517,7 @@ class _WorkerRun:
             step_time_ms=dict(res.get("step_time_ms") or {}),
             peak_memory_mb=res.get("peak_memory_mb", self.peak_rss_mb),
             memory_kind=res.get("memory_kind", "cpu_rss" if self.peak_rss_mb else None),
+            memory_method=res.get("memory_method"),
             losses=tuple(v if v is not None else float("nan") for v in losses),
             loss_scales=scales,
             skipped_steps=int(

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 
 from tuner.trials.models import ModelSource
-from tuner.worker.usercode import UserCodeError, call_user
+from tuner.worker.usercode import UserCodeError, call_user, first_line
 
 #: The name the user's model file is imported under.
 USER_MODULE = "mptune_user_model"
@@ -152,12 +152,19 @@ def user_batches(
 def _batches_from_user_data(
     data: Any, batch_size: int, n_batches: int, source: ModelSource
 ) -> list[Batch]:
-    import tensorflow as tf
-
     what = f"make_dataset({batch_size}) in {source.spec}"
-    if isinstance(data, tf.data.Dataset):
+    if _is_tf_dataset(data):
+        # On every backend: a tf.data.Dataset's elements as NumPy arrays (its own
+        # as_numpy_iterator), which Keras takes on JAX and PyTorch as it takes arrays.
         batches = []
-        iterator = iter(data)
+        try:
+            iterator = data.as_numpy_iterator()
+        except (TypeError, ValueError) as exc:
+            raise UserCodeError(
+                f"{what} returned a tf.data.Dataset whose elements are not all tensors, so it "
+                f"cannot feed the {os.environ.get('KERAS_BACKEND', 'tensorflow')} backend: "
+                f"{first_line(exc)}; return a tuple (x, y) of arrays instead"
+            ) from exc
         for _ in range(n_batches):
             try:
                 element = call_user(lambda: next(iterator), what, source.path, source.spec)
@@ -187,6 +194,15 @@ def _batches_from_user_data(
     raise UserCodeError(
         f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
         "(x, y) batches or a tuple (x, y) of arrays"
+    )
+
+
+def _is_tf_dataset(data: Any) -> bool:
+    """A ``tf.data.Dataset``, told without importing TensorFlow (under JAX or PyTorch it is
+    imported only by the user's own code)."""
+    return any(
+        cls.__name__ == "DatasetV2" and cls.__module__.startswith("tensorflow")
+        for cls in type(data).__mro__
     )
 
 

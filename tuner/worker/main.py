@@ -140,11 +140,21 @@ def main(argv: list[str]) -> int:
 
 
 def _import_frameworks() -> BaseException | None:
-    """Import Keras, TensorFlow and the worker's own modules that use them (most of a fresh
-    worker's start-up); what failed, to be reported as the first trial's import error."""
+    """Import the backend's framework (``KERAS_BACKEND``, set by the runner), Keras and the
+    worker's own modules that use them (most of a fresh worker's start-up); what failed, to be
+    reported as the first trial's import error."""
     try:
+        from tuner.worker import backends
+
+        backend = backends.current()
+        try:
+            backend.import_framework()
+        except ImportError as exc:
+            raise UserCodeError(
+                f"the {backend.name} backend is not installed ({first_line(exc)}): "
+                f"pip install 'mptune[{backend.name}]'"
+            ) from exc
         import keras  # noqa: F401
-        import tensorflow  # noqa: F401
 
         from tuner import keras_setup, workloads  # noqa: F401
         from tuner.worker import checks, loading, probe, training  # noqa: F401
@@ -201,13 +211,18 @@ def _run(
     given) reuse the compiled model: its variables go back to their starting values and only
     the data is made anew. Returns what a warm worker keeps, or None when it cannot stay warm."""
     import keras
-    import tensorflow as tf
 
     from tuner import keras_setup, workloads
-    from tuner.worker import checks, loading, probe, training
+    from tuner.worker import backends, checks, loading, probe, training
 
+    backend = backends.current()
+    if keras.backend.backend() != spec.setup.backend:
+        raise UserCodeError(
+            f"the worker runs Keras on {keras.backend.backend()}, the trial asks for "
+            f"{spec.setup.backend} (KERAS_BACKEND is set before Keras is imported)"
+        )
     if warm is None:
-        device, tensor_cores = _configure_device(tf, spec)
+        device, tensor_cores = backend.configure_device(spec.device, spec.memory_limit_mb)
     else:
         device, tensor_cores = warm.device, warm.tensor_cores
         training.reset_peak_rss()
@@ -217,7 +232,7 @@ def _run(
         device=device,
         versions={
             "python": platform.python_version(),
-            "tensorflow": tf.__version__,
+            **backend.versions(),
             "keras": keras.__version__,
         },
         warm=warm is not None,
@@ -230,7 +245,7 @@ def _run(
         context.build_float32 = _float32_builder(spec, source, keras_setup, workloads)
     t_build = time.perf_counter()
     channel.emit("phase", phase="build")
-    keras.utils.set_random_seed(spec.seed)
+    keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
     if source.kind == "builtin":
         model = workloads.build(source.name, source.params)
@@ -302,6 +317,8 @@ def _run(
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
+    if not on_cpu and not backend.reset_gpu_peak():
+        keep_warm = False  # a later trial's GPU peak could not be told from this one's
     kept = (
         _keep_warm(model, loaded, device, tensor_cores, warnings, hazards, spec)
         if keep_warm
@@ -330,7 +347,6 @@ def _run_warm(
     """A warm worker's later trial: the same model, from its starting values, on new data at
     the spec's batch size; compiled again (with a new optimizer) when the spec's other knobs
     differ from the last trial's."""
-    import keras
 
     from tuner import keras_setup, workloads
     from tuner.worker import loading, training
@@ -338,7 +354,7 @@ def _run_warm(
     phase[0] = "build"
     channel.emit("phase", phase="build")
     t_build = time.perf_counter()
-    keras.utils.set_random_seed(spec.seed)
+    keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
     warm.restore()
     if _compiled_differently(warm.compiled_for, spec.setup):
@@ -450,16 +466,16 @@ def _measure(
 ) -> None:
     """Warm up, measure and send the ``result``."""
     import numpy as np
-    import tensorflow as tf
 
-    from tuner.worker import training
+    from tuner.worker import backends, training
 
+    backend = backends.current()
     context.runner = runner
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
     warmup = runner.run("warmup", spec.warmup_steps)
     if not on_cpu:
-        tf.config.experimental.reset_memory_stats("GPU:0")
+        backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
     phase[0] = "measure"
     channel.emit("phase", phase="measure")
@@ -468,8 +484,10 @@ def _measure(
     phase[0] = "report"
     if on_cpu:
         peak, memory_kind = training.peak_rss_mb(), "cpu_rss"
+        memory_method = "VmHWM in /proc/self/status (the worker's peak resident memory)"
     else:
-        peak, memory_kind = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, "gpu"
+        peak, memory_kind = backend.gpu_peak_mb(), "gpu"
+        memory_method = backend.gpu_memory_method
     times = np.asarray(log.times_s)
     p50 = float(np.percentile(times, 50))
     window = log.window_s
@@ -486,6 +504,7 @@ def _measure(
         },
         peak_memory_mb=peak,
         memory_kind=memory_kind,
+        memory_method=memory_method,
         losses=log.losses,
         loss_scales=log.loss_scales,
         skipped_flags=log.skipped,
@@ -498,29 +517,6 @@ def _measure(
         measure_s=window,
         executions=len(log.execution_times_s),
     )
-
-
-def _configure_device(tf: Any, spec: TrialSpec) -> tuple[str, bool]:
-    """Pick the device and set GPU memory behaviour before TensorFlow touches it; returns the
-    device and whether it has Tensor Cores (NVIDIA compute capability 7.0 and up)."""
-    gpus = [] if spec.device == "cpu" else tf.config.list_physical_devices("GPU")
-    if spec.device.startswith("gpu:") and not gpus:
-        raise UserCodeError(f"device {spec.device} was asked for, but TensorFlow sees no GPU")
-    if not gpus:
-        return "cpu", False
-    gpu = gpus[0]  # the runner narrowed CUDA_VISIBLE_DEVICES to the chosen GPU
-    if spec.memory_limit_mb is not None:
-        tf.config.set_logical_device_configuration(
-            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(spec.memory_limit_mb))]
-        )
-    else:
-        # Without growth TensorFlow reserves the whole card and the peak means nothing.
-        tf.config.experimental.set_memory_growth(gpu, True)
-    details = tf.config.experimental.get_device_details(gpu)
-    name = details.get("device_name", "GPU")
-    capability = tuple(details.get("compute_capability") or (0, 0))
-    index = spec.device.split(":")[1] if spec.device.startswith("gpu:") else "0"
-    return f"gpu:{index} ({name})", capability >= (7, 0)
 
 
 def _initial_scale(spec: TrialSpec) -> float | None:
@@ -537,7 +533,6 @@ def _float32_builder(
 ) -> Callable[[], Any] | None:
     """A function that builds the trial's model again under float32: same seed, same code (the
     user's module as the trial imported it, so its top level does not run twice)."""
-    import keras
 
     from tuner.setup import Policy
     from tuner.worker import loading
@@ -545,7 +540,7 @@ def _float32_builder(
 
     def under_float32(build: Callable[[], Any]) -> Callable[[], Any]:
         def twin() -> Any:
-            keras.utils.set_random_seed(spec.seed)
+            keras_setup.set_seed(spec.seed)
             keras_setup.apply_policy(Policy(FLOAT32))
             try:
                 return build()
@@ -636,11 +631,18 @@ def _float32_survives(
 
 def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, Any]:
     """Facts about a failure, for the parent's classifier."""
-    oom = isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError"
+    from tuner.worker import backends
+
+    oom = backends.current().is_oom(exc)
     user_code = isinstance(exc, UserCodeError)
     root = exc.__cause__ if user_code and exc.__cause__ is not None else exc
     location = getattr(exc, "location", None) or user_location(root, source.path, source.spec)
     message = str(exc) if user_code or isinstance(exc, PolicyFailure) else first_line(exc)
+    if oom and "RESOURCE_EXHAUSTED" in str(exc) and "RESOURCE_EXHAUSTED" not in message:
+        # XLA's first line can be a symptom (its autotuner finding no kernel that fits): the
+        # line that names the exhausted memory says what happened.
+        line = next(line for line in str(exc).splitlines() if "RESOURCE_EXHAUSTED" in line)
+        message = f"{type(root).__name__}: {line.strip()}"
     return {
         "policy_caused": False,
         "exception": type(root).__name__,

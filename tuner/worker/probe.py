@@ -530,16 +530,11 @@ def _loss_fn(loss: Any) -> Callable[[Any, Any], Any] | None:
 
 
 def _gradients(model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[np.ndarray]:
-    import tensorflow as tf
+    """Each trainable weight's gradient in float32 (zeros where it gets none), taken the
+    backend's way (:meth:`tuner.worker.backends.Backend.gradients`)."""
+    from tuner.worker import backends
 
-    with tf.GradientTape() as tape:
-        # The loss in float32, as the trial computes it (a low-precision output gets a float32
-        # cast there): a float16 loss times the scale would overflow by itself.
-        pred = keras.tree.map_structure(
-            lambda t: keras.ops.cast(t, "float32"), model(x, training=False)
-        )
-        value = keras.ops.mean(loss_fn(y, pred)) * scale
-    grads = tape.gradient(value, model.trainable_weights)
+    grads = backends.current().gradients(model, x, y, loss_fn, scale)
     return [
         np.zeros(tuple(w.shape), np.float32)
         if g is None

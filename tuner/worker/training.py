@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import keras
-import numpy as np
 
 from tuner.setup import Setup
 
-#: Test hook, documented in docs/trials.md: ``oom@K`` raises a real
-#: ``tf.errors.ResourceExhaustedError`` at step K (counting warm-up, from 1), ``crash@K`` kills
+#: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
+#: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
+#: ``OutOfMemoryError``) at step K (counting warm-up, from 1), ``crash@K`` kills
 #: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit).
 FAULT_ENV = "MPTUNE_TEST_FAULT"
 
@@ -93,10 +93,11 @@ class StepRunner:
 
     ``fit`` on the TensorFlow backend pulls batches from a ``tf.data`` iterator and calls
     ``model.train_function(iterator)``, which runs ``steps_per_execution`` steps and then waits
-    for them (it asks the returned optional whether it holds a value). This runner makes the
-    same calls on an iterator over the trial's batches, so a setup's steps per execution, XLA and
-    input path behave as they will in the user's ``fit``; one call is one *execution*, timed from
-    the call to its return.
+    for them (it asks the returned optional whether it holds a value); JAX's and PyTorch's
+    ``fit`` make their own calls (:mod:`tuner.worker.backends` drives each). This runner makes
+    the same calls on the trial's batches, so a setup's steps per execution, XLA and input path
+    behave as they will in the user's ``fit``; one call is one *execution*, timed from the call
+    to its return (the loss read after it waits for the device on every backend).
 
     The loss ``train_function`` returns is the running mean since the metrics were last reset
     (as in ``fit``); each execution's own loss is recovered from consecutive means. The metrics
@@ -113,7 +114,7 @@ class StepRunner:
         emit: Callable[..., None],
         cpu_memory_limit_mb: float | None = None,
     ) -> None:
-        import tensorflow as tf
+        from tuner.worker import backends
 
         self.model = model
         self.batches = batches
@@ -129,17 +130,10 @@ class StepRunner:
         self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
-        # The trial's batches in order, again and again: step k sees batch k mod the pool, as
-        # every trial of the same batch size and seed does. Batched by tf.data from the samples,
-        # as fit batches arrays: the batch dimension is unknown to the traced step (as in fit,
-        # whose last batch may be short), so a warm worker's next batch size reuses the trace.
-        flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
-        columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
-        samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
-        batch_size = int(np.shape(flat[0][0])[0])
-        dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
-        self.iterator = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
-        model.make_train_function()
+        self.backend = backends.current()
+        #: the backend's step driver: the trial's batches in order, again and again (step k
+        #: sees batch k mod the pool, as every trial of the same batch size and seed does)
+        self.steps = self.backend.steps(model, batches)
 
     def run(
         self,
@@ -160,7 +154,7 @@ class StepRunner:
         count = 0
         since_reset = 0
         mean_before = 0.0
-        self.model.reset_metrics()
+        self.steps.reset_metrics()
         applied = self._read_applied()
         while True:
             if steps is not None and count >= steps:
@@ -178,11 +172,12 @@ class StepRunner:
                 pending = []
                 self._maybe_fault()
             t = time.perf_counter()
-            logs = self.model.train_function(self.iterator)
+            logs = self.steps.execute()
+            # Reading the loss waits for the step (JAX and PyTorch return before it ends).
+            mean = float(logs["loss"])
             dt = time.perf_counter() - t
             self.global_step += self.spe
             since_reset += 1
-            mean = float(logs["loss"])
             # This execution's mean loss, from the running means before and after it.
             loss = since_reset * mean - (since_reset - 1) * mean_before
             mean_before = mean
@@ -197,7 +192,7 @@ class StepRunner:
             pending.append((dt, loss, scale, max(0, skipped)))
             count += self.spe
             if not math.isfinite(mean) or since_reset >= RESET_EVERY:
-                self.model.reset_metrics()
+                self.steps.reset_metrics()
                 since_reset, mean_before = 0, 0.0
             if time.perf_counter() - last_report >= REPORT_EVERY_S:
                 t_report = time.perf_counter()
@@ -206,6 +201,7 @@ class StepRunner:
                 last_report = time.perf_counter()
                 reporting_s += last_report - t_report
         t_report = time.perf_counter()
+        self.steps.sync()
         self._report(phase, pending, log)
         reporting_s += time.perf_counter() - t_report
         log.elapsed_s = time.perf_counter() - start
@@ -248,11 +244,11 @@ class StepRunner:
     def _read_applied(self) -> int | None:
         if not self.dynamic or self._applied is None:
             return None
-        return int(keras.ops.convert_to_numpy(self._applied))
+        return int(self.steps.read(self._applied))
 
     def _current_scale(self) -> float | None:
         if self.dynamic:
-            return float(self.optimizer.dynamic_scale.numpy())
+            return float(self.steps.read(self.optimizer.dynamic_scale))
         if self.loss_scale.kind == "fixed":
             return self.loss_scale.value
         return None
@@ -269,13 +265,7 @@ class StepRunner:
             return
         kind = self._fault[0]
         if kind == "oom":
-            import tensorflow as tf
-
-            raise tf.errors.ResourceExhaustedError(
-                None,
-                None,
-                f"OOM when allocating tensor (injected by {FAULT_ENV} at step {self._fault[1]})",
-            )
+            self.backend.raise_oom(f"injected by {FAULT_ENV} at step {self._fault[1]}")
         if kind == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         if kind == "hang":

@@ -1,0 +1,175 @@
+"""Keras 3 on each backend, for real on the CPU: a trial, loss scaling that skips and halves, an
+out-of-memory error and a crash classified, a short tune, and a model file's ``tf.data``
+dataset fed to JAX and PyTorch."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import MptuneError
+from tuner.search.session import TuningSession
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.tune import tune
+from tuner.setup import Setup
+from tuner.trials.result import TrialStatus
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
+
+pytestmark = pytest.mark.slow
+
+TINY = "builtin:mlp:features=16,width=32,depth=1"
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+BACKENDS = [
+    "tensorflow",
+    pytest.param(
+        "jax", marks=pytest.mark.skipif(not _installed("jax"), reason="pip install '.[jax]'")
+    ),
+    pytest.param(
+        "torch",
+        marks=pytest.mark.skipif(not _installed("torch"), reason="pip install '.[torch]'"),
+    ),
+]
+#: The framework whose version each backend's trial reports.
+FRAMEWORK = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+
+
+def trial(model: str, backend: str, policy: str = "float32", **kwargs: object):
+    setup_kwargs = {k: kwargs.pop(k) for k in ("loss_scale",) if k in kwargs}
+    spec = TrialSpec(
+        model=model,
+        setup=Setup(policy, 16, setup_kwargs.get("loss_scale"), backend=backend),  # type: ignore[arg-type]
+        device="cpu",
+        **{"measure_seconds": 0.3, "warmup_steps": 1, "min_steps": 8, **kwargs},  # type: ignore[arg-type]
+    )
+    return run_trial(spec)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_trial_runs_on_the_backend(backend: str) -> None:
+    result = trial(TINY, backend, "mixed_bfloat16")
+    assert result.status is TrialStatus.OK, result.error
+    assert result.spec.setup.backend == backend
+    assert FRAMEWORK[backend] in result.versions
+    assert result.samples_per_second and result.samples_per_second > 0
+    assert len(result.losses) >= 8 and result.losses[-1] < result.losses[0]
+    assert result.memory_kind == "cpu_rss" and result.memory_method
+
+
+OVERFLOW_MODEL = """
+import keras
+
+def build_model():
+    inputs = keras.Input((8,))
+    x = keras.layers.Dense(8)(inputs)
+    outputs = keras.layers.Dense(1, dtype="float32")(x)
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    return model
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loss_scale_skips_and_halves(backend: str, tmp_path: Path) -> None:
+    # A first scale of 2**60 overflows float16's gradients (max 65504): Keras' LossScaleOptimizer
+    # skips each such step and halves the scale, on every backend, until the gradients fit.
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(OVERFLOW_MODEL))
+    result = trial(
+        str(path),
+        backend,
+        "mixed_float16",
+        loss_scale="dynamic:1152921504606846976",
+        steps=60,
+        warmup_steps=0,
+    )
+    assert result.status is TrialStatus.OK, result.error
+    scales = [s for s in result.loss_scales if s is not None]
+    assert result.skipped_steps >= 10
+    # The scale each step reports halves after each skipped one: 2**59 after the first.
+    assert scales[0] == 2.0**59
+    halvings = sum(1 for a, b in itertools.pairwise(scales) if b == a / 2)
+    assert halvings >= result.skipped_steps - 1
+    assert scales[-1] <= 2.0**60 / 2**result.skipped_steps
+    assert result.losses[-1] == result.losses[-1]  # finite: trained once the scale fit
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_injected_oom_is_oom(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "oom@3")
+    result = trial(TINY, backend)
+    assert result.status is TrialStatus.OOM, result.error
+    expected = {
+        "tensorflow": "ResourceExhaustedError",
+        "jax": "JaxRuntimeError",
+        "torch": "OutOfMemoryError",
+    }[backend]
+    assert result.error is not None and result.error.exception == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_worker_is_crashed(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "crash@3")
+    result = trial(TINY, backend)
+    assert result.status is TrialStatus.CRASHED
+    assert result.error is not None and "SIGKILL" in result.error.message
+
+
+TF_DATA_MODEL = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+def build_model():
+    inputs = keras.Input((4,))
+    outputs = keras.layers.Dense(1)(keras.layers.Dense(8, activation="relu")(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+def make_dataset(batch_size):
+    x = np.random.default_rng(0).standard_normal((batch_size * 4, 4)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(batch_size)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+def test_tf_data_dataset_feeds_jax_and_torch(backend: str, tmp_path: Path) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(TF_DATA_MODEL))
+    result = trial(str(path), backend)
+    assert result.status is TrialStatus.OK, result.error
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    settings = SearchSettings(
+        measure_seconds=0.3,
+        warmup_steps=1,
+        min_steps=8,
+        guard_steps=8,
+        device="cpu",
+        timeout_s=120,
+        backend=backend,
+        max_trials=6,
+    )
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(8, 16), start_batch=8)
+    result = tune(TINY, space=space, settings=settings, storage=storage, study="b")
+    assert result.recommendation.setup.backend == backend
+    trials = TuningSession.load("b", storage).trials()
+    assert trials and all(t.result and t.result.spec.setup.backend == backend for t in trials)
+    # The session was measured on this backend: continuing it on another one is refused.
+    other = dataclasses.replace(settings, backend="tensorflow")
+    with pytest.raises(MptuneError, match="backend"):
+        tune(TINY, space=space, settings=other, storage=storage, study="b")

@@ -1,0 +1,413 @@
+"""What differs between Keras 3's backends inside a trial: the framework's import, the device,
+GPU memory, out-of-memory errors, the gradient the numerics probe takes, and how training
+steps are driven the way ``fit`` drives them.
+
+The worker process runs one backend, set by ``KERAS_BACKEND`` before Keras is imported
+(:func:`tuner.trials.runner.worker_environment`); :func:`current` returns its
+:class:`Backend`. Each backend's framework is imported here, lazily, and nowhere else in the
+engine but the worker's other modules (the import contracts in pyproject.toml).
+
+Facts from Keras 3 this follows (keras/src/backend/*/trainer.py): TensorFlow's ``fit`` calls
+``train_function(iterator)`` on a ``tf.data`` iterator, ``steps_per_execution`` steps a call;
+JAX's ``fit`` takes the model's state out of its variables once (``_get_jax_state``), calls
+``train_function(state, iterator)`` and writes the state back at the end of the epoch
+(``jax_state_sync``); PyTorch's ``fit`` calls ``train_function([batch])`` one step at a time
+(``steps_per_execution`` must be 1) after ``model.train()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from tuner.policies import JAX, TENSORFLOW, TORCH
+from tuner.worker.usercode import UserCodeError
+
+
+class Backend:
+    """The TensorFlow backend; :class:`JaxBackend` and :class:`TorchBackend` override what
+    differs."""
+
+    name = TENSORFLOW
+    #: how the GPU peak is read, named in every GPU trial's result
+    gpu_memory_method = "tf.config.experimental.get_memory_info('GPU:0')['peak']"
+
+    def import_framework(self) -> None:
+        import tensorflow  # noqa: F401
+
+    def versions(self) -> dict[str, str]:
+        import tensorflow as tf
+
+        return {"tensorflow": tf.__version__}
+
+    def configure_device(self, device: str, memory_limit_mb: float | None) -> tuple[str, bool]:
+        """Pick the device before the framework touches it; returns the device (``cpu`` or
+        ``gpu:N (name)``) and whether it has Tensor Cores (compute capability 7.0 and up)."""
+        import tensorflow as tf
+
+        gpus = [] if device == "cpu" else tf.config.list_physical_devices("GPU")
+        if device.startswith("gpu:") and not gpus:
+            raise UserCodeError(f"device {device} was asked for, but TensorFlow sees no GPU")
+        if not gpus:
+            return "cpu", False
+        gpu = gpus[0]  # the runner narrowed CUDA_VISIBLE_DEVICES to the chosen GPU
+        if memory_limit_mb is not None:
+            tf.config.set_logical_device_configuration(
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(memory_limit_mb))]
+            )
+        else:
+            # Without growth TensorFlow reserves the whole card and the peak means nothing.
+            tf.config.experimental.set_memory_growth(gpu, True)
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = tuple(details.get("compute_capability") or (0, 0))
+        return _gpu_label(device, details.get("device_name", "GPU")), capability >= (7, 0)
+
+    def reset_gpu_peak(self) -> bool:
+        """Start the GPU peak afresh (after the warm-up); False where the backend cannot."""
+        import tensorflow as tf
+
+        tf.config.experimental.reset_memory_stats("GPU:0")
+        return True
+
+    def gpu_peak_mb(self) -> float:
+        import tensorflow as tf
+
+        return float(tf.config.experimental.get_memory_info("GPU:0")["peak"]) / 2**20
+
+    def is_oom(self, exc: BaseException) -> bool:
+        """``exc`` is the device running out of memory, as this backend raises it."""
+        return isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError"
+
+    def raise_oom(self, message: str) -> None:
+        """Raise the error this backend raises when the device's memory runs out."""
+        import tensorflow as tf
+
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"OOM when allocating tensor ({message})"
+        )
+
+    def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
+        """The gradients of ``mean(loss_fn(y, model(x))) * scale`` (the loss in float32, as a
+        trial computes it) for each trainable weight; None where a weight gets none."""
+        import keras
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            value = _scaled_loss(keras, model(x, training=False), y, loss_fn, scale)
+        return list(tape.gradient(value, model.trainable_weights))
+
+    def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
+        return TensorFlowSteps(model, batches)
+
+
+class JaxBackend(Backend):
+    name = JAX
+    gpu_memory_method = "jax Device.memory_stats()['peak_bytes_in_use']"
+
+    def import_framework(self) -> None:
+        import jax  # noqa: F401
+
+    def versions(self) -> dict[str, str]:
+        import jax
+
+        return {"jax": jax.__version__}
+
+    def configure_device(self, device: str, memory_limit_mb: float | None) -> tuple[str, bool]:
+        # The environment chose the platform and the allocator (worker_environment).
+        import jax
+
+        gpus = [] if device == "cpu" else _jax_gpus(jax)
+        if device.startswith("gpu:") and not gpus:
+            raise UserCodeError(f"device {device} was asked for, but JAX sees no GPU")
+        if not gpus:
+            return "cpu", False
+        gpu = gpus[0]
+        capability = _capability(getattr(gpu, "compute_capability", None))
+        return _gpu_label(device, getattr(gpu, "device_kind", "GPU")), capability >= (7, 0)
+
+    def reset_gpu_peak(self) -> bool:
+        return False  # JAX keeps one peak for the process's life
+
+    def gpu_peak_mb(self) -> float:
+        import jax
+
+        stats = _jax_gpus(jax)[0].memory_stats() or {}
+        return float(stats.get("peak_bytes_in_use", 0)) / 2**20
+
+    def is_oom(self, exc: BaseException) -> bool:
+        # XLA's status code, in JaxRuntimeError's (XlaRuntimeError's) message.
+        return isinstance(exc, MemoryError) or (
+            "RuntimeError" in type(exc).__name__ and "RESOURCE_EXHAUSTED" in str(exc)
+        )
+
+    def raise_oom(self, message: str) -> None:
+        from jax.errors import JaxRuntimeError
+
+        raise JaxRuntimeError(f"RESOURCE_EXHAUSTED: Out of memory ({message})")
+
+    def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
+        import jax
+        import keras
+
+        trainable = [v.value for v in model.trainable_variables]
+        frozen = [v.value for v in model.non_trainable_variables]
+
+        def value(weights: list[Any]) -> Any:
+            pred, _ = model.stateless_call(weights, frozen, x, training=False)
+            return _scaled_loss(keras, pred, y, loss_fn, scale)
+
+        return list(jax.grad(value)(trainable))
+
+    def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
+        return JaxSteps(model, batches)
+
+
+class TorchBackend(Backend):
+    name = TORCH
+    gpu_memory_method = "torch.cuda.max_memory_allocated()"
+
+    def import_framework(self) -> None:
+        import torch  # noqa: F401
+
+    def versions(self) -> dict[str, str]:
+        import torch
+
+        return {"torch": str(torch.__version__)}
+
+    def configure_device(self, device: str, memory_limit_mb: float | None) -> tuple[str, bool]:
+        import torch
+
+        available = device != "cpu" and torch.cuda.is_available()
+        if device.startswith("gpu:") and not available:
+            raise UserCodeError(f"device {device} was asked for, but PyTorch sees no GPU")
+        if not available:
+            return "cpu", False
+        if memory_limit_mb is not None:
+            total = torch.cuda.get_device_properties(0).total_memory / 2**20
+            torch.cuda.set_per_process_memory_fraction(min(1.0, memory_limit_mb / total), 0)
+        capability = torch.cuda.get_device_capability(0)
+        return _gpu_label(device, torch.cuda.get_device_name(0)), tuple(capability) >= (7, 0)
+
+    def reset_gpu_peak(self) -> bool:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(0)
+        return True
+
+    def gpu_peak_mb(self) -> float:
+        import torch
+
+        return float(torch.cuda.max_memory_allocated(0)) / 2**20
+
+    def is_oom(self, exc: BaseException) -> bool:
+        return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+
+    def raise_oom(self, message: str) -> None:
+        import torch
+
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate ({message})")
+
+    def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
+        import keras
+        import torch
+
+        weights = [v.value for v in model.trainable_variables]
+        value = _scaled_loss(keras, model(x, training=False), y, loss_fn, scale)
+        grads = torch.autograd.grad(value, weights, allow_unused=True)
+        return [None if g is None else g.detach() for g in grads]
+
+    def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
+        return TorchSteps(model, batches)
+
+
+_BACKENDS: dict[str, type[Backend]] = {
+    TENSORFLOW: Backend,
+    JAX: JaxBackend,
+    TORCH: TorchBackend,
+}
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``."""
+    return _BACKENDS[name]()
+
+
+def current() -> Backend:
+    """The backend this worker runs (``KERAS_BACKEND``, TensorFlow when unset, as in Keras)."""
+    return get(os.environ.get("KERAS_BACKEND") or TENSORFLOW)
+
+
+class Steps:
+    """Drives a compiled model's training steps as ``fit`` does on one backend: one
+    :meth:`execute` is one ``train_function`` call (``steps_per_execution`` steps)."""
+
+    def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
+        self.model = model
+        self.batches = batches
+
+    def execute(self) -> Any:
+        """One ``train_function`` call; its logs (the running mean loss under ``loss``)."""
+        raise NotImplementedError
+
+    def read(self, variable: Any) -> Any:
+        """``variable``'s value now (an optimizer's, read between executions)."""
+        return variable.numpy()
+
+    def reset_metrics(self) -> None:
+        self.model.reset_metrics()
+
+    def sync(self) -> None:
+        """The model's variables hold the trained values (JAX keeps them apart while it
+        trains)."""
+
+    def close(self) -> None:
+        """Let the data go."""
+
+
+class TensorFlowSteps(Steps):
+    def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
+        import tensorflow as tf
+
+        super().__init__(model, batches)
+        # The trial's batches in order, again and again: step k sees batch k mod the pool, as
+        # every trial of the same batch size and seed does. Batched by tf.data from the
+        # samples, as fit batches arrays: the batch dimension is unknown to the traced step (as
+        # in fit, whose last batch may be short), so a warm worker's next batch size reuses the
+        # trace.
+        flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
+        columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
+        samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
+        batch_size = int(np.shape(flat[0][0])[0])
+        dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
+        self.iterator: Any = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
+        model.make_train_function()
+
+    def execute(self) -> Any:
+        return self.model.train_function(self.iterator)
+
+    def close(self) -> None:
+        self.iterator = None
+
+
+class JaxSteps(Steps):
+    """JAX: the state taken out of the variables once and threaded through the calls, as in
+    ``fit``; written back by :meth:`sync` (at the end of each phase, and before the metrics are
+    reset). The pool of batches is put on the device once, as a prefetching input would have
+    it there."""
+
+    def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
+        import jax
+
+        super().__init__(model, batches)
+        model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
+        model.make_train_function()
+        self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
+        self.iterator: Iterator[Any] = itertools.cycle(self.pool)
+        self.state: Any = None
+        self._index = {id(v): i for i, v in enumerate(model.optimizer.variables)}
+
+    def execute(self) -> Any:
+        model = self.model
+        if self.state is None:
+            self.state = model._get_jax_state(
+                trainable_variables=True,
+                non_trainable_variables=True,
+                optimizer_variables=True,
+                metrics_variables=True,
+                purge_model_variables=True,
+            )
+            model._jax_state_synced = False
+        logs, self.state = model.train_function(self.state, self.iterator)
+        return logs
+
+    def read(self, variable: Any) -> Any:
+        index = self._index.get(id(variable))
+        if self.state is None or index is None:
+            return variable.numpy()
+        return np.asarray(self.state[2][index])
+
+    def reset_metrics(self) -> None:
+        self.sync()
+        self.model.reset_metrics()
+
+    def sync(self) -> None:
+        if self.state is None:
+            return
+        trainable, frozen, optimizer, metrics = self.state
+        self.model._jax_state = {
+            "trainable_variables": trainable,
+            "non_trainable_variables": frozen,
+            "optimizer_variables": optimizer,
+            "metrics_variables": metrics,
+        }
+        self.model.jax_state_sync()
+        self.model._jax_state = None
+        self.state = None
+
+    def close(self) -> None:
+        self.sync()
+        self.pool = []
+        self.iterator = iter(())
+
+
+class TorchSteps(Steps):
+    """PyTorch: one step a call, on batches put on the model's device once, the module in
+    training mode (as ``fit`` sets it)."""
+
+    def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
+        import keras
+        import torch
+
+        super().__init__(model, batches)
+        model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
+        model.make_train_function()
+        model.train()
+
+        def on_device(value: Any) -> Any:
+            return keras.ops.convert_to_tensor(value)
+
+        with torch.no_grad():
+            self.pool = [keras.tree.map_structure(on_device, tuple(b)) for b in batches]
+        self.iterator: Iterator[Any] = itertools.cycle(self.pool)
+
+    def execute(self) -> Any:
+        return self.model.train_function([next(self.iterator)])
+
+    def read(self, variable: Any) -> Any:
+        return variable.value.detach().cpu().numpy()
+
+    def close(self) -> None:
+        self.pool = []
+        self.iterator = iter(())
+        self.model.eval()
+
+
+def _scaled_loss(keras: Any, pred: Any, y: Any, loss_fn: Any, scale: float) -> Any:
+    """The loss in float32 (a low-precision output gets a float32 cast, as in a trial: a
+    float16 loss times the scale would overflow by itself), times ``scale``."""
+    pred = keras.tree.map_structure(lambda t: keras.ops.cast(t, "float32"), pred)
+    return keras.ops.mean(loss_fn(y, pred)) * scale
+
+
+def _gpu_label(device: str, name: str) -> str:
+    index = device.split(":")[1] if device.startswith("gpu:") else "0"
+    return f"gpu:{index} ({name})"
+
+
+def _jax_gpus(jax: Any) -> list[Any]:
+    try:
+        return list(jax.devices("gpu"))
+    except RuntimeError:  # no GPU platform
+        return []
+
+
+def _capability(text: Any) -> tuple[int, ...]:
+    """``"9.0"`` -> ``(9, 0)``; ``(0, 0)`` when unknown."""
+    try:
+        return tuple(int(part) for part in str(text).split("."))
+    except ValueError:
+        return (0, 0)
