@@ -324,9 +324,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "cuda": "12.4",
         "gpus": [_a100("GPU-8a1e5f30-c2d9-4d2b-b7c4-5e3d2f1a0b80")],
     },
+    # As a real H100 SXM reported it through NVML (bench/bench_gpu.py, 2026-11-24): its name,
+    # compute capability, memory, driver 580.159.04 with CUDA 13.0, SM clock 1980 MHz at most.
     "hopper_9.0": {
-        "driver": "560.35.03",
-        "cuda": "12.6",
+        "driver": "580.159.04",
+        "cuda": "13.0",
         "gpus": [
             _gpu(
                 "NVIDIA H100 80GB HBM3",
