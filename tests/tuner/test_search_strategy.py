@@ -598,3 +598,16 @@ def test_each_policys_first_worker_is_started_ahead_and_a_resume_starts_only_the
     with pytest.raises(KeyboardInterrupt):
         run(third, tmp_path, study="ahead", resume=True)
     assert third.ahead == []
+
+
+def test_a_recommendation_names_the_backend_after_the_knobs() -> None:
+    from tuner.search.recommend import _subject
+
+    assert (
+        _subject(Setup("float32", 512, backend="torch")) == "float32 at batch size 512 on PyTorch"
+    )
+    assert (
+        _subject(Setup("float32", 64, xla=True, backend="torch"))
+        == "float32 at batch size 64 with torch.compile on PyTorch"
+    )
+    assert _subject(Setup("float32", 8, xla=True)) == "float32 at batch size 8 with XLA"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
-from tuner.policies import FLOAT32, POLICIES
+from tuner.policies import FLOAT32, POLICIES, TENSORFLOW
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.strategy import (
     TF32,
@@ -21,7 +21,7 @@ from tuner.search.strategy import (
     paired_ratio,
     within,
 )
-from tuner.setup import SETUP_FIELDS, LossScale, Setup
+from tuner.setup import BACKEND_NAMES, SETUP_FIELDS, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 
 #: Other processes' share of the CPU above which the machine counts as busy. On a 2-core
@@ -654,9 +654,11 @@ def _short(setup: Setup) -> str:
 def _subject(setup: Setup) -> str:
     """``float32+tf32 at batch size 128``, with the knobs: ``... with XLA and 4 steps per
     execution``."""
-    knobs = list(setup.knob_words())
+    backend_words = () if setup.backend == TENSORFLOW else (f"on {BACKEND_NAMES[setup.backend]}",)
+    knobs = [w for w in setup.knob_words() if w not in backend_words]  # said after the knobs
     with_knobs = f" with {and_join(knobs)}" if knobs else ""
-    return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}"
+    backend = "" if setup.backend == TENSORFLOW else f" on {BACKEND_NAMES[setup.backend]}"
+    return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}{backend}"
 
 
 def _figures(spread: tuple[float, float] | None, speed: float | None) -> str:
