@@ -308,7 +308,7 @@ class JaxSteps(Steps):
         self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
         self.state: Any = None
-        self._index = {id(v): i for i, v in enumerate(model.optimizer.variables)}
+        self._index: dict[int, int] = {}
 
     def execute(self) -> Any:
         model = self.model
@@ -321,6 +321,9 @@ class JaxSteps(Steps):
                 purge_model_variables=True,
             )
             model._jax_state_synced = False
+            # Indexed when the state is taken: a warm worker builds the optimizer again (new
+            # variables) after this driver was made.
+            self._index = {id(v): i for i, v in enumerate(model.optimizer.variables)}
         logs, self.state = model.train_function(self.state, self.iterator)
         return logs
 
