@@ -445,6 +445,12 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     from tuner.console import TrialProgress, render_trial
 
     backend = args.backend or api.backend_from_env()
+    if args.xla and backend == "jax":
+        print(
+            "mptune: note: JAX compiles every training step with XLA already; --xla changes "
+            "nothing on the jax backend",
+            file=sys.stderr,
+        )
     try:
         setup = api.Setup(
             args.policy,

@@ -484,6 +484,9 @@ def test_the_backend_reaches_the_trials_setup(
     backend_of("--backend", "torch", "--xla")
     assert seen[-1].setup == api.Setup("float32", 8, backend="torch", xla=True)
     assert "torch.compile" in capsys.readouterr().out
+    backend_of("--backend", "jax", "--xla")  # said, not silently dropped
+    assert seen[-1].setup.xla is False
+    assert "--xla changes nothing on the jax backend" in capsys.readouterr().err
 
     # A backend that is not installed is refused before anything runs, with the fix.
     every_backend["jax"] = None
