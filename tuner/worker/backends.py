@@ -17,6 +17,7 @@ JAX's ``fit`` takes the model's state out of its variables once (``_get_jax_stat
 
 from __future__ import annotations
 
+import abc
 import itertools
 import os
 from collections.abc import Iterator, Sequence
@@ -241,7 +242,7 @@ def current() -> Backend:
     return get(os.environ.get("KERAS_BACKEND") or TENSORFLOW)
 
 
-class Steps:
+class Steps(abc.ABC):
     """Drives a compiled model's training steps as ``fit`` does on one backend: one
     :meth:`execute` is one ``train_function`` call (``steps_per_execution`` steps)."""
 
@@ -249,9 +250,9 @@ class Steps:
         self.model = model
         self.batches = batches
 
+    @abc.abstractmethod
     def execute(self) -> Any:
         """One ``train_function`` call; its logs (the running mean loss under ``loss``)."""
-        raise NotImplementedError
 
     def read(self, variable: Any) -> Any:
         """``variable``'s value now (an optimizer's, read between executions)."""
@@ -260,12 +261,9 @@ class Steps:
     def reset_metrics(self) -> None:
         self.model.reset_metrics()
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027 - only JAX keeps the state apart
         """The model's variables hold the trained values (JAX keeps them apart while it
         trains)."""
-
-    def close(self) -> None:
-        """Let the data go."""
 
 
 class TensorFlowSteps(Steps):
@@ -288,9 +286,6 @@ class TensorFlowSteps(Steps):
 
     def execute(self) -> Any:
         return self.model.train_function(self.iterator)
-
-    def close(self) -> None:
-        self.iterator = None
 
 
 class JaxSteps(Steps):
@@ -351,11 +346,6 @@ class JaxSteps(Steps):
         self.model._jax_state = None
         self.state = None
 
-    def close(self) -> None:
-        self.sync()
-        self.pool = []
-        self.iterator = iter(())
-
 
 class TorchSteps(Steps):
     """PyTorch: one step a call, on batches put on the model's device once, the module in
@@ -382,11 +372,6 @@ class TorchSteps(Steps):
 
     def read(self, variable: Any) -> Any:
         return variable.value.detach().cpu().numpy()
-
-    def close(self) -> None:
-        self.pool = []
-        self.iterator = iter(())
-        self.model.eval()
 
 
 def _scaled_loss(keras: Any, pred: Any, y: Any, loss_fn: Any, scale: float) -> Any:
