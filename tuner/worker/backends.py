@@ -36,6 +36,9 @@ class Backend:
     name = TENSORFLOW
     #: how the GPU peak is read, named in every GPU trial's result
     gpu_memory_method = "tf.config.experimental.get_memory_info('GPU:0')['peak']"
+    #: whether the GPU peak can start afresh (after the warm-up, and for a warm worker's next
+    #: trial); JAX keeps one peak for the process's life
+    resets_gpu_peak = True
 
     def import_framework(self) -> None:
         import tensorflow  # noqa: F401
@@ -67,12 +70,11 @@ class Backend:
         capability = tuple(details.get("compute_capability") or (0, 0))
         return _gpu_label(device, details.get("device_name", "GPU")), capability >= (7, 0)
 
-    def reset_gpu_peak(self) -> bool:
-        """Start the GPU peak afresh (after the warm-up); False where the backend cannot."""
+    def reset_gpu_peak(self) -> None:
+        """Start the GPU peak afresh (where :attr:`resets_gpu_peak`)."""
         import tensorflow as tf
 
         tf.config.experimental.reset_memory_stats("GPU:0")
-        return True
 
     def gpu_peak_mb(self) -> float:
         import tensorflow as tf
@@ -108,6 +110,7 @@ class Backend:
 class JaxBackend(Backend):
     name = JAX
     gpu_memory_method = "jax Device.memory_stats()['peak_bytes_in_use']"
+    resets_gpu_peak = False
 
     def import_framework(self) -> None:
         import jax  # noqa: F401
@@ -130,8 +133,8 @@ class JaxBackend(Backend):
         capability = _capability(getattr(gpu, "compute_capability", None))
         return _gpu_label(device, getattr(gpu, "device_kind", "GPU")), capability >= (7, 0)
 
-    def reset_gpu_peak(self) -> bool:
-        return False  # JAX keeps one peak for the process's life
+    def reset_gpu_peak(self) -> None:
+        """JAX has no way to (see :attr:`resets_gpu_peak`)."""
 
     def gpu_peak_mb(self) -> float:
         import jax
@@ -193,11 +196,10 @@ class TorchBackend(Backend):
         capability = torch.cuda.get_device_capability(0)
         return _gpu_label(device, torch.cuda.get_device_name(0)), tuple(capability) >= (7, 0)
 
-    def reset_gpu_peak(self) -> bool:
+    def reset_gpu_peak(self) -> None:
         import torch
 
         torch.cuda.reset_peak_memory_stats(0)
-        return True
 
     def gpu_peak_mb(self) -> float:
         import torch

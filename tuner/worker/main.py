@@ -317,7 +317,7 @@ def _run(
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
-    if not on_cpu and not backend.reset_gpu_peak():
+    if not on_cpu and not backend.resets_gpu_peak:
         keep_warm = False  # a later trial's GPU peak could not be told from this one's
     kept = (
         _keep_warm(model, loaded, device, tensor_cores, warnings, hazards, spec)
@@ -474,7 +474,7 @@ def _measure(
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
     warmup = runner.run("warmup", spec.warmup_steps)
-    if not on_cpu:
+    if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
     phase[0] = "measure"
