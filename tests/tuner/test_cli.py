@@ -285,10 +285,11 @@ def test_bad_knobs_are_one_line_and_exit_2(args: list[str], fragment: str) -> No
     assert_one_line_error(mptune(*args), fragment)
 
 
-def test_trial_flags_build_the_setup(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from tuner import api, cli
+@pytest.fixture
+def seen_trials(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The specs ``mptune trial`` runs, recorded by a stand-in for ``api.run_trial`` that
+    answers each with an ok result."""
+    from tuner import api
 
     seen: list[api.TrialSpec] = []
 
@@ -297,6 +298,18 @@ def test_trial_flags_build_the_setup(
         return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
 
     monkeypatch.setattr(api, "run_trial", run_trial)
+    return seen
+
+
+def test_trial_flags_build_the_setup(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    seen_trials: list,
+) -> None:
+    from tuner import api, cli
+
+    seen = seen_trials
+
     args = cli.build_parser().parse_args(
         [
             *TRIAL,
@@ -426,16 +439,12 @@ def test_bad_backends_are_one_line_and_exit_2(
 
 def test_an_explicit_backend_wins_over_a_bad_keras_backend_variable(
     monkeypatch: pytest.MonkeyPatch,
+    seen_trials: list,
 ) -> None:
-    from tuner import api, cli
+    from tuner import cli
 
-    seen: list[api.TrialSpec] = []
+    seen = seen_trials
 
-    def run_trial(spec: api.TrialSpec, on_event: object = None, **kwargs: object) -> object:
-        seen.append(spec)
-        return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
-
-    monkeypatch.setattr(api, "run_trial", run_trial)
     monkeypatch.setenv("KERAS_BACKEND", "numpy")
     args = cli.build_parser().parse_args([*TINY_TRIAL, "--backend", "tensorflow"])
     assert cli._cmd_trial(args) == 0
@@ -457,16 +466,11 @@ def test_the_backend_reaches_the_trials_setup(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     every_backend: dict[str, str | None],
+    seen_trials: list,
 ) -> None:
     from tuner import api, cli
 
-    seen: list[api.TrialSpec] = []
-
-    def run_trial(spec: api.TrialSpec, on_event: object = None, **kwargs: object) -> object:
-        seen.append(spec)
-        return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=100.0)
-
-    monkeypatch.setattr(api, "run_trial", run_trial)
+    seen = seen_trials
 
     def backend_of(*flags: str) -> str:
         assert cli._cmd_trial(cli.build_parser().parse_args([*TINY_TRIAL, *flags])) == 0
