@@ -142,8 +142,17 @@ def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatu
     # The setup's XLA (say) fails and the same step trains without it: the knob, not the model.
     if error.get("unsupported"):
         return TrialStatus.UNSUPPORTED, reason
-    # A user's model owns every exception in its trial (shapes, its layers, its data); with a
-    # built-in model an exception is mptune's own bug, reported as a crash.
+    # mptune's own code failed: its bug, whatever model it ran, with the traceback for a report.
+    if error.get("internal"):
+        return TrialStatus.CRASHED, TrialError(
+            message=f"{reason.message} (a bug in mptune: please report it with the traceback "
+            "in this trial's record)",
+            location=None,
+            exception=reason.exception,
+            traceback=reason.traceback,
+        )
+    # A user's model owns every other exception in its trial (shapes, its layers, its data);
+    # with a built-in model an exception is mptune's own bug, reported as a crash.
     if error.get("user_code") or user_model:
         return TrialStatus.USER_ERROR, reason
     return TrialStatus.CRASHED, reason

@@ -18,6 +18,7 @@ JAX's ``fit`` takes the model's state out of its variables once (``_get_jax_stat
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import os
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tuner.policies import JAX, TENSORFLOW, TORCH
-from tuner.worker.usercode import UserCodeError
+from tuner.worker.usercode import InternalError, UserCodeError, first_line
 
 
 class Backend:
@@ -244,6 +245,19 @@ def current() -> Backend:
     return get(os.environ.get("KERAS_BACKEND") or TENSORFLOW)
 
 
+@contextlib.contextmanager
+def ours(what: str) -> Iterator[None]:
+    """A region of mptune's own work on data the checks already accepted (as ``fit`` accepts
+    it): what fails there is mptune's bug, an :class:`InternalError`, not the user's. The
+    device running out of memory stays what it is: a trial outcome."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, (UserCodeError, InternalError)) or current().is_oom(exc):
+            raise
+        raise InternalError(f"mptune failed {what}: {first_line(exc)}") from exc
+
+
 class Steps(abc.ABC):
     """Drives a compiled model's training steps as ``fit`` does on one backend: one
     :meth:`execute` is one ``train_function`` call (``steps_per_execution`` steps)."""
@@ -277,13 +291,15 @@ class TensorFlowSteps(Steps):
         # every trial of the same batch size and seed does. Batched by tf.data from the
         # samples, as fit batches arrays: the batch dimension is unknown to the traced step (as
         # in fit, whose last batch may be short), so a warm worker's next batch size reuses the
-        # trace.
-        flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
-        columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
-        samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
-        batch_size = int(np.shape(flat[0][0])[0])
-        dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
-        self.iterator: Any = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
+        # trace. The batches hold tuples where the user gave lists (loading.fit_structure): to
+        # tf.data a list is one tensor, which inputs of different shapes cannot be.
+        with ours("feeding the batches to tf.data"):
+            flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
+            columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
+            samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
+            batch_size = int(np.shape(flat[0][0])[0])
+            dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
+            self.iterator: Any = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
         model.make_train_function()
 
     def execute(self) -> Any:
@@ -302,7 +318,8 @@ class JaxSteps(Steps):
         super().__init__(model, batches)
         model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
-        self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
+        with ours("putting the batches on the device"):
+            self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
         self.state: Any = None
         self._index: dict[int, int] = {}
@@ -365,7 +382,7 @@ class TorchSteps(Steps):
         def on_device(value: Any) -> Any:
             return keras.ops.convert_to_tensor(value)
 
-        with torch.no_grad():
+        with torch.no_grad(), ours("putting the batches on the device"):
             self.pool = [keras.tree.map_structure(on_device, tuple(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
 

@@ -145,8 +145,18 @@ def user_batches(
         data = call_user(
             lambda: make(batch_size), f"make_dataset({batch_size})", source.path, source.spec
         )
-        return _batches_from_user_data(data, batch_size, n_batches, source)
-    return synthesise_batches(loaded.model, loaded.loss, batch_size, n_batches, seed)
+        batches = _batches_from_user_data(data, batch_size, n_batches, source)
+    else:
+        batches = synthesise_batches(loaded.model, loaded.loss, batch_size, n_batches, seed)
+    return [fit_structure(batch) for batch in batches]
+
+
+def fit_structure(batch: Batch) -> Batch:
+    """A batch as Keras' data adapters hand it to the model in ``fit``: lists made tuples
+    (``tree.lists_to_tuples``), so that a list of inputs is a structure of its own and not one
+    tensor (which inputs of different shapes cannot be)."""
+    x, y = keras.tree.lists_to_tuples((batch[0], batch[1]))
+    return x, y
 
 
 def _batches_from_user_data(
@@ -222,20 +232,18 @@ def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
 
 
 def _leading_dim(value: Any) -> int | None:
-    if isinstance(value, dict):
-        value = next(iter(value.values()), None)
-    elif isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
-        value = value[0]
-    shape = getattr(value, "shape", None)
-    return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
+    """The sample count of an array or of any structure of them (dicts, nested tuples and
+    lists, as ``fit`` takes): its first array's leading dimension."""
+    for leaf in keras.tree.flatten(value):
+        shape = getattr(leaf, "shape", None)
+        if shape is not None and len(shape):
+            return int(shape[0]) if shape[0] is not None else None
+    return None
 
 
 def _slice(value: Any, start: int, size: int) -> Any:
-    if isinstance(value, dict):
-        return {k: v[start : start + size] for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and value and hasattr(value[0], "shape"):
-        return [v[start : start + size] for v in value]
-    return value[start : start + size]
+    """Samples ``start`` to ``start + size`` of every array in ``value``, its structure kept."""
+    return keras.tree.map_structure(lambda v: v[start : start + size], value)
 
 
 def pool_size(sample_bytes: int, batch_size: int) -> int:
@@ -257,12 +265,29 @@ def synthesise_batches(
     rng = np.random.default_rng(seed)
     vocab = _smallest_vocabulary(model)
     loss_name = _loss_name(loss)
+    # In the structure the model was built with (a dict of named inputs is fed a dict), as the
+    # user would pass it to fit; a single input is its array.
+    x_struct = _structure(model, "_inputs_struct", inputs)
+    y_struct = _structure(model, "_outputs_struct", outputs)
     batches = []
     for _ in range(n_batches):
         xs = [_random_like(t, batch_size, rng, vocab) for t in inputs]
         ys = [_target_like(t, batch_size, rng, loss_name) for t in outputs]
-        batches.append((xs[0] if len(xs) == 1 else xs, ys[0] if len(ys) == 1 else ys))
+        batches.append(
+            (keras.tree.pack_sequence_as(x_struct, xs), keras.tree.pack_sequence_as(y_struct, ys))
+        )
     return batches
+
+
+def _structure(model: Any, attribute: str, tensors: list[Any]) -> Any:
+    """The structure of a functional model's inputs or outputs (``tensors`` is it flattened);
+    one tensor stands alone, and a model that keeps no structure gets a tuple."""
+    struct = getattr(model, attribute, None)
+    if struct is None or len(keras.tree.flatten(struct)) != len(tensors):
+        struct = tuple(tensors)
+    if isinstance(struct, (list, tuple)) and len(struct) == 1:
+        return struct[0]
+    return struct
 
 
 def _shape(tensor: Any, batch_size: int) -> tuple[int, ...]:

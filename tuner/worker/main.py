@@ -24,7 +24,13 @@ from tuner.policies import FLOAT32
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
-from tuner.worker.usercode import UserCodeError, first_line, user_location
+from tuner.worker.usercode import (
+    InternalError,
+    UserCodeError,
+    first_line,
+    raised_by_mptune,
+    user_location,
+)
 
 
 class PolicyFailure(Exception):
@@ -635,9 +641,18 @@ def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, 
 
     oom = backends.current().is_oom(exc)
     user_code = isinstance(exc, UserCodeError)
-    root = exc.__cause__ if user_code and exc.__cause__ is not None else exc
-    location = getattr(exc, "location", None) or user_location(root, source.path, source.spec)
-    message = str(exc) if user_code or isinstance(exc, PolicyFailure) else first_line(exc)
+    # mptune's own failure (its code raised, or its work on accepted data failed) is never the
+    # user's to fix, whatever model it ran.
+    stated = user_code or isinstance(exc, (PolicyFailure, InternalError))
+    internal = (
+        isinstance(exc, Exception)
+        and not (oom or user_code or isinstance(exc, PolicyFailure))
+        and raised_by_mptune(exc)
+    )
+    root = exc.__cause__ if stated and exc.__cause__ is not None else exc
+    location = None if internal else getattr(exc, "location", None)
+    location = location or (None if internal else user_location(root, source.path, source.spec))
+    message = str(exc) if stated else first_line(exc)
     if oom and "RESOURCE_EXHAUSTED" in str(exc) and "RESOURCE_EXHAUSTED" not in message:
         # XLA's first line can be a symptom (its autotuner finding no kernel that fits): the
         # line that names the exhausted memory says what happened.
@@ -651,5 +666,6 @@ def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, 
         "phase": phase,
         "oom": oom,
         "user_code": user_code,
+        "internal": internal,
         "traceback": "".join(traceback.format_exception(type(root), root, root.__traceback__)),
     }

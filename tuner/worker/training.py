@@ -20,7 +20,8 @@ from tuner.setup import Setup
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
 #: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
 #: ``OutOfMemoryError``) at step K (counting warm-up, from 1), ``crash@K`` kills
-#: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit).
+#: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit), ``bug@K``
+#: raises an error in mptune's own code (a bug of mptune's, never the user's).
 FAULT_ENV = "MPTUNE_TEST_FAULT"
 
 
@@ -270,10 +271,12 @@ class StepRunner:
             os.kill(os.getpid(), signal.SIGKILL)
         if kind == "hang":
             signal.pause()  # the parent's time limit ends it
+        if kind == "bug":
+            raise RuntimeError(f"injected by {FAULT_ENV} at step {self._fault[1]}")
 
 
 def _parse_fault(text: str) -> tuple[str, int] | None:
     kind, _, step = text.partition("@")
-    if kind not in ("oom", "crash", "hang") or not step.isdigit():
+    if kind not in ("oom", "crash", "hang", "bug") or not step.isdigit():
         return None
     return kind, int(step)

@@ -19,6 +19,24 @@ class UserCodeError(Exception):
         self.location = location
 
 
+class InternalError(Exception):
+    """mptune's own code failed: a bug in mptune, never the user's to fix (the trial is
+    reported as crashed, its traceback kept for a report)."""
+
+
+#: The folder of mptune's engine: an exception raised in a frame there is mptune's own.
+_ENGINE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def raised_by_mptune(exc: BaseException) -> bool:
+    """Whether mptune's own code failed: an :class:`InternalError`, or an exception whose
+    innermost frame is in mptune's engine (a bug there, not a failure of the model it ran)."""
+    if isinstance(exc, InternalError):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    return bool(frames) and os.path.realpath(frames[-1].filename).startswith(_ENGINE + os.sep)
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\](\s*name:.*)?$")

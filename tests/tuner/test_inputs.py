@@ -1,0 +1,208 @@
+"""Trials fed as ``fit`` feeds: models with several inputs of different shapes and dtypes, in a
+dict or nested, with and without ``make_dataset``, on every backend; and a failure of mptune's
+own code reported as mptune's (crashed, traceback kept), never as the user's error."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuner.setup import Setup
+from tuner.trials.outcome import WorkerFacts, classify
+from tuner.trials.result import TrialStatus
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
+from tuner.worker.usercode import InternalError, raised_by_mptune
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+BACKENDS = [
+    "tensorflow",
+    pytest.param(
+        "jax", marks=pytest.mark.skipif(not _installed("jax"), reason="pip install '.[jax]'")
+    ),
+    pytest.param(
+        "torch",
+        marks=pytest.mark.skipif(not _installed("torch"), reason="pip install '.[torch]'"),
+    ),
+]
+
+#: A dict of an image and a table (inputs of different ranks), no make_dataset: mptune makes
+#: the data, in the dict the model was built with. The regression of issue 25 (item 0).
+DICT_INPUTS = """
+import keras
+
+def build_model():
+    image = keras.Input((16, 16, 3), name="image")
+    table = keras.Input((12,), name="table")
+    a = keras.layers.Conv2D(4, 3, activation="relu")(image)
+    a = keras.layers.GlobalAveragePooling2D()(a)
+    b = keras.layers.Dense(4, activation="relu")(table)
+    out = keras.layers.Dense(3, activation="softmax")(keras.layers.Concatenate()([a, b]))
+    model = keras.Model({"image": image, "table": table}, out)
+    model.compile("adam", "categorical_crossentropy")
+    return model
+"""
+
+#: Nested inputs (a list holding a tuple), float32 token ids beside images, one-hot labels, the
+#: data from make_dataset as arrays in that structure.
+NESTED_WITH_DATA = """
+import keras
+import numpy as np
+
+def build_model():
+    ids = keras.Input((10,), name="ids", dtype="float32")
+    image = keras.Input((8, 8, 1), name="image")
+    extra = keras.Input((3,), name="extra")
+    e = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
+    x = keras.layers.Concatenate()([e, keras.layers.Flatten()(image), extra])
+    model = keras.Model([ids, (image, extra)], keras.layers.Dense(3, activation="softmax")(x))
+    model.compile("sgd", "categorical_crossentropy")
+    return model
+
+def make_dataset(batch_size):
+    n = batch_size * 4
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 50, size=(n, 10)).astype("float32")
+    image = rng.standard_normal((n, 8, 8, 1)).astype("float32")
+    extra = rng.standard_normal((n, 3)).astype("float32")
+    y = np.eye(3, dtype="float32")[rng.integers(0, 3, size=n)]
+    return [ids, (image, extra)], y
+"""
+
+#: A dict of int32 token ids and a float table, make_dataset returning a dict.
+DICT_WITH_DATA = """
+import keras
+import numpy as np
+
+def build_model():
+    tokens = keras.Input((6,), name="tokens", dtype="int32")
+    table = keras.Input((5,), name="table")
+    t = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(30, 4)(tokens))
+    x = keras.layers.Concatenate()([t, keras.layers.Dense(4)(table)])
+    model = keras.Model({"tokens": tokens, "table": table}, keras.layers.Dense(1)(x))
+    model.compile("adam", "mse")
+    return model
+
+def make_dataset(batch_size):
+    n = batch_size * 3
+    rng = np.random.default_rng(1)
+    x = {
+        "tokens": rng.integers(0, 30, size=(n, 6)).astype("int32"),
+        "table": rng.standard_normal((n, 5)).astype("float32"),
+    }
+    return x, rng.standard_normal((n, 1)).astype("float32")
+"""
+
+MODELS = {"dict": DICT_INPUTS, "nested+data": NESTED_WITH_DATA, "dict+data": DICT_WITH_DATA}
+
+
+def _spec(path: Path, backend: str, policy: str = "mixed_float16") -> TrialSpec:
+    return TrialSpec(
+        model=str(path),
+        setup=Setup(policy, 16, backend=backend),
+        device="cpu",
+        measure_seconds=0.3,
+        warmup_steps=1,
+        min_steps=8,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_multi_input_models_train_as_fit_feeds_them(
+    name: str, backend: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(MODELS[name]))
+    # mixed_float16: loss scaling and the numerics probe (which calls the model on a batch)
+    # take the structure too.
+    result = run_trial(_spec(path, backend))
+    assert result.status is TrialStatus.OK, result.error
+    assert result.steps_completed >= 8
+    assert result.samples_per_second and result.samples_per_second > 0
+    assert all(loss == loss for loss in result.losses)  # finite, not NaN
+
+
+@pytest.mark.slow
+def test_a_bug_in_mptune_is_crashed_not_the_users_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(DICT_INPUTS))
+    monkeypatch.setenv("MPTUNE_TEST_FAULT", "bug@3")
+    result = run_trial(_spec(path, "tensorflow", "float32"))
+    assert result.status is TrialStatus.CRASHED
+    assert result.error is not None
+    assert "a bug in mptune" in result.error.message
+    assert "injected by MPTUNE_TEST_FAULT" in result.error.message
+    assert result.error.traceback and "tuner/worker/training.py" in result.error.traceback
+    assert result.error.location is None  # nothing in the user's file to point at
+
+
+def _raise_here() -> None:
+    raise KeyError("oops")
+
+
+def test_an_exception_raised_in_the_engine_is_mptunes(tmp_path: Path) -> None:
+    try:
+        _raise_here()  # this file is not the engine
+    except KeyError as exc:
+        assert not raised_by_mptune(exc)
+    from tuner.worker import loading
+
+    try:
+        loading._leading_dim(object.__new__(_Unsized))
+    except TypeError as exc:
+        assert not raised_by_mptune(exc)  # raised in this file's __getattr__
+    try:
+        loading.pool_size("x", 1)  # type: ignore[arg-type]
+    except TypeError as exc:
+        assert raised_by_mptune(exc)  # raised in tuner/worker/loading.py itself
+    assert raised_by_mptune(InternalError("wrapped"))
+
+
+class _Unsized:
+    def __getattr__(self, name: str) -> object:
+        raise TypeError("no attributes")
+
+
+def test_ours_wraps_failures_but_not_oom_or_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.worker import backends
+    from tuner.worker.usercode import UserCodeError
+
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    wrapped = pytest.raises(InternalError, match="mptune failed feeding: ValueError: ragged")
+    with wrapped, backends.ours("feeding"):
+        raise ValueError("ragged")
+    with pytest.raises(MemoryError), backends.ours("feeding"):
+        raise MemoryError
+    with pytest.raises(UserCodeError), backends.ours("feeding"):
+        raise UserCodeError("theirs")
+
+
+def test_internal_error_is_crashed_even_for_a_users_model() -> None:
+    error = {
+        "exception": "ValueError",
+        "message": "mptune failed feeding the batches to tf.data: ValueError: x",
+        "location": None,
+        "oom": False,
+        "user_code": False,
+        "internal": True,
+        "traceback": "Traceback ...",
+    }
+    status, reason = classify(WorkerFacts(result=None, error=error, user_model=True))
+    assert status is TrialStatus.CRASHED
+    assert reason is not None and "a bug in mptune" in reason.message
+    assert reason.traceback == "Traceback ..."
+    status, _ = classify(
+        WorkerFacts(result=None, error={**error, "internal": False}, user_model=True)
+    )
+    assert status is TrialStatus.USER_ERROR
