@@ -9,18 +9,17 @@ from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.policies import FLOAT32, POLICIES, TENSORFLOW
-from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import (
-    TF32,
+from tuner.search.measures import (
     Candidate,
     KnobTrial,
     Paired,
     SearchOutcome,
-    and_join,
     first_ok,
     paired_ratio,
     within,
 )
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.strategy import TF32, and_join
 from tuner.setup import BACKEND_NAMES, SETUP_FIELDS, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 

@@ -45,8 +45,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from tuner.errors import MptuneError, Terminated
 from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16, TENSORFLOW, TORCH
@@ -59,8 +59,23 @@ from tuner.search.events import (
     WorkerReported,
 )
 from tuner.search.lease import Heartbeat
+from tuner.search.measures import (
+    Candidate,
+    KnobTrial,
+    Measured,
+    Paired,
+    SearchOutcome,
+    choose,
+    decide,
+    first_ok,
+    loss_gap,
+    median_bounds,
+    representative,
+    settled,
+)
 from tuner.search.session import GRACE_S, TuningSession, stored_result
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
+from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
 from tuner.setup import LossScale, Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
@@ -105,13 +120,6 @@ SPE_LADDER = (4, 16)
 #: way, every XLA x steps-per-execution combination); each move costs at most seven trials,
 #: fewer where the knob stages measured them already.
 NEIGHBOURHOOD_MOVES = 2
-#: Stages whose trials come after the knob stages: left out of the picks the knob stages start
-#: from, so that a resumed search (which knows them from the start) takes the same path.
-LATE_STAGES = frozenset({"neighbourhood", "runoff", "guard", "remeasure", "final"})
-#: Stages whose runs a setup's standing (:meth:`Search._standing`) leaves out: they come after
-#: every decision taken on it, and a resumed search, which knows them from the start, must
-#: take those decisions as the search did.
-AFTER_STANDING = frozenset({"runoff", "guard", "final"})
 #: The runoff (:meth:`Search._runoff`): a leading pick and at most this many setups in all that
 #: measured within the noise floor of it...
 RUNOFF_SIZE = 3
@@ -163,255 +171,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 #: What a lane puts in the evaluator's outbox when it ends.
 _LANE_DONE = object()
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A trial result with its number in the session."""
-
-    number: int
-    result: TrialResult
-    #: the stage that ran it (baseline, policies, batch, refine, loss-scale, xla,
-    #: steps-per-execution, guard, remeasure)
-    stage: str = ""
-
-    @property
-    def speed(self) -> float:
-        """Effective samples/s: a step the loss scaler skipped trained nothing."""
-        r = self.result
-        if not r.samples_per_second:
-            return 0.0
-        applied = 1 - r.skipped_steps / r.steps_completed if r.steps_completed else 1.0
-        return r.samples_per_second * applied
-
-    @property
-    def memory_per_sample(self) -> float:
-        peak = self.result.peak_memory_mb
-        return peak / self.result.spec.batch_size if peak else math.inf
-
-
-@dataclass
-class Candidate:
-    """A setup that may be recommended, with every measurement of it."""
-
-    setup: Setup
-    runs: list[Measured] = field(default_factory=list)
-    loss_gap: float | None = None
-    guard_trial: int | None = None
-    rejected: str | None = None
-
-    @property
-    def speed(self) -> float:
-        """Median effective samples/s; 0 for a setup that never measured (a policy that fails
-        on this model)."""
-        return statistics.median(r.speed for r in self.runs) if self.runs else 0.0
-
-    @property
-    def spread(self) -> tuple[float, float]:
-        speeds = [r.speed for r in self.runs] or [0.0]
-        return min(speeds), max(speeds)
-
-    @property
-    def relative_spread(self) -> float:
-        low, high = self.spread
-        return (high - low) / self.speed if self.speed else 0.0
-
-    @property
-    def memory_per_sample(self) -> float:
-        if not self.runs:
-            return math.inf
-        return statistics.median(r.memory_per_sample for r in self.runs)
-
-    @property
-    def peak_memory_mb(self) -> float | None:
-        peaks = [r.result.peak_memory_mb for r in self.runs if r.result.peak_memory_mb]
-        return statistics.median(peaks) if peaks else None
-
-    def simplicity(self) -> tuple[int, ...]:
-        """Lower is simpler: float32 over mixed, IEEE over TF32, dynamic over fixed, no knobs,
-        the smaller batch."""
-        return self.setup.simplicity()
-
-
-@dataclass(frozen=True)
-class KnobTrial:
-    """What a knob stage found for one precision: a knob value tried against the precision's
-    pick, and whether it was adopted; or, with ``tried`` None, why the stage did not run.
-
-    Attributes:
-        precision: the precision (``Setup.precision``) whose pick the knob was tried on.
-        knob: ``xla``, ``steps_per_execution`` or ``neighbourhood`` (a move to a better
-            neighbour of the pick: ``base`` to ``tried``).
-        base: the setup it was compared with (the pick, with the knobs adopted before it).
-        tried: the setup with the knob set; None when the stage did not run.
-        base_speed: the base's effective samples/s.
-        speed: the tried setup's effective samples/s; None when it failed or did not run.
-        trials: the base's trial(s) and the tried setup's trial.
-        adopted: the knob paid beyond the noise floor and the pick keeps it.
-        status: how the tried trial ended (``ok``, ``unsupported``, ``oom``, ...).
-        reason: why the stage did not run, or why the trial failed.
-    """
-
-    precision: str
-    knob: str
-    base: Setup
-    tried: Setup | None
-    base_speed: float
-    speed: float | None = None
-    trials: tuple[int, ...] = ()
-    adopted: bool = False
-    status: str | None = None
-    reason: str | None = None
-
-    @property
-    def gain(self) -> float | None:
-        """The tried setup's speed over the base's (1.2: 20% faster); None without both."""
-        if self.speed is None or not self.base_speed:
-            return None
-        return self.speed / self.base_speed
-
-
-@dataclass
-class SearchOutcome:
-    """What a search found: candidates, rejections, notes; the recommendation is made from it."""
-
-    candidates: list[Candidate]
-    baseline: Measured | None
-    abandoned: dict[str, str]
-    notes: list[str]
-    stopped_early: str | None
-    measured: dict[Setup, list[Measured]]
-    memory_budget_mb: float | None = None
-    #: every knob stage's finding, in the order they ran (and the stages skipped per precision)
-    knobs: list[KnobTrial] = field(default_factory=list)
-    #: knob -> why no precision tried it (``--xla off``, a CPU under ``--xla auto``, a model
-    #: XLA cannot compile)
-    knobs_skipped: dict[str, str] = field(default_factory=dict)
-    #: the setups measured back to back, in turns (the runoffs, the final), in the order
-    #: they ran
-    paired: list[Paired] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Paired:
-    """Setups measured back to back, in turns: each turn ran every one of them once, one
-    after the other, so a turn's runs share the machine's state (a slow minute, a busy
-    neighbour, a warm cache) and the ratio of two of them is free of it. On this project's
-    CPUs one setup's figure swings up to 2x between runs minutes apart while the ratio of two
-    setups run back to back stays within a few percent, so two setups are compared on the
-    median of their per-turn ratios, not on their figures taken at different times.
-
-    Attributes:
-        stage: the stage that measured them (``runoff``: a precision's leading setups;
-            ``final``: the leading precisions' picks).
-        setups: the setups, in the order of the columns of ``speeds`` and ``trials``.
-        speeds: per turn, each setup's effective samples/s (0 for a run that failed).
-        trials: per turn, each setup's trial number.
-    """
-
-    stage: str
-    setups: tuple[Setup, ...]
-    speeds: tuple[tuple[float, ...], ...]
-    trials: tuple[tuple[int, ...], ...]
-
-    def ratios(self, a: Setup, b: Setup) -> list[float]:
-        """``b``'s speed over ``a``'s, turn by turn, over the turns where both ran ok."""
-        i, j = self.setups.index(a), self.setups.index(b)
-        return [turn[j] / turn[i] for turn in self.speeds if turn[i] > 0 and turn[j] > 0]
-
-    def ratio(self, a: Setup, b: Setup) -> float | None:
-        """The median of :meth:`ratios` (1.05: ``b`` 5% faster than ``a``); None when fewer
-        than two turns ran both ok, or when either was not measured here."""
-        if a not in self.setups or b not in self.setups:
-            return None
-        ratios = self.ratios(a, b)
-        return statistics.median(ratios) if len(ratios) >= 2 else None
-
-    def numbers(self, *setups: Setup) -> tuple[int, ...]:
-        """The trials of ``setups`` (all when none is named), in the order they ran."""
-        columns = [self.setups.index(s) for s in setups] if setups else range(len(self.setups))
-        return tuple(sorted(turn[c] for turn in self.trials for c in columns))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "setups": [s.to_dict() for s in self.setups],
-            "speeds": [list(t) for t in self.speeds],
-            "trials": [list(t) for t in self.trials],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Paired:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ValueError: a turn does not have one figure and one trial per setup.
-        """
-        setups = tuple(Setup.from_dict(s) for s in data["setups"])
-        speeds = tuple(tuple(float(v) for v in t) for t in data["speeds"])
-        trials = tuple(tuple(int(n) for n in t) for t in data["trials"])
-        if any(len(t) != len(setups) for t in (*speeds, *trials)) or len(speeds) != len(trials):
-            raise ValueError("a paired comparison whose turns do not match its setups")
-        return cls(str(data["stage"]), setups, speeds, trials)
-
-
-def paired_ratio(paired: Sequence[Paired], a: Setup, b: Setup) -> float | None:
-    """``b``'s speed over ``a``'s from the last comparison that measured both back to back;
-    None when none did."""
-    for p in reversed(paired):
-        ratio = p.ratio(a, b)
-        if ratio is not None:
-            return ratio
-    return None
-
-
-def within(ratio: float, margin: float) -> bool:
-    """Whether two setups whose speeds stand in ``ratio`` are within ``margin`` of each other,
-    the same whichever is on top: ``1 - margin <= ratio <= 1 / (1 - margin)``."""
-    return 1 - margin <= ratio <= 1 / (1 - margin)
-
-
-def decide(ratios: dict[Setup, float], margin: float) -> Setup:
-    """Of setups with their speeds relative to one of them: the simplest whose speed is within
-    ``margin`` of the fastest's (:func:`within`)."""
-    fastest = max(ratios.values())
-    return min(
-        (s for s, r in ratios.items() if within(r / fastest, margin)),
-        key=lambda s: s.simplicity(),
-    )
-
-
-def settled(bounds: dict[Setup, tuple[float, float]], margin: float) -> bool:
-    """Whether :func:`decide` chooses the same setup for every ratio within its bounds (the
-    range the ratio's median can still take): the setup chosen at the bounds' middle stays
-    within the margin of the fastest even at its lowest against the others at their highest,
-    and no simpler setup can come within the margin even at its highest against the others at
-    their lowest."""
-    middle = {s: (lo + hi) / 2 for s, (lo, hi) in bounds.items()}
-    chosen = decide(middle, margin)
-
-    def others(s: Setup, end: int) -> float:
-        return max((b[end] for t, b in bounds.items() if t != s), default=0.0)
-
-    low = bounds[chosen][0]
-    if low < (1 - margin) * max(others(chosen, 1), low):
-        return False
-    for s in bounds:
-        high = bounds[s][1]
-        if s.simplicity() < chosen.simplicity() and high >= (1 - margin) * max(others(s, 0), high):
-            return False
-    return True
-
-
-def first_ok(runs: Sequence[Measured]) -> Measured | None:
-    """The first of a setup's runs that ended ok: the one the search uses for that setup (a run
-    that crashed or timed out may come before it, retried)."""
-    return next((r for r in runs if r.result.ok), None)
-
-
-def representative(runs: Sequence[Measured]) -> Measured:
-    """The run that stands for a setup: its first ok run, else its last (failed) run."""
-    return first_ok(runs) or runs[-1]
 
 
 def _unlucky_once(runs: Sequence[Measured]) -> bool:
@@ -514,7 +273,7 @@ class Evaluator:
         if self._start_ahead is not None and len(todo) > 1 and self.parallel == 1:
             self.on_event(
                 StageStarted(
-                    "baseline",
+                    Stage.BASELINE,
                     f"starting {len(todo)} workers side by side (Python, TensorFlow), one per "
                     "policy",
                 )
@@ -790,30 +549,30 @@ class Search:
 
     def _paired_order(self, key: tuple[str, str]) -> tuple[int, int]:
         """Runoffs before the final, each in the order its trials ran."""
-        return (key[0] == "final", min(self.paired[key].numbers(), default=0))
+        return (key[0] == Stage.FINAL, min(self.paired[key].numbers(), default=0))
 
     def _search(self) -> None:
         start = self.space.start_batch
         policies = list(self.space.policies)
         first = FLOAT32 if FLOAT32 in policies else policies[0]
         self._plan(4 * len(self.precisions) + 4)
-        self._stage("baseline", f"{first} at batch size {start}{self._accumulating(start)}")
+        self._stage(Stage.BASELINE, f"{first} at batch size {start}{self._accumulating(start)}")
         # Each precision's first trial starts a worker (the policy and TF32 are fixed in a
         # process): started side by side now, not one by one.
         self.ev.start_ahead(
             [self._at(Setup(first, start), start)]
             + [self._start_setup(p, start) for p in self.precisions if p != first]
         )
-        self.baseline = self._fit(self._first_trial(first, start), "baseline")
+        self.baseline = self._fit(self._first_trial(first, start), Stage.BASELINE)
 
-        self._stage("policies", f"each policy at batch size {start}")
+        self._stage(Stage.POLICIES, f"each policy at batch size {start}")
         baseline = self.baseline
 
         def at_start_of(precision: str) -> Measured:
             # TF32 is a variant of float32: at the batch size float32's baseline ran at.
             b = baseline.result.spec.batch_size if precision == TF32 else start
             setup = self._start_setup(precision, b)
-            return self._fit(self._measure(setup, "policies"), "policies")
+            return self._fit(self._measure(setup, Stage.POLICIES), Stage.POLICIES)
 
         others = [p for p in self.precisions if p != first]
         at_start = {first: baseline} | dict(
@@ -826,7 +585,7 @@ class Search:
         climbed: set[str] = set()
 
         def ladder(precision: str) -> None:
-            self._stage("batch", f"batch-size ladder for {precision}")
+            self._stage(Stage.BATCH, f"batch-size ladder for {precision}")
             if self.space.global_batch is None:
                 self._ladder(precision, at_start[precision])
             else:
@@ -953,7 +712,7 @@ class Search:
             return representative(runs) if runs else None
 
     def _first_trial(self, policy: str, batch_size: int) -> Measured:
-        m = self._measure(self._at(Setup(policy, batch_size), batch_size), "baseline")
+        m = self._measure(self._at(Setup(policy, batch_size), batch_size), Stage.BASELINE)
         if m.result.status is TrialStatus.USER_ERROR:
             err = m.result.error
             where = f"{err.location}: " if err and err.location else ""
@@ -1097,7 +856,7 @@ class Search:
     def _ladder(self, precision: str, first: Measured) -> None:
         rungs = self.space.rungs()
         base = first.result.spec.setup
-        stage = "batch"
+        stage = Stage.BATCH
         start_index = rungs.index(base.batch_size)
         best = first
         seen = {base.batch_size: first}  # the rungs this ladder measured, not what else is known
@@ -1137,7 +896,7 @@ class Search:
         if failed_at is not None and growth > 0.10 and best.result.spec.batch_size < failed_at:
             middle = _multiple_of_8((best.result.spec.batch_size + failed_at) // 2)
             if best.result.spec.batch_size < middle < failed_at:
-                self._measure(self._at(base, middle), "refine")
+                self._measure(self._at(base, middle), Stage.REFINE)
         elif stalled:
             self._refine_knee(base, best, seen)
 
@@ -1157,7 +916,7 @@ class Search:
             middle = _multiple_of_8((b + target.batch_size) // 2)
             if not min(b, target.batch_size) < middle < max(b, target.batch_size):
                 return
-            m = self._measure(self._at(base, middle), "refine")
+            m = self._measure(self._at(base, middle), Stage.REFINE)
             if not self._fits(m) or m.speed <= best.speed * (1 + self.settings.noise_floor):
                 return
             best, b = m, middle
@@ -1178,11 +937,11 @@ class Search:
             between = [r for r in self.space.rungs() if size < r < failed]
             if between:
                 middle = min(between, key=lambda r: (abs(2 * r - size - failed), r))
-                m = self._measure(self._at(base, middle), "refine")
+                m = self._measure(self._at(base, middle), Stage.REFINE)
                 if self._fits(m) and m.speed > best.speed:
                     best = m
         while (lower := self._below(size)) is not None:
-            m = self._measure(self._at(base, lower), "batch")
+            m = self._measure(self._at(base, lower), Stage.BATCH)
             if not m.result.ok:
                 self._note(
                     f"{precision}: batch size {lower} {self._failure(m)}; smaller batches skipped"
@@ -1200,7 +959,7 @@ class Search:
         if not others:
             return
         self._stage(
-            "loss-scale", f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}"
+            Stage.LOSS_SCALE, f"loss scales for mixed_float16 at batch size {cand.setup.batch_size}"
         )
         evidence = self.ev.probed(MIXED_FLOAT16)
         numerics = evidence.result.numerics if evidence is not None else {}
@@ -1222,7 +981,7 @@ class Search:
                     "never skips a step"
                 )
                 return
-            m = self._measure(cand.setup.replace(loss_scale=scale), "loss-scale")
+            m = self._measure(cand.setup.replace(loss_scale=scale), Stage.LOSS_SCALE)
             r = m.result
             if not r.ok:
                 self._note(
@@ -1300,8 +1059,8 @@ class Search:
         stored = [r.number for r in self.ev.known.get(current.result.spec.setup, [])]
         at = stored.index(current.number) if current.number in stored else len(stored) - 1
         leader = current.result.spec.setup.precision
-        self._stage("remeasure", f"confirming {leader}'s lead before looking around the picks")
-        self._measure(current.result.spec.setup, "remeasure", repeat=at + 1)
+        self._stage(Stage.REMEASURE, f"confirming {leader}'s lead before looking around the picks")
+        self._measure(current.result.spec.setup, Stage.REMEASURE, repeat=at + 1)
 
     def _neighbours(self, precision: str, center: Measured) -> list[Setup]:
         """Around ``center``: the next batch size down and up (the ladder's rungs and, with
@@ -1358,11 +1117,11 @@ class Search:
             if not setups:
                 break
             self._stage(
-                "neighbourhood",
+                Stage.NEIGHBOURHOOD,
                 f"around {precision}'s pick ({center.result.spec.setup.label}): "
                 "batch size, XLA and steps per execution together",
             )
-            tried = self._concurrently(setups, lambda s: self._measure(s, "neighbourhood"))
+            tried = self._concurrently(setups, lambda s: self._measure(s, Stage.NEIGHBOURHOOD))
             scored = [(self._standing(m), m) for m in tried if self._fits(m)]
             if not scored:
                 break
@@ -1428,13 +1187,13 @@ class Search:
             return center
         setups = [m.result.spec.setup for m in finalists]
         self._stage(
-            "runoff",
+            Stage.RUNOFF,
             f"{precision}: {and_join([s.label for s in setups])} measured within "
             f"{floor:.0%} of each other; {RUNOFF_RUNS} turns back to back",
         )
         self.ran_off.update(setups)
-        paired = self._turns(setups, "runoff", RUNOFF_RUNS, RUNOFF_MARGIN)
-        self.paired[("runoff", precision)] = paired
+        paired = self._turns(setups, Stage.RUNOFF, RUNOFF_RUNS, RUNOFF_MARGIN)
+        self.paired[(Stage.RUNOFF, precision)] = paired
         ratios = {s: paired.ratio(here, s) for s in setups}  # ``here`` itself: 1.0
         valid = {s: r for s, r in ratios.items() if r is not None}
         if len(valid) < 2:
@@ -1468,7 +1227,7 @@ class Search:
 
     def _ran_off_runs(self, setup: Setup) -> list[Measured]:
         """``setup``'s ok runs in its runoff: what it stands on after one."""
-        return [r for r in self.ev.known.get(setup, []) if r.result.ok and r.stage == "runoff"]
+        return [r for r in self.ev.known.get(setup, []) if r.result.ok and r.stage == Stage.RUNOFF]
 
     def _turns(
         self, setups: Sequence[Setup], stage: str, turns: int, margin: float | None = None
@@ -1502,7 +1261,7 @@ class Search:
             numbers.append(tuple(ran[s].number for s in setups))
             so_far = Paired(stage, tuple(setups), tuple(speeds), tuple(numbers))
             if margin is not None and turn + 1 < turns:
-                bounds = _median_bounds(so_far, turns)
+                bounds = median_bounds(so_far, turns)
                 if bounds is not None and settled(bounds, margin):
                     break
         return Paired(stage, tuple(setups), tuple(speeds), tuple(numbers))
@@ -1527,8 +1286,8 @@ class Search:
             return base
         setup = base.result.spec.setup
         tried = setup.replace(xla=True)
-        self._stage("xla", f"XLA for {precision} at batch size {setup.batch_size}")
-        m = self._measure(tried, "xla")
+        self._stage(Stage.XLA, f"XLA for {precision} at batch size {setup.batch_size}")
+        m = self._measure(tried, Stage.XLA)
         r = m.result
         trials = (base.number, m.number)
         if not self._fits(m):
@@ -1595,7 +1354,7 @@ class Search:
             )
             return current
         self._stage(
-            "steps-per-execution",
+            Stage.STEPS_PER_EXECUTION,
             f"steps per execution for {precision} (median step {p50:.1f} ms)",
         )
         for steps in SPE_LADDER:
@@ -1603,7 +1362,7 @@ class Search:
             if steps <= setup.steps_per_execution:
                 continue
             tried = setup.replace(steps_per_execution=steps)
-            m = self._measure(tried, "steps-per-execution")
+            m = self._measure(tried, Stage.STEPS_PER_EXECUTION)
             trials = (current.number, m.number)
             if not self._fits(m):
                 r = m.result
@@ -1724,7 +1483,7 @@ class Search:
         if not fits:
             return None
         there = self._at(cand.setup, fits[-1])
-        mine = self._recall_or_measure(there, "guard", allow_new_trials)
+        mine = self._recall_or_measure(there, Stage.GUARD, allow_new_trials)
         reference = self._float32_at(there, allow_new_trials)
         if mine is None or not mine.result.ok or reference is None or not reference.result.ok:
             return None
@@ -1755,10 +1514,10 @@ class Search:
                 return min(oom_below, key=lambda m: m.result.spec.batch_size)
             if allow_new_trials:
                 self._stage(
-                    "guard",
+                    Stage.GUARD,
                     f"float32 reference at batch size {batch_size}{self._accumulating(batch_size)}",
                 )
-        return self._recall_or_measure(key, "guard", allow_new_trials)
+        return self._recall_or_measure(key, Stage.GUARD, allow_new_trials)
 
     def _remeasure(self, candidates: list[Candidate]) -> None:
         """The leading candidate is measured once more (the confirming run of
@@ -1774,7 +1533,7 @@ class Search:
             return
         leader = viable[0]
         if leader.setup not in self.ran_off:
-            self._stage("remeasure", "measuring the leading setup again")
+            self._stage(Stage.REMEASURE, "measuring the leading setup again")
             self._again(leader)
         viable = sorted(
             (c for c in viable if c.rejected is None), key=lambda c: c.speed, reverse=True
@@ -1791,14 +1550,14 @@ class Search:
             return
         contenders = [leader, runners[0]]
         self._stage(
-            "final",
+            Stage.FINAL,
             f"{leader.setup.label} and {runners[0].setup.label}: up to {RUNOFF_RUNS} turns "
             "back to back",
         )
         paired = self._turns(
-            [c.setup for c in contenders], "final", RUNOFF_RUNS, self.settings.noise_floor
+            [c.setup for c in contenders], Stage.FINAL, RUNOFF_RUNS, self.settings.noise_floor
         )
-        self.paired[("final", "")] = paired
+        self.paired[(Stage.FINAL, "")] = paired
         for cand in contenders:
             numbers = paired.numbers(cand.setup)
             runs = [r for r in self.ev.known[cand.setup] if r.number in numbers]
@@ -1813,30 +1572,12 @@ class Search:
         trials."""
         stored = [r.number for r in self.ev.known.get(cand.setup, [])]
         used = max(stored.index(r.number) for r in cand.runs if r.number in stored)
-        measured = self._measure(cand.setup, "remeasure", repeat=used + 1)
+        measured = self._measure(cand.setup, Stage.REMEASURE, repeat=used + 1)
         if measured.number not in [r.number for r in cand.runs]:
             if measured.result.ok:
                 cand.runs.append(measured)
             else:
                 cand.rejected = f"re-measurement {self._failure(measured)}"
-
-
-def _median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]] | None:
-    """The range each setup's median ratio to the first can still take once all ``turns``
-    (an odd number) have run, whatever the turns left measure; None while some setup has too
-    few turns for that to be bounded, or when ``turns`` is even."""
-    if turns % 2 == 0:
-        return None
-    first = paired.setups[0]
-    left = turns - len(paired.speeds)
-    middle = (turns - 1) // 2
-    bounds = {first: (1.0, 1.0)}
-    for s in paired.setups[1:]:
-        known = sorted(paired.ratios(first, s))
-        if middle - left < 0 or len(known) <= middle:
-            return None
-        bounds[s] = (known[middle - left], known[middle])
-    return bounds
 
 
 def _unsafe_text(m: Measured, baseline: Measured | None) -> str:
@@ -1854,22 +1595,6 @@ def _unsafe_text(m: Measured, baseline: Measured | None) -> str:
             f"float32's throughput at batch size {m.result.spec.batch_size}"
         )
     return reason
-
-
-def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
-    """Relative gap between two trials' mean loss over the last quarter of their first
-    ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
-    must run the same steps per execution (see ``_float32_at``)."""
-    n = min(len(candidate.losses), len(reference.losses), window)
-    if n < 4:
-        return None
-    tail = slice(n - max(1, n // 4), n)
-    a = candidate.losses[tail]
-    b = reference.losses[tail]
-    if not all(math.isfinite(v) for v in a + b):
-        return math.inf
-    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
-    return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
 
 
 def _where(setup: Setup) -> str:
@@ -1937,17 +1662,3 @@ def and_join(items: list[str]) -> str:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else ("inf" if math.isinf(value) else f"{value:.1%}")
-
-
-def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
-    """The best of ``setups`` for the objective: the fastest (``speed``), or the least memory
-    per sample among those within the throughput floor of the fastest (``memory``: 80%,
-    ``balanced``: 95%)."""
-    if not setups:
-        return None
-    fastest = max(setups, key=lambda m: m.speed)
-    if settings.objective == "speed":
-        return fastest
-    floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
-    eligible = [m for m in setups if m.speed >= floor * fastest.speed]
-    return min(eligible, key=lambda m: (m.memory_per_sample, -m.speed))

@@ -1,0 +1,316 @@
+"""The values a search measures and the maths that compares them, apart from the algorithm
+that decides what to measure (:mod:`tuner.search.strategy`): what a trial measured
+(:class:`Measured`), a setup that may be recommended (:class:`Candidate`), a knob stage's
+finding (:class:`KnobTrial`), setups measured back to back (:class:`Paired`, :func:`within`,
+:func:`decide`, :func:`settled`), the loss gap to float32, and the search's outcome. The
+recommendation (:mod:`tuner.search.recommend`) reads these without the algorithm.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.search.space import SearchSettings
+from tuner.setup import Setup
+from tuner.trials.result import TrialResult
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A trial result with its number in the session."""
+
+    number: int
+    result: TrialResult
+    #: the stage that ran it (baseline, policies, batch, refine, loss-scale, xla,
+    #: steps-per-execution, guard, remeasure)
+    stage: str = ""
+
+    @property
+    def speed(self) -> float:
+        """Effective samples/s: a step the loss scaler skipped trained nothing."""
+        r = self.result
+        if not r.samples_per_second:
+            return 0.0
+        applied = 1 - r.skipped_steps / r.steps_completed if r.steps_completed else 1.0
+        return r.samples_per_second * applied
+
+    @property
+    def memory_per_sample(self) -> float:
+        peak = self.result.peak_memory_mb
+        return peak / self.result.spec.batch_size if peak else math.inf
+
+
+@dataclass
+class Candidate:
+    """A setup that may be recommended, with every measurement of it."""
+
+    setup: Setup
+    runs: list[Measured] = field(default_factory=list)
+    loss_gap: float | None = None
+    guard_trial: int | None = None
+    rejected: str | None = None
+
+    @property
+    def speed(self) -> float:
+        """Median effective samples/s; 0 for a setup that never measured (a policy that fails
+        on this model)."""
+        return statistics.median(r.speed for r in self.runs) if self.runs else 0.0
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        speeds = [r.speed for r in self.runs] or [0.0]
+        return min(speeds), max(speeds)
+
+    @property
+    def relative_spread(self) -> float:
+        low, high = self.spread
+        return (high - low) / self.speed if self.speed else 0.0
+
+    @property
+    def memory_per_sample(self) -> float:
+        if not self.runs:
+            return math.inf
+        return statistics.median(r.memory_per_sample for r in self.runs)
+
+    @property
+    def peak_memory_mb(self) -> float | None:
+        peaks = [r.result.peak_memory_mb for r in self.runs if r.result.peak_memory_mb]
+        return statistics.median(peaks) if peaks else None
+
+    def simplicity(self) -> tuple[int, ...]:
+        """Lower is simpler: float32 over mixed, IEEE over TF32, dynamic over fixed, no knobs,
+        the smaller batch."""
+        return self.setup.simplicity()
+
+
+@dataclass(frozen=True)
+class KnobTrial:
+    """What a knob stage found for one precision: a knob value tried against the precision's
+    pick, and whether it was adopted; or, with ``tried`` None, why the stage did not run.
+
+    Attributes:
+        precision: the precision (``Setup.precision``) whose pick the knob was tried on.
+        knob: ``xla``, ``steps_per_execution`` or ``neighbourhood`` (a move to a better
+            neighbour of the pick: ``base`` to ``tried``).
+        base: the setup it was compared with (the pick, with the knobs adopted before it).
+        tried: the setup with the knob set; None when the stage did not run.
+        base_speed: the base's effective samples/s.
+        speed: the tried setup's effective samples/s; None when it failed or did not run.
+        trials: the base's trial(s) and the tried setup's trial.
+        adopted: the knob paid beyond the noise floor and the pick keeps it.
+        status: how the tried trial ended (``ok``, ``unsupported``, ``oom``, ...).
+        reason: why the stage did not run, or why the trial failed.
+    """
+
+    precision: str
+    knob: str
+    base: Setup
+    tried: Setup | None
+    base_speed: float
+    speed: float | None = None
+    trials: tuple[int, ...] = ()
+    adopted: bool = False
+    status: str | None = None
+    reason: str | None = None
+
+    @property
+    def gain(self) -> float | None:
+        """The tried setup's speed over the base's (1.2: 20% faster); None without both."""
+        if self.speed is None or not self.base_speed:
+            return None
+        return self.speed / self.base_speed
+
+
+@dataclass
+class SearchOutcome:
+    """What a search found: candidates, rejections, notes; the recommendation is made from it."""
+
+    candidates: list[Candidate]
+    baseline: Measured | None
+    abandoned: dict[str, str]
+    notes: list[str]
+    stopped_early: str | None
+    measured: dict[Setup, list[Measured]]
+    memory_budget_mb: float | None = None
+    #: every knob stage's finding, in the order they ran (and the stages skipped per precision)
+    knobs: list[KnobTrial] = field(default_factory=list)
+    #: knob -> why no precision tried it (``--xla off``, a CPU under ``--xla auto``, a model
+    #: XLA cannot compile)
+    knobs_skipped: dict[str, str] = field(default_factory=dict)
+    #: the setups measured back to back, in turns (the runoffs, the final), in the order
+    #: they ran
+    paired: list[Paired] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Setups measured back to back, in turns: each turn ran every one of them once, one
+    after the other, so a turn's runs share the machine's state (a slow minute, a busy
+    neighbour, a warm cache) and the ratio of two of them is free of it. On this project's
+    CPUs one setup's figure swings up to 2x between runs minutes apart while the ratio of two
+    setups run back to back stays within a few percent, so two setups are compared on the
+    median of their per-turn ratios, not on their figures taken at different times.
+
+    Attributes:
+        stage: the stage that measured them (``runoff``: a precision's leading setups;
+            ``final``: the leading precisions' picks).
+        setups: the setups, in the order of the columns of ``speeds`` and ``trials``.
+        speeds: per turn, each setup's effective samples/s (0 for a run that failed).
+        trials: per turn, each setup's trial number.
+    """
+
+    stage: str
+    setups: tuple[Setup, ...]
+    speeds: tuple[tuple[float, ...], ...]
+    trials: tuple[tuple[int, ...], ...]
+
+    def ratios(self, a: Setup, b: Setup) -> list[float]:
+        """``b``'s speed over ``a``'s, turn by turn, over the turns where both ran ok."""
+        i, j = self.setups.index(a), self.setups.index(b)
+        return [turn[j] / turn[i] for turn in self.speeds if turn[i] > 0 and turn[j] > 0]
+
+    def ratio(self, a: Setup, b: Setup) -> float | None:
+        """The median of :meth:`ratios` (1.05: ``b`` 5% faster than ``a``); None when fewer
+        than two turns ran both ok, or when either was not measured here."""
+        if a not in self.setups or b not in self.setups:
+            return None
+        ratios = self.ratios(a, b)
+        return statistics.median(ratios) if len(ratios) >= 2 else None
+
+    def numbers(self, *setups: Setup) -> tuple[int, ...]:
+        """The trials of ``setups`` (all when none is named), in the order they ran."""
+        columns = [self.setups.index(s) for s in setups] if setups else range(len(self.setups))
+        return tuple(sorted(turn[c] for turn in self.trials for c in columns))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "setups": [s.to_dict() for s in self.setups],
+            "speeds": [list(t) for t in self.speeds],
+            "trials": [list(t) for t in self.trials],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Paired:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: a turn does not have one figure and one trial per setup.
+        """
+        setups = tuple(Setup.from_dict(s) for s in data["setups"])
+        speeds = tuple(tuple(float(v) for v in t) for t in data["speeds"])
+        trials = tuple(tuple(int(n) for n in t) for t in data["trials"])
+        if any(len(t) != len(setups) for t in (*speeds, *trials)) or len(speeds) != len(trials):
+            raise ValueError("a paired comparison whose turns do not match its setups")
+        return cls(str(data["stage"]), setups, speeds, trials)
+
+
+def paired_ratio(paired: Sequence[Paired], a: Setup, b: Setup) -> float | None:
+    """``b``'s speed over ``a``'s from the last comparison that measured both back to back;
+    None when none did."""
+    for p in reversed(paired):
+        ratio = p.ratio(a, b)
+        if ratio is not None:
+            return ratio
+    return None
+
+
+def within(ratio: float, margin: float) -> bool:
+    """Whether two setups whose speeds stand in ``ratio`` are within ``margin`` of each other,
+    the same whichever is on top: ``1 - margin <= ratio <= 1 / (1 - margin)``."""
+    return 1 - margin <= ratio <= 1 / (1 - margin)
+
+
+def decide(ratios: dict[Setup, float], margin: float) -> Setup:
+    """Of setups with their speeds relative to one of them: the simplest whose speed is within
+    ``margin`` of the fastest's (:func:`within`)."""
+    fastest = max(ratios.values())
+    return min(
+        (s for s, r in ratios.items() if within(r / fastest, margin)),
+        key=lambda s: s.simplicity(),
+    )
+
+
+def settled(bounds: dict[Setup, tuple[float, float]], margin: float) -> bool:
+    """Whether :func:`decide` chooses the same setup for every ratio within its bounds (the
+    range the ratio's median can still take): the setup chosen at the bounds' middle stays
+    within the margin of the fastest even at its lowest against the others at their highest,
+    and no simpler setup can come within the margin even at its highest against the others at
+    their lowest."""
+    middle = {s: (lo + hi) / 2 for s, (lo, hi) in bounds.items()}
+    chosen = decide(middle, margin)
+
+    def others(s: Setup, end: int) -> float:
+        return max((b[end] for t, b in bounds.items() if t != s), default=0.0)
+
+    low = bounds[chosen][0]
+    if low < (1 - margin) * max(others(chosen, 1), low):
+        return False
+    for s in bounds:
+        high = bounds[s][1]
+        if s.simplicity() < chosen.simplicity() and high >= (1 - margin) * max(others(s, 0), high):
+            return False
+    return True
+
+
+def first_ok(runs: Sequence[Measured]) -> Measured | None:
+    """The first of a setup's runs that ended ok: the one the search uses for that setup (a run
+    that crashed or timed out may come before it, retried)."""
+    return next((r for r in runs if r.result.ok), None)
+
+
+def representative(runs: Sequence[Measured]) -> Measured:
+    """The run that stands for a setup: its first ok run, else its last (failed) run."""
+    return first_ok(runs) or runs[-1]
+
+
+def median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]] | None:
+    """The range each setup's median ratio to the first can still take once all ``turns``
+    (an odd number) have run, whatever the turns left measure; None while some setup has too
+    few turns for that to be bounded, or when ``turns`` is even."""
+    if turns % 2 == 0:
+        return None
+    first = paired.setups[0]
+    left = turns - len(paired.speeds)
+    middle = (turns - 1) // 2
+    bounds = {first: (1.0, 1.0)}
+    for s in paired.setups[1:]:
+        known = sorted(paired.ratios(first, s))
+        if middle - left < 0 or len(known) <= middle:
+            return None
+        bounds[s] = (known[middle - left], known[middle])
+    return bounds
+
+
+def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
+    """Relative gap between two trials' mean loss over the last quarter of their first
+    ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
+    must run the same steps per execution (see ``_float32_at``)."""
+    n = min(len(candidate.losses), len(reference.losses), window)
+    if n < 4:
+        return None
+    tail = slice(n - max(1, n // 4), n)
+    a = candidate.losses[tail]
+    b = reference.losses[tail]
+    if not all(math.isfinite(v) for v in a + b):
+        return math.inf
+    mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)
+    return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
+
+
+def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
+    """The best of ``setups`` for the objective: the fastest (``speed``), or the least memory
+    per sample among those within the throughput floor of the fastest (``memory``: 80%,
+    ``balanced``: 95%)."""
+    if not setups:
+        return None
+    fastest = max(setups, key=lambda m: m.speed)
+    if settings.objective == "speed":
+        return fastest
+    floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
+    eligible = [m for m in setups if m.speed >= floor * fastest.speed]
+    return min(eligible, key=lambda m: (m.memory_per_sample, -m.speed))

@@ -1,0 +1,58 @@
+"""The stages of a search, by name: each trial is stored with the stage that ran it, and the
+search's decisions read those names (a resumed search recalls the stored trials with them).
+
+A :class:`Stage` is its stored name (``Stage.RUNOFF == "runoff"``), so names stored by any
+earlier version compare equal to the members, and a stage prints as its name.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Stage(str, enum.Enum):
+    """A stage of the search, in the order a search meets them (docs/search.md)."""
+
+    #: float32 at the starting batch size
+    BASELINE = "baseline"
+    #: every other precision at the starting batch size
+    POLICIES = "policies"
+    #: a precision's batch-size ladder
+    BATCH = "batch"
+    #: between the ladder's rungs
+    REFINE = "refine"
+    #: mixed_float16's loss scales at its pick's batch size
+    LOSS_SCALE = "loss-scale"
+    #: XLA on a precision's pick
+    XLA = "xla"
+    #: steps per execution on a precision's pick
+    STEPS_PER_EXECUTION = "steps-per-execution"
+    #: the leader's confirming run, and the leading candidate's re-measurement
+    REMEASURE = "remeasure"
+    #: every knob combination and the next batch size each way around a leading pick
+    NEIGHBOURHOOD = "neighbourhood"
+    #: a pick and its near ties measured back to back
+    RUNOFF = "runoff"
+    #: IEEE float32 at a candidate's batch size, for the loss gap
+    GUARD = "guard"
+    #: the leading precisions' picks measured back to back
+    FINAL = "final"
+    #: an exhaustive grid's trials (bench/bench_search.py), never a search's
+    GRID = "grid"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+#: Stages whose trials come after the knob stages: left out of the picks the knob stages start
+#: from, so that a resumed search (which knows them from the start) takes the same path.
+LATE_STAGES = frozenset(
+    {Stage.NEIGHBOURHOOD, Stage.RUNOFF, Stage.GUARD, Stage.REMEASURE, Stage.FINAL}
+)
+#: Stages whose runs a setup's standing leaves out: they come after every decision taken on
+#: it, and a resumed search, which knows them from the start, must take those decisions as the
+#: search did.
+AFTER_STANDING = frozenset({Stage.RUNOFF, Stage.GUARD, Stage.FINAL})
