@@ -22,9 +22,9 @@ import sys
 from datetime import date
 from pathlib import Path
 
+from tuner.search.evaluator import trial_spec
 from tuner.search.measures import Measured
 from tuner.search.space import SearchSettings
-from tuner.search.strategy import trial_spec
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import WorkerPool

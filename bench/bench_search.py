@@ -30,11 +30,11 @@ from datetime import date
 from pathlib import Path
 
 from tuner.hardware import detect
+from tuner.search.evaluator import Evaluator, trial_spec
 from tuner.search.events import TrialStarted
 from tuner.search.measures import Measured
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import Evaluator, trial_spec
 from tuner.search.tune import hardware_prior, tune
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.errors import MptuneError
+from tuner.search.evaluator import TrialRunner
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
 from tuner.search.session import (
@@ -35,7 +36,6 @@ from tuner.search.session import (
     redact_url,
     storage_errors,
 )
-from tuner.search.strategy import TrialRunner
 from tuner.search.tune import same_hardware
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import TrialCancelled, WorkerPool

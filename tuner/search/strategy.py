@@ -35,30 +35,25 @@ trial and time budgets.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import math
-import queue
 import statistics
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from tuner.errors import MptuneError, Terminated
+from tuner.errors import MptuneError
 from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16, TENSORFLOW, TORCH
+from tuner.search.evaluator import (
+    BudgetExhausted,
+    Evaluator,
+    LaneStopped,
+)
 from tuner.search.events import (
     PlanUpdated,
-    SearchEvent,
     StageStarted,
-    TrialFinished,
-    TrialStarted,
-    WorkerReported,
 )
-from tuner.search.lease import Heartbeat
 from tuner.search.measures import (
     Candidate,
     KnobTrial,
@@ -73,23 +68,18 @@ from tuner.search.measures import (
     representative,
     settled,
 )
-from tuner.search.session import GRACE_S, TuningSession, stored_result
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
 from tuner.setup import LossScale, Setup
-from tuner.trials.models import ModelSource
-from tuner.trials.result import TrialError, TrialResult, TrialStatus
-from tuner.trials.runner import TrialCancelled, run_trial
-from tuner.trials.spec import TrialSpec
+from tuner.trials.result import TrialStatus
 
 if TYPE_CHECKING:
-    import optuna
+    pass
 
 logger = logging.getLogger(__name__)
 
-TrialRunner = Callable[..., TrialResult]
-#: Starts the fresh workers of some trials ahead, side by side (WorkerPool.start_ahead).
-StartAhead = Callable[[Sequence[TrialSpec], threading.Event | None], None]
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: A policy is abandoned at the starting batch when it is this much slower than the best...
 ABANDON_SLOWER = 0.25
@@ -137,320 +127,9 @@ RUNOFF_MARGIN = 0.01
 RUNOFF_MOVED_FLOORS = 2.0
 
 
-class BudgetExhausted(Exception):
-    """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
-
-
-class _LaneStopped(Exception):
-    """Another lane of :meth:`Search._concurrently` ended in an error: this one starts no more
-    trials (the error is raised once all lanes have stopped)."""
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A place where a trial may run: the runner, and the device its trials are pinned to
-    (``gpu:1``; None: the settings' device). A search with several slots runs up to that many
-    independent trials at once (``--parallel``), each in its own slot."""
-
-    runner: TrialRunner
-    device: str | None = None
-
-    def pin(self, spec: TrialSpec) -> TrialSpec:
-        """``spec`` on this slot's device."""
-        return spec if self.device is None else dataclasses.replace(spec, device=self.device)
-
-
-#: How often a trial handed out through the store is looked at while it waits or runs
-#: elsewhere.
-SHARED_POLL_S = 0.5
-#: With workers joining through the store, how many lanes may run at once (more than a fleet
-#: of workers would want to start side by side; each costs a thread, not a process).
-SHARED_LANES = 64
-
-T = TypeVar("T")
-R = TypeVar("R")
-#: What a lane puts in the evaluator's outbox when it ends.
-_LANE_DONE = object()
-
-
 def _unlucky_once(runs: Sequence[Measured]) -> bool:
     """One run, which crashed or timed out: it is owed its retry."""
     return len(runs) == 1 and runs[0].result.status in RETRIED
-
-
-class Evaluator:
-    """Runs trials for the strategy, or recalls them from the session."""
-
-    def __init__(
-        self,
-        session: TuningSession,
-        source: ModelSource,
-        settings: SearchSettings,
-        on_event: Callable[[SearchEvent], None] | None = None,
-        cancel: threading.Event | None = None,
-        runner: TrialRunner = run_trial,
-        memory_budget_mb: float | None = None,
-        heartbeat: Heartbeat | None = None,
-        start_ahead: StartAhead | None = None,
-        slots: Sequence[Slot] | None = None,
-        shared: bool = False,
-    ) -> None:
-        self.session = session
-        #: trials go through the store, where ``mptune worker`` processes take them too
-        self.shared = shared
-        self._start_ahead = start_ahead
-        self.heartbeat = heartbeat
-        self.source = source
-        self.settings = settings
-        self._on_event = on_event or (lambda event: None)
-        self.cancel = cancel
-        self.memory_budget_mb = memory_budget_mb
-        self.started = time.monotonic()
-        self.trial_seconds: list[float] = []
-        #: every measurement by setup. Replaced, never changed in place, under the lock, so
-        #: that a lane reading it while another adds to it reads a whole one.
-        self.known: dict[Setup, list[Measured]] = {}
-        self.closed_trials = 0
-        for stored in session.trials():
-            self.closed_trials += 1
-            if stored.result is not None:
-                self.known.setdefault(stored.result.spec.setup, []).append(
-                    Measured(stored.number, stored.result, stored.stage)
-                )
-        self.recalled = sum(len(v) for v in self.known.values())
-        self.ran = 0
-        self.slots: tuple[Slot, ...] = tuple(slots) if slots else (Slot(runner),)
-        self._free: queue.SimpleQueue[Slot] = queue.SimpleQueue()
-        for slot in self.slots:
-            self._free.put(slot)
-        self._lock = threading.Lock()
-        self._inflight: dict[tuple[Setup, int], Future[Measured]] = {}
-        #: the thread that called the search: events reach ``on_event`` on it
-        self._owner = threading.get_ident()
-        self._outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        #: set when a lane ended in an error: the other lanes start no more trials
-        self.halted = threading.Event()
-
-    @property
-    def parallel(self) -> int:
-        """How many trials may run at once: the slots, or with workers joining through the
-        store (``shared``) as many as the search has independent trials."""
-        return len(self.slots) if not self.shared else SHARED_LANES
-
-    def on_search_thread(self) -> bool:
-        """Whether this is the thread that called the search (not one of its lanes)."""
-        return threading.get_ident() == self._owner
-
-    def on_event(self, event: SearchEvent) -> None:
-        """Pass ``event`` on: at once on the search's own thread; from a lane, through the
-        outbox that :meth:`pump` empties on the search's thread."""
-        if self.on_search_thread():
-            self._on_event(event)
-        else:
-            self._outbox.put(event)
-
-    def pump(self, lanes: int) -> None:
-        """On the search's thread: pass on the lanes' events until ``lanes`` lanes ended."""
-        while lanes:
-            item = self._outbox.get()
-            if item is _LANE_DONE:
-                lanes -= 1
-            else:
-                self._on_event(item)  # type: ignore[arg-type]
-
-    def lane_done(self) -> None:
-        self._outbox.put(_LANE_DONE)
-
-    def spec(self, setup: Setup) -> TrialSpec:
-        probe = setup.policy != FLOAT32 and self.probed(setup.policy.name) is None
-        return trial_spec(self.source, self.settings, setup, probe)
-
-    def start_ahead(self, setups: Sequence[Setup]) -> None:
-        """Let the runner start the fresh workers of these trials side by side, before the
-        first of them runs; those already stored are left out, and one alone gains nothing."""
-        todo = [s for s in dict.fromkeys(setups) if s not in self.known]
-        # With several slots those trials run side by side anyway, each in its own slot.
-        if self._start_ahead is not None and len(todo) > 1 and self.parallel == 1:
-            self.on_event(
-                StageStarted(
-                    Stage.BASELINE,
-                    f"starting {len(todo)} workers side by side (Python, TensorFlow), one per "
-                    "policy",
-                )
-            )
-            self._start_ahead([self.spec(s) for s in todo], self.cancel)
-
-    def probed(self, policy: str) -> Measured | None:
-        """The trial of ``policy`` in which the numerics probe ran, if one did."""
-        for setup, runs in self.known.items():
-            if setup.policy == policy:
-                for m in runs:
-                    if m.result.numerics:
-                        return m
-        return None
-
-    def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
-        """The ``repeat``-th measurement of ``setup`` (0: the first), run only if not stored.
-        Safe from several lanes at once: a measurement another lane is taking is waited for,
-        not taken twice."""
-        with self._lock:
-            known = self.known.get(setup, [])
-            if len(known) > repeat:
-                return known[repeat]
-            pending = self._inflight.get((setup, repeat))
-            if pending is None:
-                if self.halted.is_set():
-                    raise _LaneStopped
-                self._check_budget()
-                mine: Future[Measured] = Future()
-                self._inflight[(setup, repeat)] = mine
-        if pending is not None:
-            return pending.result()
-        try:
-            measured = self._run(setup, stage)
-        except BaseException as exc:
-            mine.set_exception(exc)
-            raise
-        else:
-            mine.set_result(measured)
-            return measured
-        finally:
-            with self._lock:
-                del self._inflight[(setup, repeat)]
-
-    def _run(self, setup: Setup, stage: str) -> Measured:
-        """Run one trial of ``setup`` in the next free slot and store it."""
-        spec = self.spec(setup)
-        if self.cancel is not None and self.cancel.is_set():
-            # Stopped between trials (a signal whose exception Python swallowed, say): no new
-            # trial is opened only to be abandoned.
-            raise TrialCancelled(spec.describe())
-        if self.shared:
-            return self._run_shared(setup, spec, stage)
-        slot = self._free.get()  # blocks while every slot runs a trial
-        try:
-            if self.cancel is not None and self.cancel.is_set():
-                raise TrialCancelled(spec.describe())  # stopped while this lane waited
-            return self._run_in(slot, setup, slot.pin(spec), stage)
-        finally:
-            self._free.put(slot)
-
-    def _run_in(
-        self,
-        slot: Slot,
-        setup: Setup,
-        spec: TrialSpec,
-        stage: str,
-        trial: optuna.Trial | None = None,
-    ) -> Measured:
-        """Run ``spec`` in ``slot``: in a new trial, or in ``trial`` (claimed from the store)."""
-        if trial is None:
-            trial = self.session.start_trial(spec, stage)
-        self.on_event(TrialStarted(trial.number, stage, spec))
-        t0 = time.monotonic()
-        if self.heartbeat is not None:
-            self.heartbeat.started(trial._trial_id)
-        try:
-            result = slot.runner(
-                spec,
-                lambda e: self.on_event(WorkerReported(trial.number, e)),
-                cancel=self.cancel,
-                source=self.source,
-            )
-        except (KeyboardInterrupt, TrialCancelled) as exc:
-            stop = exc if isinstance(exc, KeyboardInterrupt) else getattr(self.cancel, "by", None)
-            by = stop.name if isinstance(stop, Terminated) else "the user"
-            self.session.abandon_trial(trial, f"stopped by {by}")
-            raise
-        except BaseException:
-            self.session.abandon_trial(trial, "mptune failed while running this trial")
-            raise
-        finally:
-            if self.heartbeat is not None:
-                self.heartbeat.ended(trial._trial_id)
-        number = self.session.finish_trial(trial, result)
-        return self._record(setup, Measured(number, result, stage), time.monotonic() - t0)
-
-    def _record(self, setup: Setup, measured: Measured, seconds: float) -> Measured:
-        with self._lock:
-            self.trial_seconds.append(seconds)
-            self.ran += 1
-            self.closed_trials += 1
-            known = dict(self.known)
-            known[setup] = [*known.get(setup, []), measured]
-            self.known = known
-        self.on_event(TrialFinished(measured.number, measured.stage, measured.result))
-        return measured
-
-    # -- trials handed out through the store (mptune worker) --------------------------------
-    def _run_shared(self, setup: Setup, spec: TrialSpec, stage: str) -> Measured:
-        """Put the trial in the store as waiting and let the first taker run it: a free slot
-        of this search, or an ``mptune worker`` of the same kind of machine. A trial whose
-        worker stops sending its heartbeat (killed, its machine gone) ends ``crashed``, and
-        the strategy runs it once more, like any crashed trial."""
-        trial_id = self.session.enqueue_trial(spec, stage)
-        t0 = time.monotonic()
-        elsewhere = False  # a worker took it
-        idle = threading.Event()
-        while True:
-            if self.cancel is not None and self.cancel.is_set():
-                self.session.give_up(trial_id, "stopped by its search")
-                raise TrialCancelled(spec.describe())
-            if not elsewhere:
-                try:
-                    slot = self._free.get(timeout=SHARED_POLL_S)
-                except queue.Empty:
-                    slot = None
-                if slot is not None:
-                    try:
-                        trial = self.session.claim(trial_id)
-                        if trial is not None:
-                            return self._run_in(slot, setup, slot.pin(spec), stage, trial)
-                    finally:
-                        self._free.put(slot)
-            else:
-                (self.cancel or idle).wait(SHARED_POLL_S)
-            now, attrs = self.session.peek(trial_id)
-            if now.state == "WAITING":
-                continue
-            if not elsewhere:
-                elsewhere = True
-                self.on_event(TrialStarted(now.number, stage, spec))
-            if now.state != "RUNNING":
-                result = stored_result(now, spec)
-                return self._record(
-                    setup, Measured(now.number, result, stage), time.monotonic() - t0
-                )
-            if self.session.stale(trial_id):
-                result = TrialResult(
-                    spec,
-                    TrialStatus.CRASHED,
-                    error=TrialError(
-                        f"the mptune worker running it (pid {attrs.get('pid')} on "
-                        f"{attrs.get('host')}) sent no heartbeat for {GRACE_S} s"
-                    ),
-                )
-                if self.session.fail_stale(trial_id, result):
-                    return self._record(
-                        setup, Measured(now.number, result, stage), time.monotonic() - t0
-                    )
-
-    def _check_budget(self) -> None:
-        s = self.settings
-        # Trials running in other slots count: together they never pass the budget.
-        if s.max_trials is not None and self.closed_trials + len(self._inflight) >= s.max_trials:
-            raise BudgetExhausted(f"the limit of {s.max_trials} trials was reached")
-        if s.budget_minutes is not None:
-            typical = statistics.median(self.trial_seconds) if self.trial_seconds else 0.0
-            elapsed = time.monotonic() - self.started
-            if elapsed + typical > s.budget_minutes * 60:
-                raise BudgetExhausted(f"the time budget of {s.budget_minutes:g} min was reached")
-
-    def over_memory_budget(self, m: Measured) -> bool:
-        peak = m.result.peak_memory_mb
-        return (
-            self.memory_budget_mb is not None and peak is not None and peak > self.memory_budget_mb
-        )
 
 
 class Search:
@@ -636,7 +315,7 @@ class Search:
             self._lane.notes, self._lane.knobs = notes[i], knobs[i]
             try:
                 results[i] = work(item)
-            except _LaneStopped:
+            except LaneStopped:
                 pass
             except BaseException as exc:  # noqa: BLE001 - raised on the search's thread
                 errors.append((i, exc))
@@ -1606,25 +1285,6 @@ def _where(setup: Setup) -> str:
     extras += setup.knob_words()
     detail = f" ({', '.join(extras)})" if extras else ""
     return f"{setup.precision}: batch size {setup.batch_size}{detail}"
-
-
-def trial_spec(
-    source: ModelSource, settings: SearchSettings, setup: Setup, probe: bool = False
-) -> TrialSpec:
-    """The trial a search runs for ``setup``: its settings' warm-up, measuring time (at least
-    the guard's window of steps), seed, time limit and device."""
-    s = settings
-    return TrialSpec(
-        model=source.spec,
-        setup=setup,
-        warmup_steps=s.warmup_steps,
-        measure_seconds=s.measure_seconds,
-        min_steps=max(s.min_steps, s.guard_steps),
-        seed=s.seed,
-        timeout_s=s.timeout_s,
-        device=s.device,
-        probe=probe,
-    )
 
 
 def _float32(

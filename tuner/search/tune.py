@@ -12,13 +12,14 @@ from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint, device_of
+from tuner.search.evaluator import Evaluator, Slot, TrialRunner
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.session import SessionView, TuningSession, storage_errors
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.strategy import Evaluator, Search, Slot, TrialRunner
+from tuner.search.strategy import Search
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import WorkerPool, run_trial
 
