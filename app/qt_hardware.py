@@ -17,7 +17,7 @@ def _na(value: Any, fmt: str = "{}") -> str:
 
 
 class QtHardwarePanel(QWidget):
-    """Shows a hardware profile (the dict of ``HardwareProfile.to_dict``)."""
+    """Shows a hardware profile (:class:`tuner.api.HardwareProfile`, as detection found it)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -28,55 +28,51 @@ class QtHardwarePanel(QWidget):
         self.verdict.setWordWrap(True)
         self._layout.addWidget(self.verdict)
         self._cards: list[QWidget] = []
-        self.profile: dict[str, Any] | None = None
+        self.profile: api.HardwareProfile | None = None
 
-    def set_profile(self, profile: dict[str, Any]) -> None:
+    def set_profile(self, profile: api.HardwareProfile) -> None:
         self.profile = profile
         for card in self._cards:
             card.deleteLater()
         self._cards = []
-        self.verdict.setText(f"<b>{html.escape(profile['verdict'])}</b>")
-        for gpu in profile["gpus"]:
+        self.verdict.setText(f"<b>{html.escape(profile.verdict)}</b>")
+        for gpu in profile.gpus:
             self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
-        if not profile["gpus"]:
-            reason = html.escape(str(profile["gpu_unavailable_reason"]))
+        if not profile.gpus:
+            reason = html.escape(str(profile.gpu_unavailable_reason))
             self._add_card(
                 f"<b>No NVIDIA GPU</b><br>{reason}<br>mptune tunes on the CPU.", TOOLTIPS["no_gpu"]
             )
-        cpu = profile["cpu"]
-        flags = ", ".join(cpu["flags"]) or "none of the relevant ones"
+        cpu = profile.cpu
+        flags = ", ".join(cpu.flags) or "none of the relevant ones"
         self._add_card(
-            f"<b>CPU</b> {html.escape(_na(cpu['model']))} ({cpu['arch']})<br>"
-            f"{_na(cpu['physical_cores'])} cores / {_na(cpu['logical_cores'])} threads, "
-            f"{_na(cpu['ram_total_mb'], '{:,.0f}')} MB RAM<br>instruction sets: {flags}",
+            f"<b>CPU</b> {html.escape(_na(cpu.model))} ({cpu.arch})<br>"
+            f"{_na(cpu.physical_cores)} cores / {_na(cpu.logical_cores)} threads, "
+            f"{_na(cpu.ram_total_mb, '{:,.0f}')} MB RAM<br>instruction sets: {flags}",
             TOOLTIPS["cpu_flags"],
         )
-        sw = profile["software"]
+        sw = profile.software
         build = (
-            f", built with CUDA {_na(sw['tf_cuda_version'])} / cuDNN {_na(sw['tf_cudnn_version'])}"
-            if sw.get("tf_is_cuda_build")
+            f", built with CUDA {_na(sw.tf_cuda_version)} / cuDNN {_na(sw.tf_cudnn_version)}"
+            if sw.tf_is_cuda_build
             else ""
         )
         self._add_card(
-            f"<b>Software</b> Python {sw['python']}, TensorFlow "
-            f"{_na(sw['tensorflow'])}{build}, Keras {_na(sw['keras'])}" + self._backends_text(sw),
+            f"<b>Software</b> Python {sw.python}, TensorFlow "
+            f"{_na(sw.tensorflow)}{build}, Keras {_na(sw.keras)}" + self._backends_text(sw),
             None,
         )
 
     @staticmethod
-    def _backends_text(sw: dict[str, Any]) -> str:
-        """The Keras backends installed, and how to install the others (a profile stored before
-        backends were read has none: nothing is said)."""
-        backends = sw.get("backends")
-        if not backends:
-            return ""
+    def _backends_text(sw: api.SoftwareInfo) -> str:
+        """The Keras backends installed, and how to install the others."""
         installed = [
             f"{html.escape(api.BACKEND_NAMES.get(name, name))} {html.escape(str(version))}"
-            for name, version in backends.items()
+            for name, version in sw.backends.items()
             if version
         ]
         text = f"<br>Keras backends: {', '.join(installed) or 'none'}"
-        missing = sw.get("missing_backends") or {}
+        missing = sw.missing_backends
         if missing:
             text += "<br>not installed: " + ", ".join(
                 f"{html.escape(api.BACKEND_NAMES.get(name, name))} "
@@ -86,16 +82,17 @@ class QtHardwarePanel(QWidget):
         return text
 
     @staticmethod
-    def _gpu_text(gpu: dict[str, Any], profile: dict[str, Any]) -> str:
-        units = gpu.get("units") or {}
+    def _gpu_text(gpu: api.GpuInfo, profile: api.HardwareProfile) -> str:
+        units = gpu.units
         return (
-            f"<b>GPU {gpu['index']}: {html.escape(_na(gpu['name']))}</b><br>"
-            f"compute capability {_na(gpu['compute_capability'])} "
-            f"({units.get('architecture', 'unknown')}): {units.get('summary', 'n/a')}<br>"
-            f"memory {_na(gpu['memory_used_mb'], '{:,.0f}')} / "
-            f"{_na(gpu['memory_total_mb'], '{:,.0f}')} MB used<br>"
-            f"driver {_na(profile['driver_version'])}, CUDA "
-            f"{_na(profile['cuda_driver_version'])}"
+            f"<b>GPU {gpu.index}: {html.escape(_na(gpu.name))}</b><br>"
+            f"compute capability {_na(gpu.capability_text)} "
+            f"({units.architecture if units else 'unknown'}): "
+            f"{units.summary if units else 'n/a'}<br>"
+            f"memory {_na(gpu.memory_used_mb, '{:,.0f}')} / "
+            f"{_na(gpu.memory_total_mb, '{:,.0f}')} MB used<br>"
+            f"driver {_na(profile.driver_version)}, CUDA "
+            f"{_na(profile.cuda_driver_version)}"
         )
 
     def _add_card(self, text: str, tooltip: str | None) -> None:

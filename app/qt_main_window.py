@@ -236,7 +236,7 @@ class QtMainWindow(QMainWindow):
     # -- hardware ----------------------------------------------------------------------------
     def _on_detected(self, profile: api.HardwareProfile) -> None:
         self.profile = profile
-        self.hardware.set_profile(profile.to_dict())
+        self.hardware.set_profile(profile)
         self.setup.apply_advice([a.policy for a in profile.advice])
         self.setup.set_installed_backends(profile.software.backends)
         # The engine's rule (the device's memory less the headroom), not a copy of it here.
@@ -318,23 +318,23 @@ class QtMainWindow(QMainWindow):
             self.bridge.stop()
 
     def _on_events(self, events: list[api.SearchEvent]) -> None:
-        steps: list[api.WorkerMessage] = []
+        steps: list[api.StepMessage] = []
         for event in events:
             if isinstance(event, api.WorkerReported):
                 message = event.message
                 if event.number != self._followed:
                     self._note_running(event.number, message)
                     continue  # the plots follow one trial
-                if message["type"] == "step":
+                if isinstance(message, api.StepMessage):
                     steps.append(message)
-                elif message["type"] == "memory" and not (self.profile and self.profile.gpus):
-                    t = self._trial_started - self._search_started + message["t"]
-                    self.plots.add_memory([t], [message["rss_mb"]])
-                elif message["type"] == "phase":
-                    self._show_phase(str(message.get("phase")))
+                elif isinstance(message, api.MemoryMessage):
+                    self._on_memory(message)
+                elif isinstance(message, api.PhaseMessage):
+                    self._show_phase(message.phase)
                     self._note_running(event.number, message)
-                elif message["type"] == "hazard":
-                    self._on_hazard(message)
+                elif isinstance(message, api.HazardMessage):
+                    # Found before the steps: marked on the plots (the result lists it too).
+                    self.plots.add_hazard(message.hazard)
                 continue
             if steps:
                 self.plots.add_steps(steps)
@@ -385,15 +385,25 @@ class QtMainWindow(QMainWindow):
         )
         self.status.setText(self._trial_text)
 
+    def _on_memory(self, message: api.MemoryMessage) -> None:
+        """The followed trial's worker memory, on a machine without a GPU (a GPU's memory
+        comes from the sampler instead)."""
+        if (self.profile and self.profile.gpus) or message.t is None or message.rss_mb is None:
+            return
+        t = self._trial_started - self._search_started + message.t
+        self.plots.add_memory([t], [message.rss_mb])
+
     def _note_running(self, number: int, message: api.WorkerMessage) -> None:
         """What a running trial does now, for the strip of trials running at once."""
-        if number not in self._running or message["type"] not in ("phase", "step"):
+        if number not in self._running:
+            return
+        if isinstance(message, api.PhaseMessage):
+            doing = api.PHASES.get(message.phase, message.phase)
+        elif isinstance(message, api.StepMessage):
+            doing = f"{message.phase} step {message.step}"
+        else:
             return
         name, _ = self._running[number]
-        if message["type"] == "phase":
-            doing = api.PHASES.get(str(message.get("phase")), str(message.get("phase")))
-        else:
-            doing = f"{message.get('phase')} step {message.get('step')}"
         self._running[number] = (name, doing)
         card = self.running_strip.findChild(QLabel, f"running-{number}")
         if card is not None:  # a step changes one card's text, not the strip
@@ -421,14 +431,6 @@ class QtMainWindow(QMainWindow):
     def _show_phase(self, phase: str) -> None:
         if self._trial_text:
             self.status.setText(f"{self._trial_text}: {api.PHASES.get(phase, phase)}")
-
-    def _on_hazard(self, message: api.WorkerMessage) -> None:
-        """A hazard the running trial's worker found (before its steps): marked on the plots."""
-        try:
-            hazard = api.Hazard.from_dict(message)
-        except ValueError:
-            return  # malformed: the trial's result still lists its hazards
-        self.plots.add_hazard(hazard)
 
     def add_trial(self, number: int, stage: str, result: api.TrialResult) -> None:
         """Put a finished trial in the table and the plots."""

@@ -17,7 +17,7 @@ from PySide6.QtGui import QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
 
-from tuner.api import POLICIES, Hazard
+from tuner.api import POLICIES, Hazard, StepMessage
 
 POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
 #: Hazard markers: an unsafe policy's in red, a warning's in amber.
@@ -259,22 +259,18 @@ class QtLivePlots(QWidget):
             plot.getPlotItem().removeItem(line)
         markers.clear()
 
-    def add_steps(self, steps: list[dict[str, Any]]) -> None:
-        """Step events of the current trial (measured and warm-up, numbered in order)."""
+    def add_steps(self, steps: list[StepMessage]) -> None:
+        """Step messages of the current trial (measured and warm-up, numbered in order)."""
         base = self._loss.n
         xs = list(range(base + 1, base + len(steps) + 1))
-        self._loss.extend(xs, [_finite(s.get("loss")) for s in steps])
+        self._loss.extend(xs, [_finite(s.loss) for s in steps])
         scales = [
-            (x, float(s["loss_scale"]))
-            for x, s in zip(xs, steps, strict=True)
-            if s.get("loss_scale") is not None
+            (x, s.loss_scale) for x, s in zip(xs, steps, strict=True) if s.loss_scale is not None
         ]
         if scales:
             self._scale.extend([x for x, _ in scales], [v for _, v in scales])
         self._skipped += [
-            (x, float(s["loss_scale"]))
-            for x, s in zip(xs, steps, strict=True)
-            if s.get("skipped") and s.get("loss_scale")
+            (x, s.loss_scale) for x, s in zip(xs, steps, strict=True) if s.skipped and s.loss_scale
         ]
         self._dirty.add("loss")
         if scales:
@@ -295,7 +291,7 @@ class QtLivePlots(QWidget):
             self.add_hazard(hazard)
         # Not strict: a stored trial whose lists differ in length shows their common steps.
         steps = [
-            {"loss": loss, "loss_scale": s, "skipped": bool(skipped and skipped[i])}
+            StepMessage(loss=loss, loss_scale=s, skipped=bool(skipped and skipped[i]))
             for i, (loss, s) in enumerate(zip(losses, scales, strict=False))
         ]
         self.add_steps(steps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -52,3 +53,70 @@ def test_engine_imports_with_qt_and_tensorflow_absent() -> None:
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "imported-ok" in proc.stdout
+
+
+#: What the faces may read by string key: plain tables of their own, the environment, and a
+#: trial result's ``step_time_ms`` mapping (percentile -> milliseconds). Engine records (worker
+#: messages, the hardware profile, requests) are read by attribute; a key read on anything else
+#: fails here, so that a face does not drift back to parsing the engine's dicts.
+KEY_READS_ALLOWED = {"env", "TOOLTIPS", "HAZARD_COLOURS", "step_time_ms", "st", "arguments"}
+
+
+def _receiver(node: ast.expr) -> str:
+    """The name a key is read from: ``x`` in ``x["k"]``, ``b`` in ``a.b.get("k")``."""
+    while isinstance(node, (ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return type(node).__name__
+
+
+def _key_reads(path: Path) -> list[tuple[int, str, str]]:
+    """Every ``x["key"]`` and ``x.get("key")`` in ``path``: (line, receiver, key)."""
+    reads = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key, receiver = node.slice.value, node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key, receiver = node.args[0].value, node.func.value
+        else:
+            continue
+        if isinstance(key, str):
+            reads.append((node.lineno, _receiver(receiver), key))
+    return reads
+
+
+def test_the_faces_read_engine_records_by_attribute() -> None:
+    faces = [*sorted((ROOT / "app").glob("*.py")), ROOT / "tuner" / "console.py"]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {receiver}[{key!r}]"
+        for path in faces
+        for line, receiver, key in _key_reads(path)
+        if receiver not in KEY_READS_ALLOWED
+    ]
+    assert not found, "read by key (use the typed record's attributes):\n" + "\n".join(found)
+
+
+def test_the_key_read_scan_finds_what_it_is_for(tmp_path: Path) -> None:
+    """The scan itself: the old ways of reading a worker message are all found."""
+    code = tmp_path / "face.py"
+    code.write_text(
+        'kind = message["type"]\n'
+        'phase = event.message.get("phase", "")\n'
+        'step = events[0]["step"]\n'
+        'TOOLTIPS["fine"]\n'
+    )
+    assert [(r, k) for _, r, k in _key_reads(code)] == [
+        ("message", "type"),
+        ("message", "phase"),
+        ("events", "step"),
+        ("TOOLTIPS", "fine"),
+    ]

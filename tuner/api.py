@@ -53,8 +53,23 @@ from tuner.search.space import (
 )
 from tuner.setup import BACKEND_NAMES, LossScale, Policy, Setup
 from tuner.trials.events import PHASES
-from tuner.trials.events import Event as WorkerMessage
 from tuner.trials.hazards import Hazard
+from tuner.trials.messages import (
+    ErrorMessage,
+    HazardMessage,
+    ImportedMessage,
+    MemoryMessage,
+    NumericsMessage,
+    OtherMessage,
+    PhaseMessage,
+    ReadyMessage,
+    ResultMessage,
+    StartedMessage,
+    StepMessage,
+    WarningMessage,
+    WorkerMessage,
+    parse_message,
+)
 from tuner.trials.models import BUILTINS, ModelSource
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled
@@ -65,6 +80,7 @@ if TYPE_CHECKING:
     from tuner.hardware import HardwareProfile
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
     from tuner.hardware.profile import INSTALL_HINTS as BACKEND_INSTALL_HINTS
+    from tuner.hardware.profile import CpuInfo, GpuInfo, SoftwareInfo
     from tuner.search.fleet import WorkDone
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.session import SessionSummary, SessionView, StoredTrial
@@ -86,19 +102,30 @@ __all__ = [
     "XLA_MODES",
     "Alternative",
     "ConfigError",
+    "CpuInfo",
+    "ErrorMessage",
     "FakeNvmlBackend",
+    "GpuInfo",
     "HardwareProfile",
     "Hazard",
+    "HazardMessage",
+    "ImportedMessage",
     "LossScale",
+    "MemoryMessage",
     "ModelSource",
     "MptuneError",
     "NoViableSetup",
+    "NumericsMessage",
     "NvmlBackend",
     "NvmlUnavailable",
+    "OtherMessage",
+    "PhaseMessage",
     "PlanUpdated",
     "Policy",
+    "ReadyMessage",
     "Recommendation",
     "Recommended",
+    "ResultMessage",
     "SearchEvent",
     "SearchSettings",
     "SearchSpace",
@@ -106,7 +133,10 @@ __all__ = [
     "SessionSummary",
     "SessionView",
     "Setup",
+    "SoftwareInfo",
     "StageStarted",
+    "StartedMessage",
+    "StepMessage",
     "StoredTrial",
     "TrialCancelled",
     "TrialFinished",
@@ -116,6 +146,7 @@ __all__ = [
     "TrialStatus",
     "TuneResult",
     "TunedConfig",
+    "WarningMessage",
     "WorkDone",
     "WorkerMessage",
     "WorkerReported",
@@ -136,6 +167,7 @@ __all__ = [
     "open_session",
     "parse_batch_sizes",
     "parse_loss_scales",
+    "parse_message",
     "parse_policies",
     "redact_url",
     "render_config",
@@ -156,6 +188,9 @@ _LAZY = {
     "ConfigError": "tuner.export",
     "TunedConfig": "tuner.export",
     "HardwareProfile": "tuner.hardware",
+    "CpuInfo": "tuner.hardware.profile",
+    "GpuInfo": "tuner.hardware.profile",
+    "SoftwareInfo": "tuner.hardware.profile",
     "FakeNvmlBackend": "tuner.hardware.nvml",
     "NvmlBackend": "tuner.hardware.nvml",
     "NvmlUnavailable": "tuner.hardware.nvml",

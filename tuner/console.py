@@ -45,19 +45,19 @@ class TrialProgress:
         if self._status is not None:
             self._status.stop()
 
-    def on_event(self, event: WorkerMessage) -> None:
-        kind = event["type"]
-        if kind == "phase":
-            self._phase = api.PHASES.get(event.get("phase", ""), str(event.get("phase")))
-        elif kind == "step":
+    def on_event(self, message: WorkerMessage) -> None:
+        if isinstance(message, api.PhaseMessage):
+            self._phase = api.PHASES.get(message.phase, message.phase)
+        elif isinstance(message, api.StepMessage):
             now = time.monotonic()
             if now - self._last_update < 0.1:  # a fast model sends hundreds of steps a second
                 return
             self._last_update = now
-            loss = event.get("loss")
+            # A diverged loss reads "nan" or "inf", as the worker measured it.
+            loss = "n/a" if message.loss is None else format(message.loss, ".4g")
             self._phase = (
-                f"{api.PHASES.get(event.get('phase', ''), '')}: step {event.get('step')}"
-                f", {event.get('time_ms', 0):.1f} ms, loss {_fmt(loss, '.4g')}"
+                f"{api.PHASES.get(message.phase, '')}: step {message.step}"
+                f", {message.time_ms or 0:.1f} ms, loss {loss}"
             )
         else:
             return
@@ -243,16 +243,13 @@ class TuneProgress:
         elif isinstance(event, api.WorkerReported):
             message = event.message
             if (
-                message["type"] == "step"
+                isinstance(message, api.StepMessage)
                 and event.number in self.running
                 and time.monotonic() - self._last_step > 0.2
             ):
                 self._last_step = time.monotonic()
                 label, _ = self.running[event.number]
-                self.running[event.number] = (
-                    label,
-                    f"{message.get('phase')} step {message.get('step')}",
-                )
+                self.running[event.number] = (label, f"{message.phase} step {message.step}")
                 self._describe()
         elif isinstance(event, api.TrialFinished):
             result = event.result

@@ -194,7 +194,7 @@ def test_hazard_events_mark_the_running_trial_and_probe_reads_in_words(make_wind
         window.bridge.feed(
             [
                 api.TrialStarted(3, "policies", spec),
-                api.WorkerReported(3, {"type": "phase", "phase": "probe", "t": 4.0}),
+                api.WorkerReported(3, api.PhaseMessage(phase="probe", t=4.0)),
             ]
         )
     assert window.status.text() == (
@@ -203,10 +203,10 @@ def test_hazard_events_mark_the_running_trial_and_probe_reads_in_words(make_wind
     with qtbot.waitSignal(window.bridge.eventsReady):
         window.bridge.feed(
             [
-                api.WorkerReported(3, {"type": "hazard", **UNDERFLOW.to_dict()}),
-                api.WorkerReported(3, {"type": "hazard", **INTEGER_CAST.to_dict()}),
-                api.WorkerReported(3, {"type": "phase", "phase": "warmup", "t": 5.0}),
-                api.WorkerReported(3, {"type": "step", "phase": "warmup", "loss": 1.0}),
+                api.WorkerReported(3, api.HazardMessage(hazard=UNDERFLOW)),
+                api.WorkerReported(3, api.HazardMessage(hazard=INTEGER_CAST)),
+                api.WorkerReported(3, api.PhaseMessage(phase="warmup", t=5.0)),
+                api.WorkerReported(3, api.StepMessage(phase="warmup", loss=1.0)),
             ]
         )
     assert window.status.text().endswith(": warming up")

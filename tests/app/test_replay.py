@@ -33,6 +33,19 @@ def test_replayed_search_fills_table_plots_and_recommendation(
     assert window.session_name == "recorded"
 
 
+def test_recorded_worker_messages_load_typed_and_round_trip(recorded_events) -> None:
+    """The recorded file (written before the messages were typed) loads as typed records,
+    none left over as an unread dict, and writing the events out again reads back the same."""
+    messages = [e.message for e in recorded_events if isinstance(e, api.WorkerReported)]
+    kinds = {type(m) for m in messages}
+    assert api.OtherMessage not in kinds
+    assert {api.StepMessage, api.PhaseMessage, api.StartedMessage, api.ResultMessage} <= kinds
+    first_step = next(m for m in messages if isinstance(m, api.StepMessage))
+    assert first_step.phase == "warmup" and first_step.step == 1 and first_step.loss > 0
+    again = [api.event_from_dict(e.to_dict()) for e in recorded_events]
+    assert [e.to_dict() for e in again] == [e.to_dict() for e in recorded_events]
+
+
 def test_sorting_and_selecting_a_trial_shows_its_curves(
     make_window, qtbot, recorded_events
 ) -> None:
@@ -60,9 +73,9 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
     plots.start_trial()
     plots.add_steps(
         [
-            {"loss": 1.0, "loss_scale": 32768.0, "skipped": True},
-            {"loss": 0.9, "loss_scale": 16384.0, "skipped": False},
-            {"loss": math.inf, "loss_scale": 16384.0, "skipped": True},
+            api.StepMessage(loss=1.0, loss_scale=32768.0, skipped=True),
+            api.StepMessage(loss=0.9, loss_scale=16384.0, skipped=False),
+            api.StepMessage(loss=math.inf, loss_scale=16384.0, skipped=True),
         ]
     )
     plots.redraw(everything=True)

@@ -125,7 +125,9 @@ def start_a_long_trial(window, qtbot) -> list[psutil.Process]:
     measuring = []
     window.bridge.eventsReady.connect(
         lambda events: measuring.extend(
-            e for e in events if isinstance(e, api.WorkerReported) and e.message["type"] == "step"
+            e
+            for e in events
+            if isinstance(e, api.WorkerReported) and isinstance(e.message, api.StepMessage)
         )
     )
     qtbot.waitUntil(window.start_button.isEnabled, timeout=10_000)
@@ -282,7 +284,7 @@ def test_trials_running_at_once_are_shown_side_by_side(make_window, qtbot) -> No
             [
                 api.TrialStarted(3, "policies", spec),
                 api.TrialStarted(4, "policies", other),
-                api.WorkerReported(4, {"type": "step", "phase": "measure", "step": 12}),
+                api.WorkerReported(4, api.StepMessage(phase="measure", step=12)),
             ]
         )
     assert not window.running_strip.isHidden()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tuner.setup import Setup
+from tuner.trials.messages import StepMessage, WorkerMessage
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
@@ -32,7 +33,7 @@ def trial(setup: Setup, model: str = TINY_MLP, **kwargs: object) -> TrialResult:
 
 
 def test_steps_per_execution_runs_whole_executions_and_reports_both_figures() -> None:
-    events: list[dict] = []
+    events: list[WorkerMessage] = []
     spec = TrialSpec(
         model=TINY_MLP,
         setup=Setup("float32", 16, steps_per_execution=4),
@@ -45,9 +46,9 @@ def test_steps_per_execution_runs_whole_executions_and_reports_both_figures() ->
     assert result.status is TrialStatus.OK, result.error
     # 8 steps in executions of 4: two calls; the steps of one call share its time and loss.
     assert result.executions == 2 and result.steps_completed == 8
-    steps = [e for e in events if e["type"] == "step" and e["phase"] == "measure"]
-    assert [e["step"] for e in steps] == list(range(1, 9))
-    assert len({e["time_ms"] for e in steps[:4]}) == 1 and len({e["loss"] for e in steps[4:]}) == 1
+    steps = [e for e in events if isinstance(e, StepMessage) and e.phase == "measure"]
+    assert [e.step for e in steps] == list(range(1, 9))
+    assert len({e.time_ms for e in steps[:4]}) == 1 and len({e.loss for e in steps[4:]}) == 1
     assert result.samples_per_second and result.median_samples_per_second
     # The wall figure counts every gap between calls: it is never above the median's by much.
     assert result.samples_per_second <= result.median_samples_per_second * 1.5

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tuner.trials.messages import (
+    MemoryMessage,
+    ResultMessage,
+    StartedMessage,
+    StepMessage,
+    WorkerMessage,
+)
 from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
@@ -38,7 +45,7 @@ def write_model(tmp_path: Path, body: str, name: str = "user_model.py") -> str:
 
 
 def test_ok_trial_reports_every_figure() -> None:
-    events: list[dict] = []
+    events: list[WorkerMessage] = []
     spec = TrialSpec.create(
         "builtin:cnn:image_size=16,filters=8,dense=16",
         "float32",
@@ -59,10 +66,10 @@ def test_ok_trial_reports_every_figure() -> None:
     assert t.total_s >= t.startup_s + t.build_s + t.warmup_s + t.measure_s - 1e-6
     assert 0 < t.measured_share < 1
     assert result.device == "cpu" and result.versions["tensorflow"]
-    kinds = [e["type"] for e in events]
-    assert kinds.index("started") < kinds.index("result")
-    steps = [e for e in events if e["type"] == "step"]
-    assert [s["phase"] for s in steps] == ["warmup"] * 2 + ["measure"] * 5
+    kinds = [type(e) for e in events]
+    assert kinds.index(StartedMessage) < kinds.index(ResultMessage)
+    steps = [e for e in events if isinstance(e, StepMessage)]
+    assert [s.phase for s in steps] == ["warmup"] * 2 + ["measure"] * 5
 
 
 @pytest.mark.parametrize("model", ["builtin:mlp", "builtin:transformer:seq_len=16,vocab=64"])
@@ -143,7 +150,7 @@ def test_worker_killed_mid_trial_is_crashed(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPTUNE_TEST_FAULT", "hang@4")  # warm-up 1 + 2 measured, then stuck
-    events: list[dict] = []
+    events: list[WorkerMessage] = []
     spec = TrialSpec.create(
         TINY_MLP, "float32", 16, steps=10, warmup_steps=1, device="cpu", timeout_s=25
     )
@@ -151,7 +158,7 @@ def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -
     assert result.status is TrialStatus.TIMEOUT
     assert result.steps_completed == 2 and len(result.losses) == 2
     assert result.timings.total_s >= 25
-    assert any(e["type"] == "memory" for e in events)
+    assert any(isinstance(e, MemoryMessage) and e.rss_mb for e in events)
 
 
 def test_user_prints_do_not_break_the_channel(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from tuner.setup import Setup
 from tuner.trials import runner
+from tuner.trials.messages import StartedMessage, WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
 from tuner.trials.runner import WorkerPool, run_trial, warm_key
@@ -213,8 +214,8 @@ def test_a_failed_trial_ends_the_warm_worker_and_the_next_starts_fresh(tmp_path:
         assert (pool.started, pool.reused) == (2, 1)
 
 
-def pid_of(result_events: list[dict[str, object]]) -> int:
-    return int(next(e["pid"] for e in result_events if e["type"] == "started"))  # type: ignore[call-overload]
+def pid_of(result_events: list[WorkerMessage]) -> int:
+    return int(next(e.pid or 0 for e in result_events if isinstance(e, StartedMessage)))
 
 
 @pytest.mark.slow
@@ -224,7 +225,7 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
         pool.start_ahead([spec(16), mixed])
         ahead = pool.idle_pids
         assert len(ahead) == 2 and all(psutil.Process(p).is_running() for p in ahead)
-        events: list[dict[str, object]] = []
+        events: list[WorkerMessage] = []
         first = pool.run(spec(16), events.append)
         assert pid_of(events) in ahead
         events.clear()
@@ -251,7 +252,7 @@ def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all
         dead, spare = pool.idle_pids
         os.kill(dead, signal.SIGKILL)
         assert gone(dead, 30)
-        events: list[dict[str, object]] = []
+        events: list[WorkerMessage] = []
         assert pool.run(spec(16), events.append).ok
         assert pid_of(events) == spare, "the live one started ahead ran the trial"
         cancel = threading.Event()

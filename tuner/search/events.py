@@ -7,7 +7,7 @@ round trip so a search can be recorded as JSON lines and replayed (tests/app/dat
 
 In order: :class:`SessionOpened`, then :class:`PlanUpdated` and :class:`StageStarted` as the
 search moves on, per trial :class:`TrialStarted`, many :class:`WorkerReported` (the worker's own
-messages, see :mod:`tuner.trials.events`) and :class:`TrialFinished`, and at the end
+messages, see :mod:`tuner.trials.messages`) and :class:`TrialFinished`, and at the end
 :class:`Recommended`.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
-from tuner.trials.events import Event as WorkerMessage
+from tuner.trials.messages import WorkerMessage, parse_message
 from tuner.trials.result import TrialResult
 from tuner.trials.spec import TrialSpec
 
@@ -83,15 +83,16 @@ class TrialStarted:
 
 @dataclass(frozen=True)
 class WorkerReported:
-    """A message from trial ``number``'s worker (``step``, ``phase``, ...) or the parent's
-    ``memory`` sample of it; ``message`` follows the worker protocol."""
+    """A message from trial ``number``'s worker (a :class:`~tuner.trials.messages.StepMessage`,
+    a :class:`~tuner.trials.messages.PhaseMessage`, ...) or the parent's
+    :class:`~tuner.trials.messages.MemoryMessage` sample of it."""
 
     type: ClassVar[str] = "worker"
     number: int
     message: WorkerMessage
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "number": self.number, "event": dict(self.message)}
+        return {"type": self.type, "number": self.number, "event": self.message.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
         if kind == TrialStarted.type:
             return TrialStarted(data["number"], data["stage"], TrialSpec.from_dict(data["spec"]))
         if kind == WorkerReported.type:
-            return WorkerReported(data["number"], dict(data["event"]))
+            # The message never raises: one this version cannot read is kept as it came.
+            return WorkerReported(data["number"], parse_message(data["event"]))
         if kind == TrialFinished.type:
             return TrialFinished(
                 data["number"], data["stage"], TrialResult.from_dict(data["result"])

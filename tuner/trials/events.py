@@ -23,6 +23,10 @@ parent sent on the worker's stdin; the reader drops a line without it as foreign
 wrote to the inherited descriptor) and counts it, so a model cannot forge a result.
 
 The parent adds ``memory`` events (``rss_mb`` of the worker, sampled) for live plots.
+
+This module is the wire: the reader returns each line as a dict (:data:`Event`). The parent
+reads them as typed records (:mod:`tuner.trials.messages`, one class per type above) and hands
+only those to its listeners.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ PHASES = {
 
 logger = logging.getLogger(__name__)
 
+#: One line of the channel, as JSON gave it (:func:`~tuner.trials.messages.parse_message` types it).
 Event = dict[str, Any]
 
 #: The field that carries the trial's token on every line the worker writes.
@@ -52,16 +57,17 @@ def encode_event(event: Event) -> bytes:
     """One event as a JSON line; NaN and infinity become strings JSON can carry."""
     if "type" not in event:
         raise ValueError("an event needs a 'type'")
-    return (json.dumps(_encode_floats(event), separators=(",", ":")) + "\n").encode()
+    return (json.dumps(encode_floats(event), separators=(",", ":")) + "\n").encode()
 
 
-def _encode_floats(value: Any) -> Any:
+def encode_floats(value: Any) -> Any:
+    """``value`` with every non-finite float inside it spelled as a string JSON can carry."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, dict):
-        return {k: _encode_floats(v) for k, v in value.items()}
+        return {k: encode_floats(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_encode_floats(v) for v in value]
+        return [encode_floats(v) for v in value]
     return value
 
 

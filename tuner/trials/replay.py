@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.trials.messages import WorkerMessage
 from tuner.trials.result import TrialResult
 from tuner.trials.spec import TrialSpec
 
@@ -96,7 +97,7 @@ class Recorder:
     def __call__(
         self,
         spec: TrialSpec,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[WorkerMessage], None] | None = None,
         *,
         cancel: threading.Event | None = None,
         source: Any = None,
@@ -126,7 +127,7 @@ class Replay:
     def __call__(
         self,
         spec: TrialSpec,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[WorkerMessage], None] | None = None,
         *,
         cancel: threading.Event | None = None,
         source: Any = None,

@@ -27,8 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tuner.trials.events import Event, EventReader, as_float
+from tuner.trials.events import EventReader
 from tuner.trials.hazards import Hazard, merge
+from tuner.trials.messages import (
+    ErrorMessage,
+    HazardMessage,
+    MemoryMessage,
+    NumericsMessage,
+    PhaseMessage,
+    ReadyMessage,
+    ResultMessage,
+    StartedMessage,
+    StepMessage,
+    WarningMessage,
+    WorkerMessage,
+    parse_message,
+)
 from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
 from tuner.trials.result import Timings, TrialResult, TrialStatus
@@ -36,7 +50,8 @@ from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
 
-EventCallback = Callable[[Event], None]
+#: A listener of a trial's worker: it gets each message as a typed record, on the runner's thread.
+EventCallback = Callable[[WorkerMessage], None]
 
 #: How often the parent samples the worker's resident memory (live plots, the CPU limit).
 MEMORY_SAMPLE_INTERVAL_S = 0.25
@@ -75,8 +90,9 @@ def run_trial(
 
     Args:
         spec: the trial.
-        on_event: called (on this thread) with each worker event as it arrives, plus
-            ``memory`` samples of the worker's resident memory.
+        on_event: called (on this thread) with each worker message as it arrives, a record
+            of :mod:`tuner.trials.messages`, plus :class:`MemoryMessage` samples of the
+            worker's resident memory.
         cancel: set it from another thread to stop the trial; the worker is killed at once.
         source: the already-parsed model source, to skip parsing it again.
 
@@ -345,14 +361,14 @@ class _WorkerRun:
         #: Every line the worker writes carries it; a line without it was not written by mptune.
         self.token = secrets.token_hex(16)
         self.reader = EventReader(self.token)
-        self.started: Event | None = None
+        self.started: StartedMessage | None = None
         self.started_at: float | None = None
-        self.result: Event | None = None
-        self.error: Event | None = None
+        self.result: ResultMessage | None = None
+        self.error: ErrorMessage | None = None
         self.warnings: list[str] = []
         self.hazards: list[Hazard] = []
         self.numerics: dict[str, Any] = {}
-        self.steps: list[Event] = []
+        self.steps: list[StepMessage] = []
         self.timed_out = False
         self.over_memory_limit = False
         self.peak_rss_mb: float | None = None
@@ -381,7 +397,7 @@ class _WorkerRun:
             worker.send(payload)
             self._pump(worker.proc, worker.read_fd, t0)
             keep = self.ready
-            worker.on_cpu = str((self.started or {}).get("device", "")).startswith("cpu")
+            worker.on_cpu = self._on_cpu()
         finally:
             if not keep:
                 returncode, log_tail = worker.close()
@@ -394,9 +410,10 @@ class _WorkerRun:
         return self._assemble(status, error, total_s), (worker if keep else None)
 
     def _facts(self, returncode: int | None, log_tail: str) -> WorkerFacts:
+        # The classifier reads the messages' wire form (its tests write facts as dicts).
         return WorkerFacts(
-            result=self.result,
-            error=self.error,
+            result=self.result.to_dict() if self.result is not None else None,
+            error=self.error.to_dict() if self.error is not None else None,
             user_model=self.source.is_user_code,
             timed_out=self.timed_out,
             timeout_s=self.spec.timeout_s,
@@ -405,9 +422,7 @@ class _WorkerRun:
             returncode=returncode,
             log_tail=log_tail,
             batch_size=self.spec.batch_size,
-            measured_step_ms=tuple(
-                float(s.get("time_ms") or 0.0) for s in self.steps if s.get("phase") == "measure"
-            ),
+            measured_step_ms=tuple(float(s.time_ms or 0.0) for s in self._measured()),
             foreign_lines=self.reader.foreign_lines,
             hazards=tuple(self.hazards),
         )
@@ -437,43 +452,49 @@ class _WorkerRun:
                     data = os.read(read_fd, 1 << 16)
                     if data:
                         for event in self.reader.feed(data):
-                            self._handle(event, t0)
+                            self._handle(parse_message(event), t0)
                         if self.ready:
                             return  # the worker waits for its next trial
                         continue
                 elif not exited:
                     continue
                 for event in self.reader.close():  # closed, or exited and drained
-                    self._handle(event, t0)
+                    self._handle(parse_message(event), t0)
                 return
 
-    def _handle(self, event: Event, t0: float) -> None:
-        kind = event["type"]
-        if kind == "started":
-            self.started, self.started_at = event, time.monotonic() - t0
-        elif kind == "phase" and event.get("phase") == "measure":
-            pid = int((self.started or {}).get("pid") or 0)
+    def _handle(self, message: WorkerMessage, t0: float) -> None:
+        if isinstance(message, StartedMessage):
+            self.started, self.started_at = message, time.monotonic() - t0
+        elif isinstance(message, PhaseMessage) and message.phase == "measure":
+            pid = self.started.pid if self.started is not None else None
             self.load_window = _LoadWindow.open(pid) if pid else None
-        elif kind == "step":
-            self.steps.append(event)
-        elif kind == "warning":
-            self.warnings.append(str(event.get("message", "")))
-        elif kind == "hazard":
-            with contextlib.suppress(ValueError):
-                self.hazards.append(Hazard.from_dict(event))
-        elif kind == "numerics":
-            self.numerics = {k: v for k, v in event.items() if k not in ("type", "token")}
-        elif kind == "result":
-            self.result = event
+        elif isinstance(message, StepMessage):
+            self.steps.append(message)
+        elif isinstance(message, WarningMessage):
+            self.warnings.append(message.message)
+        elif isinstance(message, HazardMessage):
+            self.hazards.append(message.hazard)
+        elif isinstance(message, NumericsMessage):
+            # As the worker sent it, its time included (TrialResult.numerics is stored).
+            self.numerics = {k: v for k, v in message.to_dict().items() if k != "type"}
+        elif isinstance(message, ResultMessage):
+            self.result = message
             if self.load_window is not None:
                 self.background_load = self.load_window.close()
-        elif kind == "error":
-            self.error = event
-        elif kind == "ready":
+        elif isinstance(message, ErrorMessage):
+            self.error = message
+        elif isinstance(message, ReadyMessage):
             self.ready = self.result is not None
             return  # the worker's business, not the trial's
         if self.on_event is not None:
-            self.on_event(event)
+            self.on_event(message)
+
+    def _on_cpu(self) -> bool:
+        """Whether the worker trains on the CPU (as its ``started`` message said)."""
+        return self.started is not None and str(self.started.device or "").startswith("cpu")
+
+    def _measured(self) -> list[StepMessage]:
+        return [s for s in self.steps if s.phase == "measure"]
 
     def _sample_memory(self, proc: subprocess.Popen[bytes], t: float) -> bool:
         """Record the worker's RSS; True when it passed the CPU memory limit."""
@@ -482,49 +503,46 @@ class _WorkerRun:
             return False
         self.peak_rss_mb = max(self.peak_rss_mb or 0.0, rss_mb)
         if self.on_event is not None:
-            self.on_event({"type": "memory", "t": t, "rss_mb": rss_mb})
+            self.on_event(MemoryMessage(t=t, rss_mb=rss_mb))
         limit = self.spec.memory_limit_mb
-        on_cpu = self.started is not None and str(self.started.get("device", "")).startswith("cpu")
-        if limit is not None and on_cpu and rss_mb > limit:
+        if limit is not None and self._on_cpu() and rss_mb > limit:
             self.over_memory_limit = True
             return True
         return False
 
     def _assemble(self, status: Any, error: Any, total_s: float) -> TrialResult:
-        res = self.result or {}
-        measured = [s for s in self.steps if s.get("phase") == "measure"]
-        worker_t = (self.started or {}).get("timings", {})
+        res = self.result
+        measured = self._measured()
         timings = Timings(
             startup_s=self.started_at,
-            build_s=res.get("build_s", worker_t.get("build_s")),
-            probe_s=res.get("probe_s", self.numerics.get("probe_s")),
-            warmup_s=res.get("warmup_s"),
-            measure_s=res.get("measure_s"),
+            build_s=res.build_s if res else None,
+            probe_s=res.probe_s if res else self.numerics.get("probe_s"),
+            warmup_s=res.warmup_s if res else None,
+            measure_s=res.measure_s if res else None,
             total_s=total_s,
         )
-        if self.result is not None:
-            losses = tuple(as_float(v) for v in res.get("losses", []))
-            scales = tuple(as_float(v) for v in res.get("loss_scales", []))
+        if res is not None:
+            losses, scales = res.losses, res.loss_scales
         else:  # timed out or died: keep what the steps already told us
-            losses = tuple(as_float(s.get("loss")) for s in measured)
-            scales = tuple(as_float(s.get("loss_scale")) for s in measured)
+            losses = tuple(s.loss for s in measured)
+            scales = tuple(s.loss_scale for s in measured)
         return TrialResult(
             spec=self.spec,
             status=status,
-            samples_per_second=res.get("samples_per_second"),
-            median_samples_per_second=res.get("median_samples_per_second"),
-            executions=res.get("executions"),
-            step_time_ms=dict(res.get("step_time_ms") or {}),
-            peak_memory_mb=res.get("peak_memory_mb", self.peak_rss_mb),
-            memory_kind=res.get("memory_kind", "cpu_rss" if self.peak_rss_mb else None),
-            memory_method=res.get("memory_method"),
+            samples_per_second=res.samples_per_second if res else None,
+            median_samples_per_second=res.median_samples_per_second if res else None,
+            executions=res.executions if res else None,
+            step_time_ms=dict(res.step_time_ms) if res else {},
+            peak_memory_mb=res.peak_memory_mb if res else self.peak_rss_mb,
+            memory_kind=(res.memory_kind if res else ("cpu_rss" if self.peak_rss_mb else None)),
+            memory_method=res.memory_method if res else None,
             losses=tuple(v if v is not None else float("nan") for v in losses),
             loss_scales=scales,
-            skipped_steps=int(
-                res.get("skipped_steps", sum(bool(s.get("skipped")) for s in measured))
+            skipped_steps=_first(
+                res.skipped_steps if res else None, sum(s.skipped for s in measured)
             ),
-            nonfinite_steps=int(
-                res.get("nonfinite_steps", sum(bool(s.get("nonfinite")) for s in measured))
+            nonfinite_steps=_first(
+                res.nonfinite_steps if res else None, sum(s.nonfinite for s in measured)
             ),
             steps_completed=len(losses),
             timings=timings,
@@ -538,12 +556,17 @@ class _WorkerRun:
                 if self.reader.foreign_lines
                 else ()
             ),
-            device=(self.started or {}).get("device"),
-            versions=dict((self.started or {}).get("versions") or {}),
+            device=self.started.device if self.started else None,
+            versions=dict(self.started.versions) if self.started else {},
             background_load=self.background_load,
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
         )
+
+
+def _first(value: int | None, otherwise: int) -> int:
+    """``value``, or ``otherwise`` where the worker did not send it."""
+    return int(value) if value is not None else int(otherwise)
 
 
 class _Worker:

@@ -1,0 +1,461 @@
+"""What a trial's worker tells its parent, as frozen records: one class per message ``type``.
+
+On the wire (:mod:`tuner.trials.events`) a message is a JSON object with a ``type`` field,
+written by :meth:`tuner.worker.channel.Channel.emit`. The parent turns each one into a record
+here with :func:`parse_message` and hands the records to its listeners (``on_event`` of
+:func:`tuner.trials.runner.run_trial`; a search wraps them in
+:class:`tuner.search.events.WorkerReported`), so the CLI and the window read attributes, never
+keys.
+
+:func:`parse_message` never raises: a field that is missing takes its default, and a ``type``
+it does not know (a newer worker) or a message it cannot read (a hazard without its kind)
+becomes an :class:`OtherMessage` that keeps the raw dict. Each record's :meth:`to_dict` writes
+the wire form back (non-finite floats spelled ``"nan"``/``"inf"`` as the channel spells them),
+so a recorded search replays with the same messages.
+
+The types, in the order a worker sends them: :class:`ImportedMessage` (a worker started ahead),
+:class:`StartedMessage`, :class:`PhaseMessage`, :class:`HazardMessage`,
+:class:`NumericsMessage`, :class:`WarningMessage`, :class:`StepMessage`,
+:class:`ResultMessage` or :class:`ErrorMessage`, and :class:`ReadyMessage` (a warm worker
+waits for its next trial). The parent adds :class:`MemoryMessage` samples of the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Union
+
+from tuner.trials.events import as_float, encode_floats
+from tuner.trials.hazards import Hazard
+
+
+def _float(value: Any) -> float | None:
+    """A number the wire carries (``"nan"`` and ``"inf"`` included), or None."""
+    return None if value is None else as_float(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _floats(values: Any) -> tuple[float | None, ...]:
+    return tuple(_float(v) for v in values or ())
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Message:
+    """What every message has: ``t``, seconds since the worker's trial began (the parent's
+    clock for :class:`MemoryMessage`); None when the line did not say."""
+
+    type: ClassVar[str]
+    t: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form: ``type``, ``t`` and the message's own fields."""
+        data: dict[str, Any] = encode_floats({"type": self.type, "t": self.t, **self._fields()})
+        return data
+
+    def _fields(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportedMessage(_Message):
+    """A worker started ahead has imported its frameworks and waits for a trial."""
+
+    type: ClassVar[str] = "imported"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ImportedMessage:
+        return cls(t=_float(data.get("t")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedMessage(_Message):
+    """The worker has the trial: its process id, the device it trains on (``cpu``,
+    ``gpu:0``), the versions it runs, and whether it is a warm worker's later trial."""
+
+    type: ClassVar[str] = "started"
+    pid: int | None = None
+    device: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    warm: bool = False
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "device": self.device,
+            "versions": dict(self.versions),
+            "warm": self.warm,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StartedMessage:
+        return cls(
+            t=_float(data.get("t")),
+            pid=_int(data.get("pid")),
+            device=_str(data.get("device")),
+            versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
+            warm=bool(data.get("warm", False)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseMessage(_Message):
+    """The worker moved on to ``phase``: ``build``, ``probe``, ``warmup`` or ``measure``
+    (:data:`tuner.trials.events.PHASES` says each in words)."""
+
+    type: ClassVar[str] = "phase"
+    phase: str = ""
+
+    def _fields(self) -> dict[str, Any]:
+        return {"phase": self.phase}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhaseMessage:
+        return cls(t=_float(data.get("t")), phase=str(data.get("phase") or ""))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HazardMessage(_Message):
+    """A precision hazard the numerics probe or the model checks found, before the first
+    step (the trial's result lists it too)."""
+
+    type: ClassVar[str] = "hazard"
+    hazard: Hazard
+
+    def _fields(self) -> dict[str, Any]:
+        return self.hazard.to_dict()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HazardMessage:
+        """Raises:
+        ValueError: the hazard lacks a field or has an unknown kind or severity."""
+        return cls(t=_float(data.get("t")), hazard=Hazard.from_dict(data))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericsMessage(_Message):
+    """The numerics probe's measurements (``TrialResult.numerics``), as the probe wrote them:
+    a free-form mapping of figure names to JSON values."""
+
+    type: ClassVar[str] = "numerics"
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return dict(self.figures)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NumericsMessage:
+        figures = {k: v for k, v in data.items() if k not in ("type", "t")}
+        return cls(t=_float(data.get("t")), figures=figures)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarningMessage(_Message):
+    """Something the user should know about the trial (``code`` names it for programs):
+    widths that keep Tensor Cores idle, a probe that could not compare, a fix applied."""
+
+    type: ClassVar[str] = "warning"
+    code: str = ""
+    message: str = ""
+
+    def _fields(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WarningMessage:
+        return cls(
+            t=_float(data.get("t")),
+            code=str(data.get("code") or ""),
+            message=str(data.get("message") or ""),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepMessage(_Message):
+    """One training step of ``phase`` (``warmup`` or ``measure``): its number in the phase,
+    its loss and loss scale (None without one), whether the loss scale skipped it, whether
+    its loss was not finite, and its time per step in milliseconds."""
+
+    type: ClassVar[str] = "step"
+    phase: str = ""
+    step: int | None = None
+    loss: float | None = None
+    loss_scale: float | None = None
+    skipped: bool = False
+    nonfinite: bool = False
+    time_ms: float | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "step": self.step,
+            "loss": self.loss,
+            "loss_scale": self.loss_scale,
+            "skipped": self.skipped,
+            "nonfinite": self.nonfinite,
+            "time_ms": self.time_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepMessage:
+        return cls(
+            t=_float(data.get("t")),
+            phase=str(data.get("phase") or ""),
+            step=_int(data.get("step")),
+            loss=_float(data.get("loss")),
+            loss_scale=_float(data.get("loss_scale")),
+            skipped=bool(data.get("skipped", False)),
+            nonfinite=bool(data.get("nonfinite", False)),
+            time_ms=_float(data.get("time_ms")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultMessage(_Message):
+    """The trial's measured figures (:mod:`tuner.trials.runner` makes the
+    :class:`~tuner.trials.result.TrialResult` of them). A figure the worker did not send is
+    None, and the runner falls back on what it saw itself."""
+
+    type: ClassVar[str] = "result"
+    samples_per_second: float | None = None
+    median_samples_per_second: float | None = None
+    step_time_ms: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: float | None = None
+    memory_kind: str | None = None
+    memory_method: str | None = None
+    losses: tuple[float | None, ...] = ()
+    loss_scales: tuple[float | None, ...] = ()
+    skipped_flags: tuple[bool, ...] = ()
+    skipped_steps: int | None = None
+    nonfinite_steps: int | None = None
+    weights_finite: bool | None = None
+    build_s: float | None = None
+    probe_s: float | None = None
+    warmup_s: float | None = None
+    measure_s: float | None = None
+    executions: int | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "samples_per_second": self.samples_per_second,
+            "median_samples_per_second": self.median_samples_per_second,
+            "step_time_ms": dict(self.step_time_ms),
+            "peak_memory_mb": self.peak_memory_mb,
+            "memory_kind": self.memory_kind,
+            "memory_method": self.memory_method,
+            "losses": list(self.losses),
+            "loss_scales": list(self.loss_scales),
+            "skipped_flags": list(self.skipped_flags),
+            "skipped_steps": self.skipped_steps,
+            "nonfinite_steps": self.nonfinite_steps,
+            "weights_finite": self.weights_finite,
+            "build_s": self.build_s,
+            "probe_s": self.probe_s,
+            "warmup_s": self.warmup_s,
+            "measure_s": self.measure_s,
+            "executions": self.executions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResultMessage:
+        weights_finite = data.get("weights_finite")
+        return cls(
+            t=_float(data.get("t")),
+            samples_per_second=_float(data.get("samples_per_second")),
+            median_samples_per_second=_float(data.get("median_samples_per_second")),
+            step_time_ms={
+                str(k): float(v)
+                for k, v in (data.get("step_time_ms") or {}).items()
+                if v is not None
+            },
+            peak_memory_mb=_float(data.get("peak_memory_mb")),
+            memory_kind=_str(data.get("memory_kind")),
+            memory_method=_str(data.get("memory_method")),
+            losses=_floats(data.get("losses")),
+            loss_scales=_floats(data.get("loss_scales")),
+            skipped_flags=tuple(bool(v) for v in data.get("skipped_flags") or ()),
+            skipped_steps=_int(data.get("skipped_steps")),
+            nonfinite_steps=_int(data.get("nonfinite_steps")),
+            weights_finite=None if weights_finite is None else bool(weights_finite),
+            build_s=_float(data.get("build_s")),
+            probe_s=_float(data.get("probe_s")),
+            warmup_s=_float(data.get("warmup_s")),
+            measure_s=_float(data.get("measure_s")),
+            executions=_int(data.get("executions")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorMessage(_Message):
+    """The trial failed in the worker: the facts :func:`tuner.trials.outcome.classify` turns
+    into a status (the worker never decides one).
+
+    Attributes:
+        exception: the exception's class name.
+        message: what went wrong, in one line (or the user's own message in full).
+        location: ``file:line`` in the user's code, when it was there.
+        phase: the worker's phase when it failed (``import``, ``build``, ...).
+        oom: the backend called it out of memory.
+        user_code: the user's code raised it.
+        internal: mptune's own code raised it (a bug).
+        policy_caused: it fails only under the trial's policy; float32 trains the same batch.
+        unsupported: XLA cannot compile the model, which trains without it.
+        traceback: the formatted traceback.
+    """
+
+    type: ClassVar[str] = "error"
+    exception: str | None = None
+    message: str = ""
+    location: str | None = None
+    phase: str = ""
+    oom: bool = False
+    user_code: bool = False
+    internal: bool = False
+    policy_caused: bool = False
+    unsupported: bool = False
+    traceback: str | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "exception": self.exception,
+            "message": self.message,
+            "location": self.location,
+            "phase": self.phase,
+            "oom": self.oom,
+            "user_code": self.user_code,
+            "internal": self.internal,
+            "policy_caused": self.policy_caused,
+            "unsupported": self.unsupported,
+            "traceback": self.traceback,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorMessage:
+        return cls(
+            t=_float(data.get("t")),
+            exception=_str(data.get("exception")),
+            message=str(data.get("message") or ""),
+            location=_str(data.get("location")),
+            phase=str(data.get("phase") or ""),
+            oom=bool(data.get("oom", False)),
+            user_code=bool(data.get("user_code", False)),
+            internal=bool(data.get("internal", False)),
+            policy_caused=bool(data.get("policy_caused", False)),
+            unsupported=bool(data.get("unsupported", False)),
+            traceback=_str(data.get("traceback")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadyMessage(_Message):
+    """A warm worker finished its trial and waits for the next one (the runner's business:
+    listeners never get it)."""
+
+    type: ClassVar[str] = "ready"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReadyMessage:
+        return cls(t=_float(data.get("t")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryMessage(_Message):
+    """The parent's sample of the worker's resident memory, in MiB, for the live plots."""
+
+    type: ClassVar[str] = "memory"
+    rss_mb: float | None = None
+
+    def _fields(self) -> dict[str, Any]:
+        return {"rss_mb": self.rss_mb}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryMessage:
+        return cls(t=_float(data.get("t")), rss_mb=_float(data.get("rss_mb")))
+
+
+@dataclass(frozen=True)
+class OtherMessage:
+    """A message of a type this version does not know, or one it could not read: the raw
+    dict, kept whole so that a recording replays it unchanged.
+
+    Attributes:
+        kind: the message's ``type`` as written (``""`` when it had none).
+        data: the message as it came.
+        problem: why a known type could not be read (None for an unknown type).
+    """
+
+    type: ClassVar[str] = "other"
+    kind: str
+    data: dict[str, Any]
+    problem: str | None = None
+
+    @property
+    def t(self) -> float | None:
+        try:
+            return _float(self.data.get("t"))
+        except (TypeError, ValueError):
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+WorkerMessage = Union[  # noqa: UP007 - a runtime alias: `from __future__` does not cover it
+    ImportedMessage,
+    StartedMessage,
+    PhaseMessage,
+    HazardMessage,
+    NumericsMessage,
+    WarningMessage,
+    StepMessage,
+    ResultMessage,
+    ErrorMessage,
+    ReadyMessage,
+    MemoryMessage,
+    OtherMessage,
+]
+
+#: Reads each known ``type``'s dict (may raise; :func:`parse_message` catches it).
+_READERS: dict[str, Callable[[dict[str, Any]], WorkerMessage]] = {
+    cls.type: cls.from_dict
+    for cls in (
+        ImportedMessage,
+        StartedMessage,
+        PhaseMessage,
+        HazardMessage,
+        NumericsMessage,
+        WarningMessage,
+        StepMessage,
+        ResultMessage,
+        ErrorMessage,
+        ReadyMessage,
+        MemoryMessage,
+    )
+}
+
+
+def parse_message(data: dict[str, Any]) -> WorkerMessage:
+    """The record of one worker message (a dict as :class:`~tuner.trials.events.EventReader`
+    returns it, or a record's :meth:`to_dict`); never raises.
+
+    A missing field takes its default; an unknown ``type``, or a known one whose fields cannot
+    be read (a number that is not one, a hazard of an unknown kind), gives an
+    :class:`OtherMessage` with the dict as it came.
+    """
+    if not isinstance(data, dict):
+        return OtherMessage("", {"value": data}, "not a JSON object")
+    kind = data.get("type")
+    reader = _READERS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        return OtherMessage(str(kind or ""), dict(data))
+    try:
+        return reader(data)
+    except (TypeError, ValueError, AttributeError) as exc:
+        return OtherMessage(str(kind), dict(data), f"{type(exc).__name__}: {exc}")
