@@ -213,6 +213,11 @@ class LossScale:
         return "none"
 
 
+#: The precision of float32 storage with TensorFloat-32 matmuls (:attr:`Setup.precision`): tried
+#: as a variant of float32 on NVIDIA GPUs of compute capability 8.0 and later, nowhere else.
+TF32 = "float32+tf32"
+
+
 @dataclass(frozen=True, init=False)
 class Setup:
     """One setup mptune can measure, recommend and export.
@@ -312,7 +317,7 @@ class Setup:
     @property
     def precision(self) -> str:
         """What the layers compute in, as reported: the policy's name, or ``float32+tf32``."""
-        return f"{self.policy}+tf32" if self.tf32 else self.policy.name
+        return TF32 if self.tf32 else self.policy.name
 
     @property
     def global_batch(self) -> int:

@@ -15,7 +15,7 @@ from tuner.search.measures import Paired, decide, settled, within
 from tuner.search.recommend import Recommendation, evidence_rows
 from tuner.search.session import TuningSession
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.strategy import SPE_LADDER, SPE_STEP_MS
+from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS
 from tuner.search.tune import tune
 from tuner.setup import Setup
 from tuner.trials.models import parse_model_spec

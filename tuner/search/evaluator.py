@@ -50,7 +50,7 @@ class BudgetExhausted(Exception):
 
 
 class LaneStopped(Exception):
-    """Another lane of :meth:`Search._concurrently` ended in an error: this one starts no more
+    """Another lane of :meth:`SearchContext.concurrently` ended in an error: this one starts no more
     trials (the error is raised once all lanes have stopped)."""
 
 

@@ -289,7 +289,7 @@ def median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
     """Relative gap between two trials' mean loss over the last quarter of their first
     ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
-    must run the same steps per execution (see ``_float32_at``)."""
+    must run the same steps per execution (see :func:`tuner.search.stages.guard.float32_at`)."""
     n = min(len(candidate.losses), len(reference.losses), window)
     if n < 4:
         return None

@@ -19,8 +19,8 @@ from tuner.search.measures import (
     within,
 )
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.strategy import TF32, and_join
-from tuner.setup import BACKEND_NAMES, SETUP_FIELDS, LossScale, Setup
+from tuner.search.wording import and_join
+from tuner.setup import BACKEND_NAMES, SETUP_FIELDS, TF32, LossScale, Setup
 from tuner.trials.hazards import Hazard, merge
 
 #: Other processes' share of the CPU above which the machine counts as busy. On a 2-core

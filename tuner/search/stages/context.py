@@ -1,0 +1,384 @@
+"""What every stage of a search shares: the search's state (its evaluator, space and settings, the
+picks and findings so far) and the helpers that read it (a measurement with its retry, a setup
+at a batch size, whether a run fits, a precision's pick, what a setup stands on). The stages
+(:mod:`tuner.search.stages`) are functions of a :class:`SearchContext`; the conductor
+(:class:`tuner.search.strategy.Search`) runs them in order.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16, TENSORFLOW
+from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
+from tuner.search.events import PlanUpdated, StageStarted
+from tuner.search.measures import (
+    Candidate,
+    KnobTrial,
+    Measured,
+    Paired,
+    choose,
+    first_ok,
+    representative,
+)
+from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
+from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
+from tuner.search.wording import where
+from tuner.setup import TF32, LossScale, Setup
+from tuner.trials.result import TrialStatus
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: A trial that ended like this may have been unlucky (a worker killed from outside, a stalled
+#: machine), so it is run once more before its setup counts as failed. An OOM, a divergence or
+#: an error in the user's code would only repeat: those are not retried.
+RETRIED = frozenset({TrialStatus.CRASHED, TrialStatus.TIMEOUT})
+ENDED = {TrialStatus.CRASHED: "crashed", TrialStatus.TIMEOUT: "timed out"}
+#: Steps per execution is tried only when the pick's median step (``step_time_ms["p50"]``) is
+#: shorter than this. Each ``train_function`` call costs the host about a millisecond (Python
+#: dispatch of the compiled step, callbacks, fetching the logs), whatever the step does; running
+#: several steps per call hides it. At 20 ms a step that millisecond is about 5% of the time,
+#: just above the 3% noise floor; on a longer step the gain would be inside the noise, and the
+#: trials would be spent for nothing.
+SPE_STEP_MS = 20.0
+#: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
+#: hides most of the per-call overhead, 16 nearly all of it.
+SPE_LADDER = (4, 16)
+
+
+def unlucky_once(runs: Sequence[Measured]) -> bool:
+    """One run, which crashed or timed out: it is owed its retry."""
+    return len(runs) == 1 and runs[0].result.status in RETRIED
+
+
+def unsafe_text(m: Measured, baseline: Measured | None) -> str:
+    """Why a policy is not recommended, and what it would gain once the model is fixed."""
+    reason = m.result.error.message if m.result.error else "unsafe for this model"
+    if (
+        m.speed
+        and baseline is not None
+        and baseline.result.ok
+        and baseline.speed
+        and baseline.result.spec.policy == FLOAT32
+    ):
+        reason += (
+            f"; measured with the fix applied it reached {m.speed / baseline.speed:.2f}x "
+            f"float32's throughput at batch size {m.result.spec.batch_size}"
+        )
+    return reason
+
+
+def float32_reference(
+    batch_size: int,
+    accumulation: int = 1,
+    steps_per_execution: int = 1,
+    backend: str = TENSORFLOW,
+) -> Setup:
+    """The IEEE float32 reference setup at ``batch_size`` on ``backend`` (no knobs but the
+    accumulation and the steps per execution, which decide how losses are grouped)."""
+    return Setup(
+        FLOAT32,
+        batch_size,
+        LossScale("none"),
+        gradient_accumulation_steps=accumulation,
+        steps_per_execution=steps_per_execution,
+        backend=backend,
+    )
+
+
+def plain(setup: Setup) -> bool:
+    """At the default knobs a batch-size ladder measures: no XLA, one step per execution
+    (TF32 is a precision of its own, accumulation follows the batch size)."""
+    return not setup.xla and setup.steps_per_execution == 1
+
+
+def multiple_of_8(value: int) -> int:
+    return max(8, round(value / 8) * 8)
+
+
+class SearchContext:
+    """The state of one search and the helpers its stages share.
+
+    Args:
+        evaluator: runs and recalls trials.
+        space: what to try.
+        settings: objective, tolerances.
+        device: what the trials run on: whether ``--xla auto`` tries XLA (a GPU) and whether
+            TF32 exists (an NVIDIA GPU of compute capability 8.0 or later); a CPU when None.
+    """
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        space: SearchSpace,
+        settings: SearchSettings,
+        device: DeviceTraits | None = None,
+    ) -> None:
+        self.evaluator = evaluator
+        self.space = space
+        self.settings = settings
+        self.device = device or DeviceTraits()
+        self.abandoned: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.baseline: Measured | None = None
+        self.planned = 0
+        #: policies the model is unsafe under, with the trial that found it
+        self.unsafe: dict[str, Measured] = {}
+        #: the precisions searched, in order: the space's policies, and float32+tf32 right
+        #: after float32 where the device has TF32 (never elsewhere)
+        self.precisions: list[str] = list(space.policies)
+        if self.device.tf32 and FLOAT32 in self.precisions:
+            self.precisions.insert(self.precisions.index(FLOAT32) + 1, TF32)
+        #: precision -> (the pick its knob stages started from, the setup they adopted)
+        self.adopted: dict[str, tuple[Setup, Measured]] = {}
+        self.knobs: list[KnobTrial] = []
+        self.knobs_skipped: dict[str, str] = {}
+        #: a lane's own notes and knob findings (:meth:`concurrently`)
+        self._lane = threading.local()
+        #: the setups measured in a runoff (:func:`tuner.search.stages.runoff.run`)
+        self.ran_off: set[Setup] = set()
+        #: precision -> the setup its neighbourhood last moved away from, and the move's gain
+        self.moved_from: dict[str, tuple[Measured, float]] = {}
+        #: (stage, precision) -> the setups measured back to back there (turns.back_to_back)
+        self.paired: dict[tuple[str, str], Paired] = {}
+        #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
+        self.failed_above: dict[str, int] = {}
+
+    def plan(self, remaining: int) -> None:
+        """Tell listeners how many trials are done and about how many are left."""
+        done = self.evaluator.closed_trials
+        self.planned = done + max(0, remaining)
+        if self.settings.max_trials is not None:
+            self.planned = min(self.planned, self.settings.max_trials)
+        self.evaluator.on_event(PlanUpdated(done, self.planned))
+
+    def announce(self, name: str, message: str) -> None:
+        self.evaluator.on_event(StageStarted(name, message))
+
+    def left(self, alive: list[str], ladders_left: int) -> int:
+        """About how many trials are left with ``ladders_left`` ladders still to climb."""
+        xla = 0 if self.xla_skipped() else len(alive)
+        scales = 3 if MIXED_FLOAT16 in alive else 0
+        return 3 * ladders_left + scales + xla + 2
+
+    def note(self, text: str) -> None:
+        notes = getattr(self._lane, "notes", self.notes)
+        if text not in notes and text not in self.notes:  # a recalled retry is met again
+            notes.append(text)
+
+    def record_knob(self, found: KnobTrial) -> None:
+        getattr(self._lane, "knobs", self.knobs).append(found)
+
+    def concurrently(self, items: Iterable[T], work: Callable[[T], R]) -> list[R]:
+        """``work`` on each item, each in a lane of its own when the evaluator has several
+        slots (``--parallel``), else one after the other; the results in the items' order.
+
+        Only where the items are independent of each other (the policies' ladders, the loss
+        scales, a neighbourhood's setups): a result that decides the next step stays in
+        sequence. The lanes' notes and knob findings join the search's in the items' order,
+        and their events reach ``on_event`` on this thread, so a search in parallel reads the
+        same as one in sequence. A lane that fails stops the others from starting trials; the
+        first failure (in the items' order) is raised once every lane has stopped. A lane
+        does not start lanes of its own."""
+        todo = list(items)
+        if self.evaluator.parallel == 1 or len(todo) < 2 or not self.evaluator.on_search_thread():
+            return [work(x) for x in todo]
+        results: list[R | None] = [None] * len(todo)
+        errors: list[tuple[int, BaseException]] = []
+        notes: list[list[str]] = [[] for _ in todo]
+        knobs: list[list[KnobTrial]] = [[] for _ in todo]
+
+        def lane(i: int, item: T) -> None:
+            self._lane.notes, self._lane.knobs = notes[i], knobs[i]
+            try:
+                results[i] = work(item)
+            except LaneStopped:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - raised on the search's thread
+                errors.append((i, exc))
+                self.evaluator.halted.set()
+            finally:
+                self.evaluator.lane_done()
+
+        threads = [
+            threading.Thread(target=lane, args=(i, x), name=f"mptune-lane-{i}", daemon=True)
+            for i, x in enumerate(todo)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self.evaluator.pump(len(threads))
+        except BaseException:
+            # Ctrl-C or a stop signal on this thread: stop the lanes' trials, then go.
+            if self.evaluator.cancel is not None:
+                self.evaluator.cancel.set()
+            self.evaluator.halted.set()
+            raise
+        finally:
+            for t in threads:
+                t.join()
+        for lane_notes, lane_knobs in zip(notes, knobs, strict=True):
+            for text in lane_notes:
+                self.note(text)
+            self.knobs.extend(lane_knobs)
+        if errors:
+            self.evaluator.halted.clear()
+            raise min(errors, key=lambda e: e[0])[1]
+        return results  # type: ignore[return-value]
+
+    def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
+        """The ``repeat``-th measurement of ``setup``; one that crashed or timed out is run
+        once more (``repeat + 1``), and that second run is returned. Recalled trials come back
+        the same way, so a resumed search takes the same path."""
+        m = self.evaluator.measure(setup, stage, repeat=repeat)
+        if m.result.status not in RETRIED:
+            return m
+        again = self.evaluator.measure(setup, stage, repeat=repeat + 1)
+        if again.result.ok:
+            self.note(f"{where(setup)} {ENDED[m.result.status]}, ran again: ok")
+        return again
+
+    def failure(self, m: Measured) -> str:
+        """How ``m`` failed, counting the run before it when ``m`` was its retry: ``oom``,
+        ``crashed twice``, ``timed out, then crashed``."""
+        runs = self.evaluator.known.get(m.result.spec.setup, [])
+        index = next((i for i, r in enumerate(runs) if r.number == m.number), 0)
+        status = m.result.status
+        before = runs[index - 1].result.status if index > 0 else None
+        if before not in RETRIED or status is TrialStatus.OK:
+            return status.value
+        assert before is not None
+        if status is before:
+            return f"{ENDED[before]} twice"
+        return f"{ENDED[before]}, then {ENDED.get(status, status.value)}"
+
+    def recall_or_measure(
+        self, setup: Setup, stage: str, allow_new_trials: bool
+    ) -> Measured | None:
+        """The stored run that stands for ``setup``, or a new measurement (with its retry) when
+        there is none and new trials are allowed; None when neither."""
+        runs = self.evaluator.known.get(setup, [])
+        if runs and not (allow_new_trials and unlucky_once(runs)):
+            return representative(runs)
+        if not allow_new_trials:
+            return None
+        try:
+            return self.measure(setup, stage)
+        except BudgetExhausted:
+            return representative(runs) if runs else None
+
+    def accumulation(self, batch_size: int) -> int:
+        """The accumulation steps that keep the global batch at ``batch_size`` (1 without
+        one)."""
+        return self.space.global_batch // batch_size if self.space.global_batch else 1
+
+    def at_batch(self, setup: Setup, batch_size: int) -> Setup:
+        """``setup`` at ``batch_size``, with the accumulation that keeps the global batch."""
+        return setup.replace(
+            batch_size=batch_size,
+            gradient_accumulation_steps=self.accumulation(batch_size),
+            backend=self.settings.backend,
+        )
+
+    def accumulating(self, batch_size: int) -> str:
+        acc = self.accumulation(batch_size)
+        return f" x {acc} accumulation steps" if acc > 1 else ""
+
+    def fits(self, m: Measured) -> bool:
+        """Ran ok within the memory budget."""
+        return m.result.ok and not self.evaluator.over_memory_budget(m)
+
+    def too_big(self, m: Measured) -> bool:
+        """Did not fit: out of memory, or over the memory budget."""
+        return m.result.status is TrialStatus.OOM or (
+            m.result.ok and self.evaluator.over_memory_budget(m)
+        )
+
+    def rung_below(self, batch_size: int) -> int | None:
+        """The next rung down: the largest at most half of ``batch_size``."""
+        return max((r for r in self.space.rungs() if r <= batch_size // 2), default=None)
+
+    def usable(self, precision: str) -> list[Measured]:
+        """Every setup of ``precision`` (``Setup.precision``) that ran ok within the memory
+        budget (first ok runs)."""
+        firsts = [
+            first_ok(runs)
+            for setup, runs in self.evaluator.known.items()
+            if setup.precision == precision
+        ]
+        return [m for m in firsts if m is not None and not self.evaluator.over_memory_budget(m)]
+
+    def base_pick(self, precision: str, late: bool = False) -> Measured | None:
+        """The precision's best setup with the default knobs (no XLA, one step per execution)
+        for the objective, over the batch sizes and loss scales measured. ``late``: counting
+        the guard's and the re-measuring stage's trials (float32's final pick); else without
+        them, as the search met them before those stages (a resumed search knows them early)."""
+        at_defaults = [
+            m
+            for m in self.usable(precision)
+            if plain(m.result.spec.setup) and (late or m.stage not in LATE_STAGES)
+        ]
+        return choose(at_defaults, self.settings)
+
+    def pick(self, precision: str) -> Candidate | None:
+        """The precision's best setup: its best default-knob setup, or the setup its knob stages
+        adopted on it. A knob variant that did not win its stage is never the pick."""
+        late = precision == FLOAT32
+        chosen = self.base_pick(precision, late)
+        adopted = self.adopted.get(precision)
+        if adopted is not None:
+            started_from, knobbed = adopted
+            if chosen is None or chosen.result.spec.setup == started_from:
+                chosen = knobbed
+            else:
+                # float32's guard references found a better batch size after its knob stages
+                # ran: the better of the two.
+                chosen = choose([chosen, knobbed], self.settings)
+        if chosen is None:
+            return None
+        setup = chosen.result.spec.setup
+        if setup in self.ran_off:  # it stands on its runoff's runs
+            return Candidate(setup, self.ran_off_runs(setup) or [chosen])
+        return Candidate(setup, [chosen])
+
+    def ran_off_runs(self, setup: Setup) -> list[Measured]:
+        """``setup``'s ok runs in its runoff: what it stands on after one."""
+        return [
+            r
+            for r in self.evaluator.known.get(setup, [])
+            if r.result.ok and r.stage == Stage.RUNOFF
+        ]
+
+    def standing(self, m: Measured) -> tuple[float, tuple[int, ...]]:
+        """What ``m``'s setup stands on: the median of its runs that ended ok when it ran more
+        than once (a confirmed leader, a re-measured one), else ``m``'s own figure."""
+        runs = [
+            r
+            for r in self.evaluator.known.get(m.result.spec.setup, [])
+            if r.result.ok and r.stage not in AFTER_STANDING
+        ]
+        if len(runs) < 2:
+            return m.speed, (m.number,)
+        return statistics.median(r.speed for r in runs), tuple(r.number for r in runs)
+
+    def xla_skipped(self) -> str | None:
+        """Why no precision tries XLA, or None when the XLA stage runs."""
+        if "xla" in self.knobs_skipped:
+            return self.knobs_skipped["xla"]
+        if self.settings.backend == JAX:
+            return "JAX compiles every training step with XLA already"
+        if self.space.xla == "off":
+            return "--xla off"
+        if self.space.xla == "auto" and not self.device.gpu:
+            return "--xla auto tries XLA on a GPU only, and the trials ran on the CPU"
+        return None
+
+    def start_setup(self, precision: str, batch_size: int) -> Setup:
+        """A precision's first setup in the policies stage."""
+        if precision == TF32:
+            return self.at_batch(Setup(FLOAT32, batch_size, tf32=True), batch_size)
+        return self.at_batch(Setup(precision, batch_size), batch_size)

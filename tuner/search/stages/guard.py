@@ -1,0 +1,138 @@
+"""The numerical guard: each precision's best setup against IEEE float32 at the same batch size
+(and accumulation), seed and data; a loss gap over the tolerance rejects it.
+"""
+
+from __future__ import annotations
+
+from tuner.policies import FLOAT32
+from tuner.search.measures import (
+    Candidate,
+    Measured,
+    first_ok,
+    loss_gap,
+)
+from tuner.search.stage import Stage
+from tuner.search.stages.context import (
+    SearchContext,
+    float32_reference,
+    plain,
+    unsafe_text,
+)
+from tuner.search.wording import pct
+from tuner.setup import Setup
+from tuner.trials.result import TrialStatus
+
+
+def finalists(ctx: SearchContext, allow_new_trials: bool) -> list[Candidate]:
+    """Each precision's best setup, all but IEEE float32 checked against it. float32 is
+    picked last: the guard may run float32 at batch sizes its own ladder never reached, and
+    the float32 candidate (what a speed-up is stated against) must know every float32
+    trial."""
+    others = {p: c for p in ctx.precisions if p != FLOAT32 and (c := ctx.pick(p)) is not None}
+    ctx.concurrently(others.values(), lambda cand: check(ctx, cand, allow_new_trials))
+    f32 = ctx.pick(FLOAT32) if FLOAT32 in ctx.precisions else None
+    if f32 is not None:
+        f32.loss_gap = 0.0
+    for policy, m in ctx.unsafe.items():
+        # Never recommended; its figures (taken with the fix applied) still say what the
+        # policy would gain once the model is fixed.
+        runs = [m] if m.result.samples_per_second else []
+        others[policy] = Candidate(m.result.spec.setup, runs, rejected=unsafe_text(m, ctx.baseline))
+    finalists = [f32 if p == FLOAT32 else others.get(p) for p in ctx.precisions]
+    return [c for c in finalists if c is not None]
+
+
+def check(ctx: SearchContext, cand: Candidate, allow_new_trials: bool) -> None:
+    """Compare a candidate with IEEE float32 at the same batch size (and accumulation),
+    seed and data; set its loss gap, or why it is rejected."""
+    reference = float32_at(ctx, cand.setup, allow_new_trials)
+    if reference is None:
+        cand.rejected = "not compared with float32 at the same batch size (budget reached)"
+        return
+    mine = cand.runs[0]
+    if not reference.result.ok:
+        # float32 does not fit (or fails) where the candidate runs: compare the two at the
+        # largest batch where both ran; precision, not batch size, is on trial.
+        pair = common_batch(ctx, cand, allow_new_trials)
+        if pair is None:
+            cand.rejected = (
+                f"float32 at batch size {cand.setup.batch_size} "
+                f"{ctx.failure(reference)} and no smaller batch to "
+                "compare at"
+            )
+            return
+        mine, reference = pair
+        ctx.note(
+            f"{cand.setup.precision} was compared with float32 at batch size "
+            f"{reference.result.spec.batch_size}: float32 does not run at batch size "
+            f"{cand.setup.batch_size}"
+        )
+    cand.guard_trial = reference.number
+    gap = loss_gap(mine.result, reference.result, ctx.settings.guard_steps)
+    cand.loss_gap = gap
+    if gap is None or gap > ctx.settings.loss_tolerance:
+        cand.rejected = (
+            f"loss gap to float32 {pct(gap)} over the tolerance {ctx.settings.loss_tolerance:.0%}"
+            if gap is not None
+            else "no comparable loss window"
+        )
+
+
+def reference_at(ctx: SearchContext, batch_size: int, steps_per_execution: int = 1) -> Setup:
+    """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
+    return float32_reference(
+        batch_size, ctx.accumulation(batch_size), steps_per_execution, ctx.settings.backend
+    )
+
+
+def common_batch(
+    ctx: SearchContext, cand: Candidate, allow_new_trials: bool
+) -> tuple[Measured, Measured] | None:
+    """The candidate's setup and float32 (with the candidate's steps per execution) at the
+    largest smaller batch where float32 ran."""
+    fits = sorted(
+        s.batch_size
+        for s, runs in ctx.evaluator.known.items()
+        if s == reference_at(ctx, s.batch_size, s.steps_per_execution)
+        and s.batch_size < cand.setup.batch_size
+        and first_ok(runs) is not None
+    )
+    if not fits:
+        return None
+    there = ctx.at_batch(cand.setup, fits[-1])
+    mine = ctx.recall_or_measure(there, Stage.GUARD, allow_new_trials)
+    reference = float32_at(ctx, there, allow_new_trials)
+    if mine is None or not mine.result.ok or reference is None or not reference.result.ok:
+        return None
+    return mine, reference
+
+
+def float32_at(ctx: SearchContext, setup: Setup, allow_new_trials: bool) -> Measured | None:
+    """IEEE float32 at ``setup``'s batch size, accumulation and steps per execution:
+    recalled, or run. The steps per execution must match: a trial of several steps per
+    execution reports one loss per execution (its steps' mean) and warms up in whole
+    executions, so only the same grouping compares step for step."""
+    batch_size = setup.batch_size
+    key = float32_reference(
+        batch_size,
+        setup.gradient_accumulation_steps,
+        setup.steps_per_execution,
+        setup.backend,
+    )
+    if key not in ctx.evaluator.known:
+        oom_below = [
+            runs[0]
+            for s, runs in ctx.evaluator.known.items()
+            if s.precision == FLOAT32
+            and plain(s)
+            and s.batch_size <= batch_size
+            and runs[0].result.status is TrialStatus.OOM
+        ]
+        if oom_below:  # it will not fit a larger batch either
+            return min(oom_below, key=lambda m: m.result.spec.batch_size)
+        if allow_new_trials:
+            ctx.announce(
+                Stage.GUARD,
+                f"float32 reference at batch size {batch_size}{ctx.accumulating(batch_size)}",
+            )
+    return ctx.recall_or_measure(key, Stage.GUARD, allow_new_trials)

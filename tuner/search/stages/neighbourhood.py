@@ -1,0 +1,119 @@
+"""Around a leading pick: the next batch size each way and every combination of the knobs at its
+batch size, since the knobs and the batch size interact; the search moves to a better neighbour
+while one beats the pick beyond the noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from tuner.policies import TORCH
+from tuner.search.measures import (
+    KnobTrial,
+    Measured,
+)
+from tuner.search.stage import Stage
+from tuner.search.stages.context import (
+    SPE_LADDER,
+    SPE_STEP_MS,
+    SearchContext,
+    multiple_of_8,
+)
+from tuner.setup import Setup
+
+#: How many times the search moves to a better neighbour of a pick (the next batch size each
+#: way, every XLA x steps-per-execution combination); each move costs at most seven trials,
+#: fewer where the knob stages measured them already.
+NEIGHBOURHOOD_MOVES = 2
+
+
+def neighbours(ctx: SearchContext, precision: str, center: Measured) -> list[Setup]:
+    """Around ``center``: the next batch size down and up (the ladder's rungs and, with
+    refinement, the multiples of 8 halfway between) with its knobs, and every combination
+    of XLA (where it is searched and this precision ran it) and steps per execution (where
+    the step is short enough for it to matter) at its batch size."""
+    setup = center.result.spec.setup
+    rungs = list(ctx.space.batch_sizes)
+    sizes = set(rungs)
+    if ctx.space.refine and ctx.space.global_batch is None:
+        sizes |= {multiple_of_8((a + b) // 2) for a, b in itertools.pairwise(rungs)}
+    ordered = sorted(sizes)
+    # Never up to a batch size that did not fit; never up at all past one that crashed or
+    # timed out (its ladder ended there, as the notes say).
+    ceiling: float = math.inf
+    for s, runs in ctx.evaluator.known.items():
+        if s.precision != precision or not runs or s.batch_size <= setup.batch_size:
+            continue
+        if ctx.too_big(runs[-1]):
+            ceiling = min(ceiling, s.batch_size)
+        elif not runs[-1].result.ok:
+            ceiling = setup.batch_size
+    found: list[Setup] = []
+    smaller = [b for b in ordered if b < setup.batch_size]
+    larger = [b for b in ordered if setup.batch_size < b < ceiling]
+    for batch in ([smaller[-1]] if smaller else []) + ([larger[0]] if larger else []):
+        found.append(ctx.at_batch(setup, batch))
+    xla_failed = any(
+        k.precision == precision and k.knob == "xla" and k.status not in (None, "ok")
+        for k in ctx.knobs
+    )
+    xlas = (False, True) if not ctx.xla_skipped() and not xla_failed else (setup.xla,)
+    p50 = center.result.step_time_ms.get("p50")
+    short = p50 is not None and p50 * setup.steps_per_execution < SPE_STEP_MS
+    spes = (
+        (1, *SPE_LADDER)
+        if (short or setup.steps_per_execution > 1) and setup.backend != TORCH
+        else (1,)
+    )
+    # The knobs are few: every combination at the pick's batch size (most were measured by
+    # the knob stages already, and are recalled, not run again).
+    for xla in xlas:
+        for spe in spes:
+            found.append(setup.replace(xla=xla, steps_per_execution=spe))
+    return [s for s in dict.fromkeys(found) if s != setup]
+
+
+def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
+    """Move to the best neighbour (:func:`neighbours`) while it is faster than the center
+    beyond the noise floor, at most :data:`NEIGHBOURHOOD_MOVES` times; each setup stands
+    on :meth:`SearchContext.standing`."""
+    speed, behind = ctx.standing(center)
+    for _ in range(NEIGHBOURHOOD_MOVES):
+        setups = neighbours(ctx, precision, center)
+        if not setups:
+            break
+        ctx.announce(
+            Stage.NEIGHBOURHOOD,
+            f"around {precision}'s pick ({center.result.spec.setup.label}): "
+            "batch size, XLA and steps per execution together",
+        )
+        tried = ctx.concurrently(setups, lambda s: ctx.measure(s, Stage.NEIGHBOURHOOD))
+        scored = [(ctx.standing(m), m) for m in tried if ctx.fits(m)]
+        if not scored:
+            break
+        (best_speed, best_behind), best = max(scored, key=lambda x: x[0][0])
+        if best_speed <= speed * (1 + ctx.settings.noise_floor):
+            break
+        trials = (*behind, *best_behind)
+        ctx.note(
+            f"{precision}: {best.result.spec.setup.label} beat "
+            f"{center.result.spec.setup.label} by {best_speed / speed - 1:.0%} "
+            f"(trials {', '.join(f'#{n}' for n in trials)})"
+        )
+        ctx.record_knob(
+            KnobTrial(
+                precision,
+                "neighbourhood",
+                center.result.spec.setup,
+                best.result.spec.setup,
+                speed,
+                best_speed,
+                trials,
+                True,
+                "ok",
+            )
+        )
+        ctx.moved_from[precision] = (center, best_speed / speed)  # one lane a precision
+        center, speed, behind = best, best_speed, best_behind
+    return center

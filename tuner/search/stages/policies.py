@@ -1,0 +1,70 @@
+"""The first two stages: float32 at the starting batch size (the baseline), then every other
+precision there; a precision clearly behind on both speed and memory is abandoned.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tuner.errors import MptuneError
+from tuner.policies import FLOAT32
+from tuner.search.measures import (
+    Measured,
+)
+from tuner.search.stage import Stage
+from tuner.search.stages.context import (
+    SearchContext,
+    unsafe_text,
+)
+from tuner.setup import Setup
+from tuner.trials.result import TrialStatus
+
+#: A policy is abandoned at the starting batch when it is this much slower than the best...
+ABANDON_SLOWER = 0.25
+#: ...and does not use at least this much less memory per sample.
+ABANDON_MEMORY = 0.05
+
+
+def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
+    m = ctx.measure(ctx.at_batch(Setup(policy, batch_size), batch_size), Stage.BASELINE)
+    if m.result.status is TrialStatus.USER_ERROR:
+        err = m.result.error
+        where = f"{err.location}: " if err and err.location else ""
+        raise MptuneError(
+            f"the model fails in its own code, so no search can run: "
+            f"{where}{err.message if err else 'unknown error'}"
+        )
+    return m
+
+
+def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
+    usable = {p: m for p, m in at_start.items() if m.result.ok}
+    for policy, m in at_start.items():
+        if m.result.status is TrialStatus.UNSAFE:
+            ctx.unsafe[policy] = m
+            ctx.abandoned[policy] = unsafe_text(m, ctx.baseline)
+        elif not m.result.ok:
+            ctx.abandoned[policy] = (
+                f"{ctx.failure(m)} at batch size "
+                f"{m.result.spec.batch_size}: "
+                f"{m.result.error.message if m.result.error else ''}"
+            )
+    if not usable:
+        return
+    fastest = max(m.speed for m in usable.values())
+    leanest = min(m.memory_per_sample for m in usable.values())
+    for policy, m in usable.items():
+        if policy == FLOAT32:
+            continue  # the baseline and the guard's reference is never dropped
+        slower = m.speed < (1 - ABANDON_SLOWER) * fastest
+        no_memory_gain = (
+            m.memory_per_sample >= (1 - ABANDON_MEMORY) * leanest
+            if math.isfinite(leanest)
+            else True
+        )
+        if slower and (no_memory_gain or ctx.settings.objective == "speed"):
+            ctx.abandoned[policy] = (
+                f"clearly behind at batch size {m.result.spec.batch_size}: "
+                f"{m.speed / fastest:.2f}x the fastest policy's throughput"
+                + ("" if not no_memory_gain else " and no memory saving")
+            )
