@@ -56,14 +56,14 @@ class EngineBridge(QObject):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, **tune_kwargs: Any) -> None:
-        """Start a search with :func:`tuner.api.tune`'s arguments (``model`` and keywords)."""
+    def start(self, request: api.TuneRequest) -> None:
+        """Start the search ``request`` asks for, with the engine's ``tune``."""
         if self.running:
             raise RuntimeError("a search is already running")
         self._cancel.clear()
         self._outcome = None
         self._thread = threading.Thread(
-            target=self._run, kwargs=tune_kwargs, name="mptune-search", daemon=True
+            target=self._run, args=(request,), name="mptune-search", daemon=True
         )
         self._thread.start()
         self._timer.start()
@@ -97,9 +97,10 @@ class EngineBridge(QObject):
         with self._lock:
             self._queue.append(event)
 
-    def _run(self, **tune_kwargs: Any) -> None:
+    def _run(self, request: api.TuneRequest) -> None:
         try:
-            result = self._engine.tune(on_event=self._enqueue, cancel=self._cancel, **tune_kwargs)
+            # Through the engine this bridge was given (a test's fake), not tuner.api's own.
+            result = request.run(self._enqueue, self._cancel, via=self._engine.tune)
             outcome = (
                 "done",
                 f"session {result.session}: {result.ran} trials run, {result.recalled} recalled",

@@ -96,10 +96,10 @@ class QtMainWindow(QMainWindow):
         self.history_dialog: QtHistoryDialog | None = None
 
         self.hardware = QtHardwarePanel()
-        self.setup = QtSetupPanel(self.settings)
+        self.setup = QtSetupPanel(self.settings, engine=engine)
         self.plots = QtLivePlots()
         self.table = QtTrialsTable()
-        self.recommendation = QtRecommendation()
+        self.recommendation = QtRecommendation(engine=engine)
         self._build_layout()
         self._build_actions()
         self.setup.validityChanged.connect(self._update_buttons)
@@ -107,7 +107,7 @@ class QtMainWindow(QMainWindow):
         self.table.trialSelected.connect(self._on_trial_selected)
         self.recommendation.exportRequested.connect(self.open_export)
 
-        self.sampler = HardwareSampler(sample_interval, nvml_backend)
+        self.sampler = HardwareSampler(sample_interval, nvml_backend, engine)
         self.sampler.start()
         self.redraw_timer = QTimer(self)
         self.redraw_timer.setInterval(REDRAW_INTERVAL_MS)
@@ -282,16 +282,16 @@ class QtMainWindow(QMainWindow):
         assert self.profile is not None
         self.setup.save()
         try:
-            arguments = self.setup.tune_arguments(list(self.engine.hardware_prior(self.profile)))
+            request = self.setup.tune_request(
+                list(self.engine.hardware_prior(self.profile)), self.profile
+            )
         except (ValueError, api.MptuneError) as exc:
             self.status.setText(str(exc))
             return
-        self.storage = arguments["storage"]
-        resume = self._resumable is not None and self._resumable[1] == arguments["model"]
-        if resume:
-            assert self._resumable is not None
+        self.storage = request.storage
+        if self._resumable is not None and self._resumable[1] == request.model:
             # A session owns its space and settings: the continued search uses the stored ones.
-            arguments.update(study=self._resumable[0], resume=True, space=None, settings=None)
+            request = request.resumed(self._resumable[0])
         else:
             # A new search starts from a clean slate; a resumed one keeps the finished trials
             # of its session on show (the recommendation will cite them).
@@ -308,7 +308,7 @@ class QtMainWindow(QMainWindow):
         self._show_running()
         self.finished_status = None
         self.progress.setRange(0, 0)
-        self.bridge.start(profile=self.profile, **arguments)
+        self.bridge.start(request)
         self.status.setText("Starting...")
         self._update_buttons()
 

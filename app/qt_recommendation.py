@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -24,12 +25,22 @@ _AFTER_HAZARDS = ("Alternative", "Not tried", "Note")
 
 
 class QtRecommendation(QWidget):
-    """Signals: exportRequested(str): the format to open the export dialog on."""
+    """The recommendation tab.
+
+    Args:
+        parent: the owning widget.
+        engine: the engine's face (:mod:`tuner.api`, or a test's fake with its functions),
+            which words the evidence.
+
+    Signals:
+        exportRequested(str): the format to open the export dialog on.
+    """
 
     exportRequested = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, engine: Any = api) -> None:
         super().__init__(parent)
+        self.engine = engine
         layout = QVBoxLayout(self)
         self.summary = QLabel("No recommendation yet: start a search, or open a past session.")
         self.summary.setWordWrap(True)
@@ -66,17 +77,17 @@ class QtRecommendation(QWidget):
         if rec is None:
             self.summary.setText(html.escape(message or "No recommendation."))
             return
-        self.summary.setText(render(rec))
+        self.summary.setText(render(rec, self.engine))
 
 
-def render(rec: api.Recommendation) -> str:
-    """The recommendation's evidence rows as a rich-text table: the setup in bold, each unsafe
-    policy's hazard under it, the warnings before the alternatives; a hazard in colour, its
-    evidence and its fix on lines of their own."""
+def render(rec: api.Recommendation, engine: Any = api) -> str:
+    """The recommendation's evidence rows (``engine.evidence_rows``) as a rich-text table: the
+    setup in bold, each unsafe policy's hazard under it, the warnings before the alternatives;
+    a hazard in colour, its evidence and its fix on lines of their own."""
     rows: list[tuple[str, str, str]] = []  # (label, label cell, text cell)
     hazard_rows: list[tuple[str, str, str]] = []
     hazards = iter(rec.hazards)
-    for i, (label, text) in enumerate(api.evidence_rows(rec)):
+    for i, (label, text) in enumerate(engine.evidence_rows(rec)):
         if i == 0:  # the setup: the whole of it, its knobs included
             text = with_knobs(rec.setup, text)
         if label in HAZARD_COLOURS:

@@ -37,9 +37,15 @@ MAX_GLOBAL_BATCH = 1 << 16
 class QtSetupPanel(QWidget):
     """Model choice (checked at once), search space, objective, trial length, budget, storage.
 
-    The panel reads no file and calls no engine function itself: when the model changes it
-    emits ``modelChanged`` and the window has the model checked off the GUI thread, then hands
-    the verdict back through :meth:`set_model_check`.
+    The panel reads no file and runs nothing slow: when the model changes it emits
+    ``modelChanged`` and the window has the model checked off the GUI thread, then hands the
+    verdict back through :meth:`set_model_check`. What it asks the engine (the batch-size
+    ladder, the loss scales read, the backend ``KERAS_BACKEND`` names) goes through ``engine``.
+
+    Args:
+        settings: where the panel's choices are remembered.
+        parent: the owning widget.
+        engine: the engine's face (:mod:`tuner.api`, or a test's fake with its functions).
 
     Signals:
         validityChanged(bool): whether the setup can start a search.
@@ -49,9 +55,12 @@ class QtSetupPanel(QWidget):
     validityChanged = Signal(bool)
     modelChanged = Signal(str)
 
-    def __init__(self, settings: QSettings, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, settings: QSettings, parent: QWidget | None = None, engine: Any = api
+    ) -> None:
         super().__init__(parent)
         self.settings = settings
+        self.engine = engine
         form = QFormLayout(self)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
 
@@ -322,15 +331,20 @@ class QtSetupPanel(QWidget):
         ]
         return api.SearchSpace(
             policies=tuple(checked),
-            batch_sizes=api.ladder_range(self.batch_min.value(), self.batch_max.value()),
-            loss_scales=api.parse_loss_scales(self.loss_scales.text()),
+            batch_sizes=self.engine.ladder_range(self.batch_min.value(), self.batch_max.value()),
+            loss_scales=self.engine.parse_loss_scales(self.loss_scales.text()),
             xla=self.xla.currentText(),
             global_batch=self.global_batch.value() if self.keep_global_batch.isChecked() else None,
         )
 
-    def tune_arguments(self, advice_order: list[str]) -> dict[str, Any]:
-        """Arguments for :func:`tuner.api.tune` (``model`` and keywords)."""
-        space = self.search_space(advice_order)
+    def tune_request(
+        self, advice_order: list[str], profile: api.HardwareProfile | None = None
+    ) -> api.TuneRequest:
+        """The search the panel describes, for ``profile`` (None: the engine detects it).
+
+        Raises:
+            ValueError: naming what is wrong (see :meth:`problem`).
+        """
         settings = api.SearchSettings(
             backend=self.backend_choice(),
             objective=self.objective.currentText(),
@@ -338,13 +352,14 @@ class QtSetupPanel(QWidget):
             budget_minutes=self.budget_minutes.value() or None,
             max_trials=self.max_trials.value() or None,
         )
-        return {
-            "model": self.model_spec(),
-            "space": space,
-            "settings": settings,
-            "storage": self.storage.text().strip() or None,
-            "parallel": self.parallel_choice(),
-        }
+        return api.TuneRequest(
+            model=self.model_spec(),
+            space=self.search_space(advice_order),
+            settings=settings,
+            storage=self.storage.text().strip() or None,
+            profile=profile,
+            parallel=self.parallel_choice(),
+        )
 
     def parallel_choice(self) -> int | str:
         """``auto`` or a whole number, as ``--parallel`` takes it."""
@@ -377,7 +392,7 @@ class QtSetupPanel(QWidget):
             self.set_model(model)
         # The stored backend; at first start KERAS_BACKEND's, as the command line's default.
         try:
-            default_backend = api.backend_from_env()
+            default_backend = self.engine.backend_from_env()
         except api.MptuneError:  # a value mptune does not tune: Keras' own default
             default_backend = api.BACKENDS[0]
         backend = str(s.value("backend", default_backend))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -29,11 +30,21 @@ class Sample:
 
 
 class HardwareSampler:
-    """Samples memory at a fixed interval until stopped."""
+    """Samples memory at a fixed interval until stopped.
 
-    def __init__(self, interval: float = 0.5, backend: api.NvmlBackend | None = None) -> None:
+    Args:
+        interval: seconds between samples.
+        backend: the NVML backend to read; ``None``: the one ``engine`` picks (the real one, or
+            ``MPTUNE_FAKE_NVML``'s scripted GPUs).
+        engine: the engine's face (:mod:`tuner.api`, or a test's fake with its functions).
+    """
+
+    def __init__(
+        self, interval: float = 0.5, backend: api.NvmlBackend | None = None, engine: Any = api
+    ) -> None:
         self.interval = interval
         self._backend = backend
+        self._engine = engine
         self._latest: Sample | None = None
         self._history: list[Sample] = []
         self._lock = threading.Lock()
@@ -59,7 +70,9 @@ class HardwareSampler:
             return self._history[index:]
 
     def _run(self) -> None:
-        backend = self._backend if self._backend is not None else api.nvml_backend_from_env()
+        backend = (
+            self._backend if self._backend is not None else self._engine.nvml_backend_from_env()
+        )
         count = 0
         try:
             backend.init()

@@ -59,7 +59,7 @@ def test_engine_imports_with_qt_and_tensorflow_absent() -> None:
 #: trial result's ``step_time_ms`` mapping (percentile -> milliseconds). Engine records (worker
 #: messages, the hardware profile, requests) are read by attribute; a key read on anything else
 #: fails here, so that a face does not drift back to parsing the engine's dicts.
-KEY_READS_ALLOWED = {"env", "TOOLTIPS", "HAZARD_COLOURS", "step_time_ms", "st", "arguments"}
+KEY_READS_ALLOWED = {"env", "TOOLTIPS", "HAZARD_COLOURS", "step_time_ms", "st"}
 
 
 def _receiver(node: ast.expr) -> str:
@@ -120,3 +120,21 @@ def test_the_key_read_scan_finds_what_it_is_for(tmp_path: Path) -> None:
         ("events", "step"),
         ("TOOLTIPS", "fine"),
     ]
+
+
+def test_the_window_calls_the_engine_it_was_given() -> None:
+    """app/ calls no function of tuner.api directly: it calls the engine object it was given
+    (the window's ``engine``, a test's fake), so that a fake sees every call. Types and
+    constants (``api.SearchSpace(...)``, ``api.BACKENDS``) are values, not calls."""
+    found = []
+    for path in sorted((ROOT / "app").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "api"
+                and node.func.attr[:1].islower()
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: api.{node.func.attr}()")
+    assert not found, "call these through the engine:\n" + "\n".join(found)

@@ -21,10 +21,12 @@ Typical use::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,9 +143,11 @@ __all__ = [
     "TrialCancelled",
     "TrialFinished",
     "TrialResult",
+    "TrialRunner",
     "TrialSpec",
     "TrialStarted",
     "TrialStatus",
+    "TuneRequest",
     "TuneResult",
     "TunedConfig",
     "WarningMessage",
@@ -337,22 +341,158 @@ def kill_all_workers() -> int:
 
 
 # -- searches and sessions ------------------------------------------------------------------
-def tune(model: str | None = None, **kwargs: Any) -> TuneResult:
-    """Search for the best setup of ``model``; see :func:`tuner.search.tune.tune` for the
-    keyword arguments (``space``, ``settings``, ``storage``, ``study``, ``resume``,
-    ``on_event``, ``cancel``, ``profile``)."""
+#: Runs one trial as a search calls it: ``runner(spec, on_event, cancel=..., source=...)``.
+TrialRunner = Callable[..., TrialResult]
+
+
+def tune(
+    model: str | None = None,
+    *,
+    space: SearchSpace | None = None,
+    settings: SearchSettings | None = None,
+    storage: str | None = None,
+    study: str | None = None,
+    resume: bool = False,
+    on_event: Callable[[SearchEvent], None] | None = None,
+    cancel: threading.Event | None = None,
+    runner: TrialRunner | None = None,
+    profile: HardwareProfile | None = None,
+    parallel: int | str = 1,
+    workers: bool = False,
+) -> TuneResult:
+    """Search for the best setup of ``model`` on this machine, storing every trial; see
+    :func:`tuner.search.tune.tune`.
+
+    Args:
+        model: the model spec; ``None`` only to continue a stored session.
+        space: what to try; ``None``: the session's, or the hardware prior's policies.
+        settings: objective, budgets, tolerances; ``None``: the session's, or the defaults.
+        storage: Optuna storage URL; ``None`` for the default SQLite file.
+        study: the session's name; an existing session of that name is continued.
+        resume: the session must exist already.
+        on_event: called with each :data:`SearchEvent`, on this thread.
+        cancel: set it to stop the running trial and end the search.
+        runner: runs one trial (tests pass scripted outcomes); ``None``: worker processes,
+            kept warm per policy.
+        profile: the hardware profile; ``None`` detects it.
+        parallel: how many independent trials run at once, or ``auto``.
+        workers: hand trials out through the store to ``mptune worker`` processes too.
+
+    Raises:
+        MptuneError: bad model spec, unreachable storage, a continued session given another
+            model or space, a session another search holds.
+        NoViableSetup: every setup failed.
+        TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
+    """
     from tuner.search.tune import tune as _tune
 
-    return _tune(model, **kwargs)
+    # The engine's own default runner (a worker pool) where none is given.
+    chosen = {"runner": runner} if runner is not None else {}
+    return _tune(
+        model,
+        space=space,
+        settings=settings,
+        storage=storage,
+        study=study,
+        resume=resume,
+        on_event=on_event,
+        cancel=cancel,
+        profile=profile,
+        parallel=parallel,
+        workers=workers,
+        **chosen,
+    )
 
 
-def work(study: str, storage: str, **kwargs: Any) -> WorkDone:
+@dataclass(frozen=True)
+class TuneRequest:
+    """A search as a face asks for it: :func:`tune`'s arguments, less the listener and the
+    cancel flag, which belong to the thread that runs it (see :meth:`run`)."""
+
+    model: str | None = None
+    space: SearchSpace | None = None
+    settings: SearchSettings | None = None
+    storage: str | None = None
+    study: str | None = None
+    resume: bool = False
+    profile: HardwareProfile | None = None
+    parallel: int | str = 1
+    workers: bool = False
+
+    def resumed(self, study: str) -> TuneRequest:
+        """This request continuing the stored session ``study``: the session owns its space
+        and settings, so the continued search uses the stored ones."""
+        return dataclasses.replace(self, study=study, resume=True, space=None, settings=None)
+
+    def run(
+        self,
+        on_event: Callable[[SearchEvent], None] | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        via: Callable[..., TuneResult] | None = None,
+    ) -> TuneResult:
+        """Run the search: :func:`tune` with this request's arguments.
+
+        Args:
+            on_event: called with each :data:`SearchEvent`, on this thread.
+            cancel: set it to stop the search.
+            via: the ``tune`` to call instead of this module's (an engine a face was given,
+                such as a test's fake); it takes :func:`tune`'s arguments.
+        """
+        return (via or tune)(
+            self.model,
+            space=self.space,
+            settings=self.settings,
+            storage=self.storage,
+            study=self.study,
+            resume=self.resume,
+            on_event=on_event,
+            cancel=cancel,
+            profile=self.profile,
+            parallel=self.parallel,
+            workers=self.workers,
+        )
+
+
+def work(
+    study: str,
+    storage: str,
+    *,
+    profile: HardwareProfile | None = None,
+    device: str | None = None,
+    cancel: threading.Event | None = None,
+    on_event: Callable[[SearchEvent], None] | None = None,
+    runner: TrialRunner | None = None,
+) -> WorkDone:
     """Join the running search of session ``study`` and take trials from it until it ends; see
-    :func:`tuner.search.fleet.work` for the keyword arguments (``profile``, ``device``,
-    ``cancel``, ``on_event``)."""
+    :func:`tuner.search.fleet.work`.
+
+    Args:
+        study: the session's name.
+        storage: the database server's URL (not SQLite).
+        profile: this machine's hardware profile; ``None`` detects it.
+        device: run the trials here (``cpu``, ``gpu:N``); ``None``: as the search asks.
+        cancel: set it to stop; the running trial is closed, and the search runs it again.
+        on_event: called with the :class:`TrialStarted`, :class:`WorkerReported` and
+            :class:`TrialFinished` of the trials run here.
+        runner: runs one trial; ``None``: worker processes, kept warm.
+
+    Raises:
+        MptuneError: SQLite, no such session, or this machine is another kind than the one the
+            session was measured on.
+        TrialCancelled: stopped by ``cancel``.
+    """
     from tuner.search.fleet import work as _work
 
-    return _work(study, storage, **kwargs)
+    return _work(
+        study,
+        storage,
+        profile=profile,
+        device=device,
+        cancel=cancel,
+        on_event=on_event,
+        runner=runner,
+    )
 
 
 def default_storage_url() -> str:

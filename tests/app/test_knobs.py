@@ -65,7 +65,7 @@ def cell(model: TrialsModel, row: int, column: str, role: Qt.ItemDataRole) -> An
 def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) -> None:
     panel = panel_at(qtbot, tmp_path / "settings.ini")
     assert panel.valid
-    space = panel.tune_arguments(list(api.POLICIES))["space"]
+    space = panel.tune_request(list(api.POLICIES)).space
     assert space.xla == "auto" and space.global_batch is None  # the defaults: as the CLI's
     assert space.batch_sizes == api.ladder_range(8, 1024)
     assert not panel.global_batch.isEnabled()  # off until "keep" is ticked
@@ -74,7 +74,7 @@ def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) ->
     panel.keep_global_batch.setChecked(True)
     assert panel.global_batch.isEnabled()
     panel.global_batch.setValue(128)
-    space = panel.tune_arguments(list(api.POLICIES))["space"]
+    space = panel.tune_request(list(api.POLICIES)).space
     assert space.xla == "off" and space.global_batch == 128
     # The search keeps batch x accumulation = 128: every per-step batch size divides it.
     assert space.batch_sizes and all(128 % b == 0 for b in space.batch_sizes)
@@ -350,7 +350,7 @@ def test_the_backend_choice_goes_into_the_search_settings(
     names = [panel.backend.itemData(i) for i in range(panel.backend.count())]
     assert names == list(api.BACKENDS)
     assert panel.backend_choice() == "tensorflow"  # Keras' default, as the CLI's
-    assert panel.tune_arguments(list(api.POLICIES))["settings"].backend == "tensorflow"
+    assert panel.tune_request(list(api.POLICIES)).settings.backend == "tensorflow"
 
     # The detection says which are installed: the others are greyed out, saying how to
     # install them.
@@ -367,7 +367,7 @@ def test_the_backend_choice_goes_into_the_search_settings(
     assert panel.valid
 
     panel.backend.setCurrentIndex(names.index("torch"))
-    settings = panel.tune_arguments(list(api.POLICIES))["settings"]
+    settings = panel.tune_request(list(api.POLICIES)).settings
     assert isinstance(settings, api.SearchSettings) and settings.backend == "torch"
     assert panel.valid
 

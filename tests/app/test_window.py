@@ -165,10 +165,10 @@ class FakeEngine:
     def __getattr__(self, name: str):
         return getattr(api, name)
 
-    def tune(self, on_event, cancel, **kwargs):
+    def tune(self, model=None, *, on_event, cancel, **kwargs):
         """Opens a session, runs until stopped."""
-        self.calls.append(kwargs)
-        on_event(api.SessionOpened(kwargs.get("study") or "first-session", kwargs["model"]))
+        self.calls.append({"model": model, **kwargs})
+        on_event(api.SessionOpened(kwargs.get("study") or "first-session", model))
         cancel.wait(30)
         raise KeyboardInterrupt
 
@@ -192,6 +192,9 @@ def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
     with qtbot.waitSignal(window.bridge.eventsReady, timeout=5_000):
         window.start_button.click()
     assert calls[1]["study"] == "first-session" and calls[1]["resume"] is True
+    # The session owns its space and settings; the profile is the one the window detected.
+    assert calls[1]["space"] is None and calls[1]["settings"] is None
+    assert calls[0]["profile"] is window.profile and calls[0]["model"] == "builtin:mlp"
     with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
         window.stop_search()
 
@@ -305,9 +308,9 @@ def test_trials_running_at_once_are_shown_side_by_side(make_window, qtbot) -> No
 
 def test_the_window_asks_for_trials_at_once(make_window) -> None:
     window = make_window()
-    assert window.setup.tune_arguments(["float32"])["parallel"] == 1
+    assert window.setup.tune_request(["float32"]).parallel == 1
     window.setup.parallel.setCurrentText("auto")
-    assert window.setup.tune_arguments(["float32"])["parallel"] == "auto"
+    assert window.setup.tune_request(["float32"]).parallel == "auto"
 
 
 def test_the_chosen_backend_reaches_the_search(make_window, monkeypatch) -> None:
@@ -320,11 +323,63 @@ def test_the_chosen_backend_reaches_the_search(make_window, monkeypatch) -> None
         assert items.item(index).isEnabled() is bool(installed[name]), name
     cards = " ".join(label.text() for label in window.hardware.findChildren(type(window.status)))
     assert "Keras backends: TensorFlow " in cards
-    started: list[dict] = []
-    monkeypatch.setattr(window.bridge, "start", lambda **kwargs: started.append(kwargs))
+    started: list[api.TuneRequest] = []
+    monkeypatch.setattr(window.bridge, "start", started.append)
     chosen = next((n for n in ("jax", "torch") if installed[n]), "tensorflow")
     window.setup.backend.setCurrentIndex(api.BACKENDS.index(chosen))
     assert window.start_button.isEnabled()
     window.start_search()
-    (arguments,) = started
-    assert arguments["settings"].backend == chosen
+    (request,) = started
+    assert request.settings is not None and request.settings.backend == chosen
+
+
+class RecordingEngine:
+    """tuner.api, noting the name of every function the window calls on it."""
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    def __getattr__(self, name: str):
+        value = getattr(api, name)
+        if not (callable(value) and name[:1].islower()):
+            return value  # types and constants
+
+        def call(*args, **kwargs):
+            self.called.append(name)
+            return value(*args, **kwargs)
+
+        return call
+
+
+def test_the_window_asks_the_engine_it_was_given(make_window, qtbot, recorded_events) -> None:
+    """Detection, the setup panel's parsing, the model check and the recommendation's words
+    all go through the engine the window was given (a fake sees them)."""
+    engine = RecordingEngine()
+    window = make_window(engine=engine)
+    window.bridge.feed(recorded_events)
+    qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
+    assert {
+        "detect",
+        "memory_budget_mb",
+        "check_model",
+        "backend_from_env",
+        "ladder_range",
+        "parse_loss_scales",
+        "evidence_rows",
+    } <= set(engine.called)
+
+
+def test_the_sampler_gets_its_nvml_backend_from_the_engine(qtbot) -> None:
+    from app.sampler import HardwareSampler
+
+    class Engine:
+        def nvml_backend_from_env(self):
+            return api.FakeNvmlBackend.named("ampere_8.0_x4")
+
+    sampler = HardwareSampler(0.01, engine=Engine())
+    sampler.start()
+    try:
+        qtbot.waitUntil(lambda: sampler.latest() is not None)
+        assert len(sampler.latest().gpu_total_mb) == 4
+    finally:
+        sampler.stop()
