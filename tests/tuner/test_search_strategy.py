@@ -601,7 +601,7 @@ def test_each_policys_first_worker_is_started_ahead_and_a_resume_starts_only_the
 
 
 def test_a_recommendation_names_the_backend_after_the_knobs() -> None:
-    from tuner.search.recommend import _subject
+    from tuner.search.wording import _subject
 
     assert (
         _subject(Setup("float32", 512, backend="torch")) == "float32 at batch size 512 on PyTorch"

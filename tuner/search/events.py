@@ -14,14 +14,12 @@ messages, see :mod:`tuner.trials.messages`) and :class:`TrialFinished`, and at t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import Any, ClassVar, Union
 
+from tuner.search.records import Recommendation
 from tuner.trials.messages import WorkerMessage, parse_message
 from tuner.trials.result import TrialResult
 from tuner.trials.spec import TrialSpec
-
-if TYPE_CHECKING:
-    from tuner.search.recommend import Recommendation
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,6 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
     Raises:
         ValueError: an unknown ``type`` or a malformed event.
     """
-    from tuner.search.recommend import Recommendation
 
     kind = data.get("type")
     try:

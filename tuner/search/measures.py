@@ -314,3 +314,62 @@ def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
     floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
     eligible = [m for m in setups if m.speed >= floor * fastest.speed]
     return min(eligible, key=lambda m: (m.memory_per_sample, -m.speed))
+
+
+def simplest(c: Candidate) -> tuple[tuple[int, ...], str, str]:
+    """Sort key, simplest first; the names make the order total, so a choice among tied setups
+    never depends on the order they were measured in."""
+    return c.simplicity(), str(c.setup.policy), str(c.setup.loss_scale)
+
+
+def score(cand: Candidate, viable: list[Candidate], settings: SearchSettings) -> float:
+    if settings.objective == "speed":
+        return cand.speed
+    floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
+    fastest = max(c.speed for c in viable)
+    if cand.speed < floor * fastest:
+        return -math.inf
+    return -cand.memory_per_sample
+
+
+def noise(a: Candidate, b: Candidate, settings: SearchSettings) -> float:
+    """The relative difference that is noise between two setups: the larger of the noise floor
+    and their measured spreads."""
+    return max(settings.noise_floor, a.relative_spread, b.relative_spread)
+
+
+def overlap(a: Candidate, b: Candidate) -> bool:
+    """Whether the measured ranges of samples/s overlap."""
+    return a.spread[0] <= b.spread[1] and b.spread[0] <= a.spread[1]
+
+
+def speed_ratio(a: Candidate, b: Candidate, paired: list[Paired]) -> float:
+    """``b``'s speed over ``a``'s: from their runs back to back where they were measured so,
+    else from their medians."""
+    ratio = paired_ratio(paired, a.setup, b.setup)
+    return ratio if ratio is not None else b.speed / a.speed
+
+
+def tie(
+    a: Candidate,
+    b: Candidate,
+    viable: list[Candidate],
+    settings: SearchSettings,
+    paired: list[Paired] | None = None,
+) -> bool:
+    """Whether nothing measured separates ``a`` and ``b`` for the objective (symmetric). Two
+    setups measured back to back tie when the median of their per-turn ratios is within the
+    noise floor: their own spreads, taken on a machine that drifts between turns, do not
+    enter (they grow with every run while the ratio holds)."""
+    margin = noise(a, b, settings)
+    if settings.objective == "speed":
+        ratio = paired_ratio(paired or [], a.setup, b.setup)
+        if ratio is not None:
+            return within(ratio, settings.noise_floor)
+        return overlap(a, b) or abs(a.speed - b.speed) <= margin * max(a.speed, b.speed)
+    if not (
+        math.isfinite(score(a, viable, settings)) and math.isfinite(score(b, viable, settings))
+    ):
+        return False  # below the objective's throughput floor
+    low = min(a.memory_per_sample, b.memory_per_sample)
+    return abs(a.memory_per_sample - b.memory_per_sample) <= margin * low

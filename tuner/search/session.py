@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import optuna
 import psutil
@@ -33,13 +33,11 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint, device_of
 from tuner.policies import POLICIES
+from tuner.search.records import Recommendation
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
-
-if TYPE_CHECKING:
-    from tuner.search.recommend import Recommendation
 
 logger = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -335,8 +333,6 @@ class TuningSession:
     def recommendation(self) -> Recommendation | None:
         """The stored recommendation; None before the search has finished (or when what is
         stored cannot be read, which is logged)."""
-        from tuner.search.recommend import Recommendation
-
         data = self.study.user_attrs.get("recommendation")
         if not isinstance(data, dict):
             return None

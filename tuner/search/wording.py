@@ -1,10 +1,30 @@
-"""Small pieces of wording the search's stages and its recommendation share."""
+"""The search's words: a recommendation's reason, its evidence rows as the faces show them, the
+notes and messages of the decision, and the small pieces the stages share. The decision itself
+is :mod:`tuner.search.recommend`; this module only says it.
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
+from typing import Any
 
-from tuner.setup import LossScale, Setup
+from tuner.policies import FLOAT32, TENSORFLOW
+from tuner.search.measures import (
+    Candidate,
+    KnobTrial,
+    Paired,
+    SearchOutcome,
+    first_ok,
+    noise,
+    overlap,
+    paired_ratio,
+    speed_ratio,
+    within,
+)
+from tuner.search.records import Alternative, Recommendation, plain_knobs
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.setup import BACKEND_NAMES, LossScale, Setup
 
 
 def and_join(items: list[str]) -> str:
@@ -25,3 +45,342 @@ def where(setup: Setup) -> str:
     extras += setup.knob_words()
     detail = f" ({', '.join(extras)})" if extras else ""
     return f"{setup.precision}: batch size {setup.batch_size}{detail}"
+
+
+#: Other processes' share of the CPU above which the machine counts as busy. On a 2-core
+#: machine one core kept busy by something else is 0.5 and takes the core a trial's input
+#: pipeline or second op thread would use; half of that (0.25) already slows a trial noticeably
+#: and unevenly, while the odd short burst on an otherwise idle machine stays well below it.
+BUSY_LOAD = 0.25
+
+
+def batch_note(setup: Setup, space: SearchSpace) -> str | None:
+    """What the recommended batch size means for the user's learning rate: the global batch
+    kept, or a batch size that differs from the user's own."""
+    if space.global_batch is not None:
+        acc = setup.gradient_accumulation_steps
+        how = (
+            f"batch size {setup.batch_size} x {acc} gradient accumulation steps"
+            if acc > 1
+            else f"batch size {setup.batch_size}, no gradient accumulation"
+        )
+        return (
+            f"the global batch {space.global_batch} is kept (--global-batch): {how}, "
+            f"{setup.global_batch} samples per optimizer update, so a learning rate tuned for "
+            f"{space.global_batch} still applies"
+        )
+    mine, theirs = setup.global_batch, space.user_batch
+    if theirs is None or mine == theirs:
+        return None
+    return (
+        f"the recommended batch size {mine} differs from yours ({theirs}): each optimizer "
+        f"update averages {mine} samples instead of {theirs}, so a learning rate tuned for "
+        f"{theirs} may no longer fit. Scale it by {mine}/{theirs} = {mine / theirs:.3g} (the "
+        'linear scaling rule, Goyal et al. 2017, "Accurate, Large Minibatch SGD", with a '
+        f"warm-up for a large factor) or tune it again; or search with --global-batch {theirs} "
+        "to keep your batch"
+    )
+
+
+def knob_line(k: KnobTrial) -> str:
+    """One knob trial in words: ``XLA at batch size 128: 1.18x (1,180 vs 1,000 samples/s,
+    trials #5, #9), adopted``."""
+    assert k.tried is not None
+    what = "XLA" if k.knob == "xla" else f"{k.tried.steps_per_execution} steps per execution"
+    where = f"{what} at batch size {k.base.batch_size}"
+    numbers = ", ".join(f"#{n}" for n in k.trials)
+    if k.speed is None:
+        return (
+            f"{where}: {k.status}"
+            + (f" ({k.reason})" if k.reason else "")
+            + (f" (trial {numbers})" if numbers else "")
+        )
+    gain = k.gain or 0.0
+    verdict = (
+        "adopted"
+        if k.adopted
+        else "within the noise floor, not adopted"
+        if gain >= 1
+        else "slower, not adopted"
+    )
+    return (
+        f"{where}: {gain:.2f}x ({k.speed:,.0f} vs {k.base_speed:,.0f} samples/s, trials "
+        f"{numbers}), {verdict}"
+    )
+
+
+def busy(outcome: SearchOutcome, evidence: list[int]) -> str | None:
+    """A note when other processes' CPU use was high enough to skew the figures, else None
+    (also when no trial knows its background load)."""
+    loads = {
+        m.number: m.result.background_load
+        for runs in outcome.measured.values()
+        for m in runs
+        if m.result.background_load is not None
+    }
+    if not loads:
+        return None
+    mine = [loads[n] for n in evidence if n in loads] or list(loads.values())
+    median, peak = statistics.median(mine), max(loads.values())
+    if median <= BUSY_LOAD and peak <= BUSY_LOAD:
+        return None
+    busy = sorted(n for n, load in loads.items() if load > BUSY_LOAD)
+    shown = ", ".join(f"#{n}" for n in busy[:6]) + (
+        f" and {len(busy) - 6} more" if len(busy) > 6 else ""
+    )
+    return (
+        f"the machine was busy: other processes used {'up to ' if len(busy) > 1 else ''}"
+        f"{peak:.0%} of the CPU during trial{'s' if len(busy) > 1 else ''} {shown} "
+        f"(median {median:.0%} over the recommendation's trials); the figures may be low and "
+        "uneven: re-run on an idle machine"
+    )
+
+
+def label(c: Candidate) -> str:
+    return c.setup.describe()
+
+
+def _short(setup: Setup) -> str:
+    """``mixed_bfloat16 b128``, with the loss scale where it is not the policy's default and
+    the knobs that are not at theirs (``float32+tf32 b64 xla spe4``)."""
+    default = setup.loss_scale == LossScale.default_for(setup.policy)
+    return " ".join(
+        (
+            f"{setup.precision} b{setup.batch_size}",
+            *(() if default else (str(setup.loss_scale),)),
+            *setup.knobs,
+        )
+    )
+
+
+def _subject(setup: Setup) -> str:
+    """``float32+tf32 at batch size 128``, with the knobs: ``... with XLA and 4 steps per
+    execution``."""
+    backend_words = () if setup.backend == TENSORFLOW else (f"on {BACKEND_NAMES[setup.backend]}",)
+    knobs = [w for w in setup.knob_words() if w not in backend_words]  # said after the knobs
+    with_knobs = f" with {and_join(knobs)}" if knobs else ""
+    backend = "" if setup.backend == TENSORFLOW else f" on {BACKEND_NAMES[setup.backend]}"
+    return f"{setup.precision} at batch size {setup.batch_size}{with_knobs}{backend}"
+
+
+def _figures(spread: tuple[float, float] | None, speed: float | None) -> str:
+    if spread is None:
+        return _fmt(speed, ",.0f")
+    low, high = spread
+    return f"{low:,.0f}" if round(low) == round(high) else f"{low:,.0f}-{high:,.0f}"
+
+
+def _tie_text(
+    setup: Setup,
+    spread: tuple[float, float],
+    speed: float,
+    ties: tuple[Alternative, ...],
+) -> str:
+    """``a and b tie within the measurement noise (spreads ... samples/s)``."""
+    names = [_short(setup)] + [_short(t.setup) for t in ties]
+    figures = [_figures(spread, speed)] + [_figures(t.spread, t.samples_per_second) for t in ties]
+    spreads = and_join(figures)
+    return f"{and_join(names)} tie within the measurement noise (spreads {spreads} samples/s)"
+
+
+def _hardware_phrase(hardware: dict[str, Any] | None, device: str | None) -> str:
+    if not hardware:
+        return ""
+    gpus = hardware.get("gpus") or []
+    if device and device.startswith("gpu") and gpus:
+        gpu = gpus[0]
+        units = (gpu.get("units") or {}).get("summary") or "no Tensor Cores"
+        return (
+            f"the {gpu.get('name', 'GPU')} (compute capability "
+            f"{gpu.get('compute_capability', '?')}) has {units}"
+        )
+    flags = set((hardware.get("cpu") or {}).get("flags") or [])
+    model = (hardware.get("cpu") or {}).get("model") or "this CPU"
+    low = sorted(flags & {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16", "bf16", "fp16"})
+    if low:
+        return f"{model} has {', '.join(low)} units, and training ran on the CPU"
+    return f"{model} has no bfloat16/float16 units, and training ran on the CPU"
+
+
+def reason(
+    chosen: Candidate,
+    f32: Candidate | None,
+    viable: list[Candidate],
+    outcome: SearchOutcome,
+    hardware: dict[str, Any] | None,
+    ties: list[Candidate],
+    settings: SearchSettings,
+) -> str:
+    device = chosen.runs[0].result.device
+    hw = _hardware_phrase(hardware, device)
+    because = f" ({hw})" if hw else ""
+    precision, subject = chosen.setup.precision, _subject(chosen.setup)
+    gap = f"{chosen.loss_gap:.2%}" if chosen.loss_gap is not None else "n/a"
+    tie = ""
+    if ties:
+        alts = tuple(Alternative.of(c, None) for c in ties)
+        tie = (
+            _tie_text(chosen.setup, chosen.spread, chosen.speed, alts)
+            + f", so the simpler {_short(chosen.setup)} is recommended"
+        )
+    if ties and (precision == FLOAT32 or any(c.setup.precision == FLOAT32 for c in ties)):
+        # A tie with float32: no speed-up to state.
+        tail = "" if precision == FLOAT32 else f"; loss gap to float32 {gap}"
+        return f"{tie}{because}{tail}."
+    tie_sentence = (
+        f" It ties with {and_join([_short(c.setup) for c in ties])} within the measurement noise "
+        "and is the simpler setup."
+        if ties
+        else ""
+    )
+    if precision == FLOAT32:
+        others = [c for c in viable if c.setup.precision != FLOAT32]
+        rel = ", ".join(
+            f"{c.setup.precision} reached {c.speed / chosen.speed:.2f}x"
+            for c in others
+            if chosen.speed
+        )
+        abandoned = ", ".join(
+            f"{p} is unsafe for this model (its hazard says why and how to fix the model)"
+            if is_unsafe(why)
+            else f"{p} was dropped ({why})"
+            for p, why in outcome.abandoned.items()
+        )
+        detail = "; ".join(x for x in (rel, abandoned) if x)
+        return f"{subject} is the best setup here{because}" + (f": {detail}." if detail else ".")
+    if f32 is None or not f32.speed:
+        return (
+            f"{subject} is the only setup that "
+            f"worked{because}; loss gap to float32 {gap}.{tie_sentence}"
+        )
+    ratio = speed_ratio(f32, chosen, outcome.paired)
+    figures = f"({chosen.speed:,.0f} vs {f32.speed:,.0f} samples/s)"
+    if paired_ratio(outcome.paired, f32.setup, chosen.setup) is not None:
+        figures = f"{figures[:-1]}, measured back to back)"
+    if paired_ratio(outcome.paired, f32.setup, chosen.setup) is not None:
+        inside = within(ratio, settings.noise_floor)
+    else:
+        inside = overlap(chosen, f32) or abs(ratio - 1) <= noise(chosen, f32, settings)
+    if inside:
+        verdict = f"as fast as float32 here within the measurement noise {figures}"
+    elif ratio > 1:
+        verdict = f"{ratio:.2f}x faster than float32 here {figures}"
+    else:
+        verdict = f"{ratio:.2f}x as fast as float32 here but leaner in memory {figures}"
+    return (
+        f"{subject} is {verdict}{because}, with a loss gap "
+        f"of {gap} to float32 at the same batch size and seed.{tie_sentence}"
+    )
+
+
+def is_unsafe(why: str) -> bool:
+    """Whether a reason a policy was dropped is the numerics probe's (its hazards tell more)."""
+    return "is unsafe for this model" in why
+
+
+def no_viable_message(outcome: SearchOutcome) -> str:
+    reasons = []
+    for setup, runs in sorted(outcome.measured.items(), key=lambda item: item[0].key):
+        if first_ok(runs) is None:
+            r = runs[-1].result
+            again = " (ran twice)" if len(runs) > 1 else ""
+            reasons.append(
+                f"{setup.label}: {r.status.value}{again}"
+                + (f" ({r.error.message})" if r.error else "")
+            )
+    reasons += [f"{label(c)}: {c.rejected}" for c in outcome.candidates if c.rejected]
+    shown = "; ".join(reasons[:6]) + (f"; and {len(reasons) - 6} more" if len(reasons) > 6 else "")
+    return "no viable setup: " + (shown or "no trial finished")
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """A recommendation as labelled lines of plain text, the same for the CLI and the GUI."""
+    low, high = rec.samples_per_second_spread
+    setup = rec.setup
+    rows = [
+        ("Setup", _setup_text(setup)),
+        (
+            "Throughput",
+            f"{rec.samples_per_second:,.0f} samples/s (measured "
+            f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})",
+        ),
+        (
+            "Against float32",
+            f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
+            f"setup, {_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at "
+            "the starting batch size",
+        ),
+        (
+            "Memory",
+            f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
+            + (_memory_against_float32(rec.memory_saving) if rec.memory_saving is not None else ""),
+        ),
+        ("Loss gap", f"{rec.loss_gap:.2%} to float32" if rec.loss_gap is not None else "n/a"),
+        *((k.label, k.detail) for k in rec.knobs or plain_knobs(setup)),
+        ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
+        ("Why", rec.reason),
+    ]
+    for p in rec.paired:
+        rows.append(("Final" if p.stage == "final" else "Runoff", paired_text(p, setup)))
+    if rec.ties:
+        text = _tie_text(rec.setup, rec.samples_per_second_spread, rec.samples_per_second, rec.ties)
+        rows.append(("Tie", f"{text}; re-run on an idle machine to separate them"))
+    if rec.busy:
+        rows.append(("Busy machine", rec.busy[0].upper() + rec.busy[1:]))
+    for alt in rec.alternatives:
+        verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
+        if alt.rejected and alt.speedup_vs_float32 is not None and "throughput" not in verdict:
+            verdict += f" (measured {alt.speedup_vs_float32:.2f}x float32)"
+        rows.append(
+            (
+                "Alternative",
+                f"{alt.setup.label}: {_fmt(alt.samples_per_second, ',.0f')} samples/s, {verdict}",
+            )
+        )
+    for hazard in rec.hazards:
+        label = "Unsafe" if hazard.unsafe else "Hazard"
+        rows.append((label, hazard.describe()))
+    rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
+    rows += [("Note", note) for note in rec.notes if note != rec.busy]
+    return rows
+
+
+def paired_text(p: Paired, chosen: Setup) -> str:
+    """``float32 b1024 spe16 and mixed_bfloat16 b768 spe16 measured back to back in 3 turns:
+    mixed_bfloat16 b768 spe16 ran 1.31x float32 b1024 spe16 (1.28, 1.31, 1.35; trials #30,
+    ...)``: each other setup against ``chosen``."""
+    others = [s for s in p.setups if s != chosen]
+    parts = []
+    for s in others:
+        ratios = p.ratios(s, chosen)
+        median = statistics.median(ratios) if ratios else None
+        each = ", ".join(f"{r:.2f}" for r in ratios) or "no turn ran both"
+        parts.append(f"{_fmt(median, '.2f')}x {_short(s)} ({each})")
+    numbers = ", ".join(f"#{n}" for n in p.numbers())
+    return (
+        f"{and_join([_short(s) for s in p.setups])} measured back to back in {len(p.speeds)} "
+        f"turns: {_short(chosen)} ran " + "; ".join(parts) + f" (trials {numbers})"
+    )
+
+
+def _memory_against_float32(saving: float) -> str:
+    """``, 12% less than float32 at this batch size`` (or more, or the same)."""
+    if round(saving, 2) == 0:
+        return ", the same as float32 at this batch size"
+    more_or_less = "less" if saving > 0 else "more"
+    return f", {abs(saving):.0%} {more_or_less} than float32 at this batch size"
+
+
+def _setup_text(setup: Setup) -> str:
+    """``float32+tf32, batch size 128, loss scale none, XLA, 4 steps per execution``."""
+    parts = [
+        str(setup.precision),
+        f"batch size {setup.batch_size}",
+        f"loss scale {setup.loss_scale}",
+        *setup.knob_words(),
+    ]
+    return ", ".join(parts)

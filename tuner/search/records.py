@@ -1,0 +1,258 @@
+"""What a search recommends, as stored in a session and shown by every face: the
+:class:`Recommendation`, its :class:`Alternative` setups and the :class:`KnobEvidence` for each
+execution knob. Records only: the decision that makes them is :mod:`tuner.search.recommend`,
+their wording :mod:`tuner.search.wording`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
+from tuner.search.measures import Candidate, Paired
+from tuner.setup import SETUP_FIELDS, Setup
+from tuner.trials.hazards import Hazard
+
+
+class NoViableSetup(MptuneError):
+    """Every setup failed or was rejected; the message lists why. Not bad input: the model may
+    simply not fit this machine, so the CLI exits 1."""
+
+    exit_code = EXIT_TRIAL_FAILED
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A candidate that was not recommended, with its figures or why it was rejected."""
+
+    setup: Setup
+    samples_per_second: float | None
+    speedup_vs_float32: float | None
+    loss_gap: float | None
+    rejected: str | None
+    trials: tuple[int, ...] = ()
+    #: lowest and highest samples/s measured; None in alternatives stored by earlier versions
+    spread: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            **self.setup.to_dict(),
+            "samples_per_second": self.samples_per_second,
+            "speedup_vs_float32": self.speedup_vs_float32,
+            "loss_gap": self.loss_gap,
+            "rejected": self.rejected,
+            "trials": list(self.trials),
+        }
+        if self.spread is not None:
+            data["spread"] = list(self.spread)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Alternative:
+        return cls(
+            Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data}),
+            data.get("samples_per_second"),
+            data.get("speedup_vs_float32"),
+            data.get("loss_gap"),
+            data.get("rejected"),
+            tuple(data.get("trials", ())),
+            _pair(data.get("spread")),
+        )
+
+    @classmethod
+    def of(cls, c: Candidate, f32: Candidate | None) -> Alternative:
+        """The alternative a candidate is, with its speed-up against float32's ``f32``."""
+        if not c.runs:  # it never measured (a policy that fails on this model)
+            return cls(c.setup, None, None, c.loss_gap, c.rejected)
+        return cls(
+            c.setup,
+            c.speed,
+            c.speed / f32.speed if f32 and f32.speed else None,
+            c.loss_gap,
+            c.rejected,
+            tuple(sorted(r.number for r in c.runs)),
+            c.spread if c.runs else None,
+        )
+
+
+@dataclass(frozen=True)
+class KnobEvidence:
+    """One execution knob of the recommended setup and the evidence for its setting.
+
+    Attributes:
+        knob: ``xla``, ``steps_per_execution``, ``tf32`` or ``global_batch``.
+        setting: the recommended setup's value, in words (``on``, ``off``, ``4``, ``512``).
+        detail: what was measured or why it was not tried, in words.
+        gain: the measured speed of the knob's setting over the setup without it (1.2: 20%
+            faster); None when no stage compared them.
+        trials: the trials behind the figures.
+    """
+
+    knob: str
+    setting: str
+    detail: str
+    gain: float | None = None
+    trials: tuple[int, ...] = ()
+
+    #: The row label of each knob in the evidence.
+    LABELS: ClassVar[dict[str, str]] = {
+        "xla": "XLA",
+        "steps_per_execution": "Steps per execution",
+        "tf32": "TF32",
+        "global_batch": "Global batch",
+    }
+
+    @property
+    def label(self) -> str:
+        return self.LABELS.get(self.knob, self.knob)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "setting": self.setting,
+            "detail": self.detail,
+            "gain": self.gain,
+            "trials": list(self.trials),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KnobEvidence:
+        gain = data.get("gain")
+        return cls(
+            str(data["knob"]),
+            str(data.get("setting", "")),
+            str(data.get("detail", "")),
+            None if gain is None else float(gain),
+            tuple(int(n) for n in data.get("trials") or ()),
+        )
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    low, high = value
+    return (float(low), float(high)) if low is not None and high is not None else None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The chosen setup and the evidence for it. ``to_dict`` is what ``tune --json`` prints and
+    what a session stores; it keeps the setup's fields at the top level too, as sessions stored
+    before :class:`~tuner.setup.Setup` existed have them."""
+
+    setup: Setup
+    samples_per_second: float
+    samples_per_second_spread: tuple[float, float]
+    baseline_samples_per_second: float | None  #: float32 at the starting batch size
+    float32_samples_per_second: float | None  #: float32 at its own best batch size
+    speedup_vs_float32: float | None  #: against the best float32 setup
+    speedup_vs_baseline: float | None
+    memory_saving: float | None  #: share of float32's peak memory (same batch size) saved
+    peak_memory_mb: float | None
+    memory_kind: str | None
+    loss_gap: float | None
+    skipped_steps: int
+    reason: str
+    trials: tuple[int, ...]
+    objective: str
+    alternatives: tuple[Alternative, ...] = ()
+    not_tried: tuple[dict[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    device: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    #: viable setups whose measurements overlap the chosen one's, or lie within the noise
+    ties: tuple[Alternative, ...] = ()
+    #: what other processes used of the CPU during the trials, when that was enough to skew them
+    busy: str | None = None
+    #: precision hazards the search found, for every policy it probed (unsafe first)
+    hazards: tuple[Hazard, ...] = ()
+    #: each execution knob of the setup (XLA, steps per execution, TF32, the global batch) and
+    #: its evidence; empty in recommendations stored before the knobs existed
+    knobs: tuple[KnobEvidence, ...] = ()
+    #: the samples per optimizer update the search kept (``--global-batch``); None: not kept
+    global_batch: int | None = None
+    #: the batch size the user trains with (``--start-batch`` or the model file's
+    #: ``BATCH_SIZE``); None: unknown
+    user_batch: int | None = None
+    #: the setups measured back to back that decided the pick: its precision's runoff and the
+    #: final between the leading precisions; empty in recommendations stored before them
+    paired: tuple[Paired, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(self.setup.to_dict())
+        data["setup"] = self.setup.to_dict()
+        data["samples_per_second_spread"] = list(self.samples_per_second_spread)
+        data["trials"] = list(self.trials)
+        data["alternatives"] = [alt.to_dict() for alt in self.alternatives]
+        data["ties"] = [alt.to_dict() for alt in self.ties]
+        data["not_tried"] = [dict(item) for item in self.not_tried]
+        data["notes"] = list(self.notes)
+        data["versions"] = dict(self.versions)
+        data["hazards"] = [h.to_dict() for h in self.hazards]
+        data["knobs"] = [k.to_dict() for k in self.knobs]
+        data["paired"] = [p.to_dict() for p in self.paired]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recommendation:
+        """Inverse of :meth:`to_dict`; reads recommendations stored by earlier versions too.
+
+        Raises:
+            ValueError: the data names no valid setup or lacks a figure.
+        """
+        setup_data = (
+            data.get("setup")
+            if isinstance(data.get("setup"), dict)
+            else {k: data[k] for k in SETUP_FIELDS if k in data}
+        )
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["setup"] = Setup.from_dict(setup_data)
+        try:
+            values["samples_per_second_spread"] = tuple(values["samples_per_second_spread"])
+        except (KeyError, TypeError):
+            raise ValueError("the recommendation has no measured spread") from None
+        values["alternatives"] = tuple(
+            Alternative.from_dict(a) for a in values.get("alternatives", ())
+        )
+        values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
+        values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
+        values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
+        try:
+            values["paired"] = tuple(Paired.from_dict(p) for p in values.get("paired") or ())
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a malformed paired comparison: {exc}") from None
+        for key in ("trials", "not_tried", "notes"):
+            values[key] = tuple(values.get(key, ()))
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"an incomplete recommendation: {exc}") from None
+
+
+def plain_knobs(setup: Setup) -> tuple[KnobEvidence, ...]:
+    """The knobs of a recommendation stored before they had evidence: their settings only."""
+    acc = setup.gradient_accumulation_steps
+    tf32 = (
+        f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
+        if setup.policy.is_mixed
+        else "on"
+        if setup.tf32
+        else "off"
+    )
+    return (
+        KnobEvidence("xla", "on" if setup.xla else "off", "on" if setup.xla else "off"),
+        KnobEvidence(
+            "steps_per_execution",
+            str(setup.steps_per_execution),
+            str(setup.steps_per_execution),
+        ),
+        KnobEvidence("tf32", "on" if setup.tf32 else "off", tf32),
+        KnobEvidence(
+            "global_batch",
+            str(setup.global_batch),
+            f"{setup.global_batch}"
+            + (f" (batch size {setup.batch_size} x {acc} accumulation steps)" if acc > 1 else ""),
+        ),
+    )
