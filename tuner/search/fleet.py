@@ -33,10 +33,11 @@ from tuner.search.session import (
     GRACE_S,
     HEARTBEAT_S,
     TuningSession,
+    needs_server,
     redact_url,
+    same_hardware,
     storage_errors,
 )
-from tuner.search.tune import same_hardware
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import TrialCancelled, WorkerPool
 from tuner.trials.spec import TrialSpec
@@ -54,19 +55,6 @@ class WorkDone:
     session: str
     ran: tuple[int, ...]
     reason: str
-
-
-def needs_server(url: str | None) -> None:
-    """Refuse a store that several processes cannot write at once.
-
-    Raises:
-        MptuneError: ``url`` is SQLite (or the default SQLite file).
-    """
-    if url is None or url.startswith("sqlite"):
-        raise MptuneError(
-            "workers share a search through a database server (--storage postgresql://... or "
-            "mysql://...): SQLite is not safe for several processes writing at once"
-        )
 
 
 def work(

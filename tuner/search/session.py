@@ -715,3 +715,35 @@ def _hardware_kind(attrs: dict[str, Any]) -> str | None:
         return None
     device = settings.get("device", "auto") if isinstance(settings, dict) else "auto"
     return HardwareFingerprint.from_profile_dict(hardware, device_of(hardware, str(device))).kind
+
+
+def needs_server(url: str | None) -> None:
+    """Refuse a store that several processes cannot write at once.
+
+    Raises:
+        MptuneError: ``url`` is SQLite (or the default SQLite file).
+    """
+    if url is None or url.startswith("sqlite"):
+        raise MptuneError(
+            "workers share a search through a database server (--storage postgresql://... or "
+            "mysql://...): SQLite is not safe for several processes writing at once"
+        )
+
+
+def same_hardware(stored: SessionView, profile: Any, device: str) -> None:
+    """Refuse to continue a session measured on another kind of machine: its trials and the new
+    ones would not compare (one session per kind of machine, also in a shared store)."""
+    if not stored.hardware:
+        return  # a session from before sessions recorded it
+    here = profile.to_dict()
+    theirs = HardwareFingerprint.from_profile_dict(
+        stored.hardware, device_of(stored.hardware, device)
+    )
+    mine = HardwareFingerprint.from_profile_dict(here, device_of(here, device))
+    if theirs.digest != mine.digest:
+        differences = "; ".join(theirs.mismatches(mine)) or "another machine"
+        raise MptuneError(
+            f"session {stored.name!r} was measured on {theirs.kind}, and this machine is "
+            f"{mine.kind} ({differences}): measurements of different hardware never mix in one "
+            "session. Give another --study for this machine"
+        )

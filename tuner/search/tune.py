@@ -11,13 +11,18 @@ from datetime import datetime
 from typing import Any
 
 from tuner.errors import MptuneError
-from tuner.hardware.fingerprint import HardwareFingerprint, device_of
 from tuner.search.evaluator import Evaluator, Slot, TrialRunner
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation, recommend
-from tuner.search.session import SessionView, TuningSession, storage_errors
+from tuner.search.session import (
+    SessionView,
+    TuningSession,
+    needs_server,
+    same_hardware,
+    storage_errors,
+)
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Search
 from tuner.trials.models import parse_model_spec
@@ -185,8 +190,6 @@ def tune(
         same_hardware(stored, profile, settings.device)
     devices, parallel_note = parallel_devices(parallel, profile, settings.device)
     if workers:
-        from tuner.search.fleet import needs_server
-
         needs_server(storage)
     space = space or SearchSpace(policies=hardware_prior(profile))
     if stored is None and space.user_batch is None and source.user_batch is not None:
@@ -256,25 +259,6 @@ def stored_session(study: str | None, storage: str | None) -> SessionView | None
         return None
     with storage_errors(storage):
         return session.view()
-
-
-def same_hardware(stored: SessionView, profile: Any, device: str) -> None:
-    """Refuse to continue a session measured on another kind of machine: its trials and the new
-    ones would not compare (one session per kind of machine, also in a shared store)."""
-    if not stored.hardware:
-        return  # a session from before sessions recorded it
-    here = profile.to_dict()
-    theirs = HardwareFingerprint.from_profile_dict(
-        stored.hardware, device_of(stored.hardware, device)
-    )
-    mine = HardwareFingerprint.from_profile_dict(here, device_of(here, device))
-    if theirs.digest != mine.digest:
-        differences = "; ".join(theirs.mismatches(mine)) or "another machine"
-        raise MptuneError(
-            f"session {stored.name!r} was measured on {theirs.kind}, and this machine is "
-            f"{mine.kind} ({differences}): measurements of different hardware never mix in one "
-            "session. Give another --study for this machine"
-        )
 
 
 def _continue(
