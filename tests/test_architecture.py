@@ -59,7 +59,7 @@ def test_engine_imports_with_qt_and_tensorflow_absent() -> None:
 #: trial result's ``step_time_ms`` mapping (percentile -> milliseconds). Engine records (worker
 #: messages, the hardware profile, requests) are read by attribute; a key read on anything else
 #: fails here, so that a face does not drift back to parsing the engine's dicts.
-KEY_READS_ALLOWED = {"env", "TOOLTIPS", "HAZARD_COLOURS", "step_time_ms", "st"}
+KEY_READS_ALLOWED = {"env", "TOOLTIPS", "HAZARD_COLOURS", "step_time_ms", "step_time"}
 
 
 def _receiver(node: ast.expr) -> str:

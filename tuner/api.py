@@ -73,7 +73,7 @@ from tuner.trials.messages import (
     parse_message,
 )
 from tuner.trials.models import BUILTINS, ModelSource
-from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.result import Timings, TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled
 from tuner.trials.spec import TrialSpec
 
@@ -140,6 +140,7 @@ __all__ = [
     "StartedMessage",
     "StepMessage",
     "StoredTrial",
+    "Timings",
     "TrialCancelled",
     "TrialFinished",
     "TrialResult",

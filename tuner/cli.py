@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -41,312 +41,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="mptune",
-        description=(
-            "Find the fastest numerically safe mixed-precision setup for a Keras model on this "
-            "machine."
-        ),
-    )
-    parser.add_argument("--version", action="version", version=f"mptune {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="show tracebacks and worker logs when something fails",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    detect = sub.add_parser(
-        "detect",
-        help="show the GPUs, CPU and software, and what to try",
-        description="Read the hardware (NVML, /proc/cpuinfo, psutil) and "
-        "say which precision policies are worth trying.",
-    )
-    detect.add_argument("--json", action="store_true", help="print a JSON object instead")
-    detect.set_defaults(handler=_cmd_detect)
-
-    trial = sub.add_parser(
-        "trial",
-        help="run one short training trial and print its figures",
-        description="Run one short training trial in a worker process.",
-    )
-    trial.add_argument(
-        "--model",
-        required=True,
-        metavar="SPEC",
-        help="builtin:mlp | builtin:cnn | builtin:transformer (optionally "
-        "builtin:cnn:image_size=64,filters=64), a .py file with "
-        "build_model(), or a .keras file",
-    )
-    trial.add_argument("--policy", required=True, choices=api.POLICIES)
-    trial.add_argument(
-        "--backend",
-        choices=api.BACKENDS,
-        help="the Keras 3 backend the trial runs on (default: KERAS_BACKEND when set, else "
-        "tensorflow); jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'",
-    )
-    trial.add_argument("--batch-size", required=True, type=_positive_int, metavar="N")
-    trial.add_argument(
-        "--loss-scale",
-        metavar="S",
-        type=_loss_scale,
-        help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
-        "(default: dynamic for mixed_float16, none otherwise)",
-    )
-    trial.add_argument(
-        "--xla",
-        action="store_true",
-        help="compile the training step with XLA (jit_compile=True); on torch this is "
-        "torch.compile, and jax always compiles with XLA",
-    )
-    trial.add_argument(
-        "--steps-per-execution",
-        type=_positive_int,
-        default=1,
-        metavar="N",
-        help="training steps per train_function call (default 1; torch runs 1 only)",
-    )
-    trial.add_argument(
-        "--tf32",
-        action="store_true",
-        help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)",
-    )
-    trial.add_argument(
-        "--accumulate",
-        type=_positive_int,
-        default=1,
-        metavar="N",
-        help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)",
-    )
-    trial.add_argument(
-        "--steps",
-        type=_positive_int,
-        metavar="N",
-        help="measured steps (default: measure for --measure-seconds)",
-    )
-    trial.add_argument(
-        "--measure-seconds",
-        type=_positive_float,
-        default=5.0,
-        metavar="S",
-        help="how long to measure when --steps is not given (default 5)",
-    )
-    trial.add_argument(
-        "--warmup",
-        type=_non_negative_int,
-        default=5,
-        metavar="N",
-        help="untimed warm-up steps (default 5)",
-    )
-    trial.add_argument(
-        "--no-probe",
-        dest="probe",
-        action="store_false",
-        help="skip the numerics probe of a low-precision policy (docs/numerics.md)",
-    )
-    trial.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=300.0,
-        metavar="SECONDS",
-        help="wall-clock limit for the whole trial (default 300)",
-    )
-    trial.add_argument(
-        "--device",
-        default="auto",
-        type=_device,
-        metavar="DEV",
-        help="auto (first GPU if any), cpu or gpu:N (default auto)",
-    )
-    trial.add_argument(
-        "--memory-limit",
-        type=_positive_float,
-        metavar="MB",
-        help="count the trial as out of memory above this",
-    )
-    trial.add_argument("--seed", type=int, default=0, help="seed for weights and data")
-    trial.add_argument("--json", action="store_true", help="print the result as JSON")
-    trial.set_defaults(handler=_cmd_trial)
-
-    tune = sub.add_parser(
-        "tune",
-        help="search for the best setup and recommend it",
-        description="Search precision policy, batch size, loss scale and the execution knobs "
-        "(XLA, steps per execution, TF32) with short trials, and recommend the best "
-        "numerically safe "
-        "setup. Every trial is stored; re-running with the same "
-        "--study (or --resume NAME) continues.",
-    )
-    tune.add_argument(
-        "--model",
-        metavar="SPEC",
-        help="as for trial (default: the session's when continuing one, else builtin:cnn)",
-    )
-    tune.add_argument(
-        "--backend",
-        choices=api.BACKENDS,
-        help="the Keras 3 backend every trial runs on (default: the session's when continuing "
-        "one, else KERAS_BACKEND when set, else tensorflow); a session is measured on one "
-        "backend. jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'",
-    )
-    tune.add_argument(
-        "--objective",
-        choices=("speed", "memory", "balanced"),
-        help="speed: samples/s; memory: least memory per sample within 80%% of "
-        "the fastest; balanced: the same within 95%% (default speed)",
-    )
-    tune.add_argument(
-        "--budget-minutes",
-        type=_positive_float,
-        metavar="M",
-        help="start no trial that would end past this",
-    )
-    tune.add_argument("--max-trials", type=_positive_int, metavar="N")
-    tune.add_argument(
-        "--policies",
-        type=_policies,
-        metavar="P[,P...]",
-        help="policies to try (default: the hardware advice)",
-    )
-    tune.add_argument(
-        "--batch-sizes",
-        type=_batch_sizes,
-        metavar="LIST|RANGE",
-        help="16,32,64 or 8-1024 (default 8-1024, powers of two)",
-    )
-    tune.add_argument(
-        "--start-batch",
-        type=_positive_int,
-        metavar="N",
-        help="batch size of the float32 baseline (default 64); also the batch size you train "
-        "with, which the recommendation compares its own with (else the model file's "
-        "BATCH_SIZE)",
-    )
-    tune.add_argument(
-        "--global-batch",
-        type=_positive_int,
-        metavar="B",
-        help="keep B samples per optimizer update (the batch your learning rate is tuned "
-        "for): search the per-step batch and gradient accumulation whose product is B",
-    )
-    tune.add_argument(
-        "--xla",
-        choices=api.XLA_MODES,
-        help="try XLA (jit_compile): auto on a GPU only, on anywhere, off never (default auto)",
-    )
-    tune.add_argument(
-        "--loss-scales",
-        type=_loss_scales,
-        metavar="S[,S...]",
-        help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
-        "fixed:1024,fixed:128)",
-    )
-    tune.add_argument(
-        "--loss-tolerance",
-        type=_fraction,
-        metavar="F",
-        help="largest loss gap to float32 (default 0.05)",
-    )
-    tune.add_argument(
-        "--measure-seconds",
-        type=_positive_float,
-        metavar="S",
-        help="measuring time per trial (default 2)",
-    )
-    tune.add_argument(
-        "--timeout",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="wall-clock limit per trial; a trial past it ends 'timeout' (default 300)",
-    )
-    tune.add_argument(
-        "--device", type=_device, metavar="DEV", help="auto, cpu or gpu:N (default auto)"
-    )
-    tune.add_argument(
-        "--parallel",
-        type=_parallel,
-        default=1,
-        metavar="N|auto",
-        help="run up to N independent trials at once, one a GPU (auto: one a GPU of the "
-        "searched GPU's model, one on a CPU; default 1)",
-    )
-    tune.add_argument(
-        "--workers",
-        action="store_true",
-        help="also hand trials to mptune worker processes that join this session (the same "
-        "kind of machine; needs a database server --storage)",
-    )
-    tune.add_argument(
-        "--storage",
-        metavar="URL",
-        help="Optuna storage URL (default: SQLite in the user data directory)",
-    )
-    group = tune.add_mutually_exclusive_group()
-    group.add_argument("--study", metavar="NAME", help="session name; an existing one continues")
-    group.add_argument("--resume", metavar="NAME", help="continue this existing session")
-    tune.add_argument("--out", metavar="FILE", help="also write the tuned config (JSON) here")
-    tune.add_argument("--json", action="store_true", help="print the recommendation as JSON")
-    tune.set_defaults(handler=_cmd_tune)
-
-    worker = sub.add_parser(
-        "worker",
-        help="join a running search (started with tune --workers) and take trials from it",
-    )
-    worker.add_argument(
-        "--storage", required=True, metavar="URL", help="the search's database server URL"
-    )
-    worker.add_argument("--study", required=True, metavar="NAME", help="the session's name")
-    worker.add_argument(
-        "--device", type=_device, metavar="DEV", help="run the trials here (default: as asked)"
-    )
-    worker.set_defaults(handler=_cmd_worker)
-
-    sessions = sub.add_parser("sessions", help="list stored tuning sessions")
-    sessions.add_argument("--storage", metavar="URL")
-    sessions.add_argument("--json", action="store_true")
-    sessions.set_defaults(handler=_cmd_sessions)
-
-    show = sub.add_parser("show", help="show a stored session: trials and recommendation")
-    show.add_argument("name", metavar="NAME")
-    show.add_argument("--storage", metavar="URL")
-    show.add_argument("--json", action="store_true")
-    show.set_defaults(handler=_cmd_show)
-
-    export = sub.add_parser(
-        "export",
-        help="export a tuned setup: JSON config, snippet or script",
-        description="Export the recommendation of a stored session (or a "
-        "tuned config file) as a versioned JSON config, a "
-        "paste-ready snippet, or a runnable training script.",
-    )
-    export.add_argument(
-        "source",
-        metavar="SESSION_OR_FILE",
-        help="a session name (see mptune sessions) or a tuned config .json file",
-    )
-    export.add_argument("--format", default="json", choices=("json", "snippet", "script"))
-    export.add_argument(
-        "--keras",
-        default="3",
-        choices=("3", "2"),
-        help="Keras 3, or 2 for tf_keras (snippet only; default 3)",
-    )
-    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    export.add_argument("--storage", metavar="URL")
-    export.set_defaults(handler=_cmd_export)
-
-    gui = sub.add_parser(
-        "gui",
-        help="open the desktop application",
-        description="Open mptune's window: hardware, live tuning with plots, "
-        "recommendation and export.",
-    )
-    gui.set_defaults(handler=_cmd_gui)
-    return parser
 
 
 def _fraction(text: str) -> float:
@@ -432,6 +126,243 @@ def _loss_scale(text: str) -> str:
     return text
 
 
+#: One command-line argument: its flags (or the name of a positional) and the keywords of
+#: ``add_argument``. A ``group`` keyword puts it in that mutually exclusive group of its command.
+Argument = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def _arg(*flags: str, **options: Any) -> Argument:
+    """One row of a command's table: what ``add_argument`` takes."""
+    return flags, options
+
+
+_MODEL_HELP = (
+    "builtin:mlp | builtin:cnn | builtin:transformer (optionally builtin:cnn:image_size=64,"
+    "filters=64), a .py file with build_model(), or a .keras file"
+)
+_EXTRAS = "jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'"
+
+# The tables are laid out by hand, one argument a row (the formatter would spread each
+# keyword over a line of its own).
+# fmt: off
+_DETECT_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--json", action="store_true", help="print a JSON object instead"),
+)
+
+_TRIAL_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--model", required=True, metavar="SPEC", help=_MODEL_HELP),
+    _arg("--policy", required=True, choices=api.POLICIES),
+    _arg("--backend", choices=api.BACKENDS,
+         help="the Keras 3 backend the trial runs on (default: KERAS_BACKEND when set, else "
+         f"tensorflow); {_EXTRAS}"),
+    _arg("--batch-size", required=True, type=_positive_int, metavar="N"),
+    _arg("--loss-scale", metavar="S", type=_loss_scale,
+         help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
+         "(default: dynamic for mixed_float16, none otherwise)"),
+    _arg("--xla", action="store_true",
+         help="compile the training step with XLA (jit_compile=True); on torch this is "
+         "torch.compile, and jax always compiles with XLA"),
+    _arg("--steps-per-execution", type=_positive_int, default=1, metavar="N",
+         help="training steps per train_function call (default 1; torch runs 1 only)"),
+    _arg("--tf32", action="store_true",
+         help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)"),
+    _arg("--accumulate", type=_positive_int, default=1, metavar="N",
+         help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)"),
+    _arg("--steps", type=_positive_int, metavar="N",
+         help="measured steps (default: measure for --measure-seconds)"),
+    _arg("--measure-seconds", type=_positive_float, default=5.0, metavar="S",
+         help="how long to measure when --steps is not given (default 5)"),
+    _arg("--warmup", type=_non_negative_int, default=5, metavar="N",
+         help="untimed warm-up steps (default 5)"),
+    _arg("--no-probe", dest="probe", action="store_false",
+         help="skip the numerics probe of a low-precision policy (docs/numerics.md)"),
+    _arg("--timeout", type=_positive_float, default=300.0, metavar="SECONDS",
+         help="wall-clock limit for the whole trial (default 300)"),
+    _arg("--device", default="auto", type=_device, metavar="DEV",
+         help="auto (first GPU if any), cpu or gpu:N (default auto)"),
+    _arg("--memory-limit", type=_positive_float, metavar="MB",
+         help="count the trial as out of memory above this"),
+    _arg("--seed", type=int, default=0, help="seed for weights and data"),
+    _arg("--json", action="store_true", help="print the result as JSON"),
+)
+
+_TUNE_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--model", metavar="SPEC",
+         help="as for trial (default: the session's when continuing one, else builtin:cnn)"),
+    _arg("--backend", choices=api.BACKENDS,
+         help="the Keras 3 backend every trial runs on (default: the session's when "
+         "continuing one, else KERAS_BACKEND when set, else tensorflow); a session is "
+         f"measured on one backend. {_EXTRAS}"),
+    _arg("--objective", choices=("speed", "memory", "balanced"),
+         help="speed: samples/s; memory: least memory per sample within 80%% of "
+         "the fastest; balanced: the same within 95%% (default speed)"),
+    _arg("--budget-minutes", type=_positive_float, metavar="M",
+         help="start no trial that would end past this"),
+    _arg("--max-trials", type=_positive_int, metavar="N"),
+    _arg("--policies", type=_policies, metavar="P[,P...]",
+         help="policies to try (default: the hardware advice)"),
+    _arg("--batch-sizes", type=_batch_sizes, metavar="LIST|RANGE",
+         help="16,32,64 or 8-1024 (default 8-1024, powers of two)"),
+    _arg("--start-batch", type=_positive_int, metavar="N",
+         help="batch size of the float32 baseline (default 64); also the batch size you "
+         "train with, which the recommendation compares its own with (else the model "
+         "file's BATCH_SIZE)"),
+    _arg("--global-batch", type=_positive_int, metavar="B",
+         help="keep B samples per optimizer update (the batch your learning rate is tuned "
+         "for): search the per-step batch and gradient accumulation whose product is B"),
+    _arg("--xla", choices=api.XLA_MODES,
+         help="try XLA (jit_compile): auto on a GPU only, on anywhere, off never (default auto)"),
+    _arg("--loss-scales", type=_loss_scales, metavar="S[,S...]",
+         help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
+         "fixed:1024,fixed:128)"),
+    _arg("--loss-tolerance", type=_fraction, metavar="F",
+         help="largest loss gap to float32 (default 0.05)"),
+    _arg("--measure-seconds", type=_positive_float, metavar="S",
+         help="measuring time per trial (default 2)"),
+    _arg("--timeout", type=_positive_float, metavar="SECONDS",
+         help="wall-clock limit per trial; a trial past it ends 'timeout' (default 300)"),
+    _arg("--device", type=_device, metavar="DEV", help="auto, cpu or gpu:N (default auto)"),
+    _arg("--parallel", type=_parallel, default=1, metavar="N|auto",
+         help="run up to N independent trials at once, one a GPU (auto: one a GPU of the "
+         "searched GPU's model, one on a CPU; default 1)"),
+    _arg("--workers", action="store_true",
+         help="also hand trials to mptune worker processes that join this session (the "
+         "same kind of machine; needs a database server --storage)"),
+    _arg("--storage", metavar="URL",
+         help="Optuna storage URL (default: SQLite in the user data directory)"),
+    _arg("--study", group="session", metavar="NAME",
+         help="session name; an existing one continues"),
+    _arg("--resume", group="session", metavar="NAME", help="continue this existing session"),
+    _arg("--out", metavar="FILE", help="also write the tuned config (JSON) here"),
+    _arg("--json", action="store_true", help="print the recommendation as JSON"),
+)
+
+_WORKER_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--storage", required=True, metavar="URL", help="the search's database server URL"),
+    _arg("--study", required=True, metavar="NAME", help="the session's name"),
+    _arg("--device", type=_device, metavar="DEV", help="run the trials here (default: as asked)"),
+)
+
+_SESSIONS_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--storage", metavar="URL"),
+    _arg("--json", action="store_true"),
+)
+
+_SHOW_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("name", metavar="NAME"),
+    _arg("--storage", metavar="URL"),
+    _arg("--json", action="store_true"),
+)
+
+_EXPORT_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("source", metavar="SESSION_OR_FILE",
+         help="a session name (see mptune sessions) or a tuned config .json file"),
+    _arg("--format", default="json", choices=("json", "snippet", "script")),
+    _arg("--keras", default="3", choices=("3", "2"),
+         help="Keras 3, or 2 for tf_keras (snippet only; default 3)"),
+    _arg("-o", "--output", metavar="FILE", help="write here instead of stdout"),
+    _arg("--storage", metavar="URL"),
+)
+# fmt: on
+
+
+#: Each command: the words ``mptune --help`` and ``mptune COMMAND --help`` show, and its
+#: arguments, in the order the help lists them.
+COMMANDS: dict[str, tuple[dict[str, str], tuple[Argument, ...]]] = {
+    "detect": (
+        dict(
+            help="show the GPUs, CPU and software, and what to try",
+            description="Read the hardware (NVML, /proc/cpuinfo, psutil) and say which "
+            "precision policies are worth trying.",
+        ),
+        _DETECT_ARGUMENTS,
+    ),
+    "trial": (
+        dict(
+            help="run one short training trial and print its figures",
+            description="Run one short training trial in a worker process.",
+        ),
+        _TRIAL_ARGUMENTS,
+    ),
+    "tune": (
+        dict(
+            help="search for the best setup and recommend it",
+            description="Search precision policy, batch size, loss scale and the execution "
+            "knobs (XLA, steps per execution, TF32) with short trials, and recommend the best "
+            "numerically safe setup. Every trial is stored; re-running with the same --study "
+            "(or --resume NAME) continues.",
+        ),
+        _TUNE_ARGUMENTS,
+    ),
+    "worker": (
+        dict(help="join a running search (started with tune --workers) and take trials from it"),
+        _WORKER_ARGUMENTS,
+    ),
+    "sessions": (dict(help="list stored tuning sessions"), _SESSIONS_ARGUMENTS),
+    "show": (dict(help="show a stored session: trials and recommendation"), _SHOW_ARGUMENTS),
+    "export": (
+        dict(
+            help="export a tuned setup: JSON config, snippet or script",
+            description="Export the recommendation of a stored session (or a tuned config "
+            "file) as a versioned JSON config, a paste-ready snippet, or a runnable training "
+            "script.",
+        ),
+        _EXPORT_ARGUMENTS,
+    ),
+    "gui": (
+        dict(
+            help="open the desktop application",
+            description="Open mptune's window: hardware, live tuning with plots, "
+            "recommendation and export.",
+        ),
+        (),
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mptune`` parser: its commands and their arguments (the tables above)."""
+    parser = _Parser(
+        prog="mptune",
+        description=(
+            "Find the fastest numerically safe mixed-precision setup for a Keras model on this "
+            "machine."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"mptune {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show tracebacks and worker logs when something fails",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {
+        "detect": _cmd_detect,
+        "trial": _cmd_trial,
+        "tune": _cmd_tune,
+        "worker": _cmd_worker,
+        "sessions": _cmd_sessions,
+        "show": _cmd_show,
+        "export": _cmd_export,
+        "gui": _cmd_gui,
+    }
+    for name, (words, arguments) in COMMANDS.items():
+        command = sub.add_parser(name, help=words["help"], description=words.get("description"))
+        groups: dict[str, Any] = {}  # argparse's mutually exclusive groups, by name
+        for flags, options in arguments:
+            target: Any = command
+            if "group" in options:
+                group = options["group"]
+                if group not in groups:
+                    groups[group] = command.add_mutually_exclusive_group()
+                target = groups[group]
+                options = {k: v for k, v in options.items() if k != "group"}
+            target.add_argument(*flags, **options)
+        command.set_defaults(handler=handlers[name])
+    return parser
+
+
 def _cmd_detect(args: argparse.Namespace) -> int:
     profile = api.detect()
     if args.json:
@@ -495,7 +426,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from tuner.console import TuneProgress, output_console, render_recommendation, trials_table
+    from tuner.console import TuneProgress
 
     if args.out:
         _check_writable(args.out)
@@ -506,8 +437,53 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     model = args.model or (stored.model if stored else DEFAULT_MODEL)
     source = api.check_model(model)
     profile = api.detect()
-    # A continued session keeps its own space and settings; flags given now are checked against
-    # them by tune(), which refuses a change that would mix incomparable trials.
+    space, settings = _space_and_settings(args, stored, source, profile)
+    api.check_backend(settings.backend)
+    progress = TuneProgress()
+    try:
+        with progress:
+            result = api.tune(
+                model if stored is None or args.model else None,
+                space=space,
+                settings=settings,
+                storage=args.storage,
+                study=args.resume or args.study,
+                resume=bool(args.resume),
+                on_event=progress.on_event,
+                profile=profile,
+                cancel=_STOP,
+                parallel=args.parallel,
+                workers=args.workers,
+            )
+    except (KeyboardInterrupt, api.TrialCancelled) as stopped:
+        stop = _stop_exception(stopped)
+        if progress.session:
+            print(
+                f"mptune: {_stopped(stop)}; finished trials are kept in session {progress.session} "
+                f"(continue with: mptune tune --resume {progress.session}"
+                + (f" --storage {api.redact_url(args.storage)}" if args.storage else "")
+                + ")",
+                file=sys.stderr,
+            )
+            return _interrupted_exit(stop)
+        raise stop from None
+    return _print_tuned(args, result)
+
+
+def _space_and_settings(
+    args: argparse.Namespace,
+    stored: api.SessionView | None,
+    source: api.ModelSource,
+    profile: api.HardwareProfile,
+) -> tuple[api.SearchSpace, api.SearchSettings]:
+    """The search space and settings ``mptune tune``'s flags ask for.
+
+    A continued session keeps its own space and settings; flags given now are checked against
+    them by tune(), which refuses a change that would mix incomparable trials.
+
+    Raises:
+        MptuneError: a flag's value the space or the settings refuse.
+    """
     given_settings = {
         key: value
         for key, value in {
@@ -557,35 +533,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         space = dataclasses.replace(base_space, **given_space) if given_space else base_space
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
-    api.check_backend(settings.backend)
-    progress = TuneProgress()
-    try:
-        with progress:
-            result = api.tune(
-                model if stored is None or args.model else None,
-                space=space,
-                settings=settings,
-                storage=args.storage,
-                study=args.resume or args.study,
-                resume=bool(args.resume),
-                on_event=progress.on_event,
-                profile=profile,
-                cancel=_STOP,
-                parallel=args.parallel,
-                workers=args.workers,
-            )
-    except (KeyboardInterrupt, api.TrialCancelled) as stopped:
-        stop = _stop_exception(stopped)
-        if progress.session:
-            print(
-                f"mptune: {_stopped(stop)}; finished trials are kept in session {progress.session} "
-                f"(continue with: mptune tune --resume {progress.session}"
-                + (f" --storage {api.redact_url(args.storage)}" if args.storage else "")
-                + ")",
-                file=sys.stderr,
-            )
-            return _interrupted_exit(stop)
-        raise stop from None
+    return space, settings
+
+
+def _print_tuned(args: argparse.Namespace, result: api.TuneResult) -> int:
+    """The finished search: its trials and recommendation (or JSON), and ``--out``'s file."""
+    from tuner.console import output_console, render_recommendation, trials_table
+
     view = api.open_session(result.session, args.storage)
     if args.json:
         print(json.dumps({**result.recommendation.to_dict(), "session": result.session}, indent=2))

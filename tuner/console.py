@@ -93,26 +93,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         where = f"{result.error.location}: " if result.error.location else ""
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
-        st = result.step_time_ms
-        rows.append(
-            (
-                "throughput",
-                f"{result.samples_per_second:,.1f} samples/s over the measured window"
-                + (
-                    f", {result.median_samples_per_second:,.1f} at the median step"
-                    if result.median_samples_per_second is not None
-                    else ""
-                )
-                + f"  (step time p50 {_fmt(st.get('p50'), '.2f')} ms, p90 "
-                f"{_fmt(st.get('p90'), '.2f')} ms"
-                + (
-                    f", {result.executions} calls of {result.spec.setup.steps_per_execution} steps"
-                    if result.executions and result.spec.setup.steps_per_execution > 1
-                    else ""
-                )
-                + ")",
-            )
-        )
+        rows.append(("throughput", _throughput(result, result.samples_per_second)))
     if result.peak_memory_mb is not None:
         what = (
             "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
@@ -138,27 +119,52 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         )
     elif result.nonfinite_steps:
         rows.append(("non-finite", f"{result.nonfinite_steps} steps"))
-    t = result.timings
-    if t.total_s is not None:
-        parts = [
-            f"{name} {_fmt(v, '.1f')} s"
-            for name, v in (
-                ("start-up", t.startup_s),
-                ("build", t.build_s),
-                ("numerics probe", t.probe_s),
-                ("warm-up", t.warmup_s),
-                ("measured", t.measure_s),
-            )
-            if v is not None
-        ]
-        share = f" ({t.measured_share:.0%} measuring)" if t.measured_share is not None else ""
-        rows.append(("time", f"{t.total_s:.1f} s: " + ", ".join(parts) + share))
+    if result.timings.total_s is not None:
+        rows.append(("time", _time_spent(result.timings, result.timings.total_s)))
     for hazard in result.hazards:
         rows += hazard_rows(hazard)
     for warning in result.warnings:
         rows.append(("warning", warning))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _throughput(result: TrialResult, samples_per_second: float) -> str:
+    """The trial's throughput, both figures, with its step times."""
+    step_time = result.step_time_ms
+    return (
+        f"{samples_per_second:,.1f} samples/s over the measured window"
+        + (
+            f", {result.median_samples_per_second:,.1f} at the median step"
+            if result.median_samples_per_second is not None
+            else ""
+        )
+        + f"  (step time p50 {_fmt(step_time.get('p50'), '.2f')} ms, p90 "
+        f"{_fmt(step_time.get('p90'), '.2f')} ms"
+        + (
+            f", {result.executions} calls of {result.spec.setup.steps_per_execution} steps"
+            if result.executions and result.spec.setup.steps_per_execution > 1
+            else ""
+        )
+        + ")"
+    )
+
+
+def _time_spent(t: api.Timings, total_s: float) -> str:
+    """Where the trial's time went: each part that was timed, and the measured share."""
+    parts = [
+        f"{name} {_fmt(v, '.1f')} s"
+        for name, v in (
+            ("start-up", t.startup_s),
+            ("build", t.build_s),
+            ("numerics probe", t.probe_s),
+            ("warm-up", t.warmup_s),
+            ("measured", t.measure_s),
+        )
+        if v is not None
+    ]
+    share = f" ({t.measured_share:.0%} measuring)" if t.measured_share is not None else ""
+    return f"{total_s:.1f} s: " + ", ".join(parts) + share
 
 
 def _knob_words(setup: api.Setup) -> list[str]:
