@@ -23,15 +23,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tuner.errors import MptuneError
+from tuner.hardware.profile import HardwareProfile
 from tuner.search.evaluator import TrialRunner
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
 from tuner.search.session import (
     GRACE_S,
     HEARTBEAT_S,
+    StoredTrial,
     TuningSession,
     needs_server,
     redact_url,
@@ -41,6 +43,9 @@ from tuner.search.session import (
 from tuner.trials.models import parse_model_spec
 from tuner.trials.runner import TrialCancelled, WorkerPool
 from tuner.trials.spec import TrialSpec
+
+if TYPE_CHECKING:
+    import optuna
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +66,7 @@ def work(
     study: str,
     storage: str,
     *,
-    profile: Any = None,
+    profile: HardwareProfile | None = None,
     device: str | None = None,
     cancel: threading.Event | None = None,
     on_event: Callable[[SearchEvent], None] | None = None,
@@ -105,10 +110,7 @@ def work(
     run = pool.run if pool is not None else runner
     assert run is not None
     ran: list[int] = []
-    # A worker may start before its search holds the session (or between a stop and a
-    # resume): it waits up to GRACE_S for one, and ends when the search it saw ends.
-    searched = time.monotonic()  # when a search last held the session
-    seen = False  # whether this worker has seen its search
+    wait = _Wait(lease)
     beat = _Beat(session)
     beat.start()
     try:
@@ -119,54 +121,93 @@ def work(
                     None,
                 )
                 if trial is None:
-                    if lease.searching():
-                        seen, searched = True, time.monotonic()
-                    elif seen:
-                        return WorkDone(session.name, tuple(ran), "its search ended")
-                    elif time.monotonic() - searched > GRACE_S:
-                        return WorkDone(
-                            session.name, tuple(ran), f"no search ran it for {GRACE_S} s"
-                        )
+                    ended = wait.ended()
+                    if ended is not None:
+                        return WorkDone(session.name, tuple(ran), ended)
                     stop.wait(POLL_S)
                     continue
-                seen = True
+                wait.seen = True
                 stored, attrs = session.peek(trial._trial_id)
             spec = TrialSpec.from_dict(attrs["spec"])
             if device is not None:
                 spec = dataclasses.replace(spec, device=device)
-            number = stored.number
-            logger.info("took trial #%d of session %s: %s", number, session.name, spec.setup.label)
-            emit(TrialStarted(number, stored.stage, spec))
-            mine = threading.Event()
-            beat.track(trial._trial_id, mine, stop)  # claim() recorded its first heartbeat
-            try:
-                result = run(
-                    spec,
-                    lambda e, n=number: emit(WorkerReported(n, e)),  # type: ignore[misc]
-                    cancel=mine,
-                    source=parse_model_spec(spec.model),
-                )
-            except TrialCancelled:
-                if stop.is_set():
-                    session.give_up(trial._trial_id, "stopped on its worker")
-                    raise
-                logger.warning("trial #%d was given up by its search", number)
-                continue
-            finally:
-                beat.untrack()
-            with storage_errors(storage):
-                try:
-                    session.finish_trial(trial, result)
-                except Exception as exc:  # noqa: BLE001 - closed by its search meanwhile
-                    logger.warning("trial #%d could not be stored: %s", number, exc)
-                    continue
-            ran.append(number)
-            emit(TrialFinished(number, stored.stage, result))
+            done = _run_one(session, trial, stored, spec, run, emit, beat, stop, storage)
+            if done is not None:
+                ran.append(done)
         raise TrialCancelled(f"worker of session {study}")
     finally:
         beat.stop()
         if pool is not None:
             pool.close()
+
+
+class _Wait:
+    """Whether a worker with nothing to take is done. A worker may start before its search
+    holds the session (or between a stop and a resume): it waits up to :data:`GRACE_S` for
+    one, and ends when the search it saw ends."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.searched = time.monotonic()  # when a search last held the session
+        self.seen = False  # whether this worker has seen its search
+
+    def ended(self) -> str | None:
+        """Why the worker ends now; None while it waits on."""
+        if self.lease.searching():
+            self.seen, self.searched = True, time.monotonic()
+            return None
+        if self.seen:
+            return "its search ended"
+        if time.monotonic() - self.searched > GRACE_S:
+            return f"no search ran it for {GRACE_S} s"
+        return None
+
+
+def _run_one(
+    session: TuningSession,
+    trial: optuna.Trial,
+    stored: StoredTrial,
+    spec: TrialSpec,
+    run: TrialRunner,
+    emit: Callable[[SearchEvent], None],
+    beat: _Beat,
+    stop: threading.Event,
+    storage: str,
+) -> int | None:
+    """Run a claimed trial and store its result: its number, or None when its search gave it
+    up or closed it meanwhile.
+
+    Raises:
+        TrialCancelled: ``stop`` was set (the trial is given up, for its search to run again).
+    """
+    number = stored.number
+    logger.info("took trial #%d of session %s: %s", number, session.name, spec.setup.label)
+    emit(TrialStarted(number, stored.stage, spec))
+    mine = threading.Event()
+    beat.track(trial._trial_id, mine, stop)  # claim() recorded its first heartbeat
+    try:
+        result = run(
+            spec,
+            lambda e, n=number: emit(WorkerReported(n, e)),
+            cancel=mine,
+            source=parse_model_spec(spec.model),
+        )
+    except TrialCancelled:
+        if stop.is_set():
+            session.give_up(trial._trial_id, "stopped on its worker")
+            raise
+        logger.warning("trial #%d was given up by its search", number)
+        return None
+    finally:
+        beat.untrack()
+    with storage_errors(storage):
+        try:
+            session.finish_trial(trial, result)
+        except Exception as exc:  # noqa: BLE001 - closed by its search meanwhile
+            logger.warning("trial #%d could not be stored: %s", number, exc)
+            return None
+    emit(TrialFinished(number, stored.stage, result))
+    return number
 
 
 class _Beat(threading.Thread):

@@ -10,6 +10,7 @@ from tuner.policies import FLOAT32, POLICIES
 from tuner.search.measures import (
     Candidate,
     KnobTrial,
+    Paired,
     SearchOutcome,
     first_ok,
     paired_ratio,
@@ -31,9 +32,9 @@ from tuner.search.wording import (
     evidence_rows,
     is_unsafe,
     knob_line,
-    label,
     no_viable_message,
     reason,
+    tie_text,
 )
 from tuner.setup import TF32, LossScale, Setup
 from tuner.trials.hazards import merge
@@ -54,68 +55,11 @@ def recommend(
     if not viable:
         raise NoViableSetup(no_viable_message(outcome))
     paired = outcome.paired
-    leader = max(viable, key=lambda c: score(c, viable, settings))
-    if settings.objective == "speed":
-        # Setups measured back to back are ranked on the ratio of their runs, not on figures
-        # taken minutes apart on a machine that drifts.
-        for c in viable:
-            ratio = paired_ratio(paired, leader.setup, c.setup)
-            if ratio is not None and ratio > 1:
-                leader = c
-    # Setups whose figures overlap are a tie, and a tie goes to the simplest of them: which of
-    # them measured a little faster this time is noise, and must not decide the answer.
-    tied = [c for c in viable if c is leader or tie(c, leader, viable, settings, paired)]
-    chosen = min(tied, key=simplest)
-    ties = sorted(
-        (c for c in viable if c is not chosen and tie(c, chosen, viable, settings, paired)),
-        key=simplest,
-    )
-    tie_note = None
-    if chosen is not leader:
-        ratio = paired_ratio(paired, chosen.setup, leader.setup)
-        against = (
-            f"{ratio:.3f}x {label(chosen)} on the median of their runs back to back"
-            if ratio is not None
-            else f"{leader.speed:,.0f} samples/s against {chosen.speed:,.0f}"
-        )
-        tie_note = (
-            f"{label(leader)} measured {against}: inside the measurement noise, so the "
-            f"simpler {label(chosen)} is recommended"
-        )
-
-    f32_best = _best_float32(outcome)
-    # float32's pick measured back to back with the chosen setup (in the final) is the float32
-    # a speed-up is stated against: a figure of another float32 setup taken minutes earlier,
-    # on a machine that drifts, does not contradict what the two measured side by side.
-    f32_best = next(
-        (
-            c
-            for c in viable
-            if c.setup.precision == FLOAT32
-            and paired_ratio(paired, c.setup, chosen.setup) is not None
-        ),
-        f32_best,
-    )
-    f32_same = outcome.measured.get(
-        Setup(
-            FLOAT32,
-            chosen.setup.batch_size,
-            LossScale("none"),
-            gradient_accumulation_steps=chosen.setup.gradient_accumulation_steps,
-            backend=chosen.setup.backend,
-        )
-    )
-    f32_same_run = first_ok(f32_same) if f32_same else None
-    f32_same_ok = f32_same_run.result if f32_same_run else None
+    chosen, leader, ties = _choose(viable, settings, paired)
+    tie_note = tie_text(chosen, leader, paired) if chosen is not leader else None
+    f32_best = _float32_to_compare(outcome, viable, chosen)
     baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
-    memory_saving = None
-    if (
-        chosen.setup.policy != FLOAT32
-        and f32_same_ok
-        and f32_same_ok.peak_memory_mb
-        and chosen.peak_memory_mb
-    ):
-        memory_saving = 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
+    memory_saving = _memory_saving(outcome, chosen)
     first = chosen.runs[0].result
     trials = sorted(
         {r.number for r in chosen.runs}
@@ -160,6 +104,72 @@ def recommend(
         user_batch=space.user_batch,
         paired=tuple(p for p in paired if chosen.setup in p.setups),
     )
+
+
+def _choose(
+    viable: list[Candidate], settings: SearchSettings, paired: list[Paired]
+) -> tuple[Candidate, Candidate, list[Candidate]]:
+    """The chosen candidate, the leader it was chosen for (the same unless a simpler one ties
+    with it), and the candidates that tie with the chosen one, simplest first."""
+    leader = max(viable, key=lambda c: score(c, viable, settings))
+    if settings.objective == "speed":
+        # Setups measured back to back are ranked on the ratio of their runs, not on figures
+        # taken minutes apart on a machine that drifts.
+        for c in viable:
+            ratio = paired_ratio(paired, leader.setup, c.setup)
+            if ratio is not None and ratio > 1:
+                leader = c
+    # Setups whose figures overlap are a tie, and a tie goes to the simplest of them: which of
+    # them measured a little faster this time is noise, and must not decide the answer.
+    tied = [c for c in viable if c is leader or tie(c, leader, viable, settings, paired)]
+    chosen = min(tied, key=simplest)
+    ties = sorted(
+        (c for c in viable if c is not chosen and tie(c, chosen, viable, settings, paired)),
+        key=simplest,
+    )
+    return chosen, leader, ties
+
+
+def _float32_to_compare(
+    outcome: SearchOutcome, viable: list[Candidate], chosen: Candidate
+) -> Candidate | None:
+    """The float32 setup a speed-up is stated against: float32's pick measured back to back
+    with the chosen setup (in the final) where there is one, else the best float32 setup. A
+    figure of another float32 setup taken minutes earlier, on a machine that drifts, does not
+    contradict what the two measured side by side."""
+    return next(
+        (
+            c
+            for c in viable
+            if c.setup.precision == FLOAT32
+            and paired_ratio(outcome.paired, c.setup, chosen.setup) is not None
+        ),
+        _best_float32(outcome),
+    )
+
+
+def _memory_saving(outcome: SearchOutcome, chosen: Candidate) -> float | None:
+    """The share of float32's peak memory, at the chosen batch size, that the chosen mixed
+    setup saves; None for float32, or without both peaks."""
+    f32_same = outcome.measured.get(
+        Setup(
+            FLOAT32,
+            chosen.setup.batch_size,
+            LossScale("none"),
+            gradient_accumulation_steps=chosen.setup.gradient_accumulation_steps,
+            backend=chosen.setup.backend,
+        )
+    )
+    f32_same_run = first_ok(f32_same) if f32_same else None
+    f32_same_ok = f32_same_run.result if f32_same_run else None
+    if (
+        chosen.setup.policy != FLOAT32
+        and f32_same_ok
+        and f32_same_ok.peak_memory_mb
+        and chosen.peak_memory_mb
+    ):
+        return 1 - chosen.peak_memory_mb / f32_same_ok.peak_memory_mb
+    return None
 
 
 def _knob_evidence(

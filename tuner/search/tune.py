@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from tuner.errors import MptuneError
-from tuner.search.evaluator import Evaluator, Slot, TrialRunner
+from tuner.hardware.profile import HardwareProfile
+from tuner.search.evaluator import Evaluator, Slot, StartAhead, TrialRunner
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
@@ -25,7 +26,7 @@ from tuner.search.session import (
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Search
-from tuner.trials.models import parse_model_spec
+from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.runner import WorkerPool, run_trial
 
 
@@ -127,7 +128,7 @@ def tune(
     on_event: Callable[[SearchEvent], None] | None = None,
     cancel: threading.Event | None = None,
     runner: TrialRunner = run_trial,
-    profile: Any = None,
+    profile: HardwareProfile | None = None,
     parallel: int | str = 1,
     workers: bool = False,
 ) -> TuneResult:
@@ -169,6 +170,69 @@ def tune(
     """
     if resume and not study:
         raise MptuneError("resuming needs the session's name")
+    plan = _resolve(model, space, settings, storage, study, resume, profile, workers)
+    devices, parallel_note = parallel_devices(parallel, plan.profile, plan.settings.device)
+    session, lease = _open(plan, storage, study, resume)
+    pools, slots, runner, start_ahead = _slots(runner, devices)
+    emit = on_event or (lambda event: None)
+    try:
+        with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
+            if plan.stored is not None and plan.stored.search_settings() != plan.settings:
+                session.set_attr("settings", plan.settings.to_dict())  # the new budgets
+            session.fail_orphans()
+            emit(SessionOpened(session.name, plan.model, resumed=bool(session.trials())))
+            evaluator = Evaluator(
+                session,
+                plan.source,
+                plan.settings,
+                emit,
+                cancel,
+                runner,
+                memory_budget_mb(plan.profile, plan.settings.device, plan.settings.memory_headroom),
+                heartbeat=heartbeat,
+                start_ahead=start_ahead,
+                slots=slots,
+                shared=workers,
+            )
+            device = DeviceTraits.from_profile(plan.profile, plan.settings.device)
+            search = Search(evaluator, plan.space, plan.settings, device=device)
+            if parallel_note:
+                search.notes.append(parallel_note)
+            outcome = search.run()
+            rec = recommend(outcome, plan.space, plan.settings, plan.profile.to_dict())
+            session.set_attr("recommendation", rec.to_dict())
+    finally:
+        for each in pools:
+            each.close()  # no warm worker outlives its search
+        lease.release()
+    emit(Recommended(rec))
+    return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a search runs on, once the arguments and the stored session agree."""
+
+    model: str
+    source: ModelSource
+    space: SearchSpace
+    settings: SearchSettings
+    profile: HardwareProfile
+    stored: SessionView | None
+
+
+def _resolve(
+    model: str | None,
+    space: SearchSpace | None,
+    settings: SearchSettings | None,
+    storage: str | None,
+    study: str | None,
+    resume: bool,
+    profile: HardwareProfile | None,
+    workers: bool,
+) -> _Plan:
+    """The model, space, settings and hardware of the search: the stored session's when it is
+    continued (refusing others), else the arguments' with the defaults filled in."""
     stored = stored_session(study, storage)
     if resume and stored is None:
         raise MptuneError(f"no session named {study!r} to resume (see mptune sessions)")
@@ -188,7 +252,6 @@ def tune(
     settings = settings or SearchSettings()
     if stored is not None:
         same_hardware(stored, profile, settings.device)
-    devices, parallel_note = parallel_devices(parallel, profile, settings.device)
     if workers:
         needs_server(storage)
     space = space or SearchSpace(policies=hardware_prior(profile))
@@ -196,60 +259,41 @@ def tune(
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
         # learning-rate note; every face gets it, not only the command line.
         space = dataclasses.replace(space, user_batch=source.user_batch)
-    name = study or default_study_name(model)
+    return _Plan(model, source, space, settings, profile, stored)
+
+
+def _open(
+    plan: _Plan, storage: str | None, study: str | None, resume: bool
+) -> tuple[TuningSession, Lease]:
+    """The search's session, created or continued, and its lease, held."""
     with storage_errors(storage):
         session = TuningSession.create(
-            name,
+            study or default_study_name(plan.model),
             storage,
             {
-                "model": model,
-                "space": space.to_dict(),
-                "settings": settings.to_dict(),
-                "hardware": profile.to_dict(),
+                "model": plan.model,
+                "space": plan.space.to_dict(),
+                "settings": plan.settings.to_dict(),
+                "hardware": plan.profile.to_dict(),
             },
             resume=resume,
         )
         lease = Lease(session.storage, session.name)
         lease.acquire()
-    pools = [WorkerPool() for _ in devices] if runner is run_trial else []
-    pool = pools[0] if pools else None
-    start_ahead = getattr(runner, "start_ahead", None)
-    slots = [Slot(pools[i].run if pools else runner, device) for i, device in enumerate(devices)]
-    if pool is not None:
-        runner = pool.run
-    try:
-        with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
-            if stored is not None and stored.search_settings() != settings:
-                session.set_attr("settings", settings.to_dict())  # the new budgets
-            session.fail_orphans()
-            emit = on_event or (lambda event: None)
-            emit(SessionOpened(session.name, model, resumed=bool(session.trials())))
-            evaluator = Evaluator(
-                session,
-                source,
-                settings,
-                emit,
-                cancel,
-                runner,
-                memory_budget_mb(profile, settings.device, settings.memory_headroom),
-                heartbeat=heartbeat,
-                start_ahead=pool.start_ahead if pool is not None else start_ahead,
-                slots=slots,
-                shared=workers,
-            )
-            device = DeviceTraits.from_profile(profile, settings.device)
-            search = Search(evaluator, space, settings, device=device)
-            if parallel_note:
-                search.notes.append(parallel_note)
-            outcome = search.run()
-            rec = recommend(outcome, space, settings, profile.to_dict())
-            session.set_attr("recommendation", rec.to_dict())
-    finally:
-        for each in pools:
-            each.close()  # no warm worker outlives its search
-        lease.release()
-    emit(Recommended(rec))
-    return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
+    return session, lease
+
+
+def _slots(
+    runner: TrialRunner, devices: list[str | None]
+) -> tuple[list[WorkerPool], list[Slot], TrialRunner, StartAhead | None]:
+    """Where the trials run: with the default runner, a worker pool per device (closed when the
+    search ends); the slots, the runner of the first and what starts workers ahead."""
+    if runner is not run_trial:
+        slots = [Slot(runner, device) for device in devices]
+        return [], slots, runner, getattr(runner, "start_ahead", None)
+    pools = [WorkerPool() for _ in devices]
+    slots = [Slot(pool.run, device) for pool, device in zip(pools, devices, strict=True)]
+    return pools, slots, pools[0].run, pools[0].start_ahead
 
 
 def stored_session(study: str | None, storage: str | None) -> SessionView | None:

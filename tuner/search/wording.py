@@ -384,3 +384,17 @@ def _setup_text(setup: Setup) -> str:
         *setup.knob_words(),
     ]
     return ", ".join(parts)
+
+
+def tie_text(chosen: Candidate, leader: Candidate, paired: list[Paired]) -> str:
+    """Why the simpler ``chosen`` is recommended over the ``leader`` it ties with."""
+    ratio = paired_ratio(paired, chosen.setup, leader.setup)
+    against = (
+        f"{ratio:.3f}x {label(chosen)} on the median of their runs back to back"
+        if ratio is not None
+        else f"{leader.speed:,.0f} samples/s against {chosen.speed:,.0f}"
+    )
+    return (
+        f"{label(leader)} measured {against}: inside the measurement noise, so the "
+        f"simpler {label(chosen)} is recommended"
+    )
