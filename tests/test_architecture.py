@@ -138,3 +138,39 @@ def test_the_window_calls_the_engine_it_was_given() -> None:
             ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: api.{node.func.attr}()")
     assert not found, "call these through the engine:\n" + "\n".join(found)
+
+
+#: The most lines a module of the engine, and one of its functions (docstring included), may have:
+#: past them a module holds more than one idea and a function more than one step.
+MODULE_LINES = 800
+FUNCTION_LINES = 80
+
+
+def _oversized(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        where = path.relative_to(root.parent)
+        if len(source.splitlines()) > MODULE_LINES:
+            found.append(f"{where}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    found.append(f"{where}:{node.lineno} {node.name}(): {length} lines")
+    return found
+
+
+def test_no_engine_module_or_function_is_oversized() -> None:
+    """No module of tuner/ over 800 lines and no function over 80 (issue 24): split along the
+    seams the code has (docs/architecture.md)."""
+    assert _oversized(ROOT / "tuner") == []
+
+
+def test_the_size_check_finds_what_it_is_for(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(FUNCTION_LINES))
+    (package / "long.py").write_text(f"def long():\n{body}\n")
+    (package / "short.py").write_text("def short():\n    return 1\n")
+    assert _oversized(package) == [f"pkg/long.py:1 long(): {FUNCTION_LINES + 1} lines"]

@@ -126,80 +126,16 @@ class TunedConfig:
         v = _Validator(source)
         v.shallow(data)
         root = v.obj(data, "the top level")
-        schema = root.get("schema")
-        if schema != SCHEMA:
-            raise ConfigError(
-                f"{source}: not an mptune config (field schema is {schema!r}, expected {SCHEMA!r})"
-            )
-        version = root.get("schema_version")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise ConfigError(f"{source}: field schema_version must be an integer, got {version!r}")
-        if version > SCHEMA_VERSION:
-            raise ConfigError(
-                f"{source}: schema version {version} is newer than this mptune "
-                f"understands ({SCHEMA_VERSION}); upgrade mptune"
-            )
-        if version < 1:
-            raise ConfigError(f"{source}: field schema_version must be at least 1, got {version}")
+        _check_schema(root, source)
         setup = v.setup(root.get("setup"))
-        e = v.obj(root.get("evidence", {}), "evidence")
-        spread = e.get("samples_per_second_spread")
-        evidence = Evidence(
-            samples_per_second=v.number(
-                e.get("samples_per_second"), "evidence.samples_per_second", low=0.0
-            ),
-            samples_per_second_spread=(
-                v.spread(spread, "evidence.samples_per_second_spread")
-                if spread is not None
-                else None
-            ),
-            baseline_samples_per_second=v.number(
-                e.get("baseline_samples_per_second"),
-                "evidence.baseline_samples_per_second",
-                low=0.0,
-            ),
-            speedup_vs_float32=v.number(
-                e.get("speedup_vs_float32"), "evidence.speedup_vs_float32", low=0.0
-            ),
-            # 1 - mixed peak / float32 peak: negative where the mixed policy used more memory.
-            memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving", high=1.0),
-            peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb", low=0.0),
-            loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap", low=0.0),
-            skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
-            reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True, text=True),
-            trials=tuple(
-                v.count(t, "evidence.trials")
-                for t in v.array(e.get("trials", []), "evidence.trials")
-            ),
-        )
+        evidence = _evidence(v, root)
         hazards = v.array(root.get("hazards", []), "hazards")
         if len(hazards) > MAX_HAZARDS:
             raise ConfigError(
                 f"{source}: field hazards must list at most {MAX_HAZARDS:,} hazards, "
                 f"got {len(hazards):,}"
             )
-        h = v.obj(root.get("hardware"), "hardware")
-        device = v.string(h.get("device"), "hardware.device")
-        if device not in ("cpu", "gpu"):
-            raise ConfigError(
-                f"{source}: field hardware.device must be 'cpu' or 'gpu', got {device!r}"
-            )
-        hardware = HardwareFingerprint(
-            device=device,
-            gpu_name=v.optional_string(h.get("gpu_name"), "hardware.gpu_name"),
-            compute_capability=v.optional_string(
-                h.get("compute_capability"), "hardware.compute_capability"
-            ),
-            gpu_memory_total_mb=v.number(
-                h.get("gpu_memory_total_mb"), "hardware.gpu_memory_total_mb", low=0.0
-            ),
-            cpu_model=v.optional_string(h.get("cpu_model"), "hardware.cpu_model"),
-            cpu_flags=tuple(
-                v.string(f, "hardware.cpu_flags")
-                for f in v.array(h.get("cpu_flags", []), "hardware.cpu_flags")
-            ),
-            digest=v.string(h.get("digest", ""), "hardware.digest", allow_empty=True),
-        )
+        hardware = _hardware(v, root, source)
         versions = v.obj(root.get("versions", {}), "versions")
         return cls(
             setup=setup,
@@ -487,3 +423,79 @@ class _Validator:
 def _printable(text: str) -> str:
     """``text`` for a message: characters that cannot be shown are escaped as in ``repr``."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _check_schema(root: dict[str, Any], source: str) -> None:
+    """Refuse what is not an mptune config, or one of a schema this mptune cannot read."""
+    schema = root.get("schema")
+    if schema != SCHEMA:
+        raise ConfigError(
+            f"{source}: not an mptune config (field schema is {schema!r}, expected {SCHEMA!r})"
+        )
+    version = root.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ConfigError(f"{source}: field schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"{source}: schema version {version} is newer than this mptune "
+            f"understands ({SCHEMA_VERSION}); upgrade mptune"
+        )
+    if version < 1:
+        raise ConfigError(f"{source}: field schema_version must be at least 1, got {version}")
+
+
+def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
+    """The config's evidence, validated field by field."""
+    e = v.obj(root.get("evidence", {}), "evidence")
+    spread = e.get("samples_per_second_spread")
+    evidence = Evidence(
+        samples_per_second=v.number(
+            e.get("samples_per_second"), "evidence.samples_per_second", low=0.0
+        ),
+        samples_per_second_spread=(
+            v.spread(spread, "evidence.samples_per_second_spread") if spread is not None else None
+        ),
+        baseline_samples_per_second=v.number(
+            e.get("baseline_samples_per_second"),
+            "evidence.baseline_samples_per_second",
+            low=0.0,
+        ),
+        speedup_vs_float32=v.number(
+            e.get("speedup_vs_float32"), "evidence.speedup_vs_float32", low=0.0
+        ),
+        # 1 - mixed peak / float32 peak: negative where the mixed policy used more memory.
+        memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving", high=1.0),
+        peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb", low=0.0),
+        loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap", low=0.0),
+        skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
+        reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True, text=True),
+        trials=tuple(
+            v.count(t, "evidence.trials") for t in v.array(e.get("trials", []), "evidence.trials")
+        ),
+    )
+    return evidence
+
+
+def _hardware(v: _Validator, root: dict[str, Any], source: str) -> HardwareFingerprint:
+    """The hardware the config was tuned on, validated field by field."""
+    h = v.obj(root.get("hardware"), "hardware")
+    device = v.string(h.get("device"), "hardware.device")
+    if device not in ("cpu", "gpu"):
+        raise ConfigError(f"{source}: field hardware.device must be 'cpu' or 'gpu', got {device!r}")
+    hardware = HardwareFingerprint(
+        device=device,
+        gpu_name=v.optional_string(h.get("gpu_name"), "hardware.gpu_name"),
+        compute_capability=v.optional_string(
+            h.get("compute_capability"), "hardware.compute_capability"
+        ),
+        gpu_memory_total_mb=v.number(
+            h.get("gpu_memory_total_mb"), "hardware.gpu_memory_total_mb", low=0.0
+        ),
+        cpu_model=v.optional_string(h.get("cpu_model"), "hardware.cpu_model"),
+        cpu_flags=tuple(
+            v.string(f, "hardware.cpu_flags")
+            for f in v.array(h.get("cpu_flags", []), "hardware.cpu_flags")
+        ),
+        digest=v.string(h.get("digest", ""), "hardware.digest", allow_empty=True),
+    )
+    return hardware

@@ -177,10 +177,6 @@ def tune(
     emit = on_event or (lambda event: None)
     try:
         with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
-            if plan.stored is not None and plan.stored.search_settings() != plan.settings:
-                session.set_attr("settings", plan.settings.to_dict())  # the new budgets
-            session.fail_orphans()
-            emit(SessionOpened(session.name, plan.model, resumed=bool(session.trials())))
             evaluator = Evaluator(
                 session,
                 plan.source,
@@ -188,25 +184,36 @@ def tune(
                 emit,
                 cancel,
                 runner,
-                memory_budget_mb(plan.profile, plan.settings.device, plan.settings.memory_headroom),
+                plan.memory_budget_mb,
                 heartbeat=heartbeat,
                 start_ahead=start_ahead,
                 slots=slots,
                 shared=workers,
             )
-            device = DeviceTraits.from_profile(plan.profile, plan.settings.device)
-            search = Search(evaluator, plan.space, plan.settings, device=device)
-            if parallel_note:
-                search.notes.append(parallel_note)
-            outcome = search.run()
-            rec = recommend(outcome, plan.space, plan.settings, plan.profile.to_dict())
-            session.set_attr("recommendation", rec.to_dict())
+            outcome, rec = _search(plan, session, evaluator, parallel_note)
     finally:
         for each in pools:
             each.close()  # no warm worker outlives its search
         lease.release()
     emit(Recommended(rec))
     return TuneResult(session.name, rec, outcome, evaluator.ran, evaluator.recalled)
+
+
+def _search(
+    plan: _Plan, session: TuningSession, evaluator: Evaluator, note: str | None
+) -> tuple[SearchOutcome, Recommendation]:
+    """Run the search in its open session and store its recommendation."""
+    if plan.stored is not None and plan.stored.search_settings() != plan.settings:
+        session.set_attr("settings", plan.settings.to_dict())  # the new budgets
+    session.fail_orphans()
+    evaluator.on_event(SessionOpened(session.name, plan.model, resumed=bool(session.trials())))
+    search = Search(evaluator, plan.space, plan.settings, device=plan.device)
+    if note:
+        search.notes.append(note)
+    outcome = search.run()
+    rec = recommend(outcome, plan.space, plan.settings, plan.profile.to_dict())
+    session.set_attr("recommendation", rec.to_dict())
+    return outcome, rec
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,16 @@ class _Plan:
     settings: SearchSettings
     profile: HardwareProfile
     stored: SessionView | None
+
+    @property
+    def device(self) -> DeviceTraits:
+        """What the trials run on, as the search needs to know it."""
+        return DeviceTraits.from_profile(self.profile, self.settings.device)
+
+    @property
+    def memory_budget_mb(self) -> float | None:
+        """The device's memory less the settings' headroom."""
+        return memory_budget_mb(self.profile, self.settings.device, self.settings.memory_headroom)
 
 
 def _resolve(

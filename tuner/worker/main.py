@@ -216,33 +216,12 @@ def _run(
     """One trial, from the model to the ``result`` event. A warm worker's later trials (``warm``
     given) reuse the compiled model: its variables go back to their starting values and only
     the data is made anew. Returns what a warm worker keeps, or None when it cannot stay warm."""
-    import keras
 
     from tuner import keras_setup, workloads
-    from tuner.worker import backends, checks, loading, probe, training
+    from tuner.worker import backends, checks, training
 
     backend = backends.current()
-    if keras.backend.backend() != spec.setup.backend:
-        raise UserCodeError(
-            f"the worker runs Keras on {keras.backend.backend()}, the trial asks for "
-            f"{spec.setup.backend} (KERAS_BACKEND is set before Keras is imported)"
-        )
-    if warm is None:
-        device, tensor_cores = backend.configure_device(spec.device, spec.memory_limit_mb)
-    else:
-        device, tensor_cores = warm.device, warm.tensor_cores
-        training.reset_peak_rss()
-    channel.emit(
-        "started",
-        pid=os.getpid(),
-        device=device,
-        versions={
-            "python": platform.python_version(),
-            **backend.versions(),
-            "keras": keras.__version__,
-        },
-        warm=warm is not None,
-    )
+    device, tensor_cores = _start(spec, channel, warm)
     if warm is not None:
         return _run_warm(spec, source, channel, phase, context, warm)
 
@@ -253,58 +232,12 @@ def _run(
     channel.emit("phase", phase="build")
     keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
-    if source.kind == "builtin":
-        model = workloads.build(source.name, source.params)
-        loaded = loading.LoadedModel(model, None, workloads.LOSS)
-        pool = loading.pool_size(
-            workloads.sample_bytes(source.name, source.params), spec.batch_size
-        )
-        batches = workloads.make_batches(
-            source.name, source.params, spec.batch_size, pool, spec.seed
-        )
-    else:
-        loaded = loading.load_user_model(source, spec.policy.name)
-        pool = loading.pool_size(4 * 1024, spec.batch_size)
-        batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
+    loaded, batches = _load(spec, source)
     context.batches, context.loss = batches, loaded.loss
     probe_s = None
     if spec.policy.name != FLOAT32 and spec.probe and context.build_float32 is not None:
-        phase[0] = "probe"
-        channel.emit("phase", phase="probe")
-        t_probe = time.perf_counter()
-        report = probe.probe(
-            loaded.model,
-            context.build_float32,
-            spec.policy.name,
-            batches[0],
-            loaded.loss,
-            _initial_scale(spec),
-            lambda value, n: loading._slice(value, 0, n),
-        )
-        probe_s = time.perf_counter() - t_probe
-        for hazard in report.hazards:
-            channel.emit("hazard", **hazard.to_dict())
-        channel.emit("numerics", **report.numerics)
-        if report.note:
-            channel.emit("warning", code="probe", message=report.note)
-        if report.failure is not None:
-            unsafe = next((h for h in report.hazards if h.unsafe), None)
-            raise PolicyFailure(
-                f"fails only under {spec.policy.name}; float32 runs the same batch: "
-                f"{report.failure}"
-                + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
-            )
-        if report.unsafe_layers:
-            keep_warm = False  # the model now differs from what a fresh worker would build
-            names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
-            channel.emit(
-                "warning",
-                code="measured_with_fix",
-                message=f"measured with the fix applied: {names} "
-                + ("keeps its" if len(report.unsafe_layers) == 1 else "keep their")
-                + " inputs in float32 (autocast=False), as the hazard's fix says",
-            )
-        phase[0] = "build"
+        probe_s, fixed = _probe(spec, channel, phase, context.build_float32, loaded, batches)
+        keep_warm = keep_warm and not fixed  # a fixed model differs from a fresh worker's
     model, warnings, hazards = checks.check_model(
         loaded.model,
         spec.policy.name,
@@ -340,6 +273,115 @@ def _run(
     if kept is not None:
         kept.spent = runner
     return kept
+
+
+def _start(spec: TrialSpec, channel: Channel, warm: _Warm | None) -> tuple[str, bool]:
+    """Check the backend, pick the device (a warm worker's own) and say ``started``: the
+    device, and whether it has Tensor Cores."""
+    import keras
+
+    from tuner.worker import backends, training
+
+    backend = backends.current()
+    if keras.backend.backend() != spec.setup.backend:
+        raise UserCodeError(
+            f"the worker runs Keras on {keras.backend.backend()}, the trial asks for "
+            f"{spec.setup.backend} (KERAS_BACKEND is set before Keras is imported)"
+        )
+    if warm is None:
+        device, tensor_cores = backend.configure_device(spec.device, spec.memory_limit_mb)
+    else:
+        device, tensor_cores = warm.device, warm.tensor_cores
+        training.reset_peak_rss()
+    channel.emit(
+        "started",
+        pid=os.getpid(),
+        device=device,
+        versions={
+            "python": platform.python_version(),
+            **backend.versions(),
+            "keras": keras.__version__,
+        },
+        warm=warm is not None,
+    )
+    return device, tensor_cores
+
+
+def _load(spec: TrialSpec, source: ModelSource) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The model (built-in, or the user's under the policy already set) and the trial's pool
+    of batches."""
+    from tuner import workloads
+    from tuner.worker import loading
+
+    if source.kind == "builtin":
+        model = workloads.build(source.name, source.params)
+        loaded = loading.LoadedModel(model, None, workloads.LOSS)
+        pool = loading.pool_size(
+            workloads.sample_bytes(source.name, source.params), spec.batch_size
+        )
+        batches = workloads.make_batches(
+            source.name, source.params, spec.batch_size, pool, spec.seed
+        )
+    else:
+        loaded = loading.load_user_model(source, spec.policy.name)
+        pool = loading.pool_size(4 * 1024, spec.batch_size)
+        batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
+    return loaded, batches
+
+
+def _probe(
+    spec: TrialSpec,
+    channel: Channel,
+    phase: list[str],
+    build_float32: Callable[[], Any],
+    loaded: Any,
+    batches: list[tuple[Any, Any]],
+) -> tuple[float, bool]:
+    """The numerics probe of a low-precision policy against its float32 twin: its hazards,
+    figures and notes reported; the seconds it took, and whether it applied a fix to the
+    model (a layer kept in float32).
+
+    Raises:
+        PolicyFailure: the model fails under the policy where float32 runs the same batch.
+    """
+    from tuner.worker import loading, probe
+
+    phase[0] = "probe"
+    channel.emit("phase", phase="probe")
+    t_probe = time.perf_counter()
+    report = probe.probe(
+        loaded.model,
+        build_float32,
+        spec.policy.name,
+        batches[0],
+        loaded.loss,
+        _initial_scale(spec),
+        lambda value, n: loading._slice(value, 0, n),
+    )
+    probe_s = time.perf_counter() - t_probe
+    for hazard in report.hazards:
+        channel.emit("hazard", **hazard.to_dict())
+    channel.emit("numerics", **report.numerics)
+    if report.note:
+        channel.emit("warning", code="probe", message=report.note)
+    if report.failure is not None:
+        unsafe = next((h for h in report.hazards if h.unsafe), None)
+        raise PolicyFailure(
+            f"fails only under {spec.policy.name}; float32 runs the same batch: "
+            f"{report.failure}"
+            + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
+        )
+    if report.unsafe_layers:
+        names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
+        channel.emit(
+            "warning",
+            code="measured_with_fix",
+            message=f"measured with the fix applied: {names} "
+            + ("keeps its" if len(report.unsafe_layers) == 1 else "keep their")
+            + " inputs in float32 (autocast=False), as the hazard's fix says",
+        )
+    phase[0] = "build"
+    return probe_s, bool(report.unsafe_layers)
 
 
 def _run_warm(

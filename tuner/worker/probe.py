@@ -268,30 +268,10 @@ def probe(
         )
 
     pairs = _pairs(reference, mine)
-    flagged = _integer_casts(report, pairs, walk_model, policy, low, failure)
-    if flagged:
-        # Measure the policy as it would run once fixed: those layers keep their inputs.
-        for layer in report.unsafe_layers:
-            layer.autocast = False
-        report.numerics["fixed_layers"] = [layer.name for layer in report.unsafe_layers]
-        mine = _Recorder(walk_model)
-        with mine.recording():
-            failure = _try(lambda: model(x, training=False))
-        report.failure = failure
-        pairs = _pairs(reference, mine)
+    if _integer_casts(report, pairs, walk_model, policy, low, failure):
+        pairs, failure = _with_fix(report, reference, walk_model, model, x)
     elif failure is not None:
-        raised = [c for _, c in pairs if c.exit is None]
-        where = walk_model.name(max(raised, key=lambda c: c.entry).layer) if raised else None
-        report.hazards.append(
-            Hazard(
-                POLICY_FAILURE,
-                policy,
-                where,
-                f"the forward pass fails under {policy} on a batch that float32 runs: {failure}",
-                'keep the failing layer in float32 (dtype="float32" on it) or train in float32',
-                severity="unsafe",
-            )
-        )
+        _policy_failure(report, pairs, walk_model, policy, failure)
     errors = _layer_errors(pairs, walk_model)
     report.numerics["layer_errors"] = [[walk_model.layers[i].name, e] for i, e in errors][:64]
     if failure is None:
@@ -302,6 +282,44 @@ def probe(
             _underflow(report, twin, model, x, y, loss, loss_scale, policy)
     report.numerics["probe_s"] = round(time.perf_counter() - t0, 3)
     return report
+
+
+def _with_fix(
+    report: ProbeReport, reference: _Recorder, walk_model: _Layers, model: keras.Model, x: Any
+) -> tuple[list[tuple[_Call, _Call]], str | None]:
+    """Compare again as the policy would run once fixed: the unsafe layers keep their inputs
+    (``autocast=False``). The pairs of calls, and the forward pass's failure (None: none)."""
+    for layer in report.unsafe_layers:
+        layer.autocast = False
+    report.numerics["fixed_layers"] = [layer.name for layer in report.unsafe_layers]
+    mine = _Recorder(walk_model)
+    with mine.recording():
+        failure = _try(lambda: model(x, training=False))
+    report.failure = failure
+    return _pairs(reference, mine), failure
+
+
+def _policy_failure(
+    report: ProbeReport,
+    pairs: list[tuple[_Call, _Call]],
+    walk_model: _Layers,
+    policy: str,
+    failure: str,
+) -> None:
+    """The forward pass fails under the policy where float32 runs: an unsafe hazard, in the
+    layer that raised."""
+    raised = [c for _, c in pairs if c.exit is None]
+    where = walk_model.name(max(raised, key=lambda c: c.entry).layer) if raised else None
+    report.hazards.append(
+        Hazard(
+            POLICY_FAILURE,
+            policy,
+            where,
+            f"the forward pass fails under {policy} on a batch that float32 runs: {failure}",
+            'keep the failing layer in float32 (dtype="float32" on it) or train in float32',
+            severity="unsafe",
+        )
+    )
 
 
 def _not_compared(report: ProbeReport, why: str) -> ProbeReport:
