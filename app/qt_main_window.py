@@ -378,11 +378,7 @@ class QtMainWindow(QMainWindow):
         self._trial_started = time.monotonic()
         setup = event.spec.setup
         self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
-        self._trial_text = (
-            f"Trial #{event.number}: {setup.precision}, batch "
-            f"{setup.batch_size}, loss scale {setup.loss_scale}"
-            + "".join(f", {knob}" for knob in setup.knobs)
-        )
+        self._trial_text = f"Trial #{event.number}: {setup.in_words()}"
         self.status.setText(self._trial_text)
 
     def _on_memory(self, message: api.MemoryMessage) -> None:
@@ -442,7 +438,7 @@ class QtMainWindow(QMainWindow):
             if sps > self._best_speed:
                 self._best_speed = sps
                 self.plots.set_best(setup.batch_size, sps)
-            if stage == "baseline" and setup.policy == api.FLOAT32:
+            if stage == api.Stage.BASELINE and setup.policy == api.FLOAT32:
                 self.plots.set_baseline(sps)
                 self.plots.set_baseline_losses(list(result.losses))
         if result.peak_memory_mb:

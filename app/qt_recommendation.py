@@ -113,29 +113,13 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
 
 def knob_phrases(setup: api.Setup) -> list[tuple[tuple[str, ...], str]]:
     """The setup's execution knobs (and TF32) in words, each with the words that already name
-    it in a line of text: ``(("xla",), "XLA")``."""
-    phrases: list[tuple[tuple[str, ...], str]] = []
-    if setup.tf32:
-        phrases.append((("tf32",), "TF32 matmuls"))
-    if setup.xla:
-        phrases.append((("xla",), "XLA"))
-    spe = setup.steps_per_execution
-    if spe > 1:
-        phrases.append(
-            (
-                ("steps per execution", "steps_per_execution", f"spe{spe}"),
-                f"{spe} steps per execution",
-            )
-        )
-    acc = setup.gradient_accumulation_steps
-    if acc > 1:
-        phrases.append(
-            (
-                ("accumulat", f"acc{acc}"),
-                f"{acc} gradient accumulation steps (global batch {setup.global_batch})",
-            )
-        )
-    return phrases
+    it in a line of text: ``(("xla", "torch.compile"), "XLA")``; from the engine's one
+    declaration of the knobs (``api.KNOBS``)."""
+    return [
+        (knob.aliases(setup), phrase)
+        for knob in api.KNOBS
+        if (phrase := knob.phrase_of(setup)) is not None
+    ]
 
 
 def with_knobs(setup: api.Setup, text: str) -> str:

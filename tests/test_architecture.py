@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,3 +176,54 @@ def test_the_size_check_finds_what_it_is_for(tmp_path: Path) -> None:
     (package / "long.py").write_text(f"def long():\n{body}\n")
     (package / "short.py").write_text("def short():\n    return 1\n")
     assert _oversized(package) == [f"pkg/long.py:1 long(): {FUNCTION_LINES + 1} lines"]
+
+
+def _drawn_arrows() -> list[tuple[str, str]]:
+    """The arrows of docs/architecture.md's ``arrows`` blocks: ``a -> b, c`` lines, names
+    relative to ``tuner``."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    arrows = []
+    for block in re.findall(r"```arrows\n(.*?)```", text, re.S):
+        for line in block.strip().splitlines():
+            source, _, targets = line.partition("->")
+            arrows += [(source.strip(), t.strip()) for t in targets.split(",")]
+    return arrows
+
+
+def _imports(graph: Any, a: str, b: str) -> bool:
+    """Whether a module of ``tuner.a`` imports one of ``tuner.b`` directly."""
+
+    def members(name: str) -> set[str]:
+        full = f"tuner.{name}"
+        return {m for m in graph.modules if m == full or m.startswith(full + ".")}
+
+    return any(
+        graph.direct_import_exists(importer=x, imported=y) for x in members(a) for y in members(b)
+    )
+
+
+def test_the_architecture_page_draws_the_real_imports() -> None:
+    """Every arrow docs/architecture.md draws is an import, and every import between two
+    floors of the engine, or two modules of the search, is drawn."""
+    import grimp
+
+    graph = grimp.build_graph("tuner")
+    drawn = _drawn_arrows()
+    assert drawn, "no arrows block in docs/architecture.md"
+    missing = [f"{a} -> {b}" for a, b in drawn if not _imports(graph, a, b)]
+    assert missing == [], f"drawn but not imported: {missing}"
+    floors = ["cli", "console", "api", "export", "search", "worker", "workloads", "trials",
+              "hardware", "keras_setup", "resources", "setup", "policies", "errors"]  # fmt: skip
+    search = sorted(
+        m.removeprefix("tuner.")
+        for m in graph.modules
+        if m.startswith("tuner.search.") and m.count(".") == 2 and not m.endswith(".stages")
+    )
+    undrawn = [
+        f"{a} -> {b}"
+        for group in (floors, search)
+        for a in group
+        for b in group
+        if a != b and _imports(graph, a, b) and (a, b) not in drawn
+    ]
+    assert undrawn == [], f"imported but not drawn: {undrawn}"

@@ -53,7 +53,8 @@ from tuner.search.space import (
     parse_loss_scales,
     parse_policies,
 )
-from tuner.setup import BACKEND_NAMES, LossScale, Policy, Setup
+from tuner.search.stage import Stage
+from tuner.setup import BACKEND_NAMES, KNOBS, Knob, LossScale, Policy, Setup
 from tuner.trials.events import PHASES
 from tuner.trials.hazards import Hazard
 from tuner.trials.messages import (
@@ -96,6 +97,7 @@ __all__ = [
     "DEFAULT_LOSS_SCALES",
     "FLOAT32",
     "FORMATS",
+    "KNOBS",
     "MIXED_BFLOAT16",
     "MIXED_FLOAT16",
     "OBJECTIVES",
@@ -112,6 +114,7 @@ __all__ = [
     "Hazard",
     "HazardMessage",
     "ImportedMessage",
+    "Knob",
     "LossScale",
     "MemoryMessage",
     "ModelSource",
@@ -136,6 +139,7 @@ __all__ = [
     "SessionView",
     "Setup",
     "SoftwareInfo",
+    "Stage",
     "StageStarted",
     "StartedMessage",
     "StepMessage",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -328,13 +329,7 @@ class Setup:
     def knobs(self) -> tuple[str, ...]:
         """The execution knobs that differ from the defaults, in words for a label:
         ``xla``, ``spe8``, ``acc4``, and the backend when it is not TensorFlow (``jax``)."""
-        words = []
-        if self.xla:
-            words.append("xla")
-        if self.steps_per_execution > 1:
-            words.append(f"spe{self.steps_per_execution}")
-        if self.gradient_accumulation_steps > 1:
-            words.append(f"acc{self.gradient_accumulation_steps}")
+        words = [w for knob in KNOBS if (w := knob.short(self)) is not None]
         if self.backend != TENSORFLOW:
             words.append(self.backend)
         return tuple(words)
@@ -353,19 +348,25 @@ class Setup:
         """The execution knobs away from their defaults, in words for people: ``XLA``,
         ``4 steps per execution``, ``2 accumulation steps (global batch 128)``, and the backend
         when it is not TensorFlow (``on JAX``)."""
-        words = []
-        if self.xla:
-            words.append("torch.compile" if self.backend == TORCH else "XLA")
-        if self.steps_per_execution > 1:
-            words.append(f"{self.steps_per_execution} steps per execution")
-        if self.gradient_accumulation_steps > 1:
-            words.append(
-                f"{self.gradient_accumulation_steps} accumulation steps (global batch "
-                f"{self.global_batch})"
-            )
+        words = [w for knob in KNOBS if (w := knob.words(self)) is not None]
         if self.backend != TENSORFLOW:
             words.append(f"on {BACKEND_NAMES[self.backend]}")
         return tuple(words)
+
+    def words(self, *, default_loss_scale: bool = True) -> tuple[str, ...]:
+        """The setup in words, a phrase a part, as every face and the recommendation say it:
+        ``("float32+tf32", "batch size 128", "loss scale none", "XLA")``. With
+        ``default_loss_scale=False`` a loss scale that is the policy's default is left out."""
+        scale = (
+            (f"loss scale {self.loss_scale}",)
+            if default_loss_scale or self.loss_scale != LossScale.default_for(self.policy)
+            else ()
+        )
+        return (self.precision, f"batch size {self.batch_size}", *scale, *self.knob_words())
+
+    def in_words(self) -> str:
+        """:meth:`words` as one line: ``float32+tf32, batch size 128, loss scale none, XLA``."""
+        return ", ".join(self.words())
 
     def describe(self) -> str:
         """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``."""
@@ -443,13 +444,123 @@ class Setup:
         return cls(data["policy"], data["batch_size"], scale, **knobs)
 
 
-#: The execution knobs and their defaults (what a setup stored before them meant).
-KNOB_DEFAULTS: dict[str, Any] = {
-    "xla": False,
-    "steps_per_execution": 1,
-    "tf32": False,
-    "gradient_accumulation_steps": 1,
-    "backend": TENSORFLOW,
+@dataclass(frozen=True)
+class Knob:
+    """An execution knob of a :class:`Setup`, declared once in :data:`KNOBS`: the setup's
+    label and words, the fields a stored setup may omit, the recommendation's evidence rows,
+    what a warm worker may change, the export's template context and the window's phrases are
+    all derived from it (docs/architecture.md, "Adding a knob").
+
+    Attributes:
+        name: the :class:`Setup` field.
+        default: its value in a setup that does not set it (and in setups stored before it).
+        label: its name for people: the row of the recommendation's evidence.
+        evidence: the key of that row (``KnobEvidence.knob``).
+        warm: a warm worker runs a trial with another value (``compile()`` sets it) without
+            building the model again; TF32, a process-wide setting, is not.
+        flag: the ``mptune trial`` flag that sets it.
+        short: its word in a setup's label (``spe8``), None at the default.
+        say: its words for people (``8 steps per execution``), None at the default or where
+            the precision says it already (TF32).
+        aliases: words that, found in a line of text, show it names the knob already.
+        phrase: what the window adds to a line that does not name it; ``say`` where None.
+        setting: its value in a few words, for the evidence (``on``, ``8``).
+    """
+
+    name: str
+    default: Any
+    label: str
+    evidence: str
+    warm: bool
+    flag: str
+    short: Callable[[Setup], str | None]
+    say: Callable[[Setup], str | None]
+    aliases: Callable[[Setup], tuple[str, ...]]
+    setting: Callable[[Setup], str]
+    phrase: Callable[[Setup], str | None] | None = None
+
+    def words(self, setup: Setup) -> str | None:
+        return self.say(setup)
+
+    def phrase_of(self, setup: Setup) -> str | None:
+        return (self.phrase or self.say)(setup)
+
+
+def _on(value: bool) -> str:
+    return "on" if value else "off"
+
+
+#: The execution knobs, in the order a setup's words and label list them.
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "xla",
+        False,
+        "XLA",
+        "xla",
+        warm=True,
+        flag="--xla",
+        short=lambda s: "xla" if s.xla else None,
+        say=lambda s: ("torch.compile" if s.backend == TORCH else "XLA") if s.xla else None,
+        aliases=lambda s: ("xla", "torch.compile"),
+        setting=lambda s: _on(s.xla),
+    ),
+    Knob(
+        "steps_per_execution",
+        1,
+        "Steps per execution",
+        "steps_per_execution",
+        warm=True,
+        flag="--steps-per-execution",
+        short=lambda s: f"spe{s.steps_per_execution}" if s.steps_per_execution > 1 else None,
+        say=lambda s: (
+            f"{s.steps_per_execution} steps per execution" if s.steps_per_execution > 1 else None
+        ),
+        aliases=lambda s: (
+            "steps per execution",
+            "steps_per_execution",
+            f"spe{s.steps_per_execution}",
+        ),
+        setting=lambda s: str(s.steps_per_execution),
+    ),
+    Knob(
+        "tf32",
+        False,
+        "TF32",
+        "tf32",
+        warm=False,
+        flag="--tf32",
+        short=lambda s: None,  # the precision says it: float32+tf32
+        say=lambda s: None,
+        aliases=lambda s: ("tf32",),
+        setting=lambda s: _on(s.tf32),
+        phrase=lambda s: "TF32 matmuls" if s.tf32 else None,
+    ),
+    Knob(
+        "gradient_accumulation_steps",
+        1,
+        "Global batch",
+        "global_batch",
+        warm=True,
+        flag="--accumulate",
+        short=lambda s: (
+            f"acc{s.gradient_accumulation_steps}" if s.gradient_accumulation_steps > 1 else None
+        ),
+        say=lambda s: (
+            f"{s.gradient_accumulation_steps} accumulation steps (global batch {s.global_batch})"
+            if s.gradient_accumulation_steps > 1
+            else None
+        ),
+        aliases=lambda s: ("accumulat", f"acc{s.gradient_accumulation_steps}"),
+        setting=lambda s: str(s.global_batch),
+    ),
+)
+
+#: The execution knobs' field names.
+KNOB_NAMES: frozenset[str] = frozenset(knob.name for knob in KNOBS)
+#: The execution knobs and the backend with their defaults (what a setup stored before them
+#: meant).
+KNOB_DEFAULTS: dict[str, Any] = {knob.name: knob.default for knob in KNOBS} | {
+    "backend": TENSORFLOW
 }
 
 #: The backends' names for people.

@@ -198,7 +198,8 @@ def test_hazard_events_mark_the_running_trial_and_probe_reads_in_words(make_wind
             ]
         )
     assert window.status.text() == (
-        "Trial #3: mixed_float16, batch 32, loss scale dynamic: probing numerics against float32"
+        "Trial #3: mixed_float16, batch size 32, loss scale dynamic: probing numerics against "
+        "float32"
     )
     with qtbot.waitSignal(window.bridge.eventsReady):
         window.bridge.feed(

@@ -234,7 +234,8 @@ def test_a_running_trials_status_line_names_its_knobs(make_window, qtbot) -> Non
     with qtbot.waitSignal(window.bridge.eventsReady):
         window.bridge.feed([api.TrialStarted(5, "xla", api.TrialSpec("builtin:mlp", KNOBBED))])
     assert window.status.text() == (
-        "Trial #5: float32+tf32, batch 32, loss scale none, xla, spe4, acc2"
+        "Trial #5: float32+tf32, batch size 32, loss scale none, XLA, 4 steps per execution, "
+        "2 accumulation steps (global batch 64)"
     )
 
 
@@ -282,8 +283,7 @@ def test_knobs_are_added_to_the_setup_line_only_where_it_lacks_them() -> None:
     line = "float32, batch size 32, loss scale none"
     assert with_knobs(api.Setup("float32", 32), line) == line
     assert with_knobs(KNOBBED, line) == (
-        f"{line}, TF32 matmuls, XLA, 4 steps per execution, "
-        "2 gradient accumulation steps (global batch 64)"
+        f"{line}, XLA, 4 steps per execution, TF32 matmuls, 2 accumulation steps (global batch 64)"
     )
     # An engine line that names them already is left as it is.
     full = "float32+tf32, batch size 32, loss scale none, XLA, spe4, acc2 (global batch 64)"

@@ -22,7 +22,7 @@ from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.export.config import HardwareFingerprint, TunedConfig
-from tuner.setup import BACKEND_NAMES, Setup
+from tuner.setup import BACKEND_NAMES, KNOB_NAMES, Setup
 from tuner.trials.hazards import Hazard
 
 logger = logging.getLogger(__name__)
@@ -66,23 +66,12 @@ class AppliedConfig:
         """The Keras 3 backend the setup was tuned on (and Keras runs on: checked)."""
         return self.setup.backend
 
-    @property
-    def xla(self) -> bool:
-        """Whether the tuned setup compiles the training step with XLA (``jit_compile``)."""
-        return self.setup.xla
-
-    @property
-    def steps_per_execution(self) -> int:
-        return self.setup.steps_per_execution
-
-    @property
-    def tf32(self) -> bool:
-        """Whether float32 runs its matmuls as TF32 (set by :func:`apply_config`)."""
-        return self.setup.tf32
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.setup.gradient_accumulation_steps
+    def __getattr__(self, name: str) -> Any:
+        """Each execution knob of the setup by its name (``xla``, ``steps_per_execution``,
+        ``tf32``, ``gradient_accumulation_steps``: :data:`tuner.setup.KNOBS`)."""
+        if name in KNOB_NAMES:
+            return getattr(self.setup, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def global_batch(self) -> int:

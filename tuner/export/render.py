@@ -24,7 +24,7 @@ from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
 from tuner.policies import JAX, TENSORFLOW
 from tuner.resources import templates_dir
-from tuner.setup import BACKEND_NAMES, Setup
+from tuner.setup import BACKEND_NAMES, KNOBS
 from tuner.trials.models import parse_model_spec
 
 FORMATS = ("json", "snippet", "script")
@@ -180,13 +180,10 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         # tuner/keras_setup.py applies them (on JAX, Keras always compiles with XLA).
         "backend": setup.backend,
         "backend_name": BACKEND_NAMES[setup.backend],
-        "xla": setup.xla,
+        **{knob.name: getattr(setup, knob.name) for knob in KNOBS},
         "jit_compile": True if setup.backend == JAX else setup.xla,
-        "steps_per_execution": setup.steps_per_execution,
-        "tf32": setup.tf32,
-        "accumulation_steps": setup.gradient_accumulation_steps,
         "global_batch": setup.global_batch,
-        "setup_comments": comment_lines(_setup_summary(setup)),
+        "setup_comments": comment_lines(f"Setup: {setup.in_words()}."),
         "evidence_summary": ", ".join(summary) or "no figures recorded",
         "reason": evidence.reason,
         "device": config.hardware.gpu_name or config.hardware.cpu_model or config.hardware.device,
@@ -199,20 +196,6 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "session": config.session,
         "hazard_comments": hazard_comments(config),
     }
-
-
-def _setup_summary(setup: Setup) -> str:
-    """The setup in words for a comment: ``Setup: float32, batch size 64, loss scale none``,
-    then each execution knob away from its default."""
-    words = [
-        f"Setup: {setup.policy}",
-        f"batch size {setup.batch_size}",
-        f"loss scale {setup.loss_scale}",
-    ]
-    if setup.tf32:
-        words.append("TF32 matmuls")
-    words += setup.knob_words()
-    return ", ".join(words) + "."
 
 
 def _model_kind(model: str) -> tuple[str, str | None, dict[str, int]]:

@@ -4,6 +4,8 @@ The records it makes are :mod:`tuner.search.records`, their words :mod:`tuner.se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tuner.policies import FLOAT32, POLICIES
@@ -36,7 +38,7 @@ from tuner.search.wording import (
     reason,
     tie_text,
 )
-from tuner.setup import TF32, LossScale, Setup
+from tuner.setup import KNOBS, TF32, LossScale, Setup
 from tuner.trials.hazards import merge
 
 
@@ -176,29 +178,53 @@ def _knob_evidence(
     setup: Setup, outcome: SearchOutcome, space: SearchSpace
 ) -> tuple[KnobEvidence, ...]:
     """The evidence for each knob of the recommended ``setup``, from its precision's knob
-    stages."""
-    mine = [k for k in outcome.knobs if k.precision == setup.precision]
-    items = []
-    moves = [k for k in mine if k.knob in ("neighbourhood", "runoff") and k.tried is not None]
-    xla = [k for k in mine if k.knob == "xla" and k.tried is not None]
-    setting = "on" if setup.xla else "off"
-    moved = _moved(moves, lambda s: s.xla, setup.xla)
-    if moved is not None:
-        items.append(moved_evidence("xla", setting, moved, xla))
-    elif xla:
-        k = xla[-1]
-        items.append(KnobEvidence("xla", setting, f"{setting}: {knob_line(k)}", k.gain, k.trials))
-    else:
-        why = outcome.knobs_skipped.get("xla") or "the search ended before its XLA stage"
-        items.append(KnobEvidence("xla", setting, f"{setting}: not tried ({why})"))
+    stages, in the order of :data:`~tuner.setup.KNOBS`."""
+    found = _Found(setup, outcome, space)
+    return tuple(EVIDENCE[knob.name](found) for knob in KNOBS)
 
-    spe = [k for k in mine if k.knob == "steps_per_execution"]
+
+@dataclass(frozen=True)
+class _Found:
+    """What the knob stages found for the recommended setup's precision."""
+
+    setup: Setup
+    outcome: SearchOutcome
+    space: SearchSpace
+
+    @property
+    def mine(self) -> list[KnobTrial]:
+        return [k for k in self.outcome.knobs if k.precision == self.setup.precision]
+
+    @property
+    def moves(self) -> list[KnobTrial]:
+        return [
+            k for k in self.mine if k.knob in ("neighbourhood", "runoff") and k.tried is not None
+        ]
+
+
+def _xla_evidence(found: _Found) -> KnobEvidence:
+    setup, outcome = found.setup, found.outcome
+    xla = [k for k in found.mine if k.knob == "xla" and k.tried is not None]
+    setting = "on" if setup.xla else "off"
+    moved = _moved(found.moves, lambda s: s.xla, setup.xla)
+    if moved is not None:
+        return moved_evidence("xla", setting, moved, xla)
+    if xla:
+        k = xla[-1]
+        return KnobEvidence("xla", setting, f"{setting}: {knob_line(k)}", k.gain, k.trials)
+    why = outcome.knobs_skipped.get("xla") or "the search ended before its XLA stage"
+    return KnobEvidence("xla", setting, f"{setting}: not tried ({why})")
+
+
+def _steps_per_execution_evidence(found: _Found) -> KnobEvidence:
+    setup = found.setup
+    spe = [k for k in found.mine if k.knob == "steps_per_execution"]
     setting = str(setup.steps_per_execution)
     tried = [k for k in spe if k.tried is not None]
-    moved = _moved(moves, lambda s: s.steps_per_execution, setup.steps_per_execution)
+    moved = _moved(found.moves, lambda s: s.steps_per_execution, setup.steps_per_execution)
     if moved is not None:
-        items.append(moved_evidence("steps_per_execution", setting, moved, tried))
-    elif tried:
+        return moved_evidence("steps_per_execution", setting, moved, tried)
+    if tried:
         adopted = [k for k in tried if k.adopted]
         gain = (
             adopted[-1].speed / tried[0].base_speed
@@ -206,19 +232,19 @@ def _knob_evidence(
             else tried[0].gain
         )
         numbers = tuple(sorted({n for k in tried for n in k.trials}))
-        items.append(
-            KnobEvidence(
-                "steps_per_execution",
-                setting,
-                f"{setting}: " + "; ".join(knob_line(k) for k in tried),
-                gain,
-                numbers,
-            )
+        return KnobEvidence(
+            "steps_per_execution",
+            setting,
+            f"{setting}: " + "; ".join(knob_line(k) for k in tried),
+            gain,
+            numbers,
         )
-    else:
-        why = spe[-1].reason if spe and spe[-1].reason else "the search ended before this stage"
-        items.append(KnobEvidence("steps_per_execution", setting, f"{setting}: not tried ({why})"))
+    why = spe[-1].reason if spe and spe[-1].reason else "the search ended before this stage"
+    return KnobEvidence("steps_per_execution", setting, f"{setting}: not tried ({why})")
 
+
+def _tf32_evidence(found: _Found) -> KnobEvidence:
+    setup = found.setup
     if setup.tf32:
         detail = (
             "on: float32 storage with TensorFloat-32 matmuls and convolutions (NVIDIA compute "
@@ -226,15 +252,18 @@ def _knob_evidence(
         )
     elif setup.policy.is_mixed:
         detail = f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
-    elif any(s.tf32 for s in outcome.measured):
+    elif any(s.tf32 for s in found.outcome.measured):
         detail = f"off: IEEE float32 matmuls; {TF32} was tried (see its alternative)"
     else:
         detail = (
             "off: IEEE float32 matmuls (TF32 needs an NVIDIA GPU of compute capability 8.0 or "
             "later)"
         )
-    items.append(KnobEvidence("tf32", "on" if setup.tf32 else "off", detail))
+    return KnobEvidence("tf32", "on" if setup.tf32 else "off", detail)
 
+
+def _global_batch_evidence(found: _Found) -> KnobEvidence:
+    setup, space = found.setup, found.space
     acc = setup.gradient_accumulation_steps
     steps = (
         f"batch size {setup.batch_size} x {acc} accumulation steps"
@@ -250,8 +279,17 @@ def _knob_evidence(
         )
     else:
         detail = f"{setup.global_batch} ({steps})"
-    items.append(KnobEvidence("global_batch", str(setup.global_batch), detail))
-    return tuple(items)
+    return KnobEvidence("global_batch", str(setup.global_batch), detail)
+
+
+#: The evidence of each knob (:data:`~tuner.setup.KNOBS`, by name): what its stage found for
+#: the recommended setup. A knob without an entry fails tests/tuner/test_knob_registry.py.
+EVIDENCE: dict[str, Callable[[_Found], KnobEvidence]] = {
+    "xla": _xla_evidence,
+    "steps_per_execution": _steps_per_execution_evidence,
+    "tf32": _tf32_evidence,
+    "gradient_accumulation_steps": _global_batch_evidence,
+}
 
 
 def _moved(moves: list[KnobTrial], value: Any, final: Any) -> KnobTrial | None:

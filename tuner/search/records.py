@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.search.measures import Candidate, Paired
-from tuner.setup import SETUP_FIELDS, Setup
+from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
 
 
@@ -96,12 +96,7 @@ class KnobEvidence:
     trials: tuple[int, ...] = ()
 
     #: The row label of each knob in the evidence.
-    LABELS: ClassVar[dict[str, str]] = {
-        "xla": "XLA",
-        "steps_per_execution": "Steps per execution",
-        "tf32": "TF32",
-        "global_batch": "Global batch",
-    }
+    LABELS: ClassVar[dict[str, str]] = {knob.evidence: knob.label for knob in KNOBS}
 
     @property
     def label(self) -> str:
@@ -233,26 +228,6 @@ class Recommendation:
 
 def plain_knobs(setup: Setup) -> tuple[KnobEvidence, ...]:
     """The knobs of a recommendation stored before they had evidence: their settings only."""
-    acc = setup.gradient_accumulation_steps
-    tf32 = (
-        f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
-        if setup.policy.is_mixed
-        else "on"
-        if setup.tf32
-        else "off"
-    )
-    return (
-        KnobEvidence("xla", "on" if setup.xla else "off", "on" if setup.xla else "off"),
-        KnobEvidence(
-            "steps_per_execution",
-            str(setup.steps_per_execution),
-            str(setup.steps_per_execution),
-        ),
-        KnobEvidence("tf32", "on" if setup.tf32 else "off", tf32),
-        KnobEvidence(
-            "global_batch",
-            str(setup.global_batch),
-            f"{setup.global_batch}"
-            + (f" (batch size {setup.batch_size} x {acc} accumulation steps)" if acc > 1 else ""),
-        ),
+    return tuple(
+        KnobEvidence(knob.evidence, knob.setting(setup), knob.setting(setup)) for knob in KNOBS
     )

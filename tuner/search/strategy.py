@@ -1,7 +1,7 @@
 """mptune's search strategy: the conductor that runs the stages (:mod:`tuner.search.stages`) in
 order on a shared :class:`~tuner.search.stages.context.SearchContext`.
 
-The order of work (DESIGN.md, "Search, in outline"):
+The order of work (docs/search.md):
 
 1. a float32 baseline at the starting batch size;
 2. every other policy at that batch size, and on an NVIDIA GPU of compute capability 8.0 or
@@ -189,8 +189,9 @@ class Search:
             base = ctx.base_pick(precision)
             if base is None:
                 return None
-            current = knobs.try_xla(ctx, precision, base)
-            current = knobs.try_steps_per_execution(ctx, precision, current)
+            current = base
+            for stage in knobs.STAGES:
+                current = stage(ctx, precision, current)
             return base, current
 
         found = zip(alive, ctx.concurrently(alive, tried), strict=True)

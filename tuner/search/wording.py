@@ -24,6 +24,7 @@ from tuner.search.measures import (
 )
 from tuner.search.records import Alternative, Recommendation, plain_knobs
 from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.stage import Stage
 from tuner.setup import BACKEND_NAMES, LossScale, Setup
 
 
@@ -39,12 +40,8 @@ def pct(value: float | None) -> str:
 def where(setup: Setup) -> str:
     """``float32: batch size 256``, with the loss scale where it is not the policy's default
     and the knobs that are not at theirs: ``float32+tf32: batch size 256 (XLA)``."""
-    extras = []
-    if setup.loss_scale != LossScale.default_for(setup.policy):
-        extras.append(f"loss scale {setup.loss_scale}")
-    extras += setup.knob_words()
-    detail = f" ({', '.join(extras)})" if extras else ""
-    return f"{setup.precision}: batch size {setup.batch_size}{detail}"
+    precision, batch, *extras = setup.words(default_loss_scale=False)
+    return f"{precision}: {batch}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 #: Other processes' share of the CPU above which the machine counts as busy. On a 2-core
@@ -302,7 +299,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     low, high = rec.samples_per_second_spread
     setup = rec.setup
     rows = [
-        ("Setup", _setup_text(setup)),
+        ("Setup", setup.in_words()),
         (
             "Throughput",
             f"{rec.samples_per_second:,.0f} samples/s (measured "
@@ -325,7 +322,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         ("Why", rec.reason),
     ]
     for p in rec.paired:
-        rows.append(("Final" if p.stage == "final" else "Runoff", paired_text(p, setup)))
+        rows.append(("Final" if p.stage == Stage.FINAL else "Runoff", paired_text(p, setup)))
     if rec.ties:
         text = _tie_text(rec.setup, rec.samples_per_second_spread, rec.samples_per_second, rec.ties)
         rows.append(("Tie", f"{text}; re-run on an idle machine to separate them"))
@@ -373,17 +370,6 @@ def _memory_against_float32(saving: float) -> str:
         return ", the same as float32 at this batch size"
     more_or_less = "less" if saving > 0 else "more"
     return f", {abs(saving):.0%} {more_or_less} than float32 at this batch size"
-
-
-def _setup_text(setup: Setup) -> str:
-    """``float32+tf32, batch size 128, loss scale none, XLA, 4 steps per execution``."""
-    parts = [
-        str(setup.precision),
-        f"batch size {setup.batch_size}",
-        f"loss scale {setup.loss_scale}",
-        *setup.knob_words(),
-    ]
-    return ", ".join(parts)
 
 
 def tie_text(chosen: Candidate, leader: Candidate, paired: list[Paired]) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tuner.setup import KNOBS
 from tuner.trials.events import EventReader
 from tuner.trials.hazards import Hazard, merge
 from tuner.trials.messages import (
@@ -276,13 +277,7 @@ class WorkerPool:
 #: batch dimension) and what compile() sets (it compiles again with a new optimizer). The
 #: policy (layer dtypes are fixed when the model is built), TF32 (a process-wide setting), the
 #: seed and the device are not among them.
-WARM_VARIES = (
-    "batch_size",
-    "loss_scale",
-    "xla",
-    "steps_per_execution",
-    "gradient_accumulation_steps",
-)
+WARM_VARIES = ("batch_size", "loss_scale", *(knob.name for knob in KNOBS if knob.warm))
 
 
 def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:

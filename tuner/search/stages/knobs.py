@@ -5,6 +5,8 @@ overhead to show; and the confirming run of the leading pick.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tuner.policies import TORCH
 from tuner.search.measures import (
     KnobTrial,
@@ -165,3 +167,11 @@ def confirm_leader(ctx: SearchContext, picks: dict[str, tuple[Measured, Measured
     leader = current.result.spec.setup.precision
     ctx.announce(Stage.REMEASURE, f"confirming {leader}'s lead before looking around the picks")
     ctx.measure(current.result.spec.setup, Stage.REMEASURE, repeat=at + 1)
+
+
+#: The knob stages, in the order they run on a precision's pick, each from the pick the one
+#: before it left: a new knob's stage is added here (docs/architecture.md, "Adding a knob").
+STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = (
+    try_xla,
+    try_steps_per_execution,
+)
