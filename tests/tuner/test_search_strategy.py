@@ -611,3 +611,36 @@ def test_a_recommendation_names_the_backend_after_the_knobs() -> None:
         == "float32 at batch size 64 with torch.compile on PyTorch"
     )
     assert _subject(Setup("float32", 8, xla=True)) == "float32 at batch size 8 with XLA"
+
+
+def test_a_baseline_that_does_not_fit_the_start_batch_is_halved_until_it_does(
+    tmp_path: Path,
+) -> None:
+    """The ResNet-50 search on PyTorch (issue 25): float32 ran out of memory at the starting
+    batch size, so it never ran, nothing could be guarded against it, and the search ended
+    with no viable setup. The baseline halves until it fits, every precision is compared
+    there, and a guarded setup is recommended."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 1900},
+        oom_at={"float32": 64, "mixed_bfloat16": 256, "mixed_float16": 256},
+        knee=4096,
+    )
+    result = run(machine, tmp_path, profile=FakeProfile(gpus=(FakeGpu(),)))
+    baseline = [s for s in machine.calls if s.policy == "float32" and not s.setup.tf32]
+    assert [s.batch_size for s in baseline[:2]] == [64, 32]
+    assert all(s.batch_size == 32 for s in machine.calls[2:4])  # the policies, where it fits
+    rec = result.recommendation
+    assert rec.setup.policy != "float32" and rec.setup.batch_size >= 32
+    assert rec.loss_gap is not None  # guarded against float32 where float32 runs
+    assert any("the search starts at batch size 32" in n for n in rec.notes)
+
+
+def test_no_baseline_fits_at_any_batch_size_says_so(tmp_path: Path) -> None:
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 1900},
+        oom_at={"float32": 1, "mixed_bfloat16": 1, "mixed_float16": 1},
+    )
+    with pytest.raises(NoViableSetup) as err:
+        run(machine, tmp_path, space=SearchSpace(policies=("float32",)))
+    assert [s.batch_size for s in machine.calls] == [64, 32, 16, 8]
+    assert "oom" in str(err.value)

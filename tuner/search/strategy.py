@@ -138,9 +138,11 @@ class Search:
             + [ctx.start_setup(p, start) for p in ctx.precisions if p != first]
         )
         baseline = ladder.shrink_to_fit(
-            ctx, policies.first_trial(ctx, first, start), Stage.BASELINE
+            ctx, policies.fitting_baseline(ctx, first, start), Stage.BASELINE
         )
         ctx.baseline = baseline
+        if ctx.space.global_batch is None and ctx.fits(baseline):
+            start = baseline.result.spec.batch_size  # halved where the start did not fit
 
         ctx.announce(Stage.POLICIES, f"each policy at batch size {start}")
 

@@ -37,6 +37,27 @@ def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
     return m
 
 
+def fitting_baseline(ctx: SearchContext, policy: str, start: int) -> Measured:
+    """The baseline: ``policy`` at ``start``, or, when it does not fit there (out of memory,
+    or over the memory budget), at the largest rung below that does, halving: the precisions
+    are compared where the reference runs, and a reference that never ran could guard none of
+    them. With a global batch the ladder keeps it instead (``ladder.shrink_to_fit``). The last
+    trial, as it ended, when none fits."""
+    m = first_trial(ctx, policy, start)
+    if ctx.space.global_batch is not None:
+        return m
+    size = start
+    while ctx.too_big(m) and (lower := ctx.rung_below(size)) is not None:
+        why = "over the memory budget" if m.result.ok else ctx.failure(m)
+        ctx.note(
+            f"{policy} at batch size {size} {why}: the search starts at batch size {lower}, "
+            "where it fits, and compares every precision there"
+        )
+        size = lower
+        m = first_trial(ctx, policy, size)
+    return m
+
+
 def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
     usable = {p: m for p, m in at_start.items() if m.result.ok}
     for policy, m in at_start.items():
