@@ -200,6 +200,40 @@ def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
     )
 
 
+def test_script_for_a_model_with_a_dict_of_inputs(tmp_path: Path) -> None:
+    """Two named inputs of different shapes and no make_dataset: the script makes its data in
+    the dict the model was built with, as fit expects (a tuple trains too, but Keras warns that
+    the structure does not match, and other backends may refuse it)."""
+    model = tmp_path / "two_inputs.py"
+    model.write_text(
+        textwrap.dedent("""
+        import keras
+
+        def build_model():
+            image = keras.Input((8, 8, 3), name="image")
+            table = keras.Input((5,), name="table")
+            a = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(image))
+            x = keras.layers.Concatenate()([a, keras.layers.Dense(4)(table)])
+            model = keras.Model({"image": image, "table": table}, keras.layers.Dense(2)(x))
+            model.compile("adam", "mse")
+            return model
+    """)
+    )
+    config = dataclasses.replace(make_config(model=str(model), batch_size=8), hazards=())
+    script = tmp_path / "train_tuned.py"
+    script.write_text(render(config, "script"), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--max-steps", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "after 3 steps" in proc.stdout
+    assert "doesn't match the expected structure" not in proc.stderr
+
+
 def test_script_for_a_saved_keras_model(tmp_path: Path) -> None:
     saved = tmp_path / "tiny.keras"
     proc = python(
