@@ -630,3 +630,17 @@ def test_report_shows_missing_fields_as_na() -> None:
     assert "NVIDIA driver n/a, CUDA n/a" in text
     assert "CPU: n/a (n/a), n/a cores / n/a threads, n/a MiB RAM" in text
     assert "TensorFlow n/a (build info n/a)" in text
+
+
+def test_detect_says_what_each_installed_backends_float32_runs_in_by_default() -> None:
+    """On compute capability 8.0 and up, the float32 a user runs today is TF32 on TensorFlow and
+    JAX, and half TF32 on PyTorch: detect names each installed backend's default (issue 25);
+    on an older card there is no TF32 to name."""
+    text = " ".join(render_text(profile_of("ampere_8.0")).split())
+    assert "float32 by default: TensorFlow runs float32 matmuls and convolutions in TF32" in text
+    installed = profile_of("ampere_8.0").software.backends
+    if installed.get("torch"):
+        assert "PyTorch runs float32 convolutions in TF32 and matmuls in IEEE float32" in text
+    if not installed.get("jax"):
+        assert "JAX runs" not in text
+    assert "float32 by default" not in render_text(profile_of("volta_7.0"))

@@ -732,3 +732,54 @@ def test_the_memory_row_says_more_or_less_than_float32(
     rec = run(fast(), tmp_path).recommendation
     memory = rows(dataclasses.replace(rec, memory_saving=saving))["Memory"]
     assert f"{said} float32 at this batch size" in memory
+
+
+def test_the_default_float32_of_each_backend_and_device() -> None:
+    from tuner.hardware.advice import default_float32
+
+    assert default_float32("tensorflow", True) == "float32+tf32"
+    assert default_float32("jax", True) == "float32+tf32"
+    assert default_float32("torch", True) == "float32"  # TF32 convolutions, IEEE matmuls
+    assert all(default_float32(b, False) == "float32" for b in ("tensorflow", "jax", "torch"))
+
+
+def test_speed_ups_are_stated_against_the_users_float32_as_it_runs_today(tmp_path: Path) -> None:
+    """Issue 25: on an A100 TensorFlow's float32 runs TF32, so the speed-up a user sees is
+    against float32+tf32 (here 1.4x IEEE float32), which is never dropped as a laggard; IEEE
+    float32 stays a row of its own."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 2600, "mixed_float16": 2800},
+        tf32_factor=1.4,
+        knee=512,
+    )
+    gpu = FakeProfile(gpus=(FakeGpu(compute_capability=(8, 0)),))
+    rec = run(machine, tmp_path, profile=gpu).recommendation
+    assert rec.reference == "float32+tf32"
+    tf32_runs = [s for s in machine.calls if s.setup.tf32]
+    assert max(s.batch_size for s in tf32_runs) > 64  # its ladder climbed: not abandoned
+    assert rec.speedup_vs_reference is not None and rec.speedup_vs_float32 is not None
+    assert rec.speedup_vs_reference == pytest.approx(rec.speedup_vs_float32 / 1.4, rel=0.05)
+    assert "your float32 as it runs today" in rec.reason
+    assert "TensorFlow runs float32 matmuls and convolutions in TF32" in rec.reason
+    rows = dict(evidence_rows(rec))
+    assert rows["Against your float32"].startswith(f"{rec.speedup_vs_reference:.2f}x float32+tf32")
+    assert "Against float32" in rows  # IEEE float32, its own row
+
+
+def test_on_pytorch_the_figures_say_they_are_against_ieee_float32(tmp_path: Path) -> None:
+    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 2600, "mixed_float16": 2800})
+    gpu = FakeProfile(gpus=(FakeGpu(compute_capability=(9, 0)),))
+    rec = run(
+        machine, tmp_path, profile=gpu, settings=SearchSettings(backend="torch")
+    ).recommendation
+    assert rec.reference == "float32"
+    assert any("PyTorch runs float32 convolutions in TF32" in n for n in rec.notes)
+    assert "Against your float32" not in dict(evidence_rows(rec))
+
+
+def test_on_a_cpu_the_reference_is_float32_and_nothing_more_is_said(tmp_path: Path) -> None:
+    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1600, "mixed_float16": 300})
+    rec = run(machine, tmp_path).recommendation
+    assert rec.reference == "float32"
+    assert rec.speedup_vs_reference == pytest.approx(rec.speedup_vs_float32)
+    assert "today" not in rec.reason and not any("TF32" in n for n in rec.notes)

@@ -20,7 +20,8 @@ from tuner.hardware.profile import (
     GpuInfo,
     PolicyAdvice,
 )
-from tuner.policies import FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16
+from tuner.policies import FLOAT32, JAX, MIXED_BFLOAT16, MIXED_FLOAT16, TENSORFLOW, TORCH
+from tuner.setup import TF32
 
 
 def advise(gpus: Sequence[GpuInfo], cpu: CpuInfo) -> tuple[PolicyAdvice, ...]:
@@ -179,3 +180,36 @@ def _cpu_advice(cpu: CpuInfo) -> tuple[PolicyAdvice, ...]:
         at = order.index(fp16)
         order[at - 1], order[at] = order[at], order[at - 1]
     return tuple(order)
+
+
+def default_float32(backend: str, tf32_exists: bool) -> str:
+    """The precision float32 training runs in with the backend's own defaults, where TF32
+    exists (an NVIDIA GPU of compute capability 8.0 or later) or not: ``float32+tf32`` for
+    TensorFlow (TF32 execution is on unless ``enable_tensor_float_32_execution(False)``) and
+    JAX (float32 matmuls and convolutions at the default precision run in TF32 there; issue 25
+    measured 409 TFLOP/s on an H100 against 52 for IEEE float32), else IEEE ``float32``.
+    PyTorch's default is neither (``cudnn.allow_tf32`` is on, ``matmul.allow_tf32`` off:
+    convolutions in TF32, matmuls in IEEE float32), a state the search does not measure: its
+    float32 is IEEE, and the recommendation says so (:data:`DEFAULT_NOTES`)."""
+    if tf32_exists and backend in (TENSORFLOW, JAX):
+        return TF32
+    return FLOAT32
+
+
+#: What each backend's float32 runs in by default where TF32 exists, in words: for the
+#: recommendation and ``mptune detect``.
+DEFAULT_NOTES: dict[str, str] = {
+    TENSORFLOW: "TensorFlow runs float32 matmuls and convolutions in TF32 by default here",
+    JAX: "JAX runs float32 matmuls and convolutions in TF32 at its default precision here",
+    TORCH: (
+        "PyTorch runs float32 convolutions in TF32 and matmuls in IEEE float32 by default "
+        "here (torch.backends.cudnn.allow_tf32 on, torch.backends.cuda.matmul.allow_tf32 off); "
+        "mptune measures float32 with both off (IEEE) and float32+tf32 with both on"
+    ),
+}
+
+
+def default_lines(backends: list[str]) -> str:
+    """What float32 runs in by default on a GPU where TF32 exists, for each of ``backends``
+    (the installed ones), in one line for ``mptune detect``."""
+    return "; ".join(DEFAULT_NOTES[b].split(" (")[0].removesuffix(" here") for b in backends)

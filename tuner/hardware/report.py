@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from tuner.hardware.advice import default_lines
 from tuner.hardware.profile import GpuInfo, HardwareProfile, SoftwareInfo
 from tuner.policies import JAX
 from tuner.setup import BACKEND_NAMES
@@ -79,8 +80,14 @@ def render_text(profile: HardwareProfile) -> str:
         lines.append(
             f"NVIDIA driver {_na(profile.driver_version)}, CUDA {_na(profile.cuda_driver_version)}"
         )
+        installed = [name for name, version in profile.software.backends.items() if version]
         for gpu in profile.gpus:
             lines += _gpu_lines(gpu)
+            if installed and gpu.compute_capability and tuple(gpu.compute_capability) >= (8, 0):
+                # What the user's float32 runs in today, which speed-ups are stated against.
+                lines += _wrap(
+                    f"float32 by default: {default_lines(installed)}", "       ", "       "
+                )
     else:
         lines += _wrap(f"GPU: none - {_na(profile.gpu_unavailable_reason)}", "     ")
     cpu = profile.cpu

@@ -144,6 +144,13 @@ class SearchOutcome:
     #: the setups measured back to back, in turns (the runoffs, the final), in the order
     #: they ran
     paired: list[Paired] = field(default_factory=list)
+    #: the precision the user's training runs in today, unchanged (``float32+tf32`` where the
+    #: backend's float32 defaults to TF32 on this device, see ``space.default_float32``): what
+    #: the recommendation's speed-up is stated against
+    reference: str = "float32"
+    #: what the backend's float32 computes in by default on this device, in words, where TF32
+    #: exists (``space.DEFAULT_NOTES``); None elsewhere
+    reference_note: str | None = None
 
 
 @dataclass(frozen=True)

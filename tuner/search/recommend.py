@@ -67,9 +67,15 @@ def recommend(
         {r.number for r in chosen.runs}
         | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
     )
+    reference = _reference(outcome, chosen, f32_best)
     busy_note = busy(outcome, trials)
     user_batch_note = batch_note(chosen.setup, space)
-    notes = list(outcome.notes) + [n for n in (tie_note, user_batch_note, busy_note) if n]
+    # Where the backend's default is not a precision the search measures (PyTorch's TF32
+    # convolutions with IEEE matmuls), the figures are against IEEE float32: say so.
+    default_note = outcome.reference_note if outcome.reference == FLOAT32 else None
+    notes = list(outcome.notes) + [
+        n for n in (tie_note, user_batch_note, busy_note, default_note) if n
+    ]
     speedup = speed_ratio(f32_best, chosen, paired) if f32_best and f32_best.speed else None
     return Recommendation(
         setup=chosen.setup,
@@ -88,7 +94,7 @@ def recommend(
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=reason(chosen, f32_best, viable, outcome, hardware, ties, settings),
+        reason=reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(
@@ -105,6 +111,11 @@ def recommend(
         global_batch=space.global_batch,
         user_batch=space.user_batch,
         paired=tuple(p for p in paired if chosen.setup in p.setups),
+        reference=outcome.reference,
+        reference_samples_per_second=reference.speed if reference else None,
+        speedup_vs_reference=(
+            speed_ratio(reference, chosen, paired) if reference and reference.speed else None
+        ),
     )
 
 
@@ -148,6 +159,20 @@ def _float32_to_compare(
         ),
         _best_float32(outcome),
     )
+
+
+def _reference(
+    outcome: SearchOutcome, chosen: Candidate, f32_best: Candidate | None
+) -> Candidate | None:
+    """The best setup of the precision the user's training runs in today (IEEE float32's is
+    the float32 a speed-up is stated against anyway); the chosen one itself when it is of
+    that precision. Guarded or not: it is what the user runs."""
+    if outcome.reference == FLOAT32:
+        return f32_best
+    if chosen.setup.precision == outcome.reference:
+        return chosen
+    mine = [c for c in outcome.candidates if c.setup.precision == outcome.reference and c.speed]
+    return max(mine, key=lambda c: c.speed, default=None)
 
 
 def _memory_saving(outcome: SearchOutcome, chosen: Candidate) -> float | None:

@@ -173,6 +173,12 @@ class Recommendation:
     #: the setups measured back to back that decided the pick: its precision's runoff and the
     #: final between the leading precisions; empty in recommendations stored before them
     paired: tuple[Paired, ...] = ()
+    #: the precision the user's training runs in today, unchanged (``float32+tf32`` where the
+    #: backend's float32 defaults to TF32 on the device), its best setup's samples/s, and the
+    #: recommended setup's speed-up against it; ``float32`` in recommendations stored before
+    reference: str = "float32"
+    reference_samples_per_second: float | None = None
+    speedup_vs_reference: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

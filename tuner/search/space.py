@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tuner.hardware.advice import default_float32
 from tuner.policies import BACKENDS, POLICIES, TENSORFLOW
 from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
 
@@ -41,6 +42,11 @@ class DeviceTraits:
         return (
             self.gpu and self.compute_capability is not None and self.compute_capability >= (8, 0)
         )
+
+    def default_precision(self, backend: str) -> str:
+        """What float32 computes in when the user's training sets nothing: the precision a
+        recommendation's speed-up is stated against (:func:`default_float32`)."""
+        return default_float32(backend, self.tf32)
 
     @classmethod
     def from_profile(cls, profile: Any, device: str) -> DeviceTraits:

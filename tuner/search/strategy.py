@@ -36,6 +36,7 @@ it stopped) and enforces the trial and time budgets.
 
 from __future__ import annotations
 
+from tuner.hardware.advice import DEFAULT_NOTES
 from tuner.policies import FLOAT32, MIXED_FLOAT16
 from tuner.search.evaluator import BudgetExhausted, Evaluator
 from tuner.search.measures import Measured, SearchOutcome
@@ -108,6 +109,8 @@ class Search:
             list(ctx.knobs),
             dict(ctx.knobs_skipped),
             [ctx.paired[key] for key in sorted(ctx.paired, key=self._paired_order)],
+            ctx.reference,
+            DEFAULT_NOTES[ctx.settings.backend] if ctx.device.tf32 else None,
         )
 
     def _paired_order(self, key: tuple[str, str]) -> tuple[int, int]:

@@ -207,6 +207,7 @@ def reason(
     hardware: dict[str, Any] | None,
     ties: list[Candidate],
     settings: SearchSettings,
+    reference: Candidate | None = None,
 ) -> str:
     device = chosen.runs[0].result.device
     hw = _hardware_phrase(hardware, device)
@@ -264,9 +265,28 @@ def reason(
         verdict = f"{ratio:.2f}x faster than float32 here {figures}"
     else:
         verdict = f"{ratio:.2f}x as fast as float32 here but leaner in memory {figures}"
+    if outcome.reference != FLOAT32 and reference is not None and reference.speed:
+        # The user's float32 runs TF32 here: the speed-up they will see is against that.
+        today = _against_today(chosen, reference, outcome)
+        return (
+            f"{subject} is {today}{because}; against IEEE float32 it is {verdict}, with a loss "
+            f"gap of {gap} to IEEE float32 at the same batch size and seed.{tie_sentence}"
+        )
     return (
         f"{subject} is {verdict}{because}, with a loss gap "
         f"of {gap} to float32 at the same batch size and seed.{tie_sentence}"
+    )
+
+
+def _against_today(chosen: Candidate, reference: Candidate, outcome: SearchOutcome) -> str:
+    """The chosen setup against the user's float32 as it runs today (``reference``, TF32)."""
+    default = outcome.reference_note or f"float32 runs as {outcome.reference} by default here"
+    if reference is chosen:
+        return f"what your training runs today ({default})"
+    ratio = speed_ratio(reference, chosen, outcome.paired)
+    return (
+        f"{ratio:.2f}x your float32 as it runs today ({reference.setup.label}: {default}; "
+        f"{chosen.speed:,.0f} vs {reference.speed:,.0f} samples/s)"
     )
 
 
@@ -305,6 +325,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
             f"{rec.samples_per_second:,.0f} samples/s (measured "
             f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})",
         ),
+        *_against_today_row(rec),
         (
             "Against float32",
             f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
@@ -384,3 +405,18 @@ def tie_text(chosen: Candidate, leader: Candidate, paired: list[Paired]) -> str:
         f"{label(leader)} measured {against}: inside the measurement noise, so the "
         f"simpler {label(chosen)} is recommended"
     )
+
+
+def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:
+    """The speed-up against the user's float32 as it runs today, where that is not IEEE
+    float32 (TF32 on a GPU of compute capability 8.0 or later); none elsewhere."""
+    if rec.reference == FLOAT32 or rec.speedup_vs_reference is None:
+        return []
+    return [
+        (
+            "Against your float32",
+            f"{rec.speedup_vs_reference:.2f}x {rec.reference} "
+            f"({_fmt(rec.reference_samples_per_second, ',.0f')} samples/s), what your training "
+            "runs today with no change",
+        )
+    ]

@@ -148,6 +148,12 @@ class SearchContext:
         #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
         self.failed_above: dict[str, int] = {}
 
+    @property
+    def reference(self) -> str:
+        """The precision the user's training runs in today, unchanged (``float32+tf32`` where
+        the backend's float32 defaults to TF32 on this device)."""
+        return self.device.default_precision(self.settings.backend)
+
     def plan(self, remaining: int) -> None:
         """Tell listeners how many trials are done and about how many are left."""
         done = self.evaluator.closed_trials
