@@ -180,3 +180,27 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     other = dataclasses.replace(settings, backend="tensorflow")
     with pytest.raises(MptuneError, match="backend"):
         tune(TINY, space=space, settings=other, storage=storage, study="b")
+
+
+def test_a_jax_worker_holds_the_memory_limit_as_a_fraction_of_its_card(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """JAX takes a memory limit only as a fraction of the card, before its GPU client starts
+    (issue 25: a JAX worker ignored --memory-limit): the worker's arena is preallocated at the
+    limit, the card's size read through NVML (here the fake A100 of 40,960 MiB)."""
+    from tuner.trials.runner import worker_environment
+
+    monkeypatch.setenv("MPTUNE_FAKE_NVML", "ampere_8.0")
+    spec = TrialSpec(
+        model=TINY, setup=Setup("float32", 16, backend="jax"), device="gpu:0", memory_limit_mb=10240
+    )
+    env = worker_environment(spec, base={})
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert env["XLA_CLIENT_MEM_FRACTION"] == env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.2500"
+    unlimited = worker_environment(dataclasses.replace(spec, memory_limit_mb=None), base={})
+    assert unlimited["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_CLIENT_MEM_FRACTION" not in unlimited
+    monkeypatch.setenv("MPTUNE_FAKE_NVML", "no_driver")  # the card's size unknown: nothing set
+    assert "XLA_CLIENT_MEM_FRACTION" not in worker_environment(spec, base={})
+    cpu = worker_environment(dataclasses.replace(spec, device="cpu"), base={})
+    assert cpu["JAX_PLATFORMS"] == "cpu" and "XLA_CLIENT_MEM_FRACTION" not in cpu

@@ -320,11 +320,13 @@ def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> d
     env["KERAS_BACKEND"] = backend
     env["PYTHONUNBUFFERED"] = "1"
     if backend == "jax":
-        # JAX takes 75% of the card at its first allocation unless told otherwise; a memory
-        # limit is a fraction of the card there.
+        # JAX takes 75% of the card at its first allocation unless told otherwise: allocated
+        # as used instead, so that the peak means something.
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         if spec.device == "cpu":
             env["JAX_PLATFORMS"] = "cpu"
+        elif spec.memory_limit_mb is not None:
+            env.update(_jax_memory_limit(spec))
     # CUDA numbers GPUs fastest first by default, NVML by PCI bus id: in bus order both name
     # the same card gpu:N (a trial pinned to a GPU, its memory read per card).
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -337,6 +339,34 @@ def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> d
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env
+
+
+def _jax_memory_limit(spec: TrialSpec) -> dict[str, str]:
+    """A JAX worker's memory limit, which JAX takes only as a fraction of the card, before its
+    GPU client starts: the card's arena preallocated at exactly ``memory_limit_mb`` (an
+    allocation past it fails in JAX as out of memory, as past a TensorFlow or PyTorch limit).
+    JAX documents the fraction for preallocation; with preallocation off it is not said to
+    cap anything. The card's size comes from NVML, in the bus order CUDA is told to use;
+    without it nothing is set and the limit is reported as not held."""
+    from tuner.hardware import backend_from_env, read_gpus
+
+    index = int(spec.device.split(":")[1]) if spec.device.startswith("gpu:") else 0
+    gpus = read_gpus(backend_from_env()).gpus
+    total = next((g.memory_total_mb for g in gpus if g.index == index), None)
+    if not total or spec.memory_limit_mb is None:
+        logger.warning(
+            "JAX cannot hold the memory limit of %s MB: the size of GPU %d is unknown (NVML)",
+            spec.memory_limit_mb,
+            index,
+        )
+        return {}
+    fraction = f"{min(1.0, spec.memory_limit_mb / total):.4f}"
+    # XLA_CLIENT_MEM_FRACTION is the name JAX documents now; the old name for older releases.
+    return {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+        "XLA_CLIENT_MEM_FRACTION": fraction,
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+    }
 
 
 class _WorkerRun:
