@@ -4,11 +4,11 @@ own code reported as mptune's (crashed, traceback kept), never as the user's err
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
+from test_backends import BACKENDS
 
 from tuner.setup import Setup
 from tuner.trials.outcome import WorkerFacts, classify
@@ -16,22 +16,6 @@ from tuner.trials.result import TrialStatus
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
 from tuner.worker.usercode import InternalError, raised_by_mptune
-
-
-def _installed(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
-
-
-BACKENDS = [
-    "tensorflow",
-    pytest.param(
-        "jax", marks=pytest.mark.skipif(not _installed("jax"), reason="pip install '.[jax]'")
-    ),
-    pytest.param(
-        "torch",
-        marks=pytest.mark.skipif(not _installed("torch"), reason="pip install '.[torch]'"),
-    ),
-]
 
 #: A dict of an image and a table (inputs of different ranks), no make_dataset: mptune makes
 #: the data, in the dict the model was built with. The regression of issue 25 (item 0).

@@ -57,15 +57,8 @@ from tuner.setup import TF32, Setup
 
 
 class Search:
-    """One search over a space: call :meth:`run` for the outcome.
-
-    Args:
-        evaluator: runs and recalls trials.
-        space: what to try.
-        settings: objective, tolerances.
-        device: what the trials run on: whether ``--xla auto`` tries XLA (a GPU) and whether
-            TF32 exists (an NVIDIA GPU of compute capability 8.0 or later); a CPU when None.
-    """
+    """One search over a space: call :meth:`run` for the outcome. Its arguments make the
+    :class:`~tuner.search.stages.context.SearchContext` every stage works on."""
 
     def __init__(
         self,
