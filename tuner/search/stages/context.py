@@ -163,6 +163,7 @@ class SearchContext:
         self.evaluator.on_event(PlanUpdated(done, self.planned))
 
     def announce(self, name: str, message: str) -> None:
+        """Tell listeners a stage began."""
         self.evaluator.on_event(StageStarted(name, message))
 
     def left(self, alive: list[str], ladders_left: int) -> int:
@@ -172,11 +173,13 @@ class SearchContext:
         return 3 * ladders_left + scales + xla + 2
 
     def note(self, text: str) -> None:
+        """Keep ``text`` for the recommendation's notes (a lane's own, merged in order)."""
         notes = getattr(self._lane, "notes", self.notes)
         if text not in notes and text not in self.notes:  # a recalled retry is met again
             notes.append(text)
 
     def record_knob(self, found: KnobTrial) -> None:
+        """Keep a knob stage's finding (a lane's own, merged in order)."""
         getattr(self._lane, "knobs", self.knobs).append(found)
 
     def concurrently(self, items: Iterable[T], work: Callable[[T], R]) -> list[R]:

@@ -4,13 +4,9 @@ measured back to back, each then standing on those runs.
 
 from __future__ import annotations
 
-from tuner.search.measures import (
-    Candidate,
-)
+from tuner.search.measures import Candidate
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SearchContext,
-)
+from tuner.search.stages.context import SearchContext
 from tuner.search.stages.turns import RUNOFF_RUNS, back_to_back
 
 #: Re-measure a runner-up whose figure is within this of the leader's.

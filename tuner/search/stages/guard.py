@@ -5,19 +5,9 @@
 from __future__ import annotations
 
 from tuner.policies import FLOAT32
-from tuner.search.measures import (
-    Candidate,
-    Measured,
-    first_ok,
-    loss_gap,
-)
+from tuner.search.measures import Candidate, Measured, first_ok, loss_gap
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SearchContext,
-    float32_reference,
-    plain,
-    unsafe_text,
-)
+from tuner.search.stages.context import SearchContext, float32_reference, plain, unsafe_text
 from tuner.search.wording import pct
 from tuner.setup import Setup
 from tuner.trials.result import TrialStatus

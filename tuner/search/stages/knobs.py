@@ -8,16 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tuner.policies import TORCH
-from tuner.search.measures import (
-    KnobTrial,
-    Measured,
-)
+from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SPE_LADDER,
-    SPE_STEP_MS,
-    SearchContext,
-)
+from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext
 from tuner.trials.result import TrialStatus
 
 

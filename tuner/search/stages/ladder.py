@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import math
 
-from tuner.search.measures import (
-    Measured,
-)
+from tuner.search.measures import Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SearchContext,
-    multiple_of_8,
-)
+from tuner.search.stages.context import SearchContext, multiple_of_8
 from tuner.setup import Setup
 
 
 def climb(ctx: SearchContext, precision: str, first: Measured) -> None:
+    """Up the ladder's rungs from ``first`` while each rung is faster beyond the noise
+    floor and fits; down them when the first step up does not pay; then refined between the
+    last fit and the first failure, or around the knee where throughput stopped growing."""
     rungs = ctx.space.rungs()
     base = first.result.spec.setup
     stage = Stage.BATCH

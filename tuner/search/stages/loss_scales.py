@@ -5,13 +5,9 @@ holds, a fixed scale the numerics probe shows would overflow left out.
 from __future__ import annotations
 
 from tuner.policies import MIXED_FLOAT16
-from tuner.search.measures import (
-    Candidate,
-)
+from tuner.search.measures import Candidate
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SearchContext,
-)
+from tuner.search.stages.context import SearchContext
 from tuner.setup import LossScale
 
 

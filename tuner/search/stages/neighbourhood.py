@@ -9,17 +9,9 @@ import itertools
 import math
 
 from tuner.policies import TORCH
-from tuner.search.measures import (
-    KnobTrial,
-    Measured,
-)
+from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SPE_LADDER,
-    SPE_STEP_MS,
-    SearchContext,
-    multiple_of_8,
-)
+from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext, multiple_of_8
 from tuner.setup import Setup
 
 #: How many times the search moves to a better neighbour of a pick (the next batch size each

@@ -8,14 +8,9 @@ import math
 
 from tuner.errors import MptuneError
 from tuner.policies import FLOAT32
-from tuner.search.measures import (
-    Measured,
-)
+from tuner.search.measures import Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import (
-    SearchContext,
-    unsafe_text,
-)
+from tuner.search.stages.context import SearchContext, unsafe_text
 from tuner.setup import Setup
 from tuner.trials.result import TrialStatus
 
@@ -26,6 +21,12 @@ ABANDON_MEMORY = 0.05
 
 
 def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
+    """``policy`` at ``batch_size``, the search's first trial of it; a failure in the user's
+    own code there ends the search at once (no setup could run).
+
+    Raises:
+        MptuneError: the model fails in its own code.
+    """
     m = ctx.measure(ctx.at_batch(Setup(policy, batch_size), batch_size), Stage.BASELINE)
     if m.result.status is TrialStatus.USER_ERROR:
         err = m.result.error
@@ -59,6 +60,9 @@ def fitting_baseline(ctx: SearchContext, policy: str, start: int) -> Measured:
 
 
 def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
+    """Drop, with the reason, each precision that failed or is unsafe at the start, and each
+    that is clearly behind the fastest there (slower by :data:`ABANDON_SLOWER` and, unless
+    the objective is speed, no leaner in memory); float32 and the user's own float32 stay."""
     usable = {p: m for p, m in at_start.items() if m.result.ok}
     for policy, m in at_start.items():
         if m.result.status is TrialStatus.UNSAFE:

@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import statistics
 
-from tuner.search.measures import (
-    KnobTrial,
-    Measured,
-    decide,
-)
+from tuner.search.measures import KnobTrial, Measured, decide
 from tuner.search.stage import AFTER_STANDING, Stage
-from tuner.search.stages.context import (
-    SearchContext,
-)
+from tuner.search.stages.context import SearchContext
 from tuner.search.stages.turns import RUNOFF_RUNS, back_to_back
 from tuner.search.wording import and_join
 

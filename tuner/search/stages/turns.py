@@ -6,15 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuner.search.measures import (
-    Measured,
-    Paired,
-    median_bounds,
-    settled,
-)
-from tuner.search.stages.context import (
-    SearchContext,
-)
+from tuner.search.measures import Measured, Paired, median_bounds, settled
+from tuner.search.stages.context import SearchContext
 from tuner.setup import Setup
 
 #: ...measured back to back in at most this many turns (two when they settle it)...
