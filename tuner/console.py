@@ -80,7 +80,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     """A trial result as a few aligned lines."""
     spec = result.spec
     setup = spec.setup
-    knobs = "".join(f"  {knob}" for knob in _knob_words(setup))
+    knobs = "".join(f"  {knob}" for knob in setup.knob_words())
     rows: list[tuple[str, str]] = [
         (
             "trial",
@@ -165,11 +165,6 @@ def _time_spent(t: api.Timings, total_s: float) -> str:
     ]
     share = f" ({t.measured_share:.0%} measuring)" if t.measured_share is not None else ""
     return f"{total_s:.1f} s: " + ", ".join(parts) + share
-
-
-def _knob_words(setup: api.Setup) -> list[str]:
-    """The knobs not at their defaults, in words (:meth:`~tuner.setup.Setup.knob_words`)."""
-    return list(setup.knob_words())
 
 
 def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:

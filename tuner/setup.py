@@ -348,7 +348,7 @@ class Setup:
         """The execution knobs away from their defaults, in words for people: ``XLA``,
         ``4 steps per execution``, ``2 accumulation steps (global batch 128)``, and the backend
         when it is not TensorFlow (``on JAX``)."""
-        words = [w for knob in KNOBS if (w := knob.words(self)) is not None]
+        words = [w for knob in KNOBS if (w := knob.say(self)) is not None]
         if self.backend != TENSORFLOW:
             words.append(f"on {BACKEND_NAMES[self.backend]}")
         return tuple(words)
@@ -478,9 +478,6 @@ class Knob:
     aliases: Callable[[Setup], tuple[str, ...]]
     setting: Callable[[Setup], str]
     phrase: Callable[[Setup], str | None] | None = None
-
-    def words(self, setup: Setup) -> str | None:
-        return self.say(setup)
 
     def phrase_of(self, setup: Setup) -> str | None:
         return (self.phrase or self.say)(setup)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, get_args
 
 from tuner.trials.events import as_float, encode_floats
 from tuner.trials.hazards import Hazard
@@ -422,22 +422,10 @@ WorkerMessage = Union[  # noqa: UP007 - a runtime alias: `from __future__` does 
     OtherMessage,
 ]
 
-#: Reads each known ``type``'s dict (may raise; :func:`parse_message` catches it).
+#: Reads each known ``type``'s dict (may raise; :func:`parse_message` catches it): every record
+#: of :data:`WorkerMessage` but :class:`OtherMessage`, which holds what none of them reads.
 _READERS: dict[str, Callable[[dict[str, Any]], WorkerMessage]] = {
-    cls.type: cls.from_dict
-    for cls in (
-        ImportedMessage,
-        StartedMessage,
-        PhaseMessage,
-        HazardMessage,
-        NumericsMessage,
-        WarningMessage,
-        StepMessage,
-        ResultMessage,
-        ErrorMessage,
-        ReadyMessage,
-        MemoryMessage,
-    )
+    cls.type: cls.from_dict for cls in get_args(WorkerMessage) if cls is not OtherMessage
 }
 
 

@@ -11,6 +11,7 @@ from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext
+from tuner.setup import Setup
 from tuner.trials.result import TrialStatus
 
 
@@ -24,26 +25,11 @@ def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
     tried = setup.replace(xla=True)
     ctx.announce(Stage.XLA, f"XLA for {precision} at batch size {setup.batch_size}")
     m = ctx.measure(tried, Stage.XLA)
-    r = m.result
-    trials = (base.number, m.number)
-    if not ctx.fits(m):
-        why = "over the memory budget" if r.ok else ctx.failure(m)
-        message = r.error.message if r.error and not r.ok else ""
-        ctx.record_knob(
-            KnobTrial(
-                precision,
-                "xla",
-                setup,
-                tried,
-                base.speed,
-                None,
-                trials,
-                status=r.status.value,
-                reason=message or why,
-            )
-        )
+    found = _record_try(ctx, precision, "xla", setup, tried, base, m)
+    if found.status != "ok":
+        why, message = _failure_words(ctx, m)
         detail = f" ({message})" if message else ""
-        if r.status is TrialStatus.UNSUPPORTED:
+        if m.result.status is TrialStatus.UNSUPPORTED:
             ctx.knobs_skipped["xla"] = (
                 f"the model does not compile under XLA (trial #{m.number}{detail})"
             )
@@ -57,11 +43,7 @@ def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
                 f"{precision} goes on without XLA"
             )
         return base
-    adopted = m.speed > base.speed * (1 + ctx.settings.noise_floor)
-    ctx.record_knob(
-        KnobTrial(precision, "xla", setup, tried, base.speed, m.speed, trials, adopted, "ok")
-    )
-    return m if adopted else base
+    return m if found.adopted else base
 
 
 def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measured) -> Measured:
@@ -100,44 +82,15 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
             continue
         tried = setup.replace(steps_per_execution=steps)
         m = ctx.measure(tried, Stage.STEPS_PER_EXECUTION)
-        trials = (current.number, m.number)
-        if not ctx.fits(m):
-            r = m.result
-            why = "over the memory budget" if r.ok else ctx.failure(m)
-            message = r.error.message if r.error and not r.ok else ""
-            ctx.record_knob(
-                KnobTrial(
-                    precision,
-                    "steps_per_execution",
-                    setup,
-                    tried,
-                    current.speed,
-                    None,
-                    trials,
-                    status=r.status.value,
-                    reason=message or why,
-                )
-            )
+        found = _record_try(ctx, precision, "steps_per_execution", setup, tried, current, m)
+        if found.status != "ok":
+            why, message = _failure_words(ctx, m)
             ctx.note(
                 f"{precision} with {steps} steps per execution: {why}"
                 + (f" ({message})" if message else "")
             )
             break
-        adopted = m.speed > current.speed * (1 + ctx.settings.noise_floor)
-        ctx.record_knob(
-            KnobTrial(
-                precision,
-                "steps_per_execution",
-                setup,
-                tried,
-                current.speed,
-                m.speed,
-                trials,
-                adopted,
-                "ok",
-            )
-        )
-        if not adopted:
+        if not found.adopted:
             break
         current = m
     return current
@@ -160,6 +113,46 @@ def confirm_leader(ctx: SearchContext, picks: dict[str, tuple[Measured, Measured
     leader = current.result.spec.setup.precision
     ctx.announce(Stage.REMEASURE, f"confirming {leader}'s lead before looking around the picks")
     ctx.measure(current.result.spec.setup, Stage.REMEASURE, repeat=at + 1)
+
+
+def _failure_words(ctx: SearchContext, m: Measured) -> tuple[str, str]:
+    """How a knob's try failed (or that it did not fit the memory budget), and its error."""
+    r = m.result
+    why = "over the memory budget" if r.ok else ctx.failure(m)
+    return why, r.error.message if r.error and not r.ok else ""
+
+
+def _record_try(
+    ctx: SearchContext,
+    precision: str,
+    knob: str,
+    setup: Setup,
+    tried: Setup,
+    base: Measured,
+    m: Measured,
+) -> KnobTrial:
+    """Record a knob's try ``m`` of ``tried`` against ``base`` (at ``setup``): adopted when
+    it fits and is faster beyond the noise floor; failed (its status, and why) when it does
+    not fit."""
+    trials = (base.number, m.number)
+    if not ctx.fits(m):
+        why, message = _failure_words(ctx, m)
+        found = KnobTrial(
+            precision,
+            knob,
+            setup,
+            tried,
+            base.speed,
+            None,
+            trials,
+            status=m.result.status.value,
+            reason=message or why,
+        )
+    else:
+        adopted = m.speed > base.speed * (1 + ctx.settings.noise_floor)
+        found = KnobTrial(precision, knob, setup, tried, base.speed, m.speed, trials, adopted, "ok")
+    ctx.record_knob(found)
+    return found
 
 
 #: The knob stages, in the order they run on a precision's pick, each from the pick the one
