@@ -40,6 +40,9 @@ class Backend:
     #: whether the GPU peak can start afresh (after the warm-up, and for a warm worker's next
     #: trial); JAX keeps one peak for the process's life
     resets_gpu_peak = True
+    #: whether each step leaves reference cycles behind, so that the steps must run with
+    #: Python's automatic collection on (as in ``fit``) for their memory to be freed
+    cyclic_steps = False
 
     def import_framework(self) -> None:
         import tensorflow  # noqa: F401
@@ -174,6 +177,12 @@ class JaxBackend(Backend):
 class TorchBackend(Backend):
     name = TORCH
     gpu_memory_method = "torch.cuda.max_memory_allocated()"
+    #: Keras' torch tree functions (``traverse``, ``_dict_to_ordered_dict``) flatten with a
+    #: lambda that holds the structure, inside torch's recursive ``tree_flatten`` helper: a
+    #: reference cycle per call, some hundreds of objects a step, freed only by the collector.
+    #: A worker that kept collection off while it stepped (as it does on TensorFlow and JAX,
+    #: whose steps leave none) kept every one, with what they hold.
+    cyclic_steps = True
 
     def import_framework(self) -> None:
         import torch  # noqa: F401

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 import resource
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +148,12 @@ class StepRunner:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
         least ``min_steps`` and at most ``max_steps``; whole executions, so a phase may run up
         to ``steps_per_execution - 1`` steps more."""
+        with _collecting(self.backend.cyclic_steps):
+            return self._run(phase, steps, seconds, min_steps, max_steps)
+
+    def _run(
+        self, phase: str, steps: int | None, seconds: float, min_steps: int, max_steps: int
+    ) -> StepLog:
         log = StepLog()
         pending: list[tuple[float, float, float | None, int]] = []
         reporting_s = 0.0
@@ -273,6 +280,20 @@ class StepRunner:
             signal.pause()  # the parent's time limit ends it
         if kind == "bug":
             raise RuntimeError(f"injected by {FAULT_ENV} at step {self._fault[1]}")
+
+
+@contextlib.contextmanager
+def _collecting(on: bool) -> Iterator[None]:
+    """Python's automatic collection on while the block runs, when ``on`` (a worker keeps it
+    off otherwise: see :func:`tuner.worker.main._between_trials`); back as it was after."""
+    was = gc.isenabled()
+    if on:
+        gc.enable()
+    try:
+        yield
+    finally:
+        if on and not was:
+            gc.disable()
 
 
 def _parse_fault(text: str) -> tuple[str, int] | None:
