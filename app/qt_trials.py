@@ -29,6 +29,7 @@ COLUMNS = (
     "loss scale",
     "knobs",
     "samples/s",
+    "input/s",
     "p50 ms",
     "peak MB",
     "skipped",
@@ -43,6 +44,10 @@ _TIPS = {
     "skipped": TOOLTIPS["skipped"],
     "loss gap": TOOLTIPS["loss_gap"],
     "p50 ms": "The median step time of the measured steps, in milliseconds.",
+    "samples/s": "What fit can reach: the lower of what the device trains at (from batches in "
+    "memory) and what your input delivers, fed as fit feeds it.",
+    "input/s": "What your input delivers alone, fed as fit feeds it (your make_dataset, or "
+    "arrays through Keras' data adapter). Marked when it holds fit below the device's rate.",
 }
 #: No column wider than this (a long loss scale or status is elided; its tooltip has it whole),
 #: so that the table fits beside the settings at 1280 pixels once knobs show.
@@ -58,6 +63,8 @@ UNSAFE_BACKGROUND = "#fce7f3"
 #: An unsupported knob (the model cannot do it; the setup without it trains): neither a failure
 #: nor a hazard, in a quiet slate on a tint of it.
 UNSUPPORTED_COLOUR = "#475569"
+#: An input that holds fit below the device's rate: a warning, not a failure.
+INPUT_BOUND_COLOUR = "#b45309"
 UNSUPPORTED_BACKGROUND = "#e2e8f0"
 #: The colour of the hazard marker on a trial that stays a candidate (warnings only).
 HAZARD_COLOUR = "#b45309"
@@ -113,6 +120,10 @@ class TrialsModel(QAbstractTableModel):
             return setup_tooltip(row.result.spec.setup)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("stage", "loss scale"):
             return self._text(column, value)
+        if column == "input/s" and role == Qt.ItemDataRole.ForegroundRole:
+            return QColor(INPUT_BOUND_COLOUR) if row.result.input_bound else None
+        if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "input/s"):
+            return _rates_tooltip(row.result)
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
             "precision",
@@ -134,6 +145,7 @@ class TrialsModel(QAbstractTableModel):
             "loss scale": str(setup.loss_scale),
             "knobs": " ".join(setup.knobs),
             "samples/s": r.samples_per_second,
+            "input/s": r.input.samples_per_second if r.input else None,
             "p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
@@ -145,7 +157,7 @@ class TrialsModel(QAbstractTableModel):
     def _text(column: str, value: Any) -> str:
         if value is None:
             return ""
-        if column == "samples/s":
+        if column in ("samples/s", "input/s"):
             return f"{value:,.0f}"
         if column in ("p50 ms",):
             return f"{value:.2f}"
@@ -282,6 +294,10 @@ class QtTrialsTable(QTableView):
         # The knobs column shows once a trial has a knob: a search without any keeps its width.
         knobs = COLUMNS.index("knobs")
         self.setColumnHidden(knobs, not any(r.result.spec.setup.knobs for r in self.trials.rows))
+        # The input's own rate shows once it holds a trial back; the samples/s tooltip has both
+        # figures always.
+        fed = COLUMNS.index("input/s")
+        self.setColumnHidden(fed, not any(r.result.input_bound for r in self.trials.rows))
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         # The stage takes what is left (elided when that is little; its tooltip has it whole),
@@ -299,3 +315,19 @@ class QtTrialsTable(QTableView):
             if row.number == number:
                 self.selectRow(self.proxy.mapFromSource(self.trials.index(i, 0)).row())
                 return
+
+
+def _rates_tooltip(result: api.TrialResult) -> str | None:
+    """The device's rate and the input's apart, and whether the input is the bound."""
+    fed, device = result.input, result.device_samples_per_second
+    if fed is None or device is None:
+        return None
+    verdict = (
+        "input-bound: fit is held to the input's rate. " + fed.advice(result.spec.setup.backend)
+        if result.input_bound
+        else "the input keeps up"
+    )
+    return (
+        f"device {device:,.0f} samples/s from batches in memory; input "
+        f"{fed.samples_per_second:,.0f} samples/s from {fed.fed_by}: {verdict}"
+    )

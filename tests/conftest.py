@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +18,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests must not see a developer's scripted GPUs by accident.
 os.environ.pop("MPTUNE_FAKE_NVML", None)
 os.environ.pop("MPTUNE_TEST_FAULT", None)
+# Workers' compilation caches in one folder for this run, never the user's cache.
+_COMPILE_CACHE = tempfile.mkdtemp(prefix="mptune-test-compile-")
+os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
+atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -93,7 +93,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Offline and fast: the test interpreter's setuptools when it has one, else an isolated
     # build (which fetches setuptools from the package index).
     have_setuptools = find_spec("setuptools") is not None
-    if find_spec("build") is not None:
+    # build.__main__: a stale build/ folder in the working directory is a namespace package
+    # called "build" too, which cannot run.
+    if find_spec("build") is not None and find_spec("build.__main__") is not None:
         command = [sys.executable, "-m", "build", "--wheel", "--outdir", out]
         if have_setuptools:
             command += ["--no-isolation", "--skip-dependency-check"]

@@ -74,7 +74,7 @@ from tuner.trials.messages import (
     parse_message,
 )
 from tuner.trials.models import BUILTINS, ModelSource
-from tuner.trials.result import Timings, TrialResult, TrialStatus
+from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus
 from tuner.trials.runner import TrialCancelled
 from tuner.trials.spec import TrialSpec
 
@@ -114,6 +114,7 @@ __all__ = [
     "Hazard",
     "HazardMessage",
     "ImportedMessage",
+    "InputRate",
     "Knob",
     "LossScale",
     "MemoryMessage",

@@ -93,7 +93,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         where = f"{result.error.location}: " if result.error.location else ""
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
-        rows.append(("throughput", _throughput(result, result.samples_per_second)))
+        rows += _throughput_rows(result)
     if result.peak_memory_mb is not None:
         what = (
             "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
@@ -129,8 +129,26 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
+    """What fit can reach; where the input was timed, the device's figure and the input's
+    apart, and what to do when the input is the bound."""
+    device = result.device_samples_per_second or result.samples_per_second
+    fed = result.input
+    if fed is None or device is None or result.samples_per_second is None:
+        return [("throughput", _throughput(result, result.samples_per_second or 0.0))]
+    held = " (input-bound: fit is held to the input's rate)" if result.input_bound else ""
+    rows = [
+        ("throughput", f"{result.samples_per_second:,.1f} samples/s, what fit can reach{held}"),
+        ("device", _throughput(result, device)),
+        ("input", f"{fed.samples_per_second:,.1f} samples/s from {fed.fed_by}"),
+    ]
+    if result.input_bound:
+        rows.append(("advice", fed.advice(result.spec.setup.backend)))
+    return rows
+
+
 def _throughput(result: TrialResult, samples_per_second: float) -> str:
-    """The trial's throughput, both figures, with its step times."""
+    """The device's throughput, both figures, with its step times."""
     step_time = result.step_time_ms
     return (
         f"{samples_per_second:,.1f} samples/s over the measured window"
@@ -160,6 +178,7 @@ def _time_spent(t: api.Timings, total_s: float) -> str:
             ("numerics probe", t.probe_s),
             ("warm-up", t.warmup_s),
             ("measured", t.measure_s),
+            ("input", t.input_s),
         )
         if v is not None
     ]

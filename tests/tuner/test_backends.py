@@ -188,7 +188,7 @@ def test_a_jax_worker_holds_the_memory_limit_as_a_fraction_of_its_card(
     """JAX takes a memory limit only as a fraction of the card, before its GPU client starts
     (issue 25: a JAX worker ignored --memory-limit): the worker's arena is preallocated at the
     limit, the card's size read through NVML (here the fake A100 of 40,960 MiB)."""
-    from tuner.trials.runner import worker_environment
+    from tuner.trials.environment import worker_environment
 
     monkeypatch.setenv("MPTUNE_FAKE_NVML", "ampere_8.0")
     spec = TrialSpec(

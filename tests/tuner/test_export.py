@@ -864,7 +864,13 @@ def test_config_from_session_carries_the_hazards() -> None:
     base = make_config(policy="mixed_bfloat16", hazards=HAZARDS)
     evidence = dataclasses.asdict(base.evidence)
     rec = SimpleNamespace(
-        setup=base.setup, device="cpu", versions=base.versions, hazards=HAZARDS, **evidence
+        setup=base.setup,
+        device="cpu",
+        versions=base.versions,
+        hazards=HAZARDS,
+        input=None,
+        input_bound=False,
+        **evidence,
     )
     session = SimpleNamespace(
         name="s1",

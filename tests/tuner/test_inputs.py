@@ -113,6 +113,10 @@ def test_multi_input_models_train_as_fit_feeds_them(
     assert result.steps_completed >= 8
     assert result.samples_per_second and result.samples_per_second > 0
     assert all(loss == loss for loss in result.losses)  # finite, not NaN
+    # The input was timed through Keras' data adapter in the same structure (issue 25, item 4).
+    assert result.input is not None, result.warnings
+    assert result.input.kind == ("synthetic" if name == "dict" else "arrays")
+    assert result.input.samples_per_second > 0
 
 
 @pytest.mark.slow

@@ -228,7 +228,7 @@ def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
 
 
 def test_a_worker_sees_only_its_gpu_in_nvml_order() -> None:
-    from tuner.trials.runner import worker_environment
+    from tuner.trials.environment import worker_environment
 
     spec = TrialSpec("builtin:mlp", Setup("float32", 64), device="gpu:2")
     env = worker_environment(spec, base={"PATH": "/bin"})

@@ -69,6 +69,12 @@ class Evidence:
     skipped_steps: int = 0
     reason: str = ""
     trials: tuple[int, ...] = ()
+    #: the device's rate from batches in memory and the input's, fed as fit feeds it
+    #: (``samples_per_second`` is the lower): None where the input was not timed
+    device_samples_per_second: float | None = None
+    input_samples_per_second: float | None = None
+    input_fed_by: str | None = None
+    input_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -472,6 +478,18 @@ def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
         trials=tuple(
             v.count(t, "evidence.trials") for t in v.array(e.get("trials", []), "evidence.trials")
         ),
+        device_samples_per_second=v.number(
+            e.get("device_samples_per_second"), "evidence.device_samples_per_second", low=0.0
+        ),
+        input_samples_per_second=v.number(
+            e.get("input_samples_per_second"), "evidence.input_samples_per_second", low=0.0
+        ),
+        input_fed_by=(
+            v.string(e["input_fed_by"], "evidence.input_fed_by", text=True)
+            if e.get("input_fed_by") is not None
+            else None
+        ),
+        input_bound=bool(e.get("input_bound", False)),
     )
     return evidence
 

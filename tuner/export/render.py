@@ -164,6 +164,11 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         summary.append(f"{evidence.speedup_vs_float32:.2f}x the best float32 setup")
     if evidence.samples_per_second is not None:
         summary.append(f"{evidence.samples_per_second:,.0f} samples/s")
+    if evidence.input_bound and evidence.device_samples_per_second is not None:
+        summary.append(
+            f"input-bound: the device trains {evidence.device_samples_per_second:,.0f} "
+            "samples/s, the input feeds fewer"
+        )
     if evidence.loss_gap is not None:
         summary.append(f"loss gap {evidence.loss_gap:.2%} to float32")
     source_kind, builtin_name, builtin_params = _model_kind(config.model)

@@ -4,6 +4,7 @@ The records it makes are :mod:`tuner.search.records`, their words :mod:`tuner.se
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,24 @@ def recommend(
         speedup_vs_reference=(
             speed_ratio(reference, chosen, paired) if reference and reference.speed else None
         ),
+        **_fed(chosen),
     )
+
+
+def _fed(chosen: Candidate) -> dict[str, Any]:
+    """The device's rate and the input's for the chosen setup (medians over its runs; the
+    input's run is the one with the median rate), where its trials timed the input."""
+    timed = sorted(
+        (r.result for r in chosen.runs if r.result.input is not None),
+        key=lambda r: r.input.samples_per_second if r.input else 0.0,
+    )
+    devices = [r.device_samples_per_second for r in timed if r.device_samples_per_second]
+    if not timed or not devices:
+        return {}
+    return {
+        "device_samples_per_second": statistics.median(devices),
+        "input": timed[len(timed) // 2].input,
+    }
 
 
 def _choose(

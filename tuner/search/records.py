@@ -13,6 +13,7 @@ from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.search.measures import Candidate, Paired
 from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
+from tuner.trials.result import INPUT_BOUND, InputRate, reachable
 
 
 class NoViableSetup(MptuneError):
@@ -179,9 +180,26 @@ class Recommendation:
     reference: str = "float32"
     reference_samples_per_second: float | None = None
     speedup_vs_reference: float | None = None
+    #: what the device trains the setup at from batches in memory, and what the user's input
+    #: delivers fed as ``fit`` feeds it: :attr:`samples_per_second` is the lower of the two
+    #: (None: the input was not timed, as in recommendations stored before it was)
+    device_samples_per_second: float | None = None
+    input: InputRate | None = None
+
+    @property
+    def input_bound(self) -> bool:
+        """The input holds ``fit`` below what the device could train at."""
+        device = self.device_samples_per_second
+        return (
+            self.input is not None
+            and device is not None
+            and device > 0
+            and reachable(device, self.input) < INPUT_BOUND * device
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["input"] = self.input.to_dict() if self.input else None
         data.update(self.setup.to_dict())
         data["setup"] = self.setup.to_dict()
         data["samples_per_second_spread"] = list(self.samples_per_second_spread)
@@ -220,6 +238,11 @@ class Recommendation:
         values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
         values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
         values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
+        fed = values.get("input")
+        try:
+            values["input"] = InputRate.from_dict(fed) if isinstance(fed, dict) else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a malformed input rate: {exc}") from None
         try:
             values["paired"] = tuple(Paired.from_dict(p) for p in values.get("paired") or ())
         except (KeyError, TypeError) as exc:

@@ -325,6 +325,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
             f"{rec.samples_per_second:,.0f} samples/s (measured "
             f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})",
         ),
+        *input_rows(rec),
         *_against_today_row(rec),
         (
             "Against float32",
@@ -405,6 +406,28 @@ def tie_text(chosen: Candidate, leader: Candidate, paired: list[Paired]) -> str:
         f"{label(leader)} measured {against}: inside the measurement noise, so the "
         f"simpler {label(chosen)} is recommended"
     )
+
+
+def input_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """What the user's input delivers against what the device trains at, and what to do when
+    the input is the bound; none where the input was not timed."""
+    fed = rec.input
+    if fed is None or rec.device_samples_per_second is None:
+        return []
+    figures = (
+        f"{fed.samples_per_second:,.0f} samples/s from {fed.fed_by}; the device trains "
+        f"{rec.device_samples_per_second:,.0f} samples/s from batches in memory"
+    )
+    if not rec.input_bound:
+        return [("Input", f"{figures}: the input keeps up")]
+    return [
+        (
+            "Input",
+            f"{figures}: input-bound, fit is held to the input's rate "
+            f"({fed.samples_per_second / rec.device_samples_per_second:.0%} of the device's)",
+        ),
+        ("Input advice", fed.advice(rec.setup.backend)),
+    ]
 
 
 def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:

@@ -42,6 +42,7 @@ PHASES = {
     "probe": "probing numerics against float32",
     "warmup": "warming up",
     "measure": "measuring",
+    "input": "timing the input as fit feeds it",
 }
 
 logger = logging.getLogger(__name__)

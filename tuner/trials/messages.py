@@ -22,6 +22,7 @@ waits for its next trial). The parent adds :class:`MemoryMessage` samples of the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union, get_args
@@ -37,6 +38,16 @@ def _float(value: Any) -> float | None:
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _input(value: Any) -> dict[str, Any] | None:
+    """The input's figures, kept only with a finite rate."""
+    if not isinstance(value, dict):
+        return None
+    rate = _float(value.get("samples_per_second"))
+    if rate is None or not math.isfinite(rate) or rate <= 0:
+        return None
+    return {**value, "samples_per_second": rate}
 
 
 def _str(value: Any) -> str | None:
@@ -241,6 +252,8 @@ class ResultMessage(_Message):
     warmup_s: float | None = None
     measure_s: float | None = None
     executions: int | None = None
+    #: the input's rate, as :class:`~tuner.trials.result.InputRate`'s dict (None: not timed)
+    input: dict[str, Any] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {
@@ -261,6 +274,7 @@ class ResultMessage(_Message):
             "warmup_s": self.warmup_s,
             "measure_s": self.measure_s,
             "executions": self.executions,
+            "input": dict(self.input) if self.input else None,
         }
 
     @classmethod
@@ -289,6 +303,7 @@ class ResultMessage(_Message):
             warmup_s=_float(data.get("warmup_s")),
             measure_s=_float(data.get("measure_s")),
             executions=_int(data.get("executions")),
+            input=_input(data.get("input")),
         )
 
 

@@ -43,7 +43,8 @@ class Timings:
     ``startup_s`` is process start and the TensorFlow import; ``build_s`` loading the model,
     making the data and compiling; ``probe_s`` the numerics probe (low-precision policies, the
     first trial of each in a search); ``warmup_s`` the untimed first steps (tracing, autotuning);
-    ``measure_s`` the timed steps; ``total_s`` everything, as the parent saw it.
+    ``measure_s`` the timed steps; ``input_s`` timing the user's input alone; ``total_s``
+    everything, as the parent saw it.
     """
 
     startup_s: float | None = None
@@ -52,6 +53,7 @@ class Timings:
     warmup_s: float | None = None
     measure_s: float | None = None
     total_s: float | None = None
+    input_s: float | None = None
 
     @property
     def measured_share(self) -> float | None:
@@ -69,6 +71,70 @@ class TrialError:
     location: str | None = None  #: ``file:line`` in the user's code, where there is one
     exception: str | None = None  #: the exception's class name
     traceback: str | None = None  #: the worker's traceback or log tail
+
+
+#: A setup is input-bound when what fit can reach with its input is under this share of the
+#: device's rate.
+INPUT_BOUND = 0.9
+
+
+def reachable(device: float, fed: InputRate) -> float:
+    """What ``fit`` can reach, from the device's rate and the input's, each timed alone: the
+    lower of the two where fit makes the next batch while the device trains (tf.data's own
+    threads; any backend on a GPU), else one after the other (JAX and PyTorch on a CPU make each
+    batch between steps)."""
+    if fed.overlapped:
+        return min(device, fed.samples_per_second)
+    return 1 / (1 / device + 1 / fed.samples_per_second)
+
+
+@dataclass(frozen=True)
+class InputRate:
+    """How fast the user's input reached the device, fed the way ``fit`` feeds it, timed
+    alone after the measured steps (:mod:`tuner.worker.feeding`)."""
+
+    samples_per_second: float
+    #: ``tf_data`` (the user's ``make_dataset`` dataset), ``arrays`` (arrays through Keras'
+    #: data adapter: the user's, or a built-in workload's) or ``synthetic`` (mptune's own
+    #: arrays: the user's input is not known)
+    kind: str
+    fed_by: str  #: in words, e.g. "make_dataset(64), a tf.data.Dataset, as fit iterates it"
+    batches: int = 0
+    seconds: float = 0.0
+    #: fit makes the next batch while the device trains (see :func:`reachable`)
+    overlapped: bool = True
+
+    def advice(self, backend: str) -> str:
+        """What to do about this input when it holds ``fit`` back, on ``backend``."""
+        if self.kind == "tf_data":
+            return (
+                "in make_dataset: map with num_parallel_calls=tf.data.AUTOTUNE, .cache() what "
+                "does not change between epochs (before random augmentation), and end with "
+                ".prefetch(tf.data.AUTOTUNE); a faster input gains more here than any precision"
+            )
+        pipeline = (
+            "a torch DataLoader with num_workers and pin_memory=True"
+            if backend == "torch"
+            else "a tf.data or grain pipeline that prefetches"
+        )
+        return (
+            f"arrays sliced batch by batch cannot keep up: feed {pipeline}, or keep the data "
+            "on the device; a faster input gains more here than any precision"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InputRate:
+        return cls(
+            samples_per_second=float(data["samples_per_second"]),
+            kind=str(data.get("kind", "")),
+            fed_by=str(data.get("fed_by", "")),
+            batches=int(data.get("batches") or 0),
+            seconds=float(data.get("seconds") or 0.0),
+            overlapped=bool(data.get("overlapped", True)),
+        )
 
 
 @dataclass(frozen=True)
@@ -116,10 +182,27 @@ class TrialResult:
     median_samples_per_second: float | None = None
     #: ``train_function`` calls in the measured window (steps / steps per execution)
     executions: int | None = None
+    #: what the device trained at, from batches already in memory (on the device); where the
+    #: input was timed, :attr:`samples_per_second` is the lower of this and the input's rate.
+    #: None for trials stored before the input was counted (their figure is the device's)
+    device_samples_per_second: float | None = None
+    #: the input's own rate, fed as ``fit`` feeds it (None: not timed)
+    input: InputRate | None = None
 
     @property
     def ok(self) -> bool:
         return self.status is TrialStatus.OK
+
+    @property
+    def input_bound(self) -> bool:
+        """The input cannot keep the device busy: ``fit`` is held to the input's rate."""
+        device = self.device_samples_per_second
+        return (
+            self.input is not None
+            and device is not None
+            and device > 0
+            and reachable(device, self.input) < INPUT_BOUND * device
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data; non-finite floats become ``None`` (JSON has no NaN)."""
@@ -127,6 +210,8 @@ class TrialResult:
             "status": self.status.value,
             "samples_per_second": self.samples_per_second,
             "median_samples_per_second": self.median_samples_per_second,
+            "device_samples_per_second": self.device_samples_per_second,
+            "input": self.input.to_dict() if self.input else None,
             "executions": self.executions,
             "step_time_ms": dict(self.step_time_ms),
             "peak_memory_mb": self.peak_memory_mb,
@@ -163,6 +248,8 @@ class TrialResult:
             status=TrialStatus(data["status"]),
             samples_per_second=data.get("samples_per_second"),
             median_samples_per_second=data.get("median_samples_per_second"),
+            device_samples_per_second=data.get("device_samples_per_second"),
+            input=InputRate.from_dict(data["input"]) if data.get("input") else None,
             executions=data.get("executions"),
             step_time_ms=dict(data.get("step_time_ms") or {}),
             peak_memory_mb=data.get("peak_memory_mb"),

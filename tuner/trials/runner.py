@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from tuner.setup import KNOBS
+from tuner.trials.environment import worker_environment
 from tuner.trials.events import EventReader
 from tuner.trials.hazards import Hazard, merge
 from tuner.trials.messages import (
@@ -46,7 +46,7 @@ from tuner.trials.messages import (
 )
 from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
-from tuner.trials.result import Timings, TrialResult, TrialStatus
+from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus, reachable
 from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
@@ -310,65 +310,6 @@ def _read_line(fd: int) -> bytes:
     return line
 
 
-def worker_environment(spec: TrialSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment: the setup's Keras backend, quiet TensorFlow, the chosen
-    device, GPU memory allocated as it is used (so that the peak means something), our package
-    importable."""
-    env = dict(os.environ if base is None else base)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    backend = spec.setup.backend
-    env["KERAS_BACKEND"] = backend
-    env["PYTHONUNBUFFERED"] = "1"
-    if backend == "jax":
-        # JAX takes 75% of the card at its first allocation unless told otherwise: allocated
-        # as used instead, so that the peak means something.
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        if spec.device == "cpu":
-            env["JAX_PLATFORMS"] = "cpu"
-        elif spec.memory_limit_mb is not None:
-            env.update(_jax_memory_limit(spec))
-    # CUDA numbers GPUs fastest first by default, NVML by PCI bus id: in bus order both name
-    # the same card gpu:N (a trial pinned to a GPU, its memory read per card).
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if spec.device == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = "-1"
-    elif spec.device.startswith("gpu:"):
-        index = int(spec.device.split(":")[1])
-        visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return env
-
-
-def _jax_memory_limit(spec: TrialSpec) -> dict[str, str]:
-    """A JAX worker's memory limit, which JAX takes only as a fraction of the card, before its
-    GPU client starts: the card's arena preallocated at exactly ``memory_limit_mb`` (an
-    allocation past it fails in JAX as out of memory, as past a TensorFlow or PyTorch limit).
-    JAX documents the fraction for preallocation; with preallocation off it is not said to
-    cap anything. The card's size comes from NVML, in the bus order CUDA is told to use;
-    without it nothing is set and the limit is reported as not held."""
-    from tuner.hardware import backend_from_env, read_gpus
-
-    index = int(spec.device.split(":")[1]) if spec.device.startswith("gpu:") else 0
-    gpus = read_gpus(backend_from_env()).gpus
-    total = next((g.memory_total_mb for g in gpus if g.index == index), None)
-    if not total or spec.memory_limit_mb is None:
-        logger.warning(
-            "JAX cannot hold the memory limit of %s MB: the size of GPU %d is unknown (NVML)",
-            spec.memory_limit_mb,
-            index,
-        )
-        return {}
-    fraction = f"{min(1.0, spec.memory_limit_mb / total):.4f}"
-    # XLA_CLIENT_MEM_FRACTION is the name JAX documents now; the old name for older releases.
-    return {
-        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
-        "XLA_CLIENT_MEM_FRACTION": fraction,
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
-    }
-
-
 class _WorkerRun:
     """One worker process from spawn to result: the state of a single :func:`run_trial`."""
 
@@ -545,16 +486,24 @@ class _WorkerRun:
             warmup_s=res.warmup_s if res else None,
             measure_s=res.measure_s if res else None,
             total_s=total_s,
+            input_s=_float_or_none(res.input.get("seconds")) if res and res.input else None,
         )
         if res is not None:
             losses, scales = res.losses, res.loss_scales
         else:  # timed out or died: keep what the steps already told us
             losses = tuple(s.loss for s in measured)
             scales = tuple(s.loss_scale for s in measured)
+        device_rate = res.samples_per_second if res else None
+        fed = InputRate.from_dict(res.input) if res and res.input else None
         return TrialResult(
             spec=self.spec,
             status=status,
-            samples_per_second=res.samples_per_second if res else None,
+            # What fit can reach, from what the device trains at and what the input delivers.
+            samples_per_second=(
+                reachable(device_rate, fed) if device_rate and fed is not None else device_rate
+            ),
+            device_samples_per_second=device_rate,
+            input=fed,
             median_samples_per_second=res.median_samples_per_second if res else None,
             executions=res.executions if res else None,
             step_time_ms=dict(res.step_time_ms) if res else {},
@@ -587,6 +536,10 @@ class _WorkerRun:
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
         )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _first(value: int | None, otherwise: int) -> int:

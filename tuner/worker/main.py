@@ -269,7 +269,8 @@ def _run(
     gc.collect()
     gc.freeze()
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
-    _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu)
+    feed = _feed(spec, source, loaded, batches)
+    _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu, feed)
     if kept is not None:
         kept.spent = runner
     return kept
@@ -436,7 +437,8 @@ def _run_warm(
         warm.model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
     build_s = time.perf_counter() - t_build
-    _measure(spec, channel, phase, context, runner, build_s, None, on_cpu)
+    feed = _feed(spec, source, warm.loaded, batches)
+    _measure(spec, channel, phase, context, runner, build_s, None, on_cpu, feed)
     warm.spent = runner
     return warm
 
@@ -511,11 +513,12 @@ def _measure(
     build_s: float,
     probe_s: float | None,
     on_cpu: bool,
+    feed: Callable[[], Any],
 ) -> None:
-    """Warm up, measure and send the ``result``."""
+    """Warm up, measure, time the input and send the ``result``."""
     import numpy as np
 
-    from tuner.worker import backends, training
+    from tuner.worker import backends, feeding, training
 
     backend = backends.current()
     context.runner = runner
@@ -539,11 +542,20 @@ def _measure(
     times = np.asarray(log.times_s)
     p50 = float(np.percentile(times, 50))
     window = log.window_s
+    # The figure that predicts fit (bench/bench_fit.py): the window's samples over its wall
+    # time. The median-based one stays beside it, robust to a stray slow step.
+    device_rate = spec.batch_size * len(log.times_s) / window if window > 0 else None
+
+    phase[0] = "input"
+    channel.emit("phase", phase="input")
+    fed, why_not = feeding.measure(
+        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
+    )
+    if why_not:
+        channel.emit("warning", code="input_not_timed", message=why_not)
     channel.emit(
         "result",
-        # The figure that predicts fit (bench/bench_fit.py): the window's samples over its wall
-        # time. The median-based one stays beside it, robust to a stray slow step.
-        samples_per_second=spec.batch_size * len(log.times_s) / window if window > 0 else None,
+        samples_per_second=device_rate,
         median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
         step_time_ms={
             "p50": p50 * 1000,
@@ -564,7 +576,15 @@ def _measure(
         warmup_s=warmup.elapsed_s,
         measure_s=window,
         executions=len(log.execution_times_s),
+        input=fed,
     )
+
+
+def _feed(spec: TrialSpec, source: ModelSource, loaded: Any, batches: list[Any]) -> Any:
+    """What ``fit`` would be fed at the trial's batch size, made when the input is timed."""
+    from tuner.worker import feeding
+
+    return lambda: feeding.fit_feed(source, loaded, spec.batch_size, batches)
 
 
 def _initial_scale(spec: TrialSpec) -> float | None:
