@@ -13,7 +13,7 @@ from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.search.measures import Candidate, Paired
 from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
-from tuner.trials.result import INPUT_BOUND, InputRate, reachable
+from tuner.trials.result import InputRate, input_bound
 
 
 class NoViableSetup(MptuneError):
@@ -189,13 +189,7 @@ class Recommendation:
     @property
     def input_bound(self) -> bool:
         """The input holds ``fit`` below what the device could train at."""
-        device = self.device_samples_per_second
-        return (
-            self.input is not None
-            and device is not None
-            and device > 0
-            and reachable(device, self.input) < INPUT_BOUND * device
-        )
+        return input_bound(self.device_samples_per_second, self.input)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

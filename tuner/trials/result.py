@@ -88,6 +88,16 @@ def reachable(device: float, fed: InputRate) -> float:
     return 1 / (1 / device + 1 / fed.samples_per_second)
 
 
+def input_bound(device: float | None, fed: InputRate | None) -> bool:
+    """The input holds ``fit`` under :data:`INPUT_BOUND` of the device's rate."""
+    return (
+        fed is not None
+        and device is not None
+        and device > 0
+        and reachable(device, fed) < INPUT_BOUND * device
+    )
+
+
 @dataclass(frozen=True)
 class InputRate:
     """How fast the user's input reached the device, fed the way ``fit`` feeds it, timed
@@ -196,13 +206,7 @@ class TrialResult:
     @property
     def input_bound(self) -> bool:
         """The input cannot keep the device busy: ``fit`` is held to the input's rate."""
-        device = self.device_samples_per_second
-        return (
-            self.input is not None
-            and device is not None
-            and device > 0
-            and reachable(device, self.input) < INPUT_BOUND * device
-        )
+        return input_bound(self.device_samples_per_second, self.input)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data; non-finite floats become ``None`` (JSON has no NaN)."""
