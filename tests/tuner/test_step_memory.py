@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.tuner.test_backends import BACKENDS
+from test_backends import BACKENDS
 
 pytestmark = pytest.mark.slow
 
