@@ -869,7 +869,6 @@ def test_config_from_session_carries_the_hazards() -> None:
         versions=base.versions,
         hazards=HAZARDS,
         input=None,
-        input_bound=False,
         **evidence,
     )
     session = SimpleNamespace(
