@@ -164,10 +164,14 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         summary.append(f"{evidence.speedup_vs_float32:.2f}x the best float32 setup")
     if evidence.samples_per_second is not None:
         summary.append(f"{evidence.samples_per_second:,.0f} samples/s")
-    if evidence.input_bound and evidence.device_samples_per_second is not None:
+    if (
+        evidence.input_bound
+        and evidence.device_samples_per_second is not None
+        and evidence.input_samples_per_second is not None
+    ):
         summary.append(
-            f"input-bound: the device trains {evidence.device_samples_per_second:,.0f} "
-            "samples/s, the input feeds fewer"
+            f"input-bound: your input feeds {evidence.input_samples_per_second:,.0f} "
+            f"samples/s where the device trains {evidence.device_samples_per_second:,.0f}"
         )
     if evidence.loss_gap is not None:
         summary.append(f"loss gap {evidence.loss_gap:.2%} to float32")

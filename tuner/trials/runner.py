@@ -479,6 +479,8 @@ class _WorkerRun:
     def _assemble(self, status: Any, error: Any, total_s: float) -> TrialResult:
         res = self.result
         measured = self._measured()
+        device_rate = res.samples_per_second if res else None
+        fed = InputRate.from_dict(res.input) if res and res.input else None
         timings = Timings(
             startup_s=self.started_at,
             build_s=res.build_s if res else None,
@@ -486,15 +488,13 @@ class _WorkerRun:
             warmup_s=res.warmup_s if res else None,
             measure_s=res.measure_s if res else None,
             total_s=total_s,
-            input_s=_float_or_none(res.input.get("seconds")) if res and res.input else None,
+            input_s=fed.seconds if fed else None,
         )
         if res is not None:
             losses, scales = res.losses, res.loss_scales
         else:  # timed out or died: keep what the steps already told us
             losses = tuple(s.loss for s in measured)
             scales = tuple(s.loss_scale for s in measured)
-        device_rate = res.samples_per_second if res else None
-        fed = InputRate.from_dict(res.input) if res and res.input else None
         return TrialResult(
             spec=self.spec,
             status=status,
@@ -536,10 +536,6 @@ class _WorkerRun:
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
         )
-
-
-def _float_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _first(value: int | None, otherwise: int) -> int:

@@ -110,10 +110,10 @@ class Backend:
     def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
         return TensorFlowSteps(model, batches)
 
-    #: whether ``fit`` on this device makes the next batch while the device trains on the
-    #: last: tf.data prefetches on threads of its own; JAX and PyTorch overlap only on a GPU
-    #: (the steps run asynchronously there), and on a CPU make each batch between steps
     def overlaps_input(self, on_gpu: bool) -> bool:
+        """Whether ``fit`` makes the next batch while the device trains on the last: tf.data
+        prefetches on threads of its own; JAX and PyTorch overlap only on a GPU (the steps run
+        asynchronously there), and on a CPU make each batch between steps."""
         return True
 
     def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
@@ -122,14 +122,14 @@ class Backend:
         dataset = adapter.get_tf_dataset()
         return lambda: iter(dataset)
 
-    def deliver(self, batch: Any) -> Any:
+    def deliver(self, batch: Any, on_gpu: bool) -> Any:
         """``batch`` where the step reads it, ready (``fit``'s step copies a host batch to the
         GPU: here it is copied, as the step would)."""
+        if not on_gpu:
+            return batch
         import tensorflow as tf
         from tensorflow.python.eager import context
 
-        if not tf.config.list_logical_devices("GPU"):
-            return batch
         with tf.device("/GPU:0"):
             on_device = tf.nest.map_structure(tf.identity, batch)
         context.async_wait()  # as Keras' TFEpochIterator waits
@@ -204,7 +204,7 @@ class JaxBackend(Backend):
     def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
         return lambda: iter(adapter.get_jax_iterator())
 
-    def deliver(self, batch: Any) -> Any:
+    def deliver(self, batch: Any, on_gpu: bool) -> Any:
         """``jax.device_put``, as JAX's ``fit`` puts each batch (one batch ahead on a GPU),
         waited for."""
         import jax
@@ -282,13 +282,13 @@ class TorchBackend(Backend):
     def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
         return lambda: iter(adapter.get_torch_dataloader())
 
-    def deliver(self, batch: Any) -> Any:
+    def deliver(self, batch: Any, on_gpu: bool) -> Any:
         """Converted to tensors on the model's device, as the step converts its data."""
         import keras
         import torch
 
         on_device = keras.tree.map_structure(keras.ops.convert_to_tensor, batch)
-        if torch.cuda.is_available():
+        if on_gpu:
             torch.cuda.synchronize()
         return on_device
 

@@ -86,12 +86,12 @@ def input_rate(
     overlapped = backend.overlaps_input(on_gpu)
     adapter = get_data_adapter(feed.x, feed.y, batch_size=batch_size, shuffle=True)
     batches = _epochs(adapter, backend.fit_epochs(adapter))
-    _deliver(backend, batches)  # the first batch starts the pipeline: not timed
+    _deliver(backend, batches, on_gpu)  # the first batch starts the pipeline: not timed
     count = samples = 0
     start = time.perf_counter()
     elapsed = 0.0
     while count < MIN_BATCHES or elapsed < seconds:
-        samples += _deliver(backend, batches)
+        samples += _deliver(backend, batches, on_gpu)
         count += 1
         elapsed = time.perf_counter() - start
         rate = samples / elapsed if elapsed > 0 else float("inf")
@@ -125,10 +125,10 @@ def _epochs(adapter: Any, epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
             raise UserCodeError("the input yields no batches")
 
 
-def _deliver(backend: backends.Backend, batches: Iterator[Any]) -> int:
+def _deliver(backend: backends.Backend, batches: Iterator[Any], on_gpu: bool) -> int:
     """The next batch, on the device and ready; its sample count."""
     batch = next(batches)
-    batch = backend.deliver(batch)
+    batch = backend.deliver(batch, on_gpu)
     return loading._leading_dim(batch[0] if isinstance(batch, (tuple, list)) else batch) or 0
 
 
@@ -144,7 +144,6 @@ def measure(
     seconds = min(seconds, INPUT_SECONDS)
     try:
         return input_rate(feed(), batch_size, seconds, device_rate, on_gpu), None
-    except UserCodeError as exc:
-        return None, f"the input's rate could not be measured: {exc}"
     except Exception as exc:  # noqa: BLE001 - the device's figure stands without it
-        return None, f"the input's rate could not be measured: {first_line(exc)}"
+        why = str(exc) if isinstance(exc, UserCodeError) else first_line(exc)
+        return None, f"the input's rate could not be measured: {why}"
