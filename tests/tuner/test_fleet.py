@@ -145,20 +145,22 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
         _first(search_lines, r"^trial #0 ", "the search's first trial")
         worker_cmd = [sys.executable, "-m", "tuner", "--verbose", "worker", "--storage",
                       postgres_url, "--study", "fleet-real"]  # fmt: skip
-        doomed, kept = (
-            subprocess.Popen(
-                worker_cmd,
-                cwd=ROOT,
-                env=env,
-                text=True,
-                stdout=subprocess.PIPE,
+
+        def start_worker() -> subprocess.Popen[str]:
+            proc = subprocess.Popen(
+                worker_cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-            )
-            for _ in range(2)
-        )
-        procs += [doomed, kept]
-        _lines(kept)  # read, so that its pipe never fills
+            )  # fmt: skip
+            procs.append(proc)
+            return proc
+
+        # The doomed worker first, and the kept one once it holds a trial: started together,
+        # the kept worker and the search could take every trial before the doomed one took any
+        # (seen in CI: "the doomed worker's trial: the process ended first").
+        doomed = start_worker()
         took = _first(_lines(doomed), r"took trial #(\d+)", "the doomed worker's trial")
+        kept = start_worker()
+        _lines(kept)  # read, so that its pipe never fills
         killed_number = int(took.group(1))
         children = psutil.Process(doomed.pid).children(recursive=True)
         doomed.send_signal(signal.SIGKILL)
