@@ -252,6 +252,8 @@ class ResultMessage(_Message):
     warmup_s: float | None = None
     measure_s: float | None = None
     executions: int | None = None
+    #: the measuring stopped early: the rate fell under the spec's ``prune_below``
+    pruned: bool = False
     #: the input's rate, as :class:`~tuner.trials.result.InputRate`'s dict (None: not timed)
     input: dict[str, Any] | None = None
 
@@ -274,6 +276,7 @@ class ResultMessage(_Message):
             "warmup_s": self.warmup_s,
             "measure_s": self.measure_s,
             "executions": self.executions,
+            "pruned": self.pruned,
             "input": dict(self.input) if self.input else None,
         }
 
@@ -303,6 +306,7 @@ class ResultMessage(_Message):
             warmup_s=_float(data.get("warmup_s")),
             measure_s=_float(data.get("measure_s")),
             executions=_int(data.get("executions")),
+            pruned=bool(data.get("pruned", False)),
             input=_input(data.get("input")),
         )
 

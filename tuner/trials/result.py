@@ -198,6 +198,9 @@ class TrialResult:
     device_samples_per_second: float | None = None
     #: the input's own rate, fed as ``fit`` feeds it (None: not timed)
     input: InputRate | None = None
+    #: stopped measuring early: its rate fell under ``spec.prune_below`` (its figure is kept,
+    #: from the steps it ran; its loss window is short)
+    pruned: bool = False
 
     @property
     def ok(self) -> bool:
@@ -239,6 +242,8 @@ class TrialResult:
             "numerics": dict(self.numerics),
             "spec": self.spec.to_dict(),
         }
+        if self.pruned:
+            data["pruned"] = True  # left out otherwise: results stored before it match
         safe: dict[str, Any] = _json_safe(data)
         return safe
 
@@ -272,6 +277,7 @@ class TrialResult:
             background_load=data.get("background_load"),
             hazards=tuple(Hazard.from_dict(h) for h in data.get("hazards") or ()),
             numerics=dict(data.get("numerics") or {}),
+            pruned=bool(data.get("pruned", False)),
         )
 
 

@@ -506,6 +506,7 @@ class _WorkerRun:
             input=fed,
             median_samples_per_second=res.median_samples_per_second if res else None,
             executions=res.executions if res else None,
+            pruned=res.pruned if res else False,
             step_time_ms=dict(res.step_time_ms) if res else {},
             peak_memory_mb=res.peak_memory_mb if res else self.peak_rss_mb,
             memory_kind=(res.memory_kind if res else ("cpu_rss" if self.peak_rss_mb else None)),

@@ -20,6 +20,11 @@ __all__ = ["LossScale", "Policy", "Setup", "TrialSpec"]
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 
 
+#: A trial may be pruned after this many measured executions: one slow first call (a late
+#: compile, an allocator growing) is not enough to judge it by.
+PRUNE_AFTER = 3
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """One short training run: a setup, a model, and how to measure it.
@@ -39,6 +44,11 @@ class TrialSpec:
             memory limit; CPU: the worker's peak resident memory).
         probe: run the numerics probe before the timed steps (low-precision policies only; a
             search runs it in the first trial of each policy).
+        prune_below: stop measuring once the measured rate is under this many samples/s
+            (after :data:`PRUNE_AFTER` executions): the setup cannot lead, and the rest of its
+            measuring and its input's timing are saved (a pruner in Optuna's sense). None:
+            measure in full. How long to measure, not what is measured: a recorded search is
+            replayed without it.
     """
 
     model: str
@@ -53,6 +63,7 @@ class TrialSpec:
     device: str = "auto"
     memory_limit_mb: float | None = None
     probe: bool = True
+    prune_below: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.setup, Setup):
@@ -106,6 +117,8 @@ class TrialSpec:
         }
         if data["probe"]:
             del data["probe"]  # the default, left out: specs stored before it existed match
+        if data["prune_below"] is None:
+            del data["prune_below"]
         return {"model": data.pop("model"), **self.setup.to_dict(), **data}
 
     @classmethod

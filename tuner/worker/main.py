@@ -518,7 +518,7 @@ def _measure(
     """Warm up, measure, time the input and send the ``result``."""
     import numpy as np
 
-    from tuner.worker import backends, feeding, training
+    from tuner.worker import backends, training
 
     backend = backends.current()
     context.runner = runner
@@ -530,7 +530,14 @@ def _measure(
 
     phase[0] = "measure"
     channel.emit("phase", phase="measure")
-    log = runner.run("measure", spec.steps, spec.measure_seconds, spec.min_steps, spec.max_steps)
+    log = runner.run(
+        "measure",
+        spec.steps,
+        spec.measure_seconds,
+        spec.min_steps,
+        spec.max_steps,
+        spec.prune_below,
+    )
 
     phase[0] = "report"
     if on_cpu:
@@ -546,13 +553,8 @@ def _measure(
     # time. The median-based one stays beside it, robust to a stray slow step.
     device_rate = spec.batch_size * len(log.times_s) / window if window > 0 else None
 
-    phase[0] = "input"
-    channel.emit("phase", phase="input")
-    fed, why_not = feeding.measure(
-        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
-    )
-    if why_not:
-        channel.emit("warning", code="input_not_timed", message=why_not)
+    # A setup that cannot lead (pruned) is not worth its input's timing.
+    fed = None if log.pruned else _time_input(spec, channel, phase, feed, device_rate, on_cpu)
     channel.emit(
         "result",
         samples_per_second=device_rate,
@@ -576,8 +578,31 @@ def _measure(
         warmup_s=warmup.elapsed_s,
         measure_s=window,
         executions=len(log.execution_times_s),
+        pruned=log.pruned,
         input=fed,
     )
+
+
+def _time_input(
+    spec: TrialSpec,
+    channel: Channel,
+    phase: list[str],
+    feed: Callable[[], Any],
+    device_rate: float | None,
+    on_cpu: bool,
+) -> Any:
+    """The ``input`` phase: the user's input timed alone (feeding.measure), or None with a
+    warning that says why not."""
+    from tuner.worker import feeding
+
+    phase[0] = "input"
+    channel.emit("phase", phase="input")
+    fed, why_not = feeding.measure(
+        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
+    )
+    if why_not:
+        channel.emit("warning", code="input_not_timed", message=why_not)
+    return fed
 
 
 def _feed(spec: TrialSpec, source: ModelSource, loaded: Any, batches: list[Any]) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import keras
 
 from tuner.setup import Setup
+from tuner.trials.spec import PRUNE_AFTER
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
 #: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
@@ -40,6 +41,8 @@ class StepLog:
     #: the phase's wall time, and the part of it spent reporting steps between executions
     elapsed_s: float = 0.0
     reporting_s: float = 0.0
+    #: stopped early: the rate fell under the phase's ``prune_below``
+    pruned: bool = False
 
     @property
     def window_s(self) -> float:
@@ -144,15 +147,24 @@ class StepRunner:
         seconds: float = 0.0,
         min_steps: int = 1,
         max_steps: int = 1,
+        prune_below: float | None = None,
     ) -> StepLog:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
         least ``min_steps`` and at most ``max_steps``; whole executions, so a phase may run up
-        to ``steps_per_execution - 1`` steps more."""
+        to ``steps_per_execution - 1`` steps more. With ``prune_below`` (samples/s) the phase
+        ends early, ``pruned``, once :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran
+        under that rate."""
         with _collecting(self.backend.cyclic_steps):
-            return self._run(phase, steps, seconds, min_steps, max_steps)
+            return self._run(phase, steps, seconds, min_steps, max_steps, prune_below)
 
     def _run(
-        self, phase: str, steps: int | None, seconds: float, min_steps: int, max_steps: int
+        self,
+        phase: str,
+        steps: int | None,
+        seconds: float,
+        min_steps: int,
+        max_steps: int,
+        prune_below: float | None = None,
     ) -> StepLog:
         log = StepLog()
         pending: list[tuple[float, float, float | None, int]] = []
@@ -160,6 +172,7 @@ class StepRunner:
         start = time.perf_counter()
         last_report = start
         count = 0
+        executions, timed_s = 0, 0.0
         since_reset = 0
         mean_before = 0.0
         self.steps.reset_metrics()
@@ -199,6 +212,10 @@ class StepRunner:
             applied = now_applied
             pending.append((dt, loss, scale, max(0, skipped)))
             count += self.spe
+            executions, timed_s = executions + 1, timed_s + dt
+            if self._losing(prune_below, executions, count, timed_s):
+                log.pruned = True
+                break
             if not math.isfinite(mean) or since_reset >= RESET_EVERY:
                 self.steps.reset_metrics()
                 since_reset, mean_before = 0, 0.0
@@ -215,6 +232,12 @@ class StepRunner:
         log.elapsed_s = time.perf_counter() - start
         log.reporting_s = reporting_s
         return log
+
+    def _losing(self, prune_below: float | None, executions: int, count: int, s: float) -> bool:
+        """Whether the phase's rate so far is under ``prune_below`` after enough executions."""
+        if prune_below is None or executions < PRUNE_AFTER or s <= 0:
+            return False
+        return count * self.setup.batch_size / s < prune_below
 
     def _report(
         self,
