@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 import math
 import platform
-import statistics
 import time
 from importlib import metadata
 from typing import Any
@@ -85,7 +84,6 @@ class QtMainWindow(QMainWindow):
         self._running: dict[int, tuple[str, str]] = {}
         #: the running trial the live plots and the status line follow (the oldest)
         self._followed: int | None = None
-        self._trial_seconds: list[float] = []
         self._best_speed = 0.0
         self._memory_budget: float | None = None
         self._sample_index = 0
@@ -302,7 +300,6 @@ class QtMainWindow(QMainWindow):
         self.plots.set_budget(self._memory_budget)
         self.recommendation.set_recommendation(None, "Searching...")
         self._search_started = time.monotonic()
-        self._trial_seconds = []
         self._running.clear()
         self._followed = None
         self._show_running()
@@ -350,7 +347,8 @@ class QtMainWindow(QMainWindow):
         elif isinstance(event, api.PlanUpdated):
             self.progress.setRange(0, max(1, event.planned))
             self.progress.setValue(event.done)
-            self._update_time_left(event.done, event.planned)
+            # The engine prices the plan from its trials' cost and its budget.
+            self.progress.setToolTip(f"Plan: {event.words()}")
         elif isinstance(event, api.StageStarted):
             self.status.setText(event.message)
         elif isinstance(event, api.TrialStarted):
@@ -364,7 +362,6 @@ class QtMainWindow(QMainWindow):
         elif isinstance(event, api.TrialFinished):
             self._running.pop(event.number, None)
             if event.number == self._followed:
-                self._trial_seconds.append(time.monotonic() - self._trial_started)
                 self._followed = None
             self._show_running()
             self.add_trial(event.number, event.stage, event.result)
@@ -463,11 +460,6 @@ class QtMainWindow(QMainWindow):
         self.table.trials.set_loss_gaps(gaps)
         self.tabs.setCurrentWidget(self.recommendation)
         self._update_buttons()
-
-    def _update_time_left(self, done: int, planned: int) -> None:
-        if self._trial_seconds and planned > done:
-            left = statistics.median(self._trial_seconds) * (planned - done)
-            self.progress.setToolTip(f"about {math.ceil(left)} s left")
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status

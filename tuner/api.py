@@ -25,6 +25,7 @@ import dataclasses
 import importlib
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,6 +366,7 @@ def tune(
     profile: HardwareProfile | None = None,
     parallel: int | str = 1,
     workers: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
     """Search for the best setup of ``model`` on this machine, storing every trial; see
     :func:`tuner.search.tune.tune`.
@@ -383,6 +385,8 @@ def tune(
         profile: the hardware profile; ``None`` detects it.
         parallel: how many independent trials run at once, or ``auto``.
         workers: hand trials out through the store to ``mptune worker`` processes too.
+        clock: the search's clock (a replay of a GPU's measured trials passes a simulated
+            one, :class:`tuner.trials.lookup.SimClock`).
 
     Raises:
         MptuneError: bad model spec, unreachable storage, a continued session given another
@@ -393,7 +397,7 @@ def tune(
     from tuner.search.tune import tune as _tune
 
     # The engine's own default runner (a worker pool) where none is given.
-    chosen = {"runner": runner} if runner is not None else {}
+    chosen: dict[str, Any] = {"runner": runner} if runner is not None else {}
     return _tune(
         model,
         space=space,
@@ -406,6 +410,7 @@ def tune(
         profile=profile,
         parallel=parallel,
         workers=workers,
+        clock=clock,
         **chosen,
     )
 

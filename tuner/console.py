@@ -199,7 +199,8 @@ def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:
 
 
 class TuneProgress:
-    """A progress bar for ``mptune tune``: trials done/planned, the current trial, time left.
+    """A progress bar for ``mptune tune``: trials done/planned, the current trial, the plan
+    left priced in time and the budget left (:meth:`PlanUpdated.words`).
 
     Rich draws it only on a terminal; elsewhere each finished trial is printed as one line, so
     a log of a headless run still shows the search advancing.
@@ -212,7 +213,6 @@ class TuneProgress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
 
         self.console = console or Console(stderr=True)
@@ -222,13 +222,14 @@ class TuneProgress:
             MofNCompleteColumn(),
             TextColumn("trials"),
             TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[plan]}"),
             console=self.console,
             transient=True,
             disable=not self.console.is_terminal,
         )
-        self.task = self.progress.add_task("starting", total=None)
+        self.task = self.progress.add_task("starting", total=None, plan="")
+        #: the plan's trial count last printed (a log prints the plan when it changes)
+        self._planned: int | None = None
         self.session: str | None = None
         #: the running trials (several with --parallel): number -> what it is and does now
         self.running: dict[int, tuple[str, str]] = {}
@@ -250,7 +251,11 @@ class TuneProgress:
         if isinstance(event, api.SessionOpened):
             self.session = event.name
         elif isinstance(event, api.PlanUpdated):
-            self.progress.update(self.task, completed=event.done, total=event.planned)
+            words = event.words()
+            self.progress.update(self.task, completed=event.done, total=event.planned, plan=words)
+            if not self.console.is_terminal and event.planned != self._planned:
+                self._planned = event.planned
+                self.console.print(f"plan: {words}", highlight=False, soft_wrap=True)
         elif isinstance(event, api.StageStarted):
             self.progress.update(self.task, description=event.message)
         elif isinstance(event, api.TrialStarted):

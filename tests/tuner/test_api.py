@@ -36,7 +36,7 @@ def test_a_tune_request_runs_tune_with_every_argument() -> None:
     """Every field of the request reaches ``tune``; the listener and the cancel flag are the
     caller's; a resumed request leaves the space and settings to the stored session."""
     fields = {f.name for f in dataclasses.fields(api.TuneRequest)}
-    assert fields == set(_parameters(api.tune)) - {"on_event", "cancel", "runner"}
+    assert fields == set(_parameters(api.tune)) - {"on_event", "cancel", "runner", "clock"}
     request = api.TuneRequest(
         model="builtin:mlp",
         space=api.SearchSpace(policies=("float32",)),

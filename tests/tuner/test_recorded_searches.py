@@ -53,6 +53,7 @@ def _search(
         runner=runner,
         profile=profile,
         on_event=events.append,
+        clock=lambda: 0.0,  # the plan's priced seconds would be this machine's, not the search's
         **kwargs,
     )
     # The worker's own messages come from the runner, not the search.
@@ -193,6 +194,7 @@ def test_a_resumed_scripted_search_says_and_picks_what_it_did(tmp_path: Path) ->
         runner=machine,
         profile=gpu,
         on_event=events.append,
+        clock=lambda: 0.0,
     )
     seen = [e.to_dict() for e in events if not isinstance(e, WorkerReported)]
     _check_golden("scripted-resumed", seen, result)

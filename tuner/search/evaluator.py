@@ -49,6 +49,19 @@ class BudgetExhausted(Exception):
     """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
 
 
+#: Without ``--budget-minutes`` or ``--max-trials`` a search on a GPU gets a time budget of
+#: this many of its own trials (their median cost, the probe taken out), at least
+#: :data:`GPU_BUDGET_MIN_S` and at most :data:`GPU_BUDGET_MAX_S`: on a GPU a trial costs a
+#: minute or more (start, build, XLA's compile, the probe) and an open-ended search would run
+#: for hours. Ten trials is what the replay bench's default search needs to reach 0.95 of the
+#: grid's best (bench/bench_replay.py, docs/benchmarks.md). A CPU search stays open-ended.
+GPU_BUDGET_TRIALS = 10
+GPU_BUDGET_MIN_S = 10 * 60.0
+GPU_BUDGET_MAX_S = 30 * 60.0
+#: The stages whose trials may use the time reserved for the leader's checks.
+CHECKS = frozenset({Stage.GUARD})
+
+
 class LaneStopped(Exception):
     """Another lane of :meth:`SearchContext.concurrently` ended in an error: this one starts no more
     trials (the error is raised once all lanes have stopped)."""
@@ -95,8 +108,14 @@ class Evaluator:
         start_ahead: StartAhead | None = None,
         slots: Sequence[Slot] | None = None,
         shared: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        on_gpu: bool = False,
     ) -> None:
         self.session = session
+        #: the trials run on a GPU: without a budget the search gets the GPU's default one
+        self.on_gpu = on_gpu
+        #: the search's clock (a replay of a GPU's trials passes a simulated one)
+        self.clock = clock
         #: trials go through the store, where ``mptune worker`` processes take them too
         self.shared = shared
         self._start_ahead = start_ahead
@@ -106,8 +125,14 @@ class Evaluator:
         self._on_event = on_event or (lambda event: None)
         self.cancel = cancel
         self.memory_budget_mb = memory_budget_mb
-        self.started = time.monotonic()
-        self.trial_seconds: list[float] = []
+        self.started = clock()
+        #: each trial this search ran: its wall seconds and its probe's (0 without one)
+        self.trial_seconds: list[tuple[float, float]] = []
+        #: how many trials the leader's checks still need (set by the search): side stages
+        #: leave the time and the trials for them (:data:`CHECKS`)
+        self.reserve: Callable[[], int] = lambda: 0
+        #: the rate under which a trial of a setup in a stage is pruned (set by the search)
+        self.prune_below: Callable[[Setup, str], float | None] = lambda setup, stage: None
         #: every measurement by setup. Replaced, never changed in place, under the lock, so
         #: that a lane reading it while another adds to it reads a whole one.
         self.known: dict[Setup, list[Measured]] = {}
@@ -202,7 +227,7 @@ class Evaluator:
             if pending is None:
                 if self.halted.is_set():
                     raise LaneStopped
-                self._check_budget()
+                self._check_budget(stage, setup)
                 mine: Future[Measured] = Future()
                 self._inflight[(setup, repeat)] = mine
         if pending is not None:
@@ -221,7 +246,7 @@ class Evaluator:
 
     def _run(self, setup: Setup, stage: str) -> Measured:
         """Run one trial of ``setup`` in the next free slot and store it."""
-        spec = self.spec(setup)
+        spec = dataclasses.replace(self.spec(setup), prune_below=self.prune_below(setup, stage))
         if self.cancel is not None and self.cancel.is_set():
             # Stopped between trials (a signal whose exception Python swallowed, say): no new
             # trial is opened only to be abandoned.
@@ -248,7 +273,7 @@ class Evaluator:
         if trial is None:
             trial = self.session.start_trial(spec, stage)
         self.on_event(TrialStarted(trial.number, stage, spec))
-        t0 = time.monotonic()
+        t0 = self.clock()
         if self.heartbeat is not None:
             self.heartbeat.started(trial._trial_id)
         try:
@@ -270,11 +295,11 @@ class Evaluator:
             if self.heartbeat is not None:
                 self.heartbeat.ended(trial._trial_id)
         number = self.session.finish_trial(trial, result)
-        return self._record(setup, Measured(number, result, stage), time.monotonic() - t0)
+        return self._record(setup, Measured(number, result, stage), self.clock() - t0)
 
     def _record(self, setup: Setup, measured: Measured, seconds: float) -> Measured:
         with self._lock:
-            self.trial_seconds.append(seconds)
+            self.trial_seconds.append((seconds, measured.result.timings.probe_s or 0.0))
             self.ran += 1
             self.closed_trials += 1
             known = dict(self.known)
@@ -290,7 +315,7 @@ class Evaluator:
         worker stops sending its heartbeat (killed, its machine gone) ends ``crashed``, and
         the strategy runs it once more, like any crashed trial."""
         trial_id = self.session.enqueue_trial(spec, stage)
-        t0 = time.monotonic()
+        t0 = self.clock()
         elsewhere = False  # a worker took it
         idle = threading.Event()
         while True:
@@ -319,9 +344,7 @@ class Evaluator:
                 self.on_event(TrialStarted(now.number, stage, spec))
             if now.state != "RUNNING":
                 result = stored_result(now, spec)
-                return self._record(
-                    setup, Measured(now.number, result, stage), time.monotonic() - t0
-                )
+                return self._record(setup, Measured(now.number, result, stage), self.clock() - t0)
             if self.session.stale(trial_id):
                 result = TrialResult(
                     spec,
@@ -333,19 +356,64 @@ class Evaluator:
                 )
                 if self.session.fail_stale(trial_id, result):
                     return self._record(
-                        setup, Measured(now.number, result, stage), time.monotonic() - t0
+                        setup, Measured(now.number, result, stage), self.clock() - t0
                     )
 
-    def _check_budget(self) -> None:
+    def cost(self, probe: bool = False) -> float:
+        """What the next trial is expected to take, in seconds: the median of the trials this
+        search ran, their probes taken out, and the median probe again when it will probe
+        (a policy's first trial); 0 before any ran."""
+        if not self.trial_seconds:
+            return 0.0
+        base = statistics.median(max(0.0, s - p) for s, p in self.trial_seconds)
+        probes = [p for _, p in self.trial_seconds if p > 0]
+        return base + (statistics.median(probes) if probe and probes else 0.0)
+
+    def budget_s(self) -> float | None:
+        """The time budget in seconds: ``--budget-minutes``, or on a GPU without either budget
+        :data:`GPU_BUDGET_TRIALS` trials' cost (see there); None: open-ended."""
         s = self.settings
-        # Trials running in other slots count: together they never pass the budget.
-        if s.max_trials is not None and self.closed_trials + len(self._inflight) >= s.max_trials:
-            raise BudgetExhausted(f"the limit of {s.max_trials} trials was reached")
         if s.budget_minutes is not None:
-            typical = statistics.median(self.trial_seconds) if self.trial_seconds else 0.0
-            elapsed = time.monotonic() - self.started
-            if elapsed + typical > s.budget_minutes * 60:
-                raise BudgetExhausted(f"the time budget of {s.budget_minutes:g} min was reached")
+            return s.budget_minutes * 60
+        if s.max_trials is not None or not self.on_gpu:
+            return None
+        return min(GPU_BUDGET_MAX_S, max(GPU_BUDGET_MIN_S, GPU_BUDGET_TRIALS * self.cost()))
+
+    def budgeted(self) -> bool:
+        """Whether a budget (of time or trials) may end the search before its plan does."""
+        return self.settings.max_trials is not None or self.budget_s() is not None
+
+    def budget_words(self) -> str:
+        """The time budget as the user reads it."""
+        s = self.settings
+        budget = self.budget_s()
+        if s.budget_minutes is not None or budget is None:
+            return f"the time budget of {s.budget_minutes:g} min"
+        return (
+            f"the default time budget on a GPU ({budget / 60:.0f} min, about "
+            f"{GPU_BUDGET_TRIALS} trials; --budget-minutes sets another)"
+        )
+
+    def seconds_left(self) -> float | None:
+        """Time left in the budget (None: open-ended)."""
+        budget = self.budget_s()
+        return None if budget is None else max(0.0, budget - (self.clock() - self.started))
+
+    def _check_budget(self, stage: str, setup: Setup) -> None:
+        s = self.settings
+        # The leader's checks keep their trials and time from every other stage.
+        reserved = 0 if stage in CHECKS else self.reserve()
+        kept = " (the rest is kept for the leading setup's check)" if reserved else ""
+        # Trials running in other slots count: together they never pass the budget.
+        running = self.closed_trials + len(self._inflight)
+        if s.max_trials is not None and running + reserved >= s.max_trials:
+            raise BudgetExhausted(f"the limit of {s.max_trials} trials was reached{kept}")
+        budget = self.budget_s()
+        if budget is not None:
+            probe = self.spec(setup).probe
+            elapsed = self.clock() - self.started
+            if elapsed + self.cost(probe) + reserved * self.cost() > budget:
+                raise BudgetExhausted(f"{self.budget_words()} was reached{kept}")
 
     def over_memory_budget(self, m: Measured) -> bool:
         peak = m.result.peak_memory_mb

@@ -37,14 +37,41 @@ class SessionOpened:
 
 @dataclass(frozen=True)
 class PlanUpdated:
-    """``done`` trials are closed and about ``planned`` in all are expected."""
+    """``done`` trials are closed and about ``planned`` in all are expected; the plan left is
+    priced at ``seconds`` (the trials left at the search's measured cost per trial, within the
+    budget; None before a trial ran) and ``budget_left`` seconds of the time budget remain
+    (None: no time budget)."""
 
     type: ClassVar[str] = "plan"
     done: int
     planned: int
+    seconds: float | None = None
+    budget_left: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "done": self.done, "planned": self.planned}
+        data: dict[str, Any] = {"type": self.type, "done": self.done, "planned": self.planned}
+        for key in ("seconds", "budget_left"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        return data
+
+    def words(self) -> str:
+        """The plan as a line: trials left, their expected time, the budget left."""
+        left = max(0, self.planned - self.done)
+        text = f"about {left} trial{'s' if left != 1 else ''} left"
+        if self.seconds:
+            text += f", ~{minutes(self.seconds)}"
+        if self.budget_left is not None:
+            text += f"; {minutes(self.budget_left)} of the time budget left"
+        return text
+
+
+def minutes(seconds: float) -> str:
+    """``95`` -> ``1 min 35 s``; under a minute in seconds."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
 
 
 @dataclass(frozen=True)
@@ -146,7 +173,12 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
         if kind == SessionOpened.type:
             return SessionOpened(data["name"], data["model"], bool(data.get("resumed", False)))
         if kind == PlanUpdated.type:
-            return PlanUpdated(int(data["done"]), int(data["planned"]))
+            return PlanUpdated(
+                int(data["done"]),
+                int(data["planned"]),
+                data.get("seconds"),
+                data.get("budget_left"),
+            )
         if kind == StageStarted.type:
             return StageStarted(data["stage"], data["message"])
         if kind == TrialStarted.type:

@@ -315,7 +315,9 @@ def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
     ``balanced``: 95%)."""
     if not setups:
         return None
-    fastest = max(setups, key=lambda m: m.speed)
+    # An exact tie goes to the smaller batch (the same speed for less memory), whichever
+    # order the setups were measured in (a ladder that leapt met the larger first).
+    fastest = max(setups, key=lambda m: (m.speed, -m.result.spec.batch_size))
     if settings.objective == "speed":
         return fastest
     floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95

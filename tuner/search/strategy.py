@@ -160,6 +160,12 @@ class Search:
         ctx = self.ctx
         ctx.plan(ctx.left(alive, len(alive)))
         climbed: set[str] = set()
+        if ctx.evaluator.budgeted():
+            # A budget may end before every ladder ran: the most promising climbs first, and
+            # on a GPU each leaps towards its largest batch before any climbs on.
+            alive = sorted(alive, key=lambda p: -at_start[p].speed)
+            ctx.concurrently(alive, lambda p: ladder.scout(ctx, p, at_start[p]))
+            alive = sorted(alive, key=lambda p: -max((m.speed for m in ctx.usable(p)), default=0))
 
         def climb(precision: str) -> None:
             ctx.announce(Stage.BATCH, f"batch-size ladder for {precision}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -131,6 +132,7 @@ def tune(
     profile: HardwareProfile | None = None,
     parallel: int | str = 1,
     workers: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
     """Search for the best setup of ``model`` on this machine, storing every trial.
 
@@ -149,18 +151,15 @@ def tune(
         resume: the session must exist already.
         on_event: called with each :mod:`~tuner.search.events` record, on this thread.
         cancel: set it to stop the running trial and end the search.
-        runner: runs one trial (tests pass scripted outcomes); by default a
-            :class:`~tuner.trials.runner.WorkerPool`, which keeps a worker warm per policy
-            (across batch sizes, loss scales and knobs), starts each policy's first worker
-            ahead, side by side, and ends them when the search ends. A runner with a
-            ``start_ahead(specs, cancel)`` method is asked to do the same.
+        runner: runs one trial; by default a :class:`~tuner.trials.runner.WorkerPool` (a warm
+            worker per policy, the first ones started ahead side by side, all ended with the
+            search); a runner with ``start_ahead(specs, cancel)`` is asked to start ahead.
         profile: the hardware profile; ``None`` detects it.
-        parallel: how many independent trials run at once (``auto``: one a GPU of the
-            searched GPU's model, one on a CPU), see :func:`parallel_devices`; each slot has
-            its own worker pool and GPU (``CUDA_VISIBLE_DEVICES``).
-        workers: hand trials out through the store too, where ``mptune worker`` processes
-            of the same kind of machine take them (:mod:`tuner.search.fleet`); needs a
-            database server.
+        parallel: how many independent trials run at once, each slot with its own worker
+            pool and GPU (:func:`parallel_devices`).
+        workers: hand trials out through the store too, to ``mptune worker`` processes of
+            the same kind of machine (:mod:`tuner.search.fleet`); needs a database server.
+        clock: the search's clock (a replay of a GPU's trials passes a simulated one).
 
     Raises:
         MptuneError: bad model spec, unreachable storage, a model that fails in its own code,
@@ -189,6 +188,8 @@ def tune(
                 start_ahead=start_ahead,
                 slots=slots,
                 shared=workers,
+                clock=clock,
+                on_gpu=plan.device.gpu,
             )
             outcome, rec = _search(plan, session, evaluator, parallel_note)
     finally:

@@ -48,6 +48,24 @@ SPE_STEP_MS = 20.0
 #: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
 #: hides most of the per-call overhead, 16 nearly all of it.
 SPE_LADDER = (4, 16)
+#: A trial in an exploring stage stops measuring once it runs under this share of the leading
+#: setup's throughput (:attr:`TrialSpec.prune_below`): a third, since a setup at that rate
+#: cannot lead whatever the noise (runs on a busy 2-core machine swing up to 2x), and what it
+#: would gain (memory) is not worth a third of the speed to any objective.
+PRUNE_SHARE = 1 / 3
+#: The stages whose trials may be pruned: they explore. The guard's float32 references and the
+#: trials measured back to back (runoff, final) run in full: their losses and figures decide.
+EXPLORING = frozenset(
+    {
+        Stage.POLICIES,
+        Stage.BATCH,
+        Stage.REFINE,
+        Stage.LOSS_SCALE,
+        Stage.XLA,
+        Stage.STEPS_PER_EXECUTION,
+        Stage.NEIGHBOURHOOD,
+    }
+)
 
 
 def unlucky_once(runs: Sequence[Measured]) -> bool:
@@ -147,6 +165,50 @@ class SearchContext:
         self.paired: dict[tuple[str, str], Paired] = {}
         #: precision -> the smallest per-step batch above its fit that did not fit (global batch)
         self.failed_above: dict[str, int] = {}
+        #: precision -> the rung its ladder leapt to first (:func:`ladder.scout`)
+        self.leaps: dict[str, int] = {}
+        evaluator.prune_below = self.prune_below
+        evaluator.reserve = self.reserved
+
+    def prune_below(self, setup: Setup, stage: str) -> float | None:
+        """The rate under which a trial of ``setup`` in ``stage`` stops measuring: a share
+        (:data:`PRUNE_SHARE`) of the fastest setup measured so far; None for a stage that does
+        not explore and for IEEE float32 (the guard's reference, whose losses must be whole)."""
+        if stage not in EXPLORING or setup.precision == FLOAT32:
+            return None
+        fastest = max((m.speed for p in self.precisions for m in self.usable(p)), default=0.0)
+        return fastest * PRUNE_SHARE if fastest > 0 else None
+
+    def leader(self) -> Measured | None:
+        """The fastest setup measured so far that is not IEEE float32 (the setup a budget
+        that ends must still be able to recommend), unsafe ones left out."""
+        usable = [m for p in self.precisions if p != FLOAT32 for m in self.usable(p)]
+        return max(usable, key=lambda m: m.speed, default=None)
+
+    def reserved(self) -> int:
+        """How many trials the leader's check against IEEE float32 still needs: its float32
+        reference at its batch size (none when one ran, or when float32 already ran out of
+        memory at or below it and the leader itself ran at the batch size where float32 did)."""
+        leader = self.leader()
+        if leader is None:
+            return 0
+        setup = leader.result.spec.setup
+        known = self.evaluator.known
+        reference = float32_reference(
+            setup.batch_size,
+            setup.gradient_accumulation_steps,
+            setup.steps_per_execution,
+            self.settings.backend,
+        )
+        if reference in known:
+            return 0
+        f32 = [s for s in known if s.precision == FLOAT32 and plain(s)]
+        oom = [s.batch_size for s in f32 if known[s][0].result.status is TrialStatus.OOM]
+        if not oom or min(oom) > setup.batch_size:
+            return 1
+        ran = [s.batch_size for s in f32 if first_ok(known[s]) is not None]
+        below = [b for b in ran if b < setup.batch_size]
+        return 0 if below and self.at_batch(setup, max(below)) in known else 1
 
     @property
     def reference(self) -> str:
@@ -156,11 +218,16 @@ class SearchContext:
 
     def plan(self, remaining: int) -> None:
         """Tell listeners how many trials are done and about how many are left."""
-        done = self.evaluator.closed_trials
+        ev = self.evaluator
+        done = ev.closed_trials
         self.planned = done + max(0, remaining)
         if self.settings.max_trials is not None:
             self.planned = min(self.planned, self.settings.max_trials)
-        self.evaluator.on_event(PlanUpdated(done, self.planned))
+        budget_left = ev.seconds_left()
+        seconds = (self.planned - done) * ev.cost() or None
+        if seconds is not None and budget_left is not None:
+            seconds = min(seconds, budget_left)
+        ev.on_event(PlanUpdated(done, self.planned, seconds, budget_left))
 
     def announce(self, name: str, message: str) -> None:
         """Tell listeners a stage began."""
@@ -245,6 +312,11 @@ class SearchContext:
         the same way, so a resumed search takes the same path."""
         m = self.evaluator.measure(setup, stage, repeat=repeat)
         if m.result.status not in RETRIED:
+            return m
+        if m.result.status is TrialStatus.TIMEOUT and self.evaluator.budgeted():
+            # Under a budget a timeout is not run again: it would cost the trial's whole time
+            # limit once more, and a batch that compiles past it (XLA at a large batch) will
+            # again.
             return m
         again = self.evaluator.measure(setup, stage, repeat=repeat + 1)
         if again.result.ok:

@@ -17,9 +17,15 @@ def finalists(ctx: SearchContext, allow_new_trials: bool) -> list[Candidate]:
     """Each precision's best setup, all but IEEE float32 checked against it. float32 is
     picked last: the guard may run float32 at batch sizes its own ladder never reached, and
     the float32 candidate (what a speed-up is stated against) must know every float32
-    trial."""
+    trial. When a budget ended the search (``allow_new_trials`` false) the leading candidate
+    still runs its check, in the time the other stages left for it
+    (:meth:`SearchContext.reserved`); the others are checked against what ran."""
     others = {p: c for p in ctx.precisions if p != FLOAT32 and (c := ctx.pick(p)) is not None}
-    ctx.concurrently(others.values(), lambda cand: check(ctx, cand, allow_new_trials))
+    leader = max(others.values(), key=lambda c: c.runs[0].speed, default=None)
+    ctx.concurrently(
+        others.values(),
+        lambda cand: check(ctx, cand, allow_new_trials or cand is leader),
+    )
     f32 = ctx.pick(FLOAT32) if FLOAT32 in ctx.precisions else None
     if f32 is not None:
         f32.loss_gap = 0.0
@@ -37,7 +43,7 @@ def check(ctx: SearchContext, cand: Candidate, allow_new_trials: bool) -> None:
     seed and data; set its loss gap, or why it is rejected."""
     reference = float32_at(ctx, cand.setup, allow_new_trials)
     if reference is None:
-        cand.rejected = "not compared with float32 at the same batch size (budget reached)"
+        cand.rejected = lacking(ctx, cand.setup)
         return
     mine = cand.runs[0]
     if not reference.result.ok:
@@ -68,6 +74,15 @@ def check(ctx: SearchContext, cand: Candidate, allow_new_trials: bool) -> None:
         )
 
 
+def lacking(ctx: SearchContext, setup: Setup) -> str:
+    """Why a candidate the budget left unchecked is not recommended: the one check it lacks,
+    and how to finish it."""
+    return (
+        f"not compared with float32 at batch size {setup.batch_size} (the budget ended "
+        f"first); `mptune tune --resume {ctx.evaluator.session.name}` runs that check"
+    )
+
+
 def reference_at(ctx: SearchContext, batch_size: int, steps_per_execution: int = 1) -> Setup:
     """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
     return float32_reference(
@@ -79,7 +94,8 @@ def common_batch(
     ctx: SearchContext, cand: Candidate, allow_new_trials: bool
 ) -> tuple[Measured, Measured] | None:
     """The candidate's setup and float32 (with the candidate's steps per execution) at the
-    largest smaller batch where float32 ran."""
+    largest smaller batch where float32 ran; where the candidate has not run there and no new
+    trial may (or can) run, the largest smaller batch where both ran."""
     fits = sorted(
         s.batch_size
         for s, runs in ctx.evaluator.known.items()
@@ -87,14 +103,13 @@ def common_batch(
         and s.batch_size < cand.setup.batch_size
         and first_ok(runs) is not None
     )
-    if not fits:
-        return None
-    there = ctx.at_batch(cand.setup, fits[-1])
-    mine = ctx.recall_or_measure(there, Stage.GUARD, allow_new_trials)
-    reference = float32_at(ctx, there, allow_new_trials)
-    if mine is None or not mine.result.ok or reference is None or not reference.result.ok:
-        return None
-    return mine, reference
+    for batch_size in reversed(fits):
+        there = ctx.at_batch(cand.setup, batch_size)
+        mine = ctx.recall_or_measure(there, Stage.GUARD, allow_new_trials)
+        reference = float32_at(ctx, there, allow_new_trials)
+        if mine is not None and mine.result.ok and reference is not None and reference.result.ok:
+            return mine, reference
+    return None
 
 
 def float32_at(ctx: SearchContext, setup: Setup, allow_new_trials: bool) -> Measured | None:
