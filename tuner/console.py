@@ -87,7 +87,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
             f"{spec.model}  {setup.precision}  batch {spec.batch_size}  "
             f"loss scale {spec.loss_scale}{knobs}  on {result.device or spec.device}",
         ),
-        ("status", result.status.value),
+        ("status", ", ".join(filter(None, [result.status.value, result.pruned_words]))),
     ]
     if result.error is not None:
         where = f"{result.error.location}: " if result.error.location else ""
@@ -298,6 +298,7 @@ def _result_cell(result: TrialResult) -> str:
     if result.ok:
         return (
             f"{result.samples_per_second:,.0f} samples/s, {_fmt(result.peak_memory_mb, ',.0f')} MB"
+            + (f" ({result.pruned_words})" if result.pruned else "")
         )
     reason = result.error.message if result.error else ""
     return f"{result.status.value}: {reason[:90]}"
@@ -344,7 +345,7 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             )
             continue
         status = (
-            r.status.value
+            (f"{r.status.value}, pruned" if r.pruned else r.status.value)
             if r.ok
             else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
         )

@@ -194,3 +194,4 @@ def test_a_trial_under_its_pruning_rate_stops_after_its_first_steps(tmp_path: Pa
     assert result.input is None
     again = type(result).from_dict(result.to_dict())
     assert again.pruned
+    assert again.pruned_words.startswith(f"pruned: stopped after {PRUNE_AFTER} steps under ")

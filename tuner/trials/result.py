@@ -207,6 +207,14 @@ class TrialResult:
         return self.status is TrialStatus.OK
 
     @property
+    def pruned_words(self) -> str:
+        """Why the measuring stopped early, in words ("" when it ran in full)."""
+        if not self.pruned:
+            return ""
+        limit = f" under {self.spec.prune_below:,.0f} samples/s" if self.spec.prune_below else ""
+        return f"pruned: stopped after {self.steps_completed} steps{limit}, a third of the leader's"
+
+    @property
     def input_bound(self) -> bool:
         """The input cannot keep the device busy: ``fit`` is held to the input's rate."""
         return input_bound(self.device_samples_per_second, self.input)
