@@ -24,6 +24,29 @@ os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
 atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
 
 
+#: Tests that judge time (a rate against another, a stop within seconds, a time budget, a
+#: heartbeat's grace) run in the serial pass, alone on the machine: the README's test command
+#: runs the rest two at a time (pytest-xdist), which halves the suite's time on two cores, and
+#: a test beside them would measure the other test's load (an input-bound check failed so).
+SERIAL = (
+    "tests/app/",
+    "tests/test_bench_gpu.py",
+    "tests/tuner/test_expensive_search.py",
+    "tests/tuner/test_faults.py",
+    "tests/tuner/test_fleet.py",
+    "tests/tuner/test_input_rate.py",
+    "tests/tuner/test_parallel.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        if where.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
     """Fail a test that leaves a thread or a child process running."""

@@ -55,7 +55,8 @@ def test_tune_finds_a_setup_with_evidence_on_real_trials(tmp_path: Path) -> None
     )
     rec = result.recommendation
     assert rec.setup.policy in ("float32", "mixed_bfloat16")
-    assert rec.setup.batch_size in (8, 16, 32)
+    # The ladder's rungs, or a batch size refined between two of them (24 between 16 and 32).
+    assert 8 <= rec.setup.batch_size <= 32
     assert rec.samples_per_second > 0 and rec.trials
     stored = TuningSession.load("e2e", f"sqlite:///{tmp_path / 's.db'}").trials()
     assert {t.number for t in stored} >= set(rec.trials)
