@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from tuner.hardware.profile import CpuInfo, GpuInfo, SoftwareInfo
     from tuner.search.fleet import WorkDone
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
-    from tuner.search.session import SessionSummary, SessionView, StoredTrial
+    from tuner.search.session import SessionSummary, SessionView, StoredTrial, stored_result
     from tuner.search.tune import TuneResult
 
 __all__ = [
@@ -186,6 +186,7 @@ __all__ = [
     "run_trial",
     "save_export",
     "session_config",
+    "stored_result",
     "tune",
     "tuned_config",
     "work",
@@ -212,6 +213,7 @@ _LAZY = {
     "SessionSummary": "tuner.search.session",
     "SessionView": "tuner.search.session",
     "StoredTrial": "tuner.search.session",
+    "stored_result": "tuner.search.session",
     "TuneResult": "tuner.search.tune",
     "WorkDone": "tuner.search.fleet",
 }

@@ -192,6 +192,8 @@ class StoredTrial:
     result: TrialResult | None  #: None when the trial never finished (interrupted, orphaned)
     state: str  #: Optuna's state name
     note: str | None = None
+    #: what it was to run (kept for a trial that closed without a result: a stopped trial)
+    spec: TrialSpec | None = None
 
 
 #: How long to wait before each new try of a write to a database server whose connection
@@ -559,8 +561,19 @@ def _stored(trial: FrozenTrial) -> StoredTrial:
             result = TrialResult.from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             logger.warning("trial %d has an unreadable result (%s); ignored", trial.number, exc)
+    spec = result.spec if result is not None else None
+    if spec is None and isinstance(attrs.get("spec"), dict):
+        try:
+            spec = TrialSpec.from_dict(attrs["spec"])
+        except (KeyError, TypeError, ValueError):
+            spec = None  # an unreadable spec: the trial is listed without its setup
     return StoredTrial(
-        trial.number, str(attrs.get("stage", "")), result, trial.state.name, attrs.get("note")
+        trial.number,
+        str(attrs.get("stage", "")),
+        result,
+        trial.state.name,
+        attrs.get("note"),
+        spec,
     )
 
 
@@ -672,7 +685,7 @@ class SessionSummary:
     def outcome(self) -> str:
         """The recommendation and its speed-up in a few words, for a list of sessions."""
         if self.recommendation is None:
-            return "none yet"
+            return "none: the search did not finish"
         speedup = f" ({self.speedup:.2f}x float32)" if self.speedup is not None else ""
         return self.recommendation + speedup
 
