@@ -351,7 +351,9 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
     # The evidence says where each knob came from, not only that its own stage rejected it.
     evidence = rows(rec)
     assert evidence["XLA"].startswith("on: found around the pick, with the other knobs")
-    assert "on its own: XLA at batch size" in evidence["XLA"] and "not adopted" in evidence["XLA"]
+    # Its stage's finding alone is told as outweighed, never as "not adopted": XLA is on.
+    assert "its stage's first measurement, taken alone: XLA at batch size" in evidence["XLA"]
+    assert "slower" in evidence["XLA"] and "adopted" not in evidence["XLA"]
     assert evidence["Steps per execution"].startswith("16: found around the pick")
     assert round_trips(rec)
 

@@ -363,7 +363,11 @@ def moved_evidence(
     if len(move.trials) > 2:  # a setup measured more than once stands on its median
         detail += "; a setup measured more than once stands on the median of its trials"
     if stage:
-        detail += "; on its own: " + "; ".join(knob_line(k) for k in stage)
+        # Its stage's own finding, taken alone and earlier: outweighed by the move above, so
+        # it says how it compared, not that it was not adopted (the setup has the knob).
+        detail += "; this outweighs its stage's first measurement, taken alone: " + "; ".join(
+            knob_line(k, adoption=False) for k in stage
+        )
     return KnobEvidence(knob, setting, detail, move.gain, move.trials)
 
 

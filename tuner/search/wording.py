@@ -79,9 +79,10 @@ def batch_note(setup: Setup, space: SearchSpace) -> str | None:
     )
 
 
-def knob_line(k: KnobTrial) -> str:
+def knob_line(k: KnobTrial, adoption: bool = True) -> str:
     """One knob trial in words: ``XLA at batch size 128: 1.18x (1,180 vs 1,000 samples/s,
-    trials #5, #9), adopted``."""
+    trials #5, #9), adopted``; without ``adoption``, how it compared only (``slower``): for a
+    stage's finding that later measurements outweighed."""
     assert k.tried is not None
     what = "XLA" if k.knob == "xla" else f"{k.tried.steps_per_execution} steps per execution"
     where = f"{what} at batch size {k.base.batch_size}"
@@ -93,13 +94,16 @@ def knob_line(k: KnobTrial) -> str:
             + (f" (trial {numbers})" if numbers else "")
         )
     gain = k.gain or 0.0
-    verdict = (
-        "adopted"
-        if k.adopted
-        else "within the noise floor, not adopted"
-        if gain >= 1
-        else "slower, not adopted"
-    )
+    if not adoption:
+        verdict = "faster" if k.adopted else "within the noise floor" if gain >= 1 else "slower"
+    else:
+        verdict = (
+            "adopted"
+            if k.adopted
+            else "within the noise floor, not adopted"
+            if gain >= 1
+            else "slower, not adopted"
+        )
     return (
         f"{where}: {gain:.2f}x ({k.speed:,.0f} vs {k.base_speed:,.0f} samples/s, trials "
         f"{numbers}), {verdict}"
