@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from app.controller import Controller
 from app.highlighter import PythonHighlighter
+from app.words import window_words
 from tuner import api
 
 FORMATS = {
@@ -94,7 +95,10 @@ class QtExportDialog(QDialog):
         self.save_button.clicked.connect(self._on_save)
         self.format.currentIndexChanged.connect(self._on_changed)
         self.keras.currentIndexChanged.connect(self._on_changed)
+        #: why Keras 2 is not offered for each format (None: it is), once the engine said
+        self.keras2_problems: dict[str, str | None] = {}
         self._on_changed()
+        self._ask_keras2()
 
     @property
     def fmt(self) -> str:
@@ -103,7 +107,39 @@ class QtExportDialog(QDialog):
     def text(self) -> str:
         return self.preview.toPlainText()
 
+    def _ask_keras2(self) -> None:
+        """Ask the engine, off the GUI thread, which formats it can write for Keras 2 (the
+        script is Keras 3 only; a setup tuned on JAX or with gradient accumulation has no
+        tf_keras form): the choice is greyed out where it is not offered, its tooltip says why."""
+        engine, config = self.controller.engine, self.config
+
+        def problems() -> dict[str, str | None]:
+            found: dict[str, str | None] = {}
+            for fmt in FORMATS.values():
+                try:
+                    engine.render_config(config, fmt, "2")
+                    found[fmt] = None
+                except api.ConfigError as exc:
+                    found[fmt] = str(exc)
+            return found
+
+        self.controller.call(problems, self._set_keras2_problems, name="keras2")
+
+    def _set_keras2_problems(self, problems: dict[str, str | None]) -> None:
+        self.keras2_problems = problems
+        self._grey_keras2()
+
+    def _grey_keras2(self) -> None:
+        problem = self.keras2_problems.get(self.fmt)
+        item = self.keras.model().item(1)  # type: ignore[attr-defined]  # a QStandardItemModel
+        item.setEnabled(problem is None)
+        item.setToolTip(window_words(problem) if problem else "")
+        if problem is not None and self.keras.currentData() == "2":
+            self.keras.setCurrentIndex(0)  # Keras 3, which every format offers
+
     def _on_changed(self) -> None:
+        if self.keras2_problems:
+            self._grey_keras2()
         fmt, keras = self.fmt, self.keras.currentData()
         self.copy_button.setEnabled(False)
         self.save_button.setEnabled(False)
@@ -118,7 +154,7 @@ class QtExportDialog(QDialog):
     def _show(self, fmt: str, keras: str, text: str, problem: str | None) -> None:
         if (fmt, keras) != (self.fmt, self.keras.currentData()):
             return  # the user chose again meanwhile; that render is on its way
-        self.problem.setText(problem or "")
+        self.problem.setText(window_words(problem or ""))
         self.preview.setPlainText(text)
         self.copy_button.setEnabled(problem is None)
         self.save_button.setEnabled(problem is None)
@@ -126,6 +162,11 @@ class QtExportDialog(QDialog):
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text())
+        self.problem.setText("Copied to the clipboard")
+
+    def _on_saved(self, path: object) -> None:
+        self.problem.setText(f"Saved to {path}")  # the user sees it was written, and where
+        self.saved.emit(path)
 
     def _on_save(self) -> None:
         default = {"json": "tuned.json", "snippet": "tuned_snippet.py", "script": "train_tuned.py"}[
@@ -141,7 +182,7 @@ class QtExportDialog(QDialog):
         fmt, keras, engine = self.fmt, self.keras.currentData(), self.controller.engine
         self.controller.call(
             lambda: engine.save_export(self.config, path, fmt, keras),
-            self.saved.emit,
+            self._on_saved,
             lambda exc: QMessageBox.warning(self, "Not saved", f"Could not write {path}: {exc}"),
             name="save-export",
         )

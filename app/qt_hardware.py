@@ -38,11 +38,8 @@ class QtHardwarePanel(QWidget):
         self.verdict.setText(f"<b>{html.escape(profile.verdict)}</b>")
         for gpu in profile.gpus:
             self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
-        if not profile.gpus:
-            reason = html.escape(str(profile.gpu_unavailable_reason))
-            self._add_card(
-                f"<b>No NVIDIA GPU</b><br>{reason}<br>mptune tunes on the CPU.", TOOLTIPS["no_gpu"]
-            )
+        # No GPU: the verdict says so, and why, once; no card says it again.
+        self.verdict.setToolTip("" if profile.gpus else TOOLTIPS["no_gpu"])
         cpu = profile.cpu
         flags = ", ".join(cpu.flags) or "none of the relevant ones"
         self._add_card(

@@ -15,6 +15,9 @@ from PySide6.QtWidgets import (
 
 from tuner import api
 
+#: No column but the last (the recommendation, which stretches) wider than this.
+MAX_COLUMN_PX = 220
+
 
 class QtHistoryDialog(QDialog):
     """Lists the stored sessions. It opens at once, saying it is reading; the window reads the
@@ -59,9 +62,15 @@ class QtHistoryDialog(QDialog):
             self.table.insertRow(row)
             for column, value in enumerate(s.cells()):
                 item = QTableWidgetItem(value)
+                item.setToolTip(value)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 self.table.setItem(row, column, item)
         self.table.resizeColumnsToContents()
+        # The long columns are elided (their tooltips hold them whole), so that the trials and
+        # the recommendation are in view without scrolling sideways.
+        for column in range(self.table.columnCount() - 1):
+            if self.table.columnWidth(column) > MAX_COLUMN_PX:
+                self.table.setColumnWidth(column, MAX_COLUMN_PX)
         if sessions:
             self.table.selectRow(0)
         self.open_button.setEnabled(bool(sessions))

@@ -9,8 +9,8 @@ import time
 from importlib import metadata
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtCore import QRect, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.bridge import EngineBridge
 from app.controller import Controller
+from app.counts import TrialCounts
 from app.qt_export import QtExportDialog
 from app.qt_hardware import QtHardwarePanel
 from app.qt_history import QtHistoryDialog
@@ -39,9 +40,16 @@ from app.qt_recommendation import QtRecommendation
 from app.qt_setup import QtSetupPanel
 from app.qt_trials import QtTrialsTable, TrialRow
 from app.sampler import HardwareSampler
+from app.words import window_words
 from tuner import __version__, api
 from tuner.resources import asset_path
 
+#: The window's size on a screen with room for it; a smaller screen gets what fits.
+DEFAULT_SIZE = (1280, 800)
+#: Room kept for the window manager's title bar and borders (pixels across, down).
+FRAME_ALLOWANCE = (8, 32)
+#: Seconds of session time left empty between a stopped search's plots and its resumed run's.
+RESUME_GAP_S = 2.0
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
 #: The trials table shows at least this many rows at the smallest supported window size.
 MIN_TABLE_ROWS = 8
@@ -78,10 +86,17 @@ class QtMainWindow(QMainWindow):
         self.bridge.eventsReady.connect(self._on_events)
         self.bridge.finished.connect(self._on_search_finished)
         self._search_started = 0.0
+        #: the session's seconds before this run of its search (a resumed search's plots go on
+        #: from there, after a gap)
+        self._time_base = 0.0
         self._trial_started = 0.0
         self._trial_text = ""  # the followed trial, as the status line names it
         #: the running trials (several with --parallel): number -> (name, what it does now)
         self._running: dict[int, tuple[str, str]] = {}
+        #: how each running trial started, for its row should the search stop under it
+        self._started: dict[int, api.TrialStarted] = {}
+        #: the trial counts the progress bar, the status line and the table agree on
+        self.counts = TrialCounts()
         #: the running trial the live plots and the status line follow (the oldest)
         self._followed: int | None = None
         self._best_speed = 0.0
@@ -123,9 +138,28 @@ class QtMainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1280, 800)
+            self.resize(*DEFAULT_SIZE)
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is not None:
+            self.fit_within(screen.availableGeometry())
 
     # -- layout ------------------------------------------------------------------------------
+    def fit_within(self, area: QRect) -> None:
+        """Keep the window on the screen's free area: no larger than it (less room for the
+        window manager's frame) and inside it; a remembered geometry from a larger screen
+        shrinks to this one."""
+        room = area.adjusted(0, 0, -FRAME_ALLOWANCE[0], -FRAME_ALLOWANCE[1])
+        width = max(
+            min(self.width(), room.width()), min(self.minimumSizeHint().width(), room.width())
+        )
+        height = max(
+            min(self.height(), room.height()), min(self.minimumSizeHint().height(), room.height())
+        )
+        self.resize(width, height)
+        x = min(max(self.x(), room.left()), room.right() - width + 1)
+        y = min(max(self.y(), room.top()), room.bottom() - height + 1)
+        self.move(max(x, room.left()), max(y, room.top()))
+
     def _build_layout(self) -> None:
         left = QWidget()
         column = QVBoxLayout(left)
@@ -140,6 +174,7 @@ class QtMainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(300)
+        self.settings_scroll = scroll
 
         self.tabs = QTabWidget()
         self.tabs.addTab(self.table, "Trials")
@@ -188,11 +223,9 @@ class QtMainWindow(QMainWindow):
         self.start_button.clicked.connect(self.start_search)
         self.stop_button.clicked.connect(self.stop_search)
         self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m trials")
         self.progress.setMinimumWidth(160)
         self.progress.setMaximumWidth(320)
-        self.progress.setRange(0, 1)
-        self.progress.setValue(0)
+        self._show_counts()
         self.status = QLabel("Ready")
         self.status.setMinimumWidth(100)
         self.status.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -243,7 +276,7 @@ class QtMainWindow(QMainWindow):
         self._update_buttons()
 
     def _on_detect_failed(self, exc: Exception) -> None:
-        self.status.setText(f"Cannot read this machine: {exc}")
+        self.status.setText(window_words(f"Cannot read this machine: {exc}"))
 
     def _on_model_changed(self, spec: str | None) -> None:
         """Check a model file off the GUI thread (it is parsed, not run)."""
@@ -284,7 +317,7 @@ class QtMainWindow(QMainWindow):
                 list(self.engine.hardware_prior(self.profile)), self.profile
             )
         except (ValueError, api.MptuneError) as exc:
-            self.status.setText(str(exc))
+            self.status.setText(window_words(str(exc)))
             return
         self.storage = request.storage
         if self._resumable is not None and self._resumable[1] == request.model:
@@ -296,15 +329,21 @@ class QtMainWindow(QMainWindow):
             self.table.trials.clear()
             self.plots.clear()
             self._best_speed = 0.0
+        # Session time: a new search starts at 0; a resumed one after what is on show, with
+        # a gap (the search did not run in between) and the memory line broken there.
+        self._time_base = self.plots.memory_end() + RESUME_GAP_S if self.table.trials.rows else 0.0
+        self.plots.break_memory()
         self._resumable = None
+        self.counts = TrialCounts(state="searching")
         self.plots.set_budget(self._memory_budget)
         self.recommendation.set_recommendation(None, "Searching...")
         self._search_started = time.monotonic()
         self._running.clear()
+        self._started.clear()
         self._followed = None
         self._show_running()
         self.finished_status = None
-        self.progress.setRange(0, 0)
+        self._show_counts()
         self.bridge.start(request)
         self.status.setText("Starting...")
         self._update_buttons()
@@ -345,27 +384,32 @@ class QtMainWindow(QMainWindow):
             self.session_name = event.name
             self.status.setText(f"Session {event.name}")
         elif isinstance(event, api.PlanUpdated):
-            self.progress.setRange(0, max(1, event.planned))
-            self.progress.setValue(event.done)
+            self.counts.left = max(0, event.planned - event.done)
+            self._show_counts()
             # The engine prices the plan from its trials' cost and its budget.
-            self.progress.setToolTip(f"Plan: {event.words()}")
+            self.progress.setToolTip(window_words(f"Plan: {event.words()}"))
         elif isinstance(event, api.StageStarted):
-            self.status.setText(event.message)
+            self.status.setText(window_words(event.message))
         elif isinstance(event, api.TrialStarted):
             setup = event.spec.setup
             device = event.spec.device
             where = f" on {device}" if device.startswith("gpu:") else ""
             self._running[event.number] = (f"#{event.number}{where}: {setup.label}", "starting")
+            self._started[event.number] = event
             if self._followed is None:
                 self._follow(event)
             self._show_running()
+            self._show_counts()
         elif isinstance(event, api.TrialFinished):
             self._running.pop(event.number, None)
+            self._started.pop(event.number, None)
             if event.number == self._followed:
                 self._followed = None
             self._show_running()
             self.add_trial(event.number, event.stage, event.result)
-            self.progress.setValue(min(self.progress.value() + 1, self.progress.maximum()))
+            if self.counts.left is not None:  # one fewer left until the engine plans again
+                self.counts.left = max(0, self.counts.left - 1)
+            self._show_counts()
         elif isinstance(event, api.Recommended):
             self.show_recommendation(event.recommendation)
 
@@ -383,7 +427,7 @@ class QtMainWindow(QMainWindow):
         comes from the sampler instead)."""
         if (self.profile and self.profile.gpus) or message.t is None or message.rss_mb is None:
             return
-        t = self._trial_started - self._search_started + message.t
+        t = self._time_base + self._trial_started - self._search_started + message.t
         self.plots.add_memory([t], [message.rss_mb])
 
     def _note_running(self, number: int, message: api.WorkerMessage) -> None:
@@ -425,8 +469,36 @@ class QtMainWindow(QMainWindow):
         if self._trial_text:
             self.status.setText(f"{self._trial_text}: {api.PHASES.get(phase, phase)}")
 
-    def add_trial(self, number: int, stage: str, result: api.TrialResult) -> None:
-        """Put a finished trial in the table and the plots."""
+    def _show_counts(self) -> None:
+        """The progress bar from :attr:`counts`, its trials counted from the table and the
+        running ones, so that bar, table and status line never disagree."""
+        counts = self.counts
+        counts.finished = self.table.trials.rowCount()
+        counts.running = len(self._running)
+        if counts.busy:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, max(1, counts.total))
+            self.progress.setValue(counts.finished)
+        self.progress.setFormat(counts.bar_format())
+
+    def add_stopped(
+        self, number: int, stage: str, spec: api.TrialSpec, why: str | None = None
+    ) -> None:
+        """A trial that closed without a result (stopped under a search) keeps its row."""
+        stored = api.StoredTrial(number, stage, None, "FAIL", why, spec)
+        result = self.engine.stored_result(stored, spec)  # the engine's result of such a trial
+        self.table.trials.add(TrialRow(number, stage, result, True))
+
+    def session_seconds(self) -> float:
+        """Now, in the session's time: its earlier runs' seconds and this run's."""
+        return self._time_base + time.monotonic() - self._search_started
+
+    def add_trial(
+        self, number: int, stage: str, result: api.TrialResult, at: float | None = None
+    ) -> None:
+        """Put a finished trial in the table and the plots; its memory peak at ``at`` seconds
+        of the session (now, when None)."""
         self.table.trials.add(TrialRow(number, stage, result))
         setup = result.spec.setup
         sps = result.samples_per_second
@@ -440,8 +512,7 @@ class QtMainWindow(QMainWindow):
                 self.plots.set_baseline_losses(list(result.losses))
         if result.peak_memory_mb:
             self.plots.mark_peak(
-                time.monotonic() - self._search_started if self._search_started else number,
-                result.peak_memory_mb,
+                self.session_seconds() if at is None else at, result.peak_memory_mb
             )
 
     def show_recommendation(self, rec: api.Recommendation) -> None:
@@ -463,18 +534,30 @@ class QtMainWindow(QMainWindow):
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status
+        # The trials the search ended under stay in the table, stopped (the session keeps
+        # them so too: History counts them).
+        for number, started in sorted(self._started.items()):
+            self.add_stopped(number, started.stage, started.spec, "stopped before it finished")
         self._running.clear()
+        self._started.clear()
         self._followed = None
         self._show_running()
         if status == "stopped" and self.session_name:
             self._resumable = (self.session_name, self.setup.model_spec() or "")
-        done = self.table.trials.rowCount()
-        self.progress.setRange(0, max(1, done if status == "done" else self.progress.maximum()))
-        self.progress.setValue(done)
+        self.counts.state = status
+        self._show_counts()
+        message = window_words(message)
         self.status.setText(message if status != "failed" else f"Failed: {message}")
-        if status == "failed" and self.recommendation.recommendation is None:
-            self.recommendation.set_recommendation(None, message)
-            self.tabs.setCurrentWidget(self.recommendation)
+        if self.recommendation.recommendation is None:
+            if status == "failed":
+                self.recommendation.set_recommendation(None, message)
+                self.tabs.setCurrentWidget(self.recommendation)
+            elif status == "stopped":
+                self.recommendation.set_recommendation(
+                    None,
+                    "The search was stopped before it recommended a setup. Its finished "
+                    "trials are kept: press Resume to continue it.",
+                )
         self._update_buttons()
 
     # -- plots -------------------------------------------------------------------------------
@@ -483,7 +566,7 @@ class QtMainWindow(QMainWindow):
             samples = self.sampler.history_since(self._sample_index)
             self._sample_index += len(samples)
             if samples and self._search_started:
-                offset = time.monotonic() - self._search_started - samples[-1].t
+                offset = self.session_seconds() - samples[-1].t
                 self.plots.add_memory(
                     [s.t + offset for s in samples], [s.gpu_used_mb[0] or math.nan for s in samples]
                 )
@@ -500,8 +583,12 @@ class QtMainWindow(QMainWindow):
             self, "Save plots", "mptune-plots.png", "PNG (*.png);;SVG (*.svg)"
         )
         if path:
-            files = self.plots.save(path)
-            self.status.setText(f"Saved {len(files)} plots next to {path}")
+            try:
+                written = self.plots.save(path)
+            except OSError as exc:
+                QMessageBox.warning(self, "Cannot save the plots", str(exc))
+                return
+            self.status.setText(f"Saved the plots to {written}")
 
     # -- files, sessions, export -------------------------------------------------------------
     def open_model(self) -> None:
@@ -536,7 +623,9 @@ class QtMainWindow(QMainWindow):
         self.controller.call(
             lambda: self.engine.open_session(name, storage),
             lambda view: self.show_session(view, storage),
-            lambda exc: QMessageBox.warning(self, "Cannot open the session", str(exc)),
+            lambda exc: QMessageBox.warning(
+                self, "Cannot open the session", window_words(str(exc))
+            ),
             name="open-session",
         )
 
@@ -548,9 +637,20 @@ class QtMainWindow(QMainWindow):
         self.plots.clear()
         self._search_started = 0.0
         self._best_speed = 0.0
+        self._running.clear()
+        self._started.clear()
+        # The session's time as a live search had it: each trial ends after those before it
+        # (their own seconds; the gaps between them are not stored), so that the memory
+        # plot's axis is seconds, as it is live, not trial numbers.
+        elapsed = 0.0
         for stored in view.trials:
             if stored.result is not None:
-                self.add_trial(stored.number, stored.stage, stored.result)
+                elapsed += stored.result.timings.total_s or 0.0
+                self.add_trial(stored.number, stored.stage, stored.result, at=elapsed)
+            elif stored.spec is not None:
+                self.add_stopped(stored.number, stored.stage, stored.spec, stored.note)
+        self.counts = TrialCounts(state="done" if view.recommendation else "stopped")
+        self._show_counts()
         if view.recommendation is not None:
             self.show_recommendation(view.recommendation)
             self._resumable = None
@@ -563,7 +663,7 @@ class QtMainWindow(QMainWindow):
             )
             self.setup.set_model(view.model)
             self._resumable = (view.name, view.model)
-        self.status.setText(f"Session {view.name}: {len(view.trials)} trials")
+        self.status.setText(f"Session {view.name}: {self.counts.bar_format()}")
         self._update_buttons()
 
     def open_export(self, fmt: str = "json") -> None:
@@ -575,7 +675,7 @@ class QtMainWindow(QMainWindow):
         self.controller.call(
             lambda: self.engine.session_config(self.engine.open_session(name, storage)),
             lambda config: self._show_export(config, fmt),
-            lambda exc: QMessageBox.information(self, "Nothing to export", str(exc)),
+            lambda exc: QMessageBox.information(self, "Nothing to export", window_words(str(exc))),
             name="export",
         )
 

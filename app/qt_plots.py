@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-import pyqtgraph.exporters
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QPoint
+from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
+from PySide6.QtWidgets import QGridLayout, QWidget
 
 from tuner.api import POLICIES, Hazard, StepMessage
 
@@ -33,17 +33,57 @@ _MARKER = {
     "low_precision_output": "low-precision output",
     "divergence": "divergence",
 }
+#: The width of a saved figure in pixels: wide enough for a report or a slide.
+REPORT_WIDTH_PX = 1800
 pg.setConfigOptions(antialias=True, background="w", foreground="#222")
 
 
-def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
-    widget = pg.PlotWidget(title=title)
+#: Labels on a vertical axis at least this far apart (a line of 8-9 pt text and a gap).
+MIN_LABEL_PX = 22
+_LOG10_2 = math.log10(2)
+_SUPERSCRIPT = str.maketrans(
+    "-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"
+)
+
+
+class PowersOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
+    """A log axis of loss scales, which are powers of two: ticks at 2^k only (2¹⁵), as many as
+    fit without two labels touching (pyqtgraph's own log ticks labelled 2e+04, 3e+04, ...
+    over each other on a short axis)."""
+
+    def tickValues(self, min_val: float, max_val: float, size: float) -> list[Any]:
+        if not self.logMode:
+            ticks: list[Any] = super().tickValues(min_val, max_val, size)
+            return ticks
+        low, high = sorted((min_val, max_val))
+        first, last = math.ceil(low / _LOG10_2), math.floor(high / _LOG10_2)
+        if last < first:  # inside one power of two: the nearest one
+            first = last = round((low + high) / 2 / _LOG10_2)
+        room = max(1, int(size // MIN_LABEL_PX))
+        step = max(1, math.ceil((last - first + 1) / room))
+        powers = [k for k in range(first, last + 1) if k % step == 0] or [first]
+        return [(step * _LOG10_2, [k * _LOG10_2 for k in powers])]
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        if not self.logMode:
+            strings: list[str] = super().tickStrings(values, scale, spacing)
+            return strings
+        return ["2" + str(round(v / _LOG10_2)).translate(_SUPERSCRIPT) for v in values]
+
+
+def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> pg.PlotWidget:
+    widget = pg.PlotWidget(title=title, axisItems={"left": axis} if axis is not None else None)
     item = widget.getPlotItem()
     item.setLabel("left", left)
     item.setLabel("bottom", bottom)
     item.showGrid(x=True, y=True, alpha=0.2)
     item.setDownsampling(auto=True, mode="peak")
     item.setClipToView(True)
+    # The legend in a row of its own under the plot, outside the data (inside, it covered
+    # points); the plot's named items join it as they are added.
+    legend = pg.LegendItem(labelTextSize="8pt", colCount=4, frame=False, verSpacing=-6)
+    item.layout.addItem(legend, 4, 1)
+    item.legend = legend
     widget.setMinimumSize(220, 160)
     return widget
 
@@ -84,7 +124,9 @@ class QtLivePlots(QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         self.memory = _plot("Memory", "MB", "seconds")
         self.throughput = _plot("Throughput", "samples/s", "batch size")
-        self.loss_scale = _plot("Loss scale (float16)", "scale", "step")
+        self.loss_scale = _plot(
+            "Loss scale (float16)", "scale", "step", PowersOfTwoAxis(orientation="left")
+        )
         self.loss = _plot("Loss", "loss", "step")
         self.throughput.getPlotItem().setLogMode(x=True, y=False)
         self.throughput.getPlotItem().getViewBox().setDefaultPadding(0.12)  # edge points show
@@ -95,14 +137,12 @@ class QtLivePlots(QWidget):
         self.loss_scale.getPlotItem().setLogMode(x=False, y=True)
         for i, plot in enumerate((self.memory, self.throughput, self.loss_scale, self.loss)):
             grid.addWidget(plot, i // 2, i % 2)
-            # Throughput peaks top right (large batch, high rate): its legend goes bottom right.
-            offset = (-5, -5) if plot is self.throughput else (-5, 5)
-            plot.getPlotItem().addLegend(
-                offset=offset, labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 110)
-            )
 
         self._memory = _Series()
-        self.memory_curve = self.memory.plot(pen=pg.mkPen("#6366f1", width=1), name="memory")
+        # A resumed search's samples start after a gap, not joined to the last run's by a line.
+        self.memory_curve = self.memory.plot(
+            pen=pg.mkPen("#6366f1", width=1), name="memory", connect="finite"
+        )
         self.memory_peaks = pg.ScatterPlotItem(
             symbol="t", size=10, brush="#ef4444", name="trial peak"
         )
@@ -184,6 +224,19 @@ class QtLivePlots(QWidget):
     def add_memory(self, times: list[float], values_mb: list[float]) -> None:
         self._memory.extend(times, values_mb)
         self._dirty.add("memory")
+
+    def memory_end(self) -> float:
+        """The session time of the last memory sample or trial peak (0 when there is none)."""
+        xs, _ = self._memory.view()
+        finite = xs[np.isfinite(xs)]
+        ends = [float(finite.max()) if finite.size else 0.0, *(t for t, _ in self._peaks)]
+        return max(ends)
+
+    def break_memory(self) -> None:
+        """End the memory curve's run of samples: the next ones start a new line (a resumed
+        search's time continues the session's, after a gap)."""
+        if self._memory.n:
+            self._memory.extend([self.memory_end()], [math.nan])
 
     def mark_peak(self, t: float, peak_mb: float) -> None:
         self._peaks.append((t, peak_mb))
@@ -343,25 +396,36 @@ class QtLivePlots(QWidget):
     def _draw_loss(self) -> None:
         self.loss_curve.setData(*self._loss.view())
 
-    def save(self, path: str) -> list[str]:
-        """Save each plot as PNG or SVG (by the extension); returns the files written."""
-        stem, dot, ext = path.rpartition(".")
-        if not dot or ext.lower() not in ("png", "svg"):
-            stem, ext = path, "png"
-        written = []
-        for name, plot in (
-            ("memory", self.memory),
-            ("throughput", self.throughput),
-            ("loss_scale", self.loss_scale),
-            ("loss", self.loss),
-        ):
-            target = f"{stem}-{name}.{ext.lower()}"
-            if ext.lower() == "svg":
-                _render_svg(plot, target)
-            else:
-                pg.exporters.ImageExporter(plot.getPlotItem()).export(target)
-            written.append(target)
-        return written
+    def save(self, path: str, width: int = REPORT_WIDTH_PX) -> str:
+        """The four plots as one figure, written to ``path`` as given: SVG when it ends in
+        ``.svg``, else PNG ``width`` pixels wide (``.png`` added to a name without either
+        ending). Returns the file written.
+
+        Raises:
+            OSError: the file could not be written.
+        """
+        if not path.lower().endswith((".png", ".svg")):
+            path += ".png"
+        if path.lower().endswith(".svg"):
+            _render_svg(self, path)
+            return path
+        self.redraw(everything=True)  # what is pending is in the figure too
+        size = self.size()
+        scale = width / max(1, size.width())
+        image = QImage(width, round(size.height() * scale), QImage.Format.Format_ARGB32)
+        image.fill(QColor("white"))
+        painter = QPainter(image)
+        try:
+            # Drawn scaled, not a screenshot scaled up: lines and text stay sharp.
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
+            painter.scale(scale, scale)
+            self.render(painter, QPoint())
+        finally:
+            painter.end()
+        if not image.save(path):
+            raise OSError(f"cannot write {path}")
+        return path
 
 
 def marker_text(hazard: Hazard) -> str:
@@ -372,10 +436,10 @@ def marker_text(hazard: Hazard) -> str:
     return f"\u26a0 {unsafe}{title}" + (f": {hazard.figure}" if hazard.figure else "")
 
 
-def _render_svg(widget: QGraphicsView, path: str) -> None:
-    """A plot as vector SVG through Qt's own generator (pyqtgraph's SVGExporter cannot parse
-    the paths Qt 6.12 writes). A pg.PlotWidget is a QGraphicsView, whose render() draws the
-    scene onto a painter."""
+def _render_svg(widget: QWidget, path: str) -> None:
+    """Plots as vector SVG through Qt's own generator (pyqtgraph's SVGExporter cannot parse
+    the paths Qt 6.12 writes): the widget's render() draws it, and the plots in it (each a
+    QGraphicsView), onto a painter."""
     generator = QSvgGenerator()
     generator.setFileName(path)
     generator.setSize(widget.size())
@@ -383,7 +447,7 @@ def _render_svg(widget: QGraphicsView, path: str) -> None:
     generator.setTitle("mptune plot")
     painter = QPainter(generator)
     try:
-        widget.render(painter)
+        widget.render(painter, QPoint())
     finally:
         painter.end()
 

@@ -9,13 +9,13 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QLabel,
     QPushButton,
-    QScrollArea,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
+from app.words import window_words
 from tuner import api
 
 #: The label colour of a hazard row: an unsafe policy's in red, a warning's in amber.
@@ -42,18 +42,19 @@ class QtRecommendation(QWidget):
         super().__init__(parent)
         self.engine = engine
         layout = QVBoxLayout(self)
-        self.summary = QLabel("No recommendation yet: start a search, or open a past session.")
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
-        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        # Hazards and alternatives make the text longer than the tab: it scrolls.
-        self.scroll_area = QScrollArea()
-        self.scroll_area.setWidget(self.summary)
-        self.scroll_area.setWidgetResizable(True)
-        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        layout.addWidget(self.scroll_area, 1)
+        # Hazards and alternatives make the text longer than the tab: it scrolls, always. A
+        # text browser lays its document out for the width it has and scrolls it itself (a
+        # word-wrapped label in a scroll area kept the height of an earlier text after a
+        # resumed search, and its last rows could not be reached).
+        self.summary = QTextBrowser()
+        self.summary.setOpenLinks(False)
+        self.summary.setFrameShape(QFrame.Shape.NoFrame)
+        self.summary.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.summary.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.summary.viewport().setAutoFillBackground(False)
+        self._html = ""
+        self._show("No recommendation yet: start a search, or open a past session.")
+        layout.addWidget(self.summary, 1)
         buttons = QHBoxLayout()
         self.export_button = QPushButton("Export...")
         self.apply_button = QPushButton("Apply to my script")
@@ -75,9 +76,18 @@ class QtRecommendation(QWidget):
         self.export_button.setEnabled(enabled)
         self.apply_button.setEnabled(enabled)
         if rec is None:
-            self.summary.setText(html.escape(message or "No recommendation."))
+            self._show(html.escape(window_words(message or "No recommendation.")))
             return
-        self.summary.setText(render(rec, self.engine))
+        self._show(render(rec, self.engine))
+
+    def _show(self, text: str) -> None:
+        self._html = text
+        self.summary.setHtml(text)
+        self.summary.verticalScrollBar().setValue(0)  # a new text is read from its top
+
+    def text(self) -> str:
+        """The rich text on show, as it was set (the browser's own HTML is rewritten)."""
+        return self._html
 
 
 def render(rec: api.Recommendation, engine: Any = api) -> str:
@@ -88,6 +98,7 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
     hazard_rows: list[tuple[str, str, str]] = []
     hazards = iter(rec.hazards)
     for i, (label, text) in enumerate(engine.evidence_rows(rec)):
+        text = window_words(text)  # the controls' names, not the command line's flags
         if i == 0:  # the setup: the whole of it, its knobs included
             text = with_knobs(rec.setup, text)
         if label in HAZARD_COLOURS:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.tooltips import TOOLTIPS
+from app.words import window_words
 from tuner import api
 
 _OPEN_FILE = "Open a model file..."
@@ -130,6 +131,9 @@ class QtSetupPanel(QWidget):
         self.loss_scales = QLineEdit(",".join(api.DEFAULT_LOSS_SCALES))
         self.loss_scales.setToolTip(TOOLTIPS["loss_scale"])
         self.loss_scales.textChanged.connect(self._revalidate)
+        # A field longer than its box shows its start (Qt leaves the cursor, and the view, at
+        # the end of a text set in code).
+        self.loss_scales.setCursorPosition(0)
         form.addRow("Loss scales", self.loss_scales)
 
         self.xla = QComboBox()
@@ -273,7 +277,7 @@ class QtSetupPanel(QWidget):
 
     def _revalidate(self) -> None:
         problem = self.problem()
-        self.model_problem.setText(problem or "")
+        self.model_problem.setText(window_words(problem or ""))
         self.model_problem.setVisible(bool(problem))
         valid = problem is None
         if valid != self._valid:
@@ -406,6 +410,7 @@ class QtSetupPanel(QWidget):
         self.batch_min.setValue(int(str(s.value("batch_min", 8))))
         self.batch_max.setValue(int(str(s.value("batch_max", 1024))))
         self.loss_scales.setText(str(s.value("loss_scales", ",".join(api.DEFAULT_LOSS_SCALES))))
+        self.loss_scales.setCursorPosition(0)
         xla = str(s.value("xla", "auto"))
         self.xla.setCurrentText(xla if xla in api.XLA_MODES else "auto")
         # A stored global batch that is not a whole number reads as 0: kept, it is reported.

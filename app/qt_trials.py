@@ -66,17 +66,22 @@ UNSUPPORTED_COLOUR = "#475569"
 #: An input that holds fit below the device's rate: a warning, not a failure.
 INPUT_BOUND_COLOUR = "#b45309"
 UNSUPPORTED_BACKGROUND = "#e2e8f0"
+#: A trial stopped before it finished: no figures, nothing wrong with it; the same quiet look.
+STOPPED_LOOK = (UNSUPPORTED_COLOUR, UNSUPPORTED_BACKGROUND)
 #: The colour of the hazard marker on a trial that stays a candidate (warnings only).
 HAZARD_COLOUR = "#b45309"
 
 
 @dataclass(frozen=True)
 class TrialRow:
-    """One row: a trial's number in its session, the stage that asked for it, its result."""
+    """One row: a trial's number in its session, the stage that asked for it, its result.
+    A trial stopped before it finished (Stop, or a search that ended under it) keeps its row,
+    ``stopped``, with the engine's result of such a trial (no figures, the reason)."""
 
     number: int
     stage: str
     result: api.TrialResult
+    stopped: bool = False
 
 
 class TrialsModel(QAbstractTableModel):
@@ -115,7 +120,7 @@ class TrialsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.UserRole:  # what sorting compares
             return value if value is not None else -math.inf
         if column == "status" and role in _STATUS_ROLES:
-            return _status_data(row.result, role)
+            return _status_data(row.result, role, row.stopped)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("precision", "batch", "knobs"):
             return setup_tooltip(row.result.spec.setup)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("stage", "loss scale"):
@@ -150,7 +155,7 @@ class TrialsModel(QAbstractTableModel):
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
             "loss gap": self.loss_gaps.get(row.number),
-            "status": status_text(r),
+            "status": status_text(r, stopped=row.stopped),
         }[column]
 
     @staticmethod
@@ -191,10 +196,15 @@ class TrialsModel(QAbstractTableModel):
         self.endResetModel()
 
 
-def status_text(result: api.TrialResult) -> str:
-    """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``unsafe ⚠ 2 hazards: why``, ``oom: why``,
-    ``unsupported: why``."""
+def status_text(result: api.TrialResult, stopped: bool = False) -> str:
+    """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``ok, pruned``, ``unsafe ⚠ 2 hazards: why``,
+    ``oom: why``, ``unsupported: why``, ``stopped: why``."""
+    if stopped:
+        why = result.error.message if result.error else ""
+        return why if why.startswith("stopped") else "stopped" + (f": {why}" if why else "")
     text = result.status.value
+    if result.pruned:
+        text += ", pruned"
     if result.hazards:
         n = len(result.hazards)
         text += f" \u26a0 {n} hazard{'s' if n > 1 else ''}"
@@ -217,10 +227,10 @@ _STATUS_LOOKS = {
 }
 
 
-def _status_data(result: api.TrialResult, role: int) -> Any:
-    look = _STATUS_LOOKS.get(result.status)
+def _status_data(result: api.TrialResult, role: int, stopped: bool = False) -> Any:
+    look = STOPPED_LOOK if stopped else _STATUS_LOOKS.get(result.status)
     if role == Qt.ItemDataRole.ToolTipRole:
-        return status_tooltip(result)
+        return status_tooltip(result, stopped)
     if role == Qt.ItemDataRole.ForegroundRole:
         if look is not None:
             return QColor(look[0])
@@ -238,10 +248,15 @@ def setup_tooltip(setup: api.Setup) -> str | None:
     return setup.describe() if setup.knobs or setup.tf32 else None
 
 
-def status_tooltip(result: api.TrialResult) -> str | None:
+def status_tooltip(result: api.TrialResult, stopped: bool = False) -> str | None:
     """The failure's reason and each hazard in full (rich text, so that Qt wraps it); an
-    unsupported knob also says what that status means."""
+    unsupported knob also says what that status means, a pruned trial why it measured less,
+    and a stopped one that it has no figures."""
     parts = []
+    if stopped:
+        parts.append(f"<p>{html.escape(TOOLTIPS['stopped'], quote=False)}</p>")
+    if result.pruned:
+        parts.append(f"<p>{html.escape(result.pruned_words, quote=False)}</p>")
     if result.error is not None:
         parts.append(f"<p>{html.escape(result.error.message, quote=False)}</p>")
     if result.status is api.TrialStatus.UNSUPPORTED:

@@ -87,4 +87,9 @@ TOOLTIPS = {
         "while the same setup without it trains: the search drops the knob for this "
         "model. Nothing else is wrong with the setup."
     ),
+    "stopped": (
+        "This trial was stopped before it finished (by Stop, or by a search that ended "
+        "while it ran): it has no figures and counts for nothing. Resume runs its setup "
+        "again if the search still needs it."
+    ),
 }

@@ -255,7 +255,7 @@ def test_the_recommendation_shows_each_hazard_with_evidence_and_fix(qtbot) -> No
     panel = QtRecommendation()
     qtbot.addWidget(panel)
     panel.set_recommendation(recommendation((INTEGER_CAST, OUTPUT)))
-    text = panel.summary.text()
+    text = panel.text()
     for hazard in (INTEGER_CAST, OUTPUT):
         assert html.escape(hazard.evidence) in text
         assert f"<i>Fix:</i> {html.escape(hazard.fix)}" in text
@@ -267,8 +267,19 @@ def test_the_recommendation_shows_each_hazard_with_evidence_and_fix(qtbot) -> No
     alternative_at = text.index("Alternative")
     assert setup_at < unsafe_at < throughput_at < warning_at < alternative_at
     assert "\u26a0&nbsp;Unsafe" in text and "\u26a0&nbsp;Hazard" in text
-    # A long recommendation scrolls inside its tab, the buttons stay in view.
-    assert panel.scroll_area.widget() is panel.summary and panel.summary.wordWrap()
+    # A long recommendation scrolls inside its tab, the buttons stay in view; and it still
+    # does after a search's "Searching..." stood in between (it did not after a resume).
+    panel.resize(420, 220)
+    panel.show()
+    qtbot.waitExposed(panel)
+    bar = panel.summary.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0)
+    panel.set_recommendation(None, "Searching...")
+    qtbot.waitUntil(lambda: bar.maximum() == 0)
+    panel.set_recommendation(recommendation((INTEGER_CAST, OUTPUT)))
+    qtbot.waitUntil(lambda: bar.maximum() > 0)
+    bar.setValue(bar.maximum())  # the last row can be reached
+    assert panel.export_button.isVisible()
 
     panel.set_recommendation(recommendation(()))
-    assert "Unsafe" not in panel.summary.text() and "Hazard" not in panel.summary.text()
+    assert "Unsafe" not in panel.text() and "Hazard" not in panel.text()

@@ -264,7 +264,7 @@ def test_the_recommendation_shows_the_setups_knobs(qtbot) -> None:
     panel = QtRecommendation()
     qtbot.addWidget(panel)
     panel.set_recommendation(recommendation(KNOBBED))
-    text = panel.summary.text()
+    text = panel.text()
     setup_row = text[: text.index("Throughput")].lower()
     assert "tf32" in setup_row and "xla" in setup_row
     assert "steps per execution" in setup_row or "spe4" in setup_row
@@ -272,7 +272,7 @@ def test_the_recommendation_shows_the_setups_knobs(qtbot) -> None:
     assert "64" in setup_row  # the global batch
 
     panel.set_recommendation(recommendation(api.Setup("float32", 64)))
-    text = panel.summary.text()
+    text = panel.text()
     # A setup without knobs: its setup line adds none (the evidence rows say "off" for each).
     setup_row = text[: text.index("Throughput")]
     assert "XLA" not in setup_row and "TF32" not in setup_row and "accumulation" not in setup_row

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from app.qt_plots import QtLivePlots
 from app.qt_trials import COLUMNS
@@ -29,7 +30,7 @@ def test_replayed_search_fills_table_plots_and_recommendation(
     assert plotted == len(ok)
     assert window.plots.baseline_line.isVisible()
     assert window.plots.memory_curve.getData()[0] is not None
-    assert "Setup" in window.recommendation.summary.text()
+    assert "Setup" in window.recommendation.text()
     assert window.session_name == "recorded"
 
 
@@ -89,12 +90,24 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
     assert 3 < low < 4.3 and 4.4 < high < 6
 
 
-def test_plots_save_png_and_svg(qtbot, tmp_path) -> None:
+def test_plots_save_one_figure_as_named(qtbot, tmp_path) -> None:
+    """Save plots writes the file the user named: one figure of the four plots, a PNG wide
+    enough for a report (it wrote four small PNGs beside the name), or an SVG."""
+    from PySide6.QtGui import QImage
+
     plots = QtLivePlots()
     qtbot.addWidget(plots)
-    plots.resize(800, 600)
+    plots.resize(800, 440)
     plots.add_memory([0, 1, 2], [100, 120, 110])
-    plots.redraw(everything=True)
-    files = plots.save(str(tmp_path / "plots.svg")) + plots.save(str(tmp_path / "plots.png"))
-    assert len(files) == 8
-    assert all((tmp_path / f).stat().st_size > 0 for f in files)
+    png = plots.save(str(tmp_path / "report.png"))
+    assert png == str(tmp_path / "report.png")
+    image = QImage(png)
+    assert image.width() >= 1600 and image.height() == round(440 * image.width() / 800)
+    # Drawn, not blank: the four plots' frames and curves leave many colours.
+    colours = {image.pixel(x, y) for x in range(0, image.width(), 7) for y in (100, 400, 700)}
+    assert len(colours) > 10
+    svg = plots.save(str(tmp_path / "report.svg"))
+    text = Path(svg).read_text()
+    assert text.startswith("<?xml") and "<svg" in text and "Throughput" in text
+    assert plots.save(str(tmp_path / "noext")) == str(tmp_path / "noext.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noext.png", "report.png", "report.svg"]

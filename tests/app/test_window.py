@@ -13,6 +13,7 @@ import psutil
 import pytest
 from PySide6.QtCore import QSettings, Qt, QTimer
 
+from app.qt_export import FORMATS
 from app.qt_setup import QtSetupPanel
 from tuner import api
 
@@ -23,6 +24,10 @@ def test_hardware_is_shown_without_a_gpu(make_window) -> None:
     window = make_window("no_driver")
     text = window.hardware.verdict.text()
     assert "no NVIDIA GPU found" in text and "no NVIDIA driver" in text
+    # Said once: no card repeats it (the verdict's tooltip says what it means).
+    cards = [label.text() for label in window.hardware.findChildren(type(window.status))]
+    assert sum("NVIDIA GPU" in card for card in cards) == 1
+    assert "CPU" in window.hardware.verdict.toolTip()
     assert window.start_button.isEnabled()  # no GPU: it still tunes, on the CPU
 
 
@@ -88,7 +93,7 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
     assert finished.args[0] == "done", finished.args
     rec = window.recommendation.recommendation
     assert rec is not None and rec.setup.policy == "float32" and rec.setup.batch_size in (8, 16)
-    assert "float32 at batch size" in window.recommendation.summary.text()
+    assert "float32 at batch size" in window.recommendation.text()
     assert window.table.trials.rowCount() >= 2
     assert window.tabs.currentWidget() is window.recommendation
     assert len(window.plots.throughput_points["float32"].xData) >= 2
@@ -99,14 +104,20 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
         timeout=10_000,
     )
     dialog = window.export_dialog
-    dialog.keras.setCurrentIndex(1)  # Keras 2: the script is Keras 3 only, said inline
-    qtbot.waitUntil(lambda: "Keras 3 only" in dialog.problem.text())
-    assert not dialog.save_button.isEnabled()
-    with qtbot.waitSignal(dialog.rendered):
-        dialog.keras.setCurrentIndex(0)
+    # Keras 2 is greyed out for the script (Keras 3 only), its tooltip says why in the
+    # window's words; the snippet offers it.
+    keras2 = dialog.keras.model().item(1)
+    qtbot.waitUntil(lambda: bool(dialog.keras2_problems))
+    assert not keras2.isEnabled() and "Keras 3 only" in keras2.toolTip()
+    assert "--" not in keras2.toolTip()
+    dialog.format.setCurrentIndex(list(FORMATS.values()).index("snippet"))
+    assert keras2.isEnabled()
+    dialog.format.setCurrentIndex(list(FORMATS.values()).index("script"))
+    qtbot.waitUntil(lambda: "def main(" in dialog.text())
     with qtbot.waitSignal(dialog.saved) as saved:
         dialog.save_to(tmp_path / "train tuned.py")
     script = saved.args[0]
+    assert dialog.problem.text() == f"Saved to {script}"  # the user sees it was written
     dialog.close()
     proc = subprocess.run(
         [sys.executable, str(script), "--max-steps", "2"],
@@ -252,7 +263,7 @@ def test_first_start_selects_the_builtin_cnn(make_window) -> None:
     assert window.setup.model_spec() == "builtin:cnn"  # as the README says
 
 
-@pytest.mark.parametrize("width, height", [(1280, 800), (1366, 768)])
+@pytest.mark.parametrize("width, height", [(1280, 720), (1280, 800), (1366, 768)])
 def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -> None:
     window = make_window()
     window.resize(width, height)
@@ -383,3 +394,34 @@ def test_the_sampler_gets_its_nvml_backend_from_the_engine(qtbot) -> None:
         assert len(sampler.latest().gpu_total_mb) == 4
     finally:
         sampler.stop()
+
+
+@pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
+def test_the_window_fits_the_screen_it_opens_on(make_window, qtbot, width, height) -> None:
+    """Sized to the screen (and a geometry remembered from a larger one brought within it);
+    every control reachable at 1280x720: the settings panel scrolls to its last row."""
+    from PySide6.QtCore import QRect
+
+    window = make_window()
+    window.resize(1900, 1200)  # remembered from a larger screen
+    window.move(600, 400)
+    area = QRect(0, 0, width, height)
+    window.fit_within(area)
+    assert window.width() <= width and window.height() <= height - 32
+    assert area.contains(window.geometry())
+    assert window.minimumSizeHint().height() <= 720 - 32
+    window.show()
+    qtbot.waitExposed(window)
+    scroll = window.settings_scroll
+    scroll.ensureWidgetVisible(window.setup.storage)
+    viewport = scroll.viewport()
+
+    def storage_in_view() -> bool:
+        top_left = window.setup.storage.mapTo(viewport, window.setup.storage.rect().topLeft())
+        return top_left.y() >= 0 and top_left.y() + window.setup.storage.height() <= (
+            viewport.height()
+        )
+
+    qtbot.waitUntil(storage_in_view)
+    start = window.start_button.mapTo(window, window.start_button.rect().bottomRight())
+    assert start.y() < window.height()

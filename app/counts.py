@@ -1,0 +1,63 @@
+"""The window's trial counts, from one place: the progress bar, the status line and the table
+read them here, so that they agree at every moment (live, after Stop, after Resume, after
+opening a past session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: What the progress bar says once no search runs, by how the last one ended.
+_ENDED = {
+    "done": "{n} trials, finished",
+    "stopped": "{n} trials, stopped",
+    "failed": "{n} trials, failed",
+    "opened": "{n} trials",
+}
+
+
+@dataclass
+class TrialCounts:
+    """Counts of one session's trials as the window shows them.
+
+    Attributes:
+        finished: trials with a row in the table: run now, recalled from the session, or
+            stopped before they finished.
+        running: trials running now.
+        left: the engine's estimate of the trials not closed yet, running ones included
+            (``PlanUpdated.planned - done``); None before the engine made a plan.
+        state: ``idle`` (nothing shown), ``searching``, or how the shown session ended:
+            ``done``, ``stopped``, ``failed``, ``opened`` (a past session, read).
+    """
+
+    finished: int = 0
+    running: int = 0
+    left: int | None = None
+    state: str = "idle"
+
+    @property
+    def total(self) -> int:
+        """The trials the search will have: those finished, and what is left, never fewer
+        than the ones running now (the engine's estimate can fall short of them)."""
+        if self.state != "searching":
+            return self.finished
+        return self.finished + max(self.running, self.left or 0)
+
+    @property
+    def busy(self) -> bool:
+        """A search that has no count to show yet (starting, before its first plan)."""
+        return self.state == "searching" and self.left is None and not self.finished
+
+    def bar_format(self) -> str:
+        """The progress bar's text (Qt's ``%v``/``%m`` placeholders where they apply)."""
+        if self.state == "idle":
+            return "no trials yet"
+        if self.state == "searching":
+            running = f", {self.running} running" if self.running > 1 else ""
+            return f"%v / %m trials{running}"
+        return _ENDED[self.state].format(n=self.finished).replace("1 trials", "1 trial")
+
+    def words(self) -> str:
+        """The counts in a sentence, for the status line's tooltip and tests."""
+        if self.state == "searching":
+            return f"{self.finished} of about {self.total} trials finished, {self.running} running"
+        return self.bar_format()

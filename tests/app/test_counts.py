@@ -1,0 +1,134 @@
+"""The window's counts from one source: the progress bar, the status line, the table and
+History agree live, after Stop, after Resume and after opening a past session (issue 27)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from app.counts import TrialCounts
+from tuner import api
+
+MODEL = "builtin:mlp"
+
+
+def spec(batch: int) -> api.TrialSpec:
+    return api.TrialSpec.create(MODEL, "float32", batch, device="cpu")
+
+
+def ok(batch: int) -> api.TrialResult:
+    return api.TrialResult(spec(batch), api.TrialStatus.OK, samples_per_second=1000.0 * batch)
+
+
+class ScriptedEngine:
+    """tuner.api with a scripted search: each call to tune plays the next script's events,
+    pausing at each ``"wait"`` until the test lets it go on, or until Stop."""
+
+    def __init__(self, *scripts: list) -> None:
+        self.scripts = list(scripts)
+        self.go_on = threading.Event()
+        self.paused = threading.Event()
+
+    def __getattr__(self, name: str):
+        return getattr(api, name)
+
+    def tune(self, model=None, *, on_event, cancel, **kwargs):
+        ran = 0
+        for event in self.scripts.pop(0):
+            if event == "wait":
+                self.go_on.clear()
+                self.paused.set()
+                while not self.go_on.wait(0.01):
+                    if cancel.is_set():
+                        raise KeyboardInterrupt
+                self.paused.clear()
+                continue
+            ran += isinstance(event, api.TrialFinished)
+            on_event(event)
+        return SimpleNamespace(session="counted", ran=ran, recalled=0)
+
+
+def bar(window) -> str:
+    """The progress bar's text as the user reads it."""
+    return window.progress.text()
+
+
+def test_counts_agree_live_after_stop_resume_and_reopen(make_window, qtbot) -> None:
+    first = [
+        api.SessionOpened("counted", MODEL),
+        api.PlanUpdated(0, 3),
+        api.TrialStarted(0, "baseline", spec(16)),
+        api.TrialFinished(0, "baseline", ok(16)),
+        # The engine's estimate falls short: it thinks one trial in all is done.
+        api.PlanUpdated(1, 1),
+        api.TrialStarted(1, "batch", spec(32)),
+        "wait",
+    ]
+    second = [
+        api.SessionOpened("counted", MODEL, resumed=True),
+        api.PlanUpdated(2, 3),
+        api.TrialStarted(2, "batch", spec(32)),
+        "wait",
+        api.TrialFinished(2, "batch", ok(32)),
+        api.PlanUpdated(3, 3),
+    ]
+    engine = ScriptedEngine(first, second)
+    window = make_window(engine=engine)
+    assert bar(window) == "no trials yet"  # idle: not "0 / 1"
+    window.setup.set_model(MODEL)
+    qtbot.waitUntil(window.start_button.isEnabled)
+    window.start_search()
+    qtbot.waitUntil(lambda: engine.paused.is_set() and window.counts.running == 1)
+    # Trial #1 runs: the bar never reads "1 / 1" while a trial is still to finish.
+    assert bar(window) == "1 / 2 trials" and window.table.trials.rowCount() == 1
+
+    with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
+        window.stop_button.click()
+    # The stopped trial keeps its row, marked stopped; the bar counts it as History will.
+    rows = window.table.trials.rows
+    assert [(r.number, r.stopped) for r in rows] == [(0, False), (1, True)]
+    status = window.table.trials.index(1, window.table.trials.columnCount() - 1).data()
+    assert status.startswith("stopped")
+    assert bar(window) == "2 trials, stopped"
+    assert "Resume" in window.recommendation.text()  # not "Searching..."
+
+    window.start_search()  # Resume: the rows stay, the count goes on from them
+    qtbot.waitUntil(lambda: engine.paused.is_set() and window.counts.running == 1)
+    assert bar(window) == "2 / 3 trials"
+    engine.go_on.set()
+    qtbot.waitUntil(lambda: window.finished_status == "done", timeout=5_000)
+    assert [r.number for r in window.table.trials.rows] == [0, 1, 2]
+    assert bar(window) == "3 trials, finished"
+
+    # Opened again from History: the same rows, the same count (a stopped trial included).
+    view = api.SessionView(
+        "counted",
+        MODEL,
+        None,
+        {},
+        {},
+        {},
+        (
+            api.StoredTrial(0, "baseline", ok(16), "COMPLETE"),
+            api.StoredTrial(1, "batch", None, "FAIL", "stopped by its search", spec(32)),
+            api.StoredTrial(2, "batch", ok(32), "COMPLETE"),
+        ),
+        None,
+    )
+    window.show_session(view, None)
+    assert [(r.number, r.stopped) for r in window.table.trials.rows] == [
+        (0, False),
+        (1, True),
+        (2, False),
+    ]
+    assert bar(window) == "3 trials, stopped"  # no recommendation: the search did not finish
+    assert "3 trials" in window.status.text()
+
+
+def test_counts_never_say_a_running_trial_is_the_last_done() -> None:
+    counts = TrialCounts(finished=13, running=1, left=0, state="searching")
+    assert counts.total == 14 and counts.bar_format() == "%v / %m trials"
+    counts = TrialCounts(finished=4, running=3, left=5, state="searching")
+    assert counts.total == 9 and counts.bar_format() == "%v / %m trials, 3 running"
+    assert TrialCounts(state="searching").busy
+    assert TrialCounts(finished=1, state="stopped").bar_format() == "1 trial, stopped"

@@ -1,0 +1,78 @@
+"""Plots that carry a session (issue 27): time is the session's across resumes (a gap, not a
+diagonal), a reopened session has the live axes, labels never overlap, legends sit outside the
+data."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from app.qt_plots import MIN_LABEL_PX, PowersOfTwoAxis, QtLivePlots
+from tuner import api
+
+
+def test_loss_scale_ticks_are_powers_of_two_that_never_touch(qtbot) -> None:
+    axis = PowersOfTwoAxis(orientation="left")
+    axis.setLogMode(False, True)
+    for low, high, pixels in [(2**14, 2**15, 150), (1, 2**24, 100), (2**10, 2**30, 400)]:
+        ((spacing, values),) = axis.tickValues(math.log10(low), math.log10(high), pixels)
+        span = math.log10(high) - math.log10(low)
+        gap_px = spacing / span * pixels
+        assert len(values) == 1 or gap_px >= MIN_LABEL_PX, (low, high, gap_px)
+        powers = [v / math.log10(2) for v in values]
+        assert all(abs(p - round(p)) < 1e-9 for p in powers)
+    labels = axis.tickStrings([15 * math.log10(2), 24 * math.log10(2)], 1.0, 1.0)
+    assert labels == ["2\u00b9\u2075", "2\u00b2\u2074"]
+
+
+def test_the_memory_line_breaks_where_a_resumed_search_begins(qtbot) -> None:
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.add_memory([0.0, 1.0, 2.0], [100.0, 120.0, 110.0])
+    plots.mark_peak(2.5, 130.0)
+    assert plots.memory_end() == 2.5
+    plots.break_memory()
+    plots.add_memory([4.5, 5.5], [105.0, 115.0])
+    plots.redraw(everything=True)
+    xs, ys = plots.memory_curve.getData()
+    assert list(xs) == [0.0, 1.0, 2.0, 2.5, 4.5, 5.5]  # time goes on: it never restarts at 0
+    assert np.isnan(ys[3]) and np.isfinite(ys[[0, 1, 2, 4, 5]]).all()
+    assert plots.memory_curve.opts["connect"] == "finite"  # so no line crosses the gap
+
+
+def test_legends_sit_outside_the_data(qtbot) -> None:
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.resize(900, 500)
+    plots.show()
+    qtbot.waitExposed(plots)
+    for plot in (plots.memory, plots.throughput, plots.loss_scale, plots.loss):
+        item = plot.getPlotItem()
+        legend = item.legend
+        assert legend.items, "the plot's named items are in its legend"
+        data = item.vb.sceneBoundingRect()
+        assert not legend.sceneBoundingRect().intersects(data)
+
+
+def test_a_reopened_session_plots_memory_over_seconds(make_window) -> None:
+    window = make_window()
+
+    def trial(number: int, total_s: float, peak: float) -> api.StoredTrial:
+        spec = api.TrialSpec.create("builtin:mlp", "float32", 16 * (number + 1), device="cpu")
+        result = api.TrialResult(
+            spec,
+            api.TrialStatus.OK,
+            samples_per_second=1000.0,
+            peak_memory_mb=peak,
+            timings=api.Timings(total_s=total_s),
+        )
+        return api.StoredTrial(number, "batch", result, "COMPLETE")
+
+    view = api.SessionView(
+        "old", "builtin:mlp", None, {}, {}, {}, (trial(0, 4.0, 300.0), trial(1, 6.0, 350.0)), None
+    )
+    window.show_session(view, None)
+    # Seconds of the session, as a live search has them (each trial after those before it),
+    # not the trials' numbers 0 and 1.
+    assert window.plots._peaks == [(4.0, 300.0), (10.0, 350.0)]
