@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.counts import trials
 from tuner import api
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class EngineBridge(QObject):
             result = request.run(self._enqueue, self._cancel, via=self._engine.tune)
             outcome = (
                 "done",
-                f"session {result.session}: {result.ran} trials run, {result.recalled} recalled",
+                f"session {result.session}: {trials(result.ran)} run, {result.recalled} recalled",
             )
         except (api.TrialCancelled, KeyboardInterrupt):
             outcome = ("stopped", "stopped: finished trials are kept in the session")

@@ -8,11 +8,16 @@ from dataclasses import dataclass
 
 #: What the progress bar says once no search runs, by how the last one ended.
 _ENDED = {
-    "done": "{n} trials, finished",
-    "stopped": "{n} trials, stopped",
-    "failed": "{n} trials, failed",
-    "opened": "{n} trials",
+    "done": "{trials}, finished",
+    "stopped": "{trials}, stopped",
+    "failed": "{trials}, failed",
+    "opened": "{trials}",
 }
+
+
+def trials(n: int) -> str:
+    """``1 trial``, ``21 trials``."""
+    return f"{n} trial{'' if n == 1 else 's'}"
 
 
 @dataclass
@@ -54,7 +59,7 @@ class TrialCounts:
         if self.state == "searching":
             running = f", {self.running} running" if self.running > 1 else ""
             return f"%v / %m trials{running}"
-        return _ENDED[self.state].format(n=self.finished).replace("1 trials", "1 trial")
+        return _ENDED[self.state].format(trials=trials(self.finished))
 
     def words(self) -> str:
         """The counts in a sentence, for the status line's tooltip and tests."""

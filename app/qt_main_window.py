@@ -547,6 +547,9 @@ class QtMainWindow(QMainWindow):
         self.counts.state = status
         self._show_counts()
         message = window_words(message)
+        stopped = sum(row.stopped for row in self.table.trials.rows)
+        if status == "done" and stopped:  # so that the line adds up to the bar's count
+            message += f", {stopped} stopped before"
         self.status.setText(message if status != "failed" else f"Failed: {message}")
         if self.recommendation.recommendation is None:
             if status == "failed":

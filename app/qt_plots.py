@@ -72,10 +72,13 @@ class PowersOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untype
 
 
 def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> pg.PlotWidget:
-    widget = pg.PlotWidget(title=title, axisItems={"left": axis} if axis is not None else None)
+    # The x axis is named in the title ("Loss by step"), not under its ticks: that row holds
+    # the legend instead, and the data keeps the height.
+    widget = pg.PlotWidget(
+        title=f"{title} by {bottom}", axisItems={"left": axis} if axis is not None else None
+    )
     item = widget.getPlotItem()
     item.setLabel("left", left)
-    item.setLabel("bottom", bottom)
     item.showGrid(x=True, y=True, alpha=0.2)
     item.setDownsampling(auto=True, mode="peak")
     item.setClipToView(True)
@@ -122,7 +125,7 @@ class QtLivePlots(QWidget):
         super().__init__(parent)
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
-        self.memory = _plot("Memory", "MB", "seconds")
+        self.memory = _plot("Memory", "MB", "seconds of the session")
         self.throughput = _plot("Throughput", "samples/s", "batch size")
         self.loss_scale = _plot(
             "Loss scale (float16)", "scale", "step", PowersOfTwoAxis(orientation="left")
@@ -247,7 +250,9 @@ class QtLivePlots(QWidget):
             self.budget_line.setValue(budget_mb)
         self.budget_line.setVisible(bool(budget_mb))
         self.memory.getPlotItem().setTitle(
-            f"Memory (budget {budget_mb:,.0f} MB)" if budget_mb else "Memory"
+            f"Memory over seconds (budget {budget_mb:,.0f} MB)"
+            if budget_mb
+            else "Memory over seconds"
         )
 
     def add_throughput(self, policy: str, batch_size: int, samples_per_second: float) -> None:

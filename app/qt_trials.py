@@ -139,7 +139,12 @@ class TrialsModel(QAbstractTableModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
+    #: What a stopped trial shows: its setup and why; it measured nothing.
+    _STOPPED_SHOWS = ("#", "stage", "precision", "batch", "loss scale", "knobs", "status")
+
     def _value(self, row: TrialRow, column: str) -> Any:
+        if row.stopped and column not in self._STOPPED_SHOWS:
+            return None
         r = row.result
         setup = r.spec.setup
         return {

@@ -7,6 +7,7 @@ import threading
 from types import SimpleNamespace
 
 from app.counts import TrialCounts
+from app.qt_trials import COLUMNS
 from tuner import api
 
 MODEL = "builtin:mlp"
@@ -89,6 +90,8 @@ def test_counts_agree_live_after_stop_resume_and_reopen(make_window, qtbot) -> N
     assert [(r.number, r.stopped) for r in rows] == [(0, False), (1, True)]
     status = window.table.trials.index(1, window.table.trials.columnCount() - 1).data()
     assert status.startswith("stopped")
+    skipped = window.table.trials.index(1, COLUMNS.index("skipped")).data()
+    assert skipped == ""  # it measured nothing: no figure, not a 0
     assert bar(window) == "2 trials, stopped"
     assert "Resume" in window.recommendation.text()  # not "Searching..."
 
@@ -99,6 +102,8 @@ def test_counts_agree_live_after_stop_resume_and_reopen(make_window, qtbot) -> N
     qtbot.waitUntil(lambda: window.finished_status == "done", timeout=5_000)
     assert [r.number for r in window.table.trials.rows] == [0, 1, 2]
     assert bar(window) == "3 trials, finished"
+    # The status line's figures add up to the bar's: run now, and the one stopped before.
+    assert window.status.text().endswith("1 trial run, 0 recalled, 1 stopped before")
 
     # Opened again from History: the same rows, the same count (a stopped trial included).
     view = api.SessionView(
@@ -132,3 +137,4 @@ def test_counts_never_say_a_running_trial_is_the_last_done() -> None:
     assert counts.total == 9 and counts.bar_format() == "%v / %m trials, 3 running"
     assert TrialCounts(state="searching").busy
     assert TrialCounts(finished=1, state="stopped").bar_format() == "1 trial, stopped"
+    assert TrialCounts(finished=21, state="done").bar_format() == "21 trials, finished"
