@@ -56,7 +56,13 @@ def main(out_dir: str) -> int:
         window.start_search()
         wait(lambda: window.table.trials.rowCount() >= 4, 300)
         window.grab().save(str(out / "searching.png"))
-        wait(lambda: window.finished_status is not None, 600)
+        # Stopped mid-trial and resumed, as a user would: the stopped trial keeps its row, the
+        # memory plot goes on after a gap, the counts add up.
+        window.stop_search()
+        wait(lambda: window.finished_status is not None, 30)
+        wait(window.start_button.isEnabled, 10)  # reads Resume once the search thread ended
+        window.start_search()
+        wait(lambda: window.finished_status not in (None, "stopped"), 600)
         window.tabs.setCurrentWidget(window.recommendation)
         wait(lambda: False, 0.5)
         window.grab().save(str(out / "recommendation.png"))
@@ -64,11 +70,11 @@ def main(out_dir: str) -> int:
         window.table.selectRow(0)
         wait(lambda: False, 0.5)
         window.grab().save(str(out / "trials.png"))
-        dialog = window.open_export("snippet")
-        if dialog is not None:
-            wait(lambda: False, 0.5)
-            dialog.grab().save(str(out / "export.png"))
-            dialog.close()
+        window.open_export("snippet")  # read off the GUI thread: the dialog comes later
+        wait(lambda: window.export_dialog is not None and bool(window.export_dialog.text()), 30)
+        if window.export_dialog is not None:
+            window.export_dialog.grab().save(str(out / "export.png"))
+            window.export_dialog.close()
         window.resize(900, 600)
         wait(lambda: False, 0.5)
         window.grab().save(str(out / "small-window.png"))
