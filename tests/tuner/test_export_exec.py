@@ -200,13 +200,17 @@ def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
     )
 
 
-def test_script_for_a_model_with_a_dict_of_inputs(tmp_path: Path) -> None:
-    """Two named inputs of different shapes and no make_dataset: the script makes its data in
-    the dict the model was built with, as fit expects (a tuple trains too, but Keras warns that
-    the structure does not match, and other backends may refuse it)."""
+@pytest.mark.parametrize(
+    "inputs", ['{"image": image, "table": table}', "[image, table]"], ids=["dict", "list"]
+)
+def test_script_for_a_model_with_two_inputs(tmp_path: Path, inputs: str) -> None:
+    """Two inputs of different shapes and no make_dataset: the script makes its data in the
+    structure the model was built with, as fit expects (a tuple trains too, but Keras warns that
+    the structure does not match, and other backends may refuse it). A list of them once failed
+    in tf.data ("Can't convert non-rectangular Python sequence to Tensor")."""
     model = tmp_path / "two_inputs.py"
     model.write_text(
-        textwrap.dedent("""
+        textwrap.dedent(f"""
         import keras
 
         def build_model():
@@ -214,7 +218,7 @@ def test_script_for_a_model_with_a_dict_of_inputs(tmp_path: Path) -> None:
             table = keras.Input((5,), name="table")
             a = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(image))
             x = keras.layers.Concatenate()([a, keras.layers.Dense(4)(table)])
-            model = keras.Model({"image": image, "table": table}, keras.layers.Dense(2)(x))
+            model = keras.Model({inputs}, keras.layers.Dense(2)(x))
             model.compile("adam", "mse")
             return model
     """)
