@@ -11,7 +11,6 @@ _ENDED = {
     "done": "{trials}, finished",
     "stopped": "{trials}, stopped",
     "failed": "{trials}, failed",
-    "opened": "{trials}",
 }
 
 
@@ -30,8 +29,8 @@ class TrialCounts:
         running: trials running now.
         left: the engine's estimate of the trials not closed yet, running ones included
             (``PlanUpdated.planned - done``); None before the engine made a plan.
-        state: ``idle`` (nothing shown), ``searching``, or how the shown session ended:
-            ``done``, ``stopped``, ``failed``, ``opened`` (a past session, read).
+        state: ``idle`` (nothing shown), ``searching``, or how the shown session (live, or
+            opened from History) ended: ``done``, ``stopped``, ``failed``.
     """
 
     finished: int = 0
@@ -60,9 +59,3 @@ class TrialCounts:
             running = f", {self.running} running" if self.running > 1 else ""
             return f"%v / %m trials{running}"
         return _ENDED[self.state].format(trials=trials(self.finished))
-
-    def words(self) -> str:
-        """The counts in a sentence, for the status line's tooltip and tests."""
-        if self.state == "searching":
-            return f"{self.finished} of about {self.total} trials finished, {self.running} running"
-        return self.bar_format()

@@ -91,10 +91,9 @@ class QtMainWindow(QMainWindow):
         self._time_base = 0.0
         self._trial_started = 0.0
         self._trial_text = ""  # the followed trial, as the status line names it
-        #: the running trials (several with --parallel): number -> (name, what it does now)
-        self._running: dict[int, tuple[str, str]] = {}
-        #: how each running trial started, for its row should the search stop under it
-        self._started: dict[int, api.TrialStarted] = {}
+        #: the running trials (several with --parallel): number -> (how it started, what it
+        #: does now); how it started gives its row should the search stop under it
+        self._running: dict[int, tuple[api.TrialStarted, str]] = {}
         #: the trial counts the progress bar, the status line and the table agree on
         self.counts = TrialCounts()
         #: the running trial the live plots and the status line follow (the oldest)
@@ -339,7 +338,6 @@ class QtMainWindow(QMainWindow):
         self.recommendation.set_recommendation(None, "Searching...")
         self._search_started = time.monotonic()
         self._running.clear()
-        self._started.clear()
         self._followed = None
         self._show_running()
         self.finished_status = None
@@ -391,18 +389,13 @@ class QtMainWindow(QMainWindow):
         elif isinstance(event, api.StageStarted):
             self.status.setText(window_words(event.message))
         elif isinstance(event, api.TrialStarted):
-            setup = event.spec.setup
-            device = event.spec.device
-            where = f" on {device}" if device.startswith("gpu:") else ""
-            self._running[event.number] = (f"#{event.number}{where}: {setup.label}", "starting")
-            self._started[event.number] = event
+            self._running[event.number] = (event, "starting")
             if self._followed is None:
                 self._follow(event)
             self._show_running()
             self._show_counts()
         elif isinstance(event, api.TrialFinished):
             self._running.pop(event.number, None)
-            self._started.pop(event.number, None)
             if event.number == self._followed:
                 self._followed = None
             self._show_running()
@@ -440,11 +433,11 @@ class QtMainWindow(QMainWindow):
             doing = f"{message.phase} step {message.step}"
         else:
             return
-        name, _ = self._running[number]
-        self._running[number] = (name, doing)
+        started, _ = self._running[number]
+        self._running[number] = (started, doing)
         card = self.running_strip.findChild(QLabel, f"running-{number}")
         if card is not None:  # a step changes one card's text, not the strip
-            card.setText(f"<b>{name}</b><br>{doing}")
+            card.setText(f"<b>{_card_name(started)}</b><br>{doing}")
 
     def _show_running(self) -> None:
         """The trials running at once, side by side (hidden while one runs at a time)."""
@@ -458,8 +451,8 @@ class QtMainWindow(QMainWindow):
         self.running_strip.setVisible(several)
         if not several:
             return
-        for number, (name, doing) in sorted(self._running.items()):
-            card = QLabel(f"<b>{name}</b><br>{doing}")
+        for number, (started, doing) in sorted(self._running.items()):
+            card = QLabel(f"<b>{_card_name(started)}</b><br>{doing}")
             card.setObjectName(f"running-{number}")
             card.setFrameShape(QFrame.Shape.StyledPanel)
             card.setToolTip("followed by the plots" if number == self._followed else "")
@@ -536,10 +529,9 @@ class QtMainWindow(QMainWindow):
         self.finished_status = status
         # The trials the search ended under stay in the table, stopped (the session keeps
         # them so too: History counts them).
-        for number, started in sorted(self._started.items()):
+        for number, (started, _) in sorted(self._running.items()):
             self.add_stopped(number, started.stage, started.spec, "stopped before it finished")
         self._running.clear()
-        self._started.clear()
         self._followed = None
         self._show_running()
         if status == "stopped" and self.session_name:
@@ -641,7 +633,6 @@ class QtMainWindow(QMainWindow):
         self._search_started = 0.0
         self._best_speed = 0.0
         self._running.clear()
-        self._started.clear()
         # The session's time as a live search had it: each trial ends after those before it
         # (their own seconds; the gaps between them are not stored), so that the memory
         # plot's axis is seconds, as it is live, not trial numbers.
@@ -726,3 +717,10 @@ class QtMainWindow(QMainWindow):
         self.setup.save()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.sync()
+
+
+def _card_name(started: api.TrialStarted) -> str:
+    """A running trial's card title: ``#7 on gpu:1: mixed_float16 b256 dynamic``."""
+    device = started.spec.device
+    where = f" on {device}" if device.startswith("gpu:") else ""
+    return f"#{started.number}{where}: {started.spec.setup.label}"

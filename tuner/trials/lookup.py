@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.trials.fit import memory_line
 from tuner.trials.messages import WorkerMessage
 from tuner.trials.result import Timings, TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import PRUNE_AFTER, TrialSpec
@@ -145,17 +146,11 @@ class MachineTable:
 
     @staticmethod
     def _memory(ok: list[Measurement], batch_size: int) -> float | None:
-        points = [(m.batch_size, m.peak_memory_mb) for m in ok if m.peak_memory_mb]
-        if not points:
+        line = memory_line((m.batch_size, m.peak_memory_mb) for m in ok if m.peak_memory_mb)
+        if line is None:
             return None
-        if len(points) == 1:
-            b, mb = points[0]
-            return float(mb or 0) * batch_size / b
-        mx = sum(b for b, _ in points) / len(points)
-        my = sum(float(mb or 0) for _, mb in points) / len(points)
-        sxx = sum((b - mx) ** 2 for b, _ in points)
-        slope = sum((b - mx) * (float(mb or 0) - my) for b, mb in points) / sxx
-        return my + slope * (batch_size - mx)
+        fixed, per_sample = line
+        return fixed + per_sample * batch_size
 
 
 #: The loss curve every precision follows (the table holds no losses): the same for all, so

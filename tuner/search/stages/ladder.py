@@ -17,6 +17,7 @@ from tuner.search.measures import Measured
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, multiple_of_8, plain
 from tuner.setup import Setup
+from tuner.trials.fit import memory_line as fit_memory_line
 from tuner.trials.result import TrialStatus
 
 
@@ -140,18 +141,10 @@ def memory_line(ctx: SearchContext, precision: str) -> tuple[float, float] | Non
         for m in ctx.usable(precision)
         if plain(m.result.spec.setup) and m.result.peak_memory_mb
     }
-    if not points:
+    line = fit_memory_line((b, peak) for b, peak in points.items() if peak)
+    if line is None or line[1] <= 0:
         return None
-    if len(points) == 1:
-        ((b, peak),) = points.items()
-        return 0.0, float(peak or 0) / b
-    xs, ys = list(points), [float(v) for v in points.values() if v is not None]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    if slope <= 0:
-        return None
-    return my - slope * mx, slope
+    return line
 
 
 def memory_limit(ctx: SearchContext) -> float | None:
