@@ -400,6 +400,7 @@ class QtMainWindow(QMainWindow):
                 self._followed = None
             self._show_running()
             self.add_trial(event.number, event.stage, event.result)
+            self._show_loss_gaps()
             if self.counts.left is not None:  # one fewer left until the engine plans again
                 self.counts.left = max(0, self.counts.left - 1)
             self._show_counts()
@@ -510,20 +511,14 @@ class QtMainWindow(QMainWindow):
 
     def show_recommendation(self, rec: api.Recommendation) -> None:
         self.recommendation.set_recommendation(rec)
-        gaps = {}  # the guard's loss gap, on the trials of each mixed-precision candidate
-        candidates = [(rec.setup, rec.loss_gap)] + [(a.setup, a.loss_gap) for a in rec.alternatives]
-        for setup, gap in candidates:
-            if gap is not None and setup.policy.is_mixed:
-                gaps.update(
-                    {
-                        row.number: gap
-                        for row in self.table.trials.rows
-                        if row.result.spec.setup == setup
-                    }
-                )
-        self.table.trials.set_loss_gaps(gaps)
         self.tabs.setCurrentWidget(self.recommendation)
         self._update_buttons()
+
+    def _show_loss_gaps(self) -> None:
+        """Each trial's loss gap to IEEE float32 at its batch size, as the engine compares
+        them (the guard's comparison, for every trial that has its float32 trial)."""
+        results = {row.number: row.result for row in self.table.trials.rows if not row.stopped}
+        self.table.trials.set_loss_gaps(self.engine.trial_loss_gaps(results))
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status
@@ -643,6 +638,7 @@ class QtMainWindow(QMainWindow):
                 self.add_trial(stored.number, stored.stage, stored.result, at=elapsed)
             elif stored.spec is not None:
                 self.add_stopped(stored.number, stored.stage, stored.spec, stored.note)
+        self._show_loss_gaps()
         self.counts = TrialCounts(state="done" if view.recommendation else "stopped")
         self._show_counts()
         if view.recommendation is not None:

@@ -90,7 +90,8 @@ class TrialsModel(QAbstractTableModel):
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
         self.rows: list[TrialRow] = []
-        self.loss_gaps: dict[int, float] = {}
+        #: each trial's loss gap to IEEE float32, by number (the engine's ``trial_loss_gaps``)
+        self.loss_gaps: dict[int, api.TrialGap] = {}
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.rows)
@@ -129,6 +130,8 @@ class TrialsModel(QAbstractTableModel):
             return QColor(INPUT_BOUND_COLOUR) if row.result.input_bound else None
         if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "input/s"):
             return _rates_tooltip(row.result)
+        if role == Qt.ItemDataRole.ToolTipRole and column == "loss gap" and not row.stopped:
+            return gap_tooltip(row.result, self.loss_gaps.get(row.number), self.rows)
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
             "precision",
@@ -159,7 +162,7 @@ class TrialsModel(QAbstractTableModel):
             "p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
-            "loss gap": self.loss_gaps.get(row.number),
+            "loss gap": gap.gap if (gap := self.loss_gaps.get(row.number)) else None,
             "status": status_text(r, stopped=row.stopped),
         }[column]
 
@@ -187,7 +190,7 @@ class TrialsModel(QAbstractTableModel):
         self.rows.append(row)
         self.endInsertRows()
 
-    def set_loss_gaps(self, gaps: dict[int, float]) -> None:
+    def set_loss_gaps(self, gaps: dict[int, api.TrialGap]) -> None:
         self.loss_gaps = dict(gaps)
         if self.rows:
             self.dataChanged.emit(
@@ -199,6 +202,26 @@ class TrialsModel(QAbstractTableModel):
         self.rows = []
         self.loss_gaps = {}
         self.endResetModel()
+
+
+def gap_tooltip(
+    result: api.TrialResult, gap: api.TrialGap | None, rows: list[TrialRow]
+) -> str | None:
+    """What the loss gap compares, or why a trial has none."""
+    setup = result.spec.setup
+    if gap is not None:
+        reference = next((r for r in rows if r.number == gap.reference), None)
+        at = f" at batch size {reference.result.spec.batch_size}" if reference else ""
+        return f"Against float32 trial #{gap.reference}{at}. {TOOLTIPS['loss_gap']}"
+    if not result.ok:
+        return None
+    if setup.policy == api.FLOAT32 and not (setup.tf32 or setup.xla):
+        return "float32 itself: what the other trials' losses are compared with."
+    return (
+        f"No float32 trial at batch size {setup.batch_size} with these steps per execution "
+        "ran in this session (the search runs one for the setups it may recommend), so "
+        "there is nothing to compare this trial's loss with."
+    )
 
 
 def status_text(result: api.TrialResult, stopped: bool = False) -> str:

@@ -43,6 +43,7 @@ from tuner.search.events import (
     TrialStarted,
     WorkerReported,
 )
+from tuner.search.measures import TrialGap, trial_loss_gaps
 from tuner.search.space import (
     DEFAULT_LOSS_SCALES,
     OBJECTIVES,
@@ -149,6 +150,7 @@ __all__ = [
     "Timings",
     "TrialCancelled",
     "TrialFinished",
+    "TrialGap",
     "TrialResult",
     "TrialRunner",
     "TrialSpec",
@@ -187,6 +189,7 @@ __all__ = [
     "save_export",
     "session_config",
     "stored_result",
+    "trial_loss_gaps",
     "tune",
     "tuned_config",
     "work",

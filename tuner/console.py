@@ -324,15 +324,20 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
         ("p50 ms", "right"),
         ("peak MB", "right"),
         ("skipped", "right"),
+        ("loss gap", "right"),
     ):
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     table.add_column("status", overflow="fold", min_width=16)
+    # Each trial's loss gap to float32 at its batch size, where the session has that float32
+    # trial (the numerical guard's comparison, for every trial).
+    gaps = api.trial_loss_gaps({t.number: t.result for t in trials if t.result is not None})
     for t in trials:
         r = t.result
         if r is None:
             table.add_row(
                 str(t.number),
                 t.stage,
+                "",
                 "",
                 "",
                 "",
@@ -364,6 +369,7 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             _fmt(r.step_time_ms.get("p50"), ".2f"),
             _fmt(r.peak_memory_mb, ",.0f"),
             str(r.skipped_steps),
+            f"{gap.gap:.2%}" if (gap := gaps.get(t.number)) else "",
             status,
         )
     return table

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from PySide6.QtCore import Qt
+
 from app.qt_plots import QtLivePlots
 from app.qt_trials import COLUMNS
 from tuner import api
@@ -66,6 +68,52 @@ def test_sorting_and_selecting_a_trial_shows_its_curves(
     window.plots.redraw(everything=True)
     xs, _ys = window.plots.loss_curve.getData()
     assert len(xs) == len(selected[0].result.losses)
+
+
+def test_every_mixed_trial_shows_its_loss_gap_as_it_finishes(
+    make_window, qtbot, recorded_events
+) -> None:
+    """Not only the recommendation and its alternatives: each trial of a lower precision that
+    has a float32 trial at its batch size shows its gap as soon as both ran, with what it was
+    compared with in the tooltip; the recommendation's gap is its trial's."""
+    window = make_window()
+    searched = [e for e in recorded_events if not isinstance(e, api.Recommended)]
+    finished = [e for e in searched if isinstance(e, api.TrialFinished)]
+    window.bridge.feed(searched)
+    qtbot.waitUntil(lambda: window.table.trials.rowCount() == len(finished), timeout=5_000)
+    model = window.table.trials
+    gap_column = COLUMNS.index("loss gap")
+    float32_at = {
+        e.result.spec.batch_size: e.number
+        for e in reversed(finished)
+        if e.result.ok and e.result.spec.setup.precision == "float32"
+    }
+    mixed = [e for e in finished if e.result.ok and e.result.spec.setup.policy.is_mixed]
+    assert {e.result.spec.setup.policy.name for e in mixed} == {"mixed_float16", "mixed_bfloat16"}
+    shown = {}
+    for i, row in enumerate(model.rows):
+        cell = model.index(i, gap_column)
+        setup = row.result.spec.setup
+        if setup.policy.is_mixed and setup.batch_size in float32_at:
+            assert cell.data().endswith("%"), (row.number, setup.label)
+            tip = cell.data(Qt.ItemDataRole.ToolTipRole)
+            assert f"float32 trial #{float32_at[setup.batch_size]} " in tip
+            shown[setup] = cell.data()
+        elif setup.policy.is_mixed:
+            assert cell.data() == "" and "No float32 trial" in cell.data(
+                Qt.ItemDataRole.ToolTipRole
+            )
+        else:
+            assert cell.data() == ""  # float32: what the others are compared with
+    assert any(s.policy.name == "mixed_bfloat16" for s in shown)  # the issue saw none
+    rec = next(e for e in recorded_events if isinstance(e, api.Recommended)).recommendation
+    window.bridge.feed([api.Recommended(rec)])
+    qtbot.waitUntil(lambda: window.recommendation.recommendation is not None, timeout=5_000)
+    told = [(rec.setup, rec.loss_gap)] + [(a.setup, a.loss_gap) for a in rec.alternatives]
+    compared = [(setup, gap) for setup, gap in told if gap is not None and setup in shown]
+    assert compared
+    for setup, gap in compared:
+        assert shown[setup] == f"{gap:.2%}", setup.label
 
 
 def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.policies import FLOAT32, TENSORFLOW
 from tuner.search.space import SearchSettings
-from tuner.setup import Setup
+from tuner.setup import LossScale, Setup
 from tuner.trials.result import TrialResult
 
 
@@ -291,6 +292,85 @@ def median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]
             return None
         bounds[s] = (known[middle - left], known[middle])
     return bounds
+
+
+def float32_reference(
+    batch_size: int,
+    accumulation: int = 1,
+    steps_per_execution: int = 1,
+    backend: str = TENSORFLOW,
+) -> Setup:
+    """The IEEE float32 reference setup at ``batch_size`` on ``backend`` (no knobs but the
+    accumulation and the steps per execution, which decide how losses are grouped)."""
+    return Setup(
+        FLOAT32,
+        batch_size,
+        LossScale("none"),
+        gradient_accumulation_steps=accumulation,
+        steps_per_execution=steps_per_execution,
+        backend=backend,
+    )
+
+
+def reference_of(setup: Setup) -> Setup:
+    """The IEEE float32 setup whose losses ``setup``'s are compared with: the same batch size,
+    accumulation, steps per execution and backend (what the numerical guard checks against)."""
+    return float32_reference(
+        setup.batch_size,
+        setup.gradient_accumulation_steps,
+        setup.steps_per_execution,
+        setup.backend,
+    )
+
+
+@dataclass(frozen=True)
+class TrialGap:
+    """One trial's loss gap to IEEE float32 (:func:`loss_gap`).
+
+    Attributes:
+        gap: the relative gap; ``inf`` where either trial's loss was not finite.
+        reference: the number of the float32 trial it was compared with.
+    """
+
+    gap: float
+    reference: int
+
+
+def trial_loss_gaps(
+    trials: Mapping[int, TrialResult], window: int | None = None
+) -> dict[int, TrialGap]:
+    """Every trial's loss gap to IEEE float32 where the session has that comparison: the first
+    ok float32 trial of the same model, seed and warm-up at :func:`reference_of` its setup (the
+    one the numerical guard recalls), over ``window`` measured steps (the guard's, by
+    default). A trial of IEEE float32 (with or without knobs: the precision every other is
+    compared with, as the guard has it), one that did not end ok, and one without such a
+    float32 trial have no entry.
+
+    Args:
+        trials: results by their number in the session.
+        window: the measured steps compared (their last quarter); the search's
+            ``guard_steps`` when None.
+    """
+    steps = window if window is not None else SearchSettings().guard_steps
+    references: dict[tuple[Setup, str, int, int], tuple[int, TrialResult]] = {}
+    for number in sorted(trials):
+        result = trials[number]
+        spec = result.spec
+        key = (spec.setup, spec.model, spec.seed, spec.warmup_steps)
+        if result.ok and spec.setup == reference_of(spec.setup) and key not in references:
+            references[key] = (number, result)
+    gaps = {}
+    for number, result in trials.items():
+        spec = result.spec
+        if not result.ok or spec.setup.precision == FLOAT32:
+            continue
+        found = references.get((reference_of(spec.setup), spec.model, spec.seed, spec.warmup_steps))
+        if found is None:
+            continue
+        gap = loss_gap(result, found[1], steps)
+        if gap is not None:
+            gaps[number] = TrialGap(gap, found[0])
+    return gaps
 
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:

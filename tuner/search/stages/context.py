@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16, TENSORFLOW
+from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16
 from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
 from tuner.search.events import PlanUpdated, StageStarted
 from tuner.search.measures import (
@@ -22,12 +22,13 @@ from tuner.search.measures import (
     Paired,
     choose,
     first_ok,
+    float32_reference,
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
 from tuner.search.wording import where
-from tuner.setup import TF32, LossScale, Setup
+from tuner.setup import TF32, Setup
 from tuner.trials.result import TrialStatus
 
 T = TypeVar("T")
@@ -88,24 +89,6 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
             f"float32's throughput at batch size {m.result.spec.batch_size}"
         )
     return reason
-
-
-def float32_reference(
-    batch_size: int,
-    accumulation: int = 1,
-    steps_per_execution: int = 1,
-    backend: str = TENSORFLOW,
-) -> Setup:
-    """The IEEE float32 reference setup at ``batch_size`` on ``backend`` (no knobs but the
-    accumulation and the steps per execution, which decide how losses are grouped)."""
-    return Setup(
-        FLOAT32,
-        batch_size,
-        LossScale("none"),
-        gradient_accumulation_steps=accumulation,
-        steps_per_execution=steps_per_execution,
-        backend=backend,
-    )
 
 
 def plain(setup: Setup) -> bool:

@@ -5,9 +5,16 @@
 from __future__ import annotations
 
 from tuner.policies import FLOAT32
-from tuner.search.measures import Candidate, Measured, first_ok, loss_gap
+from tuner.search.measures import (
+    Candidate,
+    Measured,
+    first_ok,
+    float32_reference,
+    loss_gap,
+    reference_of,
+)
 from tuner.search.stage import Stage
-from tuner.search.stages.context import SearchContext, float32_reference, plain, unsafe_text
+from tuner.search.stages.context import SearchContext, plain, unsafe_text
 from tuner.search.wording import pct
 from tuner.setup import Setup
 from tuner.trials.result import TrialStatus
@@ -118,12 +125,7 @@ def float32_at(ctx: SearchContext, setup: Setup, allow_new_trials: bool) -> Meas
     execution reports one loss per execution (its steps' mean) and warms up in whole
     executions, so only the same grouping compares step for step."""
     batch_size = setup.batch_size
-    key = float32_reference(
-        batch_size,
-        setup.gradient_accumulation_steps,
-        setup.steps_per_execution,
-        setup.backend,
-    )
+    key = reference_of(setup)
     if key not in ctx.evaluator.known:
         oom_below = [
             runs[0]
