@@ -131,7 +131,8 @@ class TrialsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "input/s"):
             return _rates_tooltip(row.result)
         if role == Qt.ItemDataRole.ToolTipRole and column == "loss gap" and not row.stopped:
-            return gap_tooltip(row.result, self.loss_gaps.get(row.number), self.rows)
+            gap = self.loss_gaps.get(row.number)
+            return gap.words() if gap else None
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (
             "stage",
             "precision",
@@ -202,26 +203,6 @@ class TrialsModel(QAbstractTableModel):
         self.rows = []
         self.loss_gaps = {}
         self.endResetModel()
-
-
-def gap_tooltip(
-    result: api.TrialResult, gap: api.TrialGap | None, rows: list[TrialRow]
-) -> str | None:
-    """What the loss gap compares, or why a trial has none."""
-    setup = result.spec.setup
-    if gap is not None:
-        reference = next((r for r in rows if r.number == gap.reference), None)
-        at = f" at batch size {reference.result.spec.batch_size}" if reference else ""
-        return f"Against float32 trial #{gap.reference}{at}. {TOOLTIPS['loss_gap']}"
-    if not result.ok:
-        return None
-    if setup.policy == api.FLOAT32 and not (setup.tf32 or setup.xla):
-        return "float32 itself: what the other trials' losses are compared with."
-    return (
-        f"No float32 trial at batch size {setup.batch_size} with these steps per execution "
-        "ran in this session (the search runs one for the setups it may recommend), so "
-        "there is nothing to compare this trial's loss with."
-    )
 
 
 def status_text(result: api.TrialResult, stopped: bool = False) -> str:

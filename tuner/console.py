@@ -369,7 +369,7 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             _fmt(r.step_time_ms.get("p50"), ".2f"),
             _fmt(r.peak_memory_mb, ",.0f"),
             str(r.skipped_steps),
-            f"{gap.gap:.2%}" if (gap := gaps.get(t.number)) else "",
+            f"{gap.gap:.2%}" if (gap := gaps.get(t.number)) and gap.gap is not None else "",
             status,
         )
     return table

@@ -97,10 +97,10 @@ def test_every_mixed_trial_shows_its_loss_gap_as_it_finishes(
         if setup.policy.is_mixed and setup.batch_size in float32_at:
             assert cell.data().endswith("%"), (row.number, setup.label)
             tip = cell.data(Qt.ItemDataRole.ToolTipRole)
-            assert f"float32 trial #{float32_at[setup.batch_size]} " in tip
+            assert f"against float32 trial #{float32_at[setup.batch_size]} " in tip
             shown[setup] = cell.data()
         elif setup.policy.is_mixed:
-            assert cell.data() == "" and "No float32 trial" in cell.data(
+            assert cell.data() == "" and "no float32 trial" in cell.data(
                 Qt.ItemDataRole.ToolTipRole
             )
         else:

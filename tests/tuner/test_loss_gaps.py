@@ -45,11 +45,15 @@ def test_each_trial_is_compared_with_float32_at_its_batch_size() -> None:
         8: result("mixed_bfloat16", 16, [1.1] * 40, seed=1),  # other data: no comparison
     }
     gaps = api.trial_loss_gaps(trials)
-    assert gaps[1] == api.TrialGap(pytest.approx(0.1), 0)
+    assert gaps[1] == api.TrialGap(pytest.approx(0.1), 0, 16)
+    assert gaps[1].words().startswith("10.00% against float32 trial #0 at batch size 16")
     assert gaps[3].gap == 0.0 and gaps[3].reference == 0  # TF32 against IEEE float32
     assert gaps[4].reference == 0  # XLA is compared without it, as the guard does
     assert gaps[6].gap == math.inf  # a loss that is not finite
-    assert set(gaps) == {1, 3, 4, 6}
+    # Every ok trial of a lower precision has an entry: its gap, or why it has none.
+    assert gaps[2].gap is None and "no float32 trial at batch size 32" in gaps[2].words()
+    assert gaps[8].gap is None and gaps[8].reference is None
+    assert set(gaps) == {1, 2, 3, 4, 6, 8}
 
 
 def test_the_first_ok_float32_trial_is_the_reference() -> None:
@@ -59,7 +63,7 @@ def test_the_first_ok_float32_trial_is_the_reference() -> None:
         2: result("float32", 16, [4.0] * 40),
         3: result("mixed_float16", 16, [3.0] * 40, loss_scale="dynamic"),
     }
-    assert api.trial_loss_gaps(trials) == {3: api.TrialGap(0.5, 1)}
+    assert api.trial_loss_gaps(trials) == {3: api.TrialGap(0.5, 1, 16)}
     # The window of steps compared is the guard's (its last quarter): the steps past it, where
     # this trial drifts, do not count unless asked for.
     trials[4] = result("mixed_float16", 16, [2.0] * 40 + [8.0] * 40, loss_scale="dynamic")
@@ -68,9 +72,11 @@ def test_the_first_ok_float32_trial_is_the_reference() -> None:
     assert api.trial_loss_gaps(trials, window=80)[4].gap == pytest.approx(3.0)
 
 
-def test_too_few_steps_to_compare_is_no_gap() -> None:
-    trials = {0: result("float32", 8, [1.0] * 3), 1: result("mixed_bfloat16", 8, [1.0] * 3)}
-    assert api.trial_loss_gaps(trials) == {}
+def test_too_few_steps_to_compare_is_said() -> None:
+    trials = {0: result("float32", 8, [1.0] * 40), 1: result("mixed_bfloat16", 8, [1.0] * 3)}
+    (gap,) = api.trial_loss_gaps(trials).values()
+    assert gap.gap is None and gap.reference == 0
+    assert gap.words() == "No loss gap: too few measured steps to compare with float32 trial #0."
 
 
 @pytest.mark.parametrize("name", GOLDENS)
@@ -87,14 +93,15 @@ def test_the_table_and_the_recommendation_tell_one_gap(name: str) -> None:
     for number, r in results.items():
         setup = r.spec.setup
         if r.ok and setup.precision != "float32" and reference_of(setup) in references:
-            assert len(r.losses) < 4 or number in gaps, (name, number, setup.label)
+            assert number in gaps, (name, number, setup.label)
+            assert len(r.losses) < 4 or gaps[number].gap is not None, (name, setup.label)
     candidates = [(rec.setup, rec.loss_gap)] + [(a.setup, a.loss_gap) for a in rec.alternatives]
     for setup, gap in candidates:
         ran = [n for n, r in results.items() if r.spec.setup == setup and r.ok]
         if gap is None or setup.precision == "float32" or not ran:
             continue  # float32 itself, or recalled from before a resume (not in the events)
         first = min(ran)
-        if first in gaps:
+        if gaps[first].gap is not None:
             assert gaps[first].gap == pytest.approx(gap), (name, setup.label)
-        else:
+        else:  # float32 did not run there: the guard compared at a smaller batch size
             assert any(g.gap == pytest.approx(gap) for g in gaps.values()), (name, setup.label)

@@ -323,28 +323,47 @@ def reference_of(setup: Setup) -> Setup:
     )
 
 
+#: Fewer common measured steps than this leave no loss window to compare (:func:`loss_gap`).
+MIN_GAP_STEPS = 4
+
+
 @dataclass(frozen=True)
 class TrialGap:
-    """One trial's loss gap to IEEE float32 (:func:`loss_gap`).
+    """One trial's loss gap to IEEE float32 (:func:`loss_gap`), or why it has none.
 
     Attributes:
-        gap: the relative gap; ``inf`` where either trial's loss was not finite.
-        reference: the number of the float32 trial it was compared with.
+        gap: the relative gap (``inf`` where either trial's loss was not finite); None when
+            there is none to give (``why`` says why).
+        reference: the number of the float32 trial it was compared with, where there is one.
+        reference_batch: that trial's batch size.
+        why: why there is no gap; None when there is one.
     """
 
-    gap: float
-    reference: int
+    gap: float | None
+    reference: int | None = None
+    reference_batch: int | None = None
+    why: str | None = None
+
+    def words(self) -> str:
+        """The gap and what it compares, or why there is none, in a sentence."""
+        if self.gap is None:
+            return f"No loss gap: {self.why}."
+        return (
+            f"{self.gap:.2%} against float32 trial #{self.reference} at batch size "
+            f"{self.reference_batch}: the same seed and data, the mean loss over the last "
+            "quarter of the steps both measured."
+        )
 
 
 def trial_loss_gaps(
     trials: Mapping[int, TrialResult], window: int | None = None
 ) -> dict[int, TrialGap]:
-    """Every trial's loss gap to IEEE float32 where the session has that comparison: the first
-    ok float32 trial of the same model, seed and warm-up at :func:`reference_of` its setup (the
-    one the numerical guard recalls), over ``window`` measured steps (the guard's, by
-    default). A trial of IEEE float32 (with or without knobs: the precision every other is
-    compared with, as the guard has it), one that did not end ok, and one without such a
-    float32 trial have no entry.
+    """Every trial's loss gap to IEEE float32, the numerical guard's comparison for each trial:
+    against the first ok float32 trial of the same model, seed and warm-up at
+    :func:`reference_of` its setup (the one the guard recalls), over ``window`` measured steps
+    (the guard's, by default). Each trial of a lower precision that ended ok has an entry: its
+    gap, or why it has none. A trial of IEEE float32 (with or without knobs: the precision the
+    others are compared with, as the guard has it) and one that did not end ok have none.
 
     Args:
         trials: results by their number in the session.
@@ -352,24 +371,40 @@ def trial_loss_gaps(
             ``guard_steps`` when None.
     """
     steps = window if window is not None else SearchSettings().guard_steps
-    references: dict[tuple[Setup, str, int, int], tuple[int, TrialResult]] = {}
+    references: dict[tuple[Setup, str, int, int], int] = {}
     for number in sorted(trials):
-        result = trials[number]
-        spec = result.spec
+        spec = trials[number].spec
         key = (spec.setup, spec.model, spec.seed, spec.warmup_steps)
-        if result.ok and spec.setup == reference_of(spec.setup) and key not in references:
-            references[key] = (number, result)
+        if trials[number].ok and spec.setup == reference_of(spec.setup):
+            references.setdefault(key, number)
     gaps = {}
     for number, result in trials.items():
+        setup = result.spec.setup
+        if not result.ok or setup.precision == FLOAT32:
+            continue
         spec = result.spec
-        if not result.ok or spec.setup.precision == FLOAT32:
-            continue
-        found = references.get((reference_of(spec.setup), spec.model, spec.seed, spec.warmup_steps))
+        found = references.get((reference_of(setup), spec.model, spec.seed, spec.warmup_steps))
         if found is None:
+            spe = setup.steps_per_execution
+            grouped = f" and {spe} steps per execution" if spe > 1 else ""
+            gaps[number] = TrialGap(
+                None,
+                why=f"no float32 trial at batch size {setup.batch_size}{grouped} ran in this "
+                "session (the search runs one for each setup it may recommend)",
+            )
             continue
-        gap = loss_gap(result, found[1], steps)
-        if gap is not None:
-            gaps[number] = TrialGap(gap, found[0])
+        reference = trials[found]
+        gap = loss_gap(result, reference, steps)
+        if gap is None:
+            pruned = " (it stopped measuring early: pruned)" if result.pruned else ""
+            gaps[number] = TrialGap(
+                None,
+                found,
+                reference.spec.batch_size,
+                why=f"too few measured steps to compare with float32 trial #{found}{pruned}",
+            )
+        else:
+            gaps[number] = TrialGap(gap, found, reference.spec.batch_size)
     return gaps
 
 
@@ -378,7 +413,7 @@ def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> flo
     ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
     must run the same steps per execution (see :func:`tuner.search.stages.guard.float32_at`)."""
     n = min(len(candidate.losses), len(reference.losses), window)
-    if n < 4:
+    if n < MIN_GAP_STEPS:
         return None
     tail = slice(n - max(1, n // 4), n)
     a = candidate.losses[tail]
