@@ -91,6 +91,30 @@ def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -
     return widget
 
 
+def _points(
+    plot: pg.PlotWidget, name: str, symbol: str, size: int, brush: str, pen: str | None = None
+) -> pg.PlotDataItem:
+    """A named series of points: a plot data item (not a bare scatter item), so that a log axis
+    transforms it, whose legend sample shows its symbol and colour before it has any point.
+    pyqtgraph draws the sample from the item's inner scatter, which takes the item's symbol
+    options only with its first data: a policy not measured yet showed a grey dot."""
+    item = plot.plot(
+        [],
+        [],
+        pen=None,
+        symbol=symbol,
+        symbolSize=size,
+        symbolBrush=brush,
+        symbolPen=pen,
+        name=name,
+    )
+    item.scatter.setSymbol(symbol)
+    item.scatter.setSize(size)
+    item.scatter.setBrush(pg.mkBrush(brush))
+    item.scatter.setPen(pg.mkPen(pen))
+    return item
+
+
 class _Series:
     """A growing (x, y) series kept in numpy arrays that double as they fill."""
 
@@ -158,30 +182,10 @@ class QtLivePlots(QWidget):
         # the curve; the title says its value, and the line shows when memory comes close.
         self.memory.getPlotItem().addItem(self.budget_line, ignoreBounds=True)
 
-        # Plot data items (not bare scatter items) so that the log x axis transforms them.
         self.throughput_points = {
-            p: self.throughput.plot(
-                [],
-                [],
-                pen=None,
-                symbol="o",
-                symbolSize=9,
-                symbolBrush=POLICY_COLOURS[p],
-                symbolPen=None,
-                name=p,
-            )
-            for p in POLICIES
+            p: _points(self.throughput, p, "o", 9, POLICY_COLOURS[p]) for p in POLICIES
         }
-        self.best_point = self.throughput.plot(
-            [],
-            [],
-            pen=None,
-            symbol="star",
-            symbolSize=18,
-            symbolBrush="#dc2626",
-            symbolPen=None,
-            name="best",
-        )
+        self.best_point = _points(self.throughput, "best", "star", 18, "#dc2626")
         self.baseline_line = pg.InfiniteLine(
             angle=0,
             pen=pg.mkPen("#3b82f6", style=pg.QtCore.Qt.PenStyle.DotLine),
@@ -193,15 +197,10 @@ class QtLivePlots(QWidget):
 
         self._scale = _Series()
         self.scale_curve = self.loss_scale.plot(pen=pg.mkPen("#10b981", width=1), name="scale")
-        # A PlotDataItem, not a ScatterPlotItem: only the former follows the plot's log axis
-        # (a scatter point at 16384 was taken for 10^16384 and blew the range to 1e±308).
-        self.skipped_points = self.loss_scale.plot(
-            pen=None,
-            symbol="x",
-            symbolSize=10,
-            symbolBrush="#ef4444",
-            symbolPen="#ef4444",
-            name="skipped (overflow)",
+        # A plot data item (_points): a bare scatter point at 16384 was taken for 10^16384 on
+        # the log axis and blew the range to 1e±308.
+        self.skipped_points = _points(
+            self.loss_scale, "skipped (overflow)", "x", 10, "#ef4444", pen="#ef4444"
         )
         self._skipped: list[tuple[float, float]] = []
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from PySide6.QtGui import QColor
 
 from app.qt_plots import MIN_LABEL_PX, PowersOfTwoAxis, QtLivePlots
 from tuner import api
@@ -76,3 +77,36 @@ def test_a_reopened_session_plots_memory_over_seconds(make_window) -> None:
     # Seconds of the session, as a live search has them (each trial after those before it),
     # not the trials' numbers 0 and 1.
     assert window.plots._peaks == [(4.0, 300.0), (10.0, 350.0)]
+
+
+def test_legend_symbols_wear_their_colours_before_any_point(qtbot) -> None:
+    """A legend sample is drawn in its series' colour even while the series has no point (a
+    policy not measured yet, or a reopened session without it): it showed a grey dot."""
+    from app.qt_plots import POLICY_COLOURS
+
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.resize(900, 500)
+    plots.show()
+    qtbot.waitExposed(plots)
+    plots.add_throughput("float32", 64, 1000.0)  # one policy with a point, the others without
+    plots.redraw(everything=True)
+    expected = {**POLICY_COLOURS, "best": "#dc2626", "skipped (overflow)": "#ef4444"}
+    for plot in (plots.throughput, plots.loss_scale):
+        image = plot.grab().toImage()
+        for sample, label in plot.getPlotItem().legend.items:
+            name = label.text
+            if name not in expected:
+                continue
+            centre = plot.mapFromScene(sample.sceneBoundingRect().center())
+            want = QColor(expected[name])
+            near = [
+                QColor(image.pixel(centre.x() + dx, centre.y() + dy))
+                for dx in range(-3, 4)
+                for dy in range(-3, 4)
+            ]
+            assert any(_close(c, want) for c in near), name
+
+
+def _close(a, b) -> bool:
+    return all(abs(x - y) <= 24 for x, y in zip(a.getRgb()[:3], b.getRgb()[:3], strict=True))
