@@ -15,7 +15,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from app.tooltips import TOOLTIPS
@@ -52,6 +52,11 @@ _TIPS = {
 #: No column wider than this (a long loss scale or status is elided; its tooltip has it whole),
 #: so that the table fits beside the settings at 1280 pixels once knobs show.
 MAX_COLUMN_PX = 124
+#: The columns that give way, in turn, where the table is narrower than its columns want: the
+#: stage (its tooltip has it whole), then the status (its tooltip has the reason in full)...
+GIVE_WAY = ("stage", "status")
+#: ...never narrower than this ("policies", "baseline", "stopped" in full).
+GIVE_WAY_MIN_PX = 72
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -305,7 +310,7 @@ class QtTrialsTable(QTableView):
         self.setWordWrap(False)
         self.verticalHeader().setVisible(False)
         header = self.horizontalHeader()
-        header.setMaximumSectionSize(MAX_COLUMN_PX)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)  # sized by _size_columns
         self.selectionModel().selectionChanged.connect(self._on_selection)
         # The header fits its columns to the rows there when it is set up, not to rows added
         # later: a search's first mixed-precision row would show "mixed_..." without this.
@@ -315,18 +320,46 @@ class QtTrialsTable(QTableView):
         self._fit_columns()
 
     def _fit_columns(self) -> None:
+        rows = self.trials.rows
         # The knobs column shows once a trial has a knob: a search without any keeps its width.
-        knobs = COLUMNS.index("knobs")
-        self.setColumnHidden(knobs, not any(r.result.spec.setup.knobs for r in self.trials.rows))
+        self.setColumnHidden(
+            COLUMNS.index("knobs"), not any(r.result.spec.setup.knobs for r in rows)
+        )
         # The input's own rate shows once it holds a trial back; the samples/s tooltip has both
         # figures always.
         fed = COLUMNS.index("input/s")
-        self.setColumnHidden(fed, not any(r.result.input_bound for r in self.trials.rows))
+        self.setColumnHidden(fed, not any(r.result.input_bound for r in rows))
+        # Skipped steps show once a trial skipped one (float16's dynamic loss scale, on an
+        # overflow); until then the column would be zeros, and the loss-scale plot marks them.
+        skipped = COLUMNS.index("skipped")
+        self.setColumnHidden(skipped, not any(r.result.skipped_steps for r in rows))
+        self._size_columns()
+
+    def _size_columns(self) -> None:
+        """Each column as wide as its header and cells, up to :data:`MAX_COLUMN_PX` (a longer
+        text elided, its tooltip whole). Where the table is narrower than that, the stage and
+        then the status give way, each to what the others leave but not below
+        :data:`GIVE_WAY_MIN_PX` (at 1280 pixels with knobs the stage read only "..."); where
+        even that is too little, the table scrolls sideways. Room left over goes to the
+        status."""
         header = self.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        # The stage takes what is left (elided when that is little; its tooltip has it whole),
-        # so that every figure and the status stay in view without scrolling sideways.
-        header.setSectionResizeMode(COLUMNS.index("stage"), QHeaderView.ResizeMode.Stretch)
+        shown = [i for i in range(len(COLUMNS)) if not self.isColumnHidden(i)]
+        widths = {
+            i: min(max(self.sizeHintForColumn(i), header.sectionSizeHint(i)), MAX_COLUMN_PX)
+            for i in shown
+        }
+        room = self.viewport().width()
+        for column in (COLUMNS.index(name) for name in GIVE_WAY):
+            over = sum(widths.values()) - room
+            floor = min(widths[column], GIVE_WAY_MIN_PX)
+            widths[column] = max(widths[column] - max(0, over), floor)
+        widths[COLUMNS.index("status")] += max(0, room - sum(widths.values()))
+        for column, width in widths.items():
+            header.resizeSection(column, width)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._size_columns()
 
     def _on_selection(self) -> None:
         rows = self.selectionModel().selectedRows()

@@ -3,6 +3,7 @@ precision and knobs columns, the unsupported status, the recommendation and the 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from pathlib import Path
@@ -19,6 +20,7 @@ from app.qt_setup import DEFAULT_GLOBAL_BATCH, QtSetupPanel
 from app.qt_trials import (
     COLUMNS,
     FAILED_COLOUR,
+    GIVE_WAY_MIN_PX,
     UNSAFE_COLOUR,
     UNSUPPORTED_BACKGROUND,
     UNSUPPORTED_COLOUR,
@@ -320,10 +322,11 @@ def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
 
 
 def test_the_trials_table_fits_beside_the_settings_with_knobs(make_window, qtbot) -> None:
-    """At 1280 x 800 every column but the stage keeps its width, and nothing scrolls sideways:
-    the stage is elided, with the whole name in its tooltip."""
+    """At 1280 pixels across every figure keeps its width and nothing scrolls sideways; the
+    stage gives way first, but never below a readable width (it read only "..."), the status
+    last (both elided, their tooltips whole)."""
     window = make_window()
-    window.resize(1280, 800)
+    window.resize(1280, 688)
     window.show()
     qtbot.waitExposed(window)
     table = window.table
@@ -331,14 +334,26 @@ def test_the_trials_table_fits_beside_the_settings_with_knobs(make_window, qtbot
     long_scale = api.Setup("mixed_float16", 1024, "dynamic:1024:500", xla=True)
     model.add(TrialRow(0, "steps-per-execution", result(KNOBBED, sps=123456.0)))
     model.add(TrialRow(1, "neighbourhood", result(long_scale, sps=98765.0)))
+    bf16 = api.Setup("mixed_bfloat16", 512, steps_per_execution=16, xla=True)
+    model.add(TrialRow(2, "steps-per-execution", result(bf16, sps=98765.0), stopped=True))
     qtbot.waitUntil(lambda: not table.isColumnHidden(COLUMNS.index("knobs")))
+    assert table.isColumnHidden(COLUMNS.index("skipped"))  # no trial skipped a step yet
     assert table.horizontalScrollBar().maximum() == 0
     status_at = COLUMNS.index("status")
     assert table.columnViewportPosition(status_at) + table.columnWidth(status_at) <= (
         table.viewport().width()
     )
+    assert table.columnWidth(COLUMNS.index("stage")) >= GIVE_WAY_MIN_PX
+    for name in ("precision", "batch", "knobs", "samples/s", "loss gap"):
+        at = COLUMNS.index(name)
+        assert table.columnWidth(at) >= table.sizeHintForColumn(at), name  # in full
     tooltip = Qt.ItemDataRole.ToolTipRole
     assert cell(model, 0, "stage", tooltip) == "steps-per-execution"
+    # A trial that skipped steps brings the column in.
+    skipping = dataclasses.replace(result(long_scale, sps=90000.0), skipped_steps=3)
+    model.add(TrialRow(3, "loss-scale", skipping))
+    assert not table.isColumnHidden(COLUMNS.index("skipped"))
+    assert cell(model, 3, "skipped", Qt.ItemDataRole.DisplayRole) == "3"
 
 
 # -- the Keras backend ------------------------------------------------------------------------
