@@ -42,7 +42,12 @@ def test_the_goldens_cover_the_cases() -> None:
 
 @pytest.mark.parametrize("name", GOLDENS)
 def test_every_row_agrees_with_the_setup(name: str) -> None:
-    setup, rows = story(name)
+    check_story(*story(name))
+
+
+def check_story(setup: Setup, rows: dict[str, list[str]]) -> None:
+    """Every evidence row (``rows``: label -> texts) agrees with the recommended ``setup``
+    (also used on the real window's recommendation, tests/app/test_story.py)."""
     (setup_line,) = rows["Setup"]
     spe = setup.steps_per_execution
     knobs = {"XLA": setup.xla, "Steps per execution": spe > 1}
