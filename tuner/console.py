@@ -334,20 +334,20 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
     for t in trials:
         r = t.result
         if r is None:
-            table.add_row(
-                str(t.number),
-                t.stage,
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                "",
-                f"failed: {t.note or 'no result'}",
+            # Closed without a result (stopped, or given up): its setup, and why; no figures.
+            setup_cells = (
+                (
+                    t.spec.setup.precision,
+                    str(t.spec.setup.batch_size),
+                    str(t.spec.setup.loss_scale),
+                    " ".join(t.spec.setup.knobs),
+                )
+                if t.spec is not None
+                else ("", "", "", "")
             )
+            why = t.note or "it closed without a result"
+            status = why if why.startswith("stopped") else f"failed: {why}"
+            table.add_row(str(t.number), t.stage, *setup_cells, *[""] * 5, status)
             continue
         status = (
             (f"{r.status.value}, pruned" if r.pruned else r.status.value)

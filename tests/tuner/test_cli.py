@@ -399,6 +399,36 @@ def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
     assert "xla spe4" in table and "unsupported: XLA cannot compile" in table
 
 
+def test_the_console_table_shows_loss_gaps_and_stopped_trials() -> None:
+    """The trials table tells what the window tells: each mixed trial's loss gap to float32 at
+    its batch size, and a trial stopped under its search with its setup, as stopped."""
+    from rich.console import Console
+
+    from tuner import api
+    from tuner.console import trials_table
+
+    def ok(policy: str, losses: float) -> api.TrialResult:
+        spec = api.TrialSpec("builtin:mlp", api.Setup(policy, 32))
+        return api.TrialResult(
+            spec, api.TrialStatus.OK, samples_per_second=1000.0, losses=(losses,) * 40
+        )
+
+    stopped = api.TrialSpec("builtin:mlp", api.Setup("mixed_float16", 64))
+    trials = [
+        api.StoredTrial(0, "baseline", ok("float32", 2.0), "COMPLETE"),
+        api.StoredTrial(1, "policies", ok("mixed_bfloat16", 2.05), "COMPLETE"),
+        api.StoredTrial(2, "batch", None, "FAIL", "stopped by its search", stopped),
+    ]
+    console = Console(width=200, record=True)
+    console.print(trials_table(trials))
+    lines = console.export_text().splitlines()
+    (bf16,) = [line for line in lines if "mixed_bfloat16" in line]
+    assert "2.50%" in bf16
+    (row,) = [line for line in lines if "mixed_float16" in line]
+    assert "64" in row and "dynamic" in row and "stopped by its search" in row
+    assert "failed" not in row
+
+
 # -- the Keras backend ------------------------------------------------------------------------
 
 TINY_TRIAL = [*TRIAL, "float32", "--batch-size", "8"]
