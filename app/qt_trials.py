@@ -258,7 +258,7 @@ def _status_data(result: api.TrialResult, role: int, stopped: bool = False) -> A
 
 def setup_tooltip(setup: api.Setup) -> str | None:
     """The setup in words where it has knobs (or TF32), e.g. ``float32 with TF32 matmuls at
-    batch size 32 (none loss scale, XLA, 2 accumulation steps (global batch 64))``."""
+    batch size 32 (no loss scaling, XLA, 2 accumulation steps (global batch 64))``."""
     return setup.describe() if setup.knobs or setup.tf32 else None
 
 

@@ -369,9 +369,13 @@ class Setup:
         return ", ".join(self.words())
 
     def describe(self) -> str:
-        """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``."""
+        """In words, e.g. ``mixed_float16 at batch size 64 (dynamic loss scale)``,
+        ``float32 at batch size 64 (no loss scaling)``."""
         precision = "float32 with TF32 matmuls" if self.tf32 else str(self.policy)
-        extras = [f"{self.loss_scale} loss scale", *self.knob_words()]
+        scaling = (
+            "no loss scaling" if self.loss_scale.kind == "none" else f"{self.loss_scale} loss scale"
+        )
+        extras = [scaling, *self.knob_words()]
         return f"{precision} at batch size {self.batch_size} ({', '.join(extras)})"
 
     def simplicity(self) -> tuple[int, ...]:

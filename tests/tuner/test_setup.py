@@ -222,7 +222,7 @@ def test_the_label_names_every_knob_away_from_its_default() -> None:
     assert Setup("mixed_bfloat16", 8, xla=True).label == "mixed_bfloat16 b8 none xla"
     assert Setup("float32", 32, gradient_accumulation_steps=4).label == "float32 b32 none acc4"
     assert KNOBBED.describe() == (
-        "float32 with TF32 matmuls at batch size 64 (none loss scale, XLA, 4 steps per "
+        "float32 with TF32 matmuls at batch size 64 (no loss scaling, XLA, 4 steps per "
         "execution, 2 accumulation steps (global batch 128))"
     )
 
