@@ -84,6 +84,10 @@ class QtExportDialog(QDialog):
         self.problem = QLabel()
         self.problem.setObjectName("problem")
         layout.addWidget(self.problem)
+        # What was done (copied, saved), in a colour of its own: not a problem.
+        self.confirmation = QLabel()
+        self.confirmation.setObjectName("confirmation")
+        layout.addWidget(self.confirmation)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         self.copy_button = QPushButton("Copy")
         self.save_button = QPushButton("Save...")
@@ -155,6 +159,7 @@ class QtExportDialog(QDialog):
         if (fmt, keras) != (self.fmt, self.keras.currentData()):
             return  # the user chose again meanwhile; that render is on its way
         self.problem.setText(window_words(problem or ""))
+        self.confirmation.setText("")
         self.preview.setPlainText(text)
         self.copy_button.setEnabled(problem is None)
         self.save_button.setEnabled(problem is None)
@@ -162,10 +167,10 @@ class QtExportDialog(QDialog):
 
     def _on_copy(self) -> None:
         QGuiApplication.clipboard().setText(self.text())
-        self.problem.setText("Copied to the clipboard")
+        self.confirmation.setText("Copied to the clipboard")
 
     def _on_saved(self, path: object) -> None:
-        self.problem.setText(f"Saved to {path}")  # the user sees it was written, and where
+        self.confirmation.setText(f"Saved to {path}")  # the user sees it was written, and where
         self.saved.emit(path)
 
     def _on_save(self) -> None:

@@ -117,7 +117,8 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
     with qtbot.waitSignal(dialog.saved) as saved:
         dialog.save_to(tmp_path / "train tuned.py")
     script = saved.args[0]
-    assert dialog.problem.text() == f"Saved to {script}"  # the user sees it was written
+    assert dialog.confirmation.text() == f"Saved to {script}"  # the user sees it was written
+    assert dialog.problem.text() == ""  # and not as a problem
     dialog.close()
     proc = subprocess.run(
         [sys.executable, str(script), "--max-steps", "2"],
