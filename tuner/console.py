@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
+from rich import box
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
@@ -310,69 +311,95 @@ def output_console() -> Console:
     return console if console.is_terminal else Console(width=120)
 
 
+#: The trials table's columns: (heading, justification). ``knobs`` and ``skipped`` show only
+#: where some trial has one, as in the window.
+TRIAL_COLUMNS = (
+    ("#", "right"),
+    ("stage", "left"),
+    ("precision", "left"),
+    ("batch", "right"),
+    ("loss scale", "left"),
+    ("knobs", "left"),
+    ("samples/s", "right"),
+    ("p50 ms", "right"),
+    ("peak MB", "right"),
+    ("skipped", "right"),
+    ("loss gap", "right"),
+    ("status", "left"),
+)
+
+
 def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Table:
-    """The session's trials as a table (``StoredTrial`` items)."""
-    table = Table(title=title, title_justify="left")
-    for name, justify in (
-        ("#", "right"),
-        ("stage", "left"),
-        ("precision", "left"),
-        ("batch", "right"),
-        ("loss scale", "left"),
-        ("knobs", "left"),
-        ("samples/s", "right"),
-        ("p50 ms", "right"),
-        ("peak MB", "right"),
-        ("skipped", "right"),
-        ("loss gap", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    table.add_column("status", overflow="fold", min_width=16)
+    """The session's trials as a table (``StoredTrial`` items), narrow enough for 120
+    columns: no vertical rules, the stage elided past 14 characters, the knobs and skipped
+    steps only where some trial has them, the status folded."""
     # Each trial's loss gap to float32 at its batch size, where the session has that float32
     # trial (the numerical guard's comparison, for every trial).
     gaps = api.trial_loss_gaps({t.number: t.result for t in trials if t.result is not None})
-    for t in trials:
-        r = t.result
-        if r is None:
-            # Closed without a result (stopped, or given up): its setup, and why; no figures.
-            setup_cells = (
-                (
-                    t.spec.setup.precision,
-                    str(t.spec.setup.batch_size),
-                    str(t.spec.setup.loss_scale),
-                    " ".join(t.spec.setup.knobs),
-                )
-                if t.spec is not None
-                else ("", "", "", "")
-            )
-            why = t.note or "it closed without a result"
-            status = why if why.startswith("stopped") else f"failed: {why}"
-            table.add_row(str(t.number), t.stage, *setup_cells, *[""] * 5, status)
-            continue
-        status = (
-            (f"{r.status.value}, pruned" if r.pruned else r.status.value)
-            if r.ok
-            else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
-        )
-        if r.hazards:
-            kinds = sorted({h.kind for h in r.hazards})
-            status += f" (hazard: {', '.join(kinds)})"
-        setup = r.spec.setup
-        table.add_row(
-            str(t.number),
-            t.stage,
-            setup.precision,
-            str(setup.batch_size),
-            str(setup.loss_scale),
-            " ".join(setup.knobs),
-            _fmt(r.samples_per_second, ",.0f"),
-            _fmt(r.step_time_ms.get("p50"), ".2f"),
-            _fmt(r.peak_memory_mb, ",.0f"),
-            str(r.skipped_steps),
-            f"{gap.gap:.2%}" if (gap := gaps.get(t.number)) and gap.gap is not None else "",
-            status,
-        )
+    rows = [_trial_cells(t, gaps.get(t.number)) for t in trials]
+    shown = [
+        (name, justify)
+        for name, justify in TRIAL_COLUMNS
+        if name not in ("knobs", "skipped") or any(row[name] not in ("", "0") for row in rows)
+    ]
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for name, justify in shown:
+        if name == "status":
+            table.add_column(name, overflow="fold", min_width=16, ratio=1)
+        elif name == "stage":
+            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)
+        else:
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(row[name] for name, _ in shown))
     return table
+
+
+def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]:
+    """One trial's cells under :data:`TRIAL_COLUMNS`."""
+    r = t.result
+    setup = r.spec.setup if r is not None else t.spec.setup if t.spec is not None else None
+    cells = dict.fromkeys((name for name, _ in TRIAL_COLUMNS), "")
+    cells.update({"#": str(t.number), "stage": t.stage})
+    if setup is not None:
+        cells.update(
+            {
+                "precision": setup.precision,
+                "batch": str(setup.batch_size),
+                "loss scale": str(setup.loss_scale),
+                "knobs": " ".join(setup.knobs),
+            }
+        )
+    if r is None:
+        # Closed without a result (stopped, or given up): its setup, and why; no figures.
+        why = t.note or "it closed without a result"
+        cells["status"] = why if why.startswith("stopped") else f"failed: {why}"
+        return cells
+    status = (
+        (f"{r.status.value}, pruned" if r.pruned else r.status.value)
+        if r.ok
+        else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
+    )
+    if r.hazards:
+        kinds = sorted({h.kind for h in r.hazards})
+        status += f" (hazard: {', '.join(kinds)})"
+    cells.update(
+        {
+            "samples/s": _fmt(r.samples_per_second, ",.0f"),
+            "p50 ms": _fmt(r.step_time_ms.get("p50"), ".2f"),
+            "peak MB": _fmt(r.peak_memory_mb, ",.0f"),
+            "skipped": str(r.skipped_steps),
+            "loss gap": f"{gap.gap:.2%}" if gap is not None and gap.gap is not None else "",
+            "status": status,
+        }
+    )
+    return cells
 
 
 def render_recommendation(rec: api.Recommendation) -> str:

@@ -419,11 +419,15 @@ def test_the_console_table_shows_loss_gaps_and_stopped_trials() -> None:
         api.StoredTrial(1, "policies", ok("mixed_bfloat16", 2.05), "COMPLETE"),
         api.StoredTrial(2, "batch", None, "FAIL", "stopped by its search", stopped),
     ]
-    console = Console(width=200, record=True)
+    # At the 120 columns a log gets (output_console), every column in view: the status too.
+    console = Console(width=120, record=True)
     console.print(trials_table(trials))
-    lines = console.export_text().splitlines()
+    text = console.export_text()
+    lines = text.splitlines()
+    assert any(line.split()[-1:] == ["status"] for line in lines)
     (bf16,) = [line for line in lines if "mixed_bfloat16" in line]
-    assert "2.50%" in bf16
+    assert "2.50%" in bf16 and bf16.split()[-1] == "ok"
+    assert "knobs" not in text  # no trial has one: no column for them
     (row,) = [line for line in lines if "mixed_float16" in line]
     assert "64" in row and "dynamic" in row and "stopped by its search" in row
     assert "failed" not in row
