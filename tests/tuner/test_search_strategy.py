@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -189,6 +190,32 @@ def test_cpu_like_machine_keeps_float32_and_drops_slow_mixed(tmp_path: Path) -> 
     # throughput is flat there, so they tie: two turns each settle it) included.
     assert len(machine.calls) <= grid_size(SearchSpace()) / 3
     assert rec.speedup_vs_float32 == pytest.approx(1.0)
+
+
+class PruningMachine(Machine):
+    """Its mixed_float16 trials stop measuring after 3 steps, pruned, as a worker does for a
+    setup under a third of the leader's speed."""
+
+    def __call__(self, spec: TrialSpec, on_event=None, *, cancel=None, source=None) -> TrialResult:
+        result = super().__call__(spec, on_event, cancel=cancel, source=source)
+        if spec.policy != "mixed_float16" or not result.ok:
+            return result
+        return dataclasses.replace(result, losses=result.losses[:3], steps_completed=3, pruned=True)
+
+
+def test_a_pruned_alternative_says_why_it_has_no_loss_gap(tmp_path: Path) -> None:
+    machine = PruningMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 2})
+    rec = run(machine, tmp_path).recommendation
+    (f16,) = [a for a in rec.alternatives if a.setup.policy == "mixed_float16"]
+    assert f16.rejected == (
+        "too few measured steps to compare its loss with float32 (it stopped measuring early: "
+        "pruned)"
+    )
+    rows = evidence_rows(rec)
+    (row,) = [t for label, t in rows if label == "Alternative" and "mixed_float16" in t]
+    assert "(measured under 0.01x float32)" in row  # not 0.00x
+    (behind,) = [t for label, t in rows if label == "Not tried" and "mixed_float16" in t]
+    assert "under 0.01x the fastest policy's throughput" in behind
 
 
 def test_gpu_like_machine_picks_float16_at_the_largest_fitting_batch(tmp_path: Path) -> None:

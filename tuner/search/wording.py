@@ -33,6 +33,12 @@ def and_join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def times(ratio: float) -> str:
+    """A ratio as a speed-up: ``1.37x``; one that rounds to nothing, ``under 0.01x`` (not
+    ``0.00x``)."""
+    return f"{ratio:.2f}x" if ratio >= 0.005 else "under 0.01x"
+
+
 def pct(value: float | None) -> str:
     return "n/a" if value is None else ("inf" if math.isinf(value) else f"{value:.1%}")
 
@@ -357,7 +363,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     for alt in rec.alternatives:
         verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
         if alt.rejected and alt.speedup_vs_float32 is not None and "throughput" not in verdict:
-            verdict += f" (measured {alt.speedup_vs_float32:.2f}x float32)"
+            verdict += f" (measured {times(alt.speedup_vs_float32)} float32)"
         rows.append(
             (
                 "Alternative",

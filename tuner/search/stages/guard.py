@@ -73,11 +73,12 @@ def check(ctx: SearchContext, cand: Candidate, allow_new_trials: bool) -> None:
     cand.guard_trial = reference.number
     gap = loss_gap(mine.result, reference.result, ctx.settings.guard_steps)
     cand.loss_gap = gap
-    if gap is None or gap > ctx.settings.loss_tolerance:
+    if gap is None:
+        pruned = " (it stopped measuring early: pruned)" if mine.result.pruned else ""
+        cand.rejected = f"too few measured steps to compare its loss with float32{pruned}"
+    elif gap > ctx.settings.loss_tolerance:
         cand.rejected = (
             f"loss gap to float32 {pct(gap)} over the tolerance {ctx.settings.loss_tolerance:.0%}"
-            if gap is not None
-            else "no comparable loss window"
         )
 
 

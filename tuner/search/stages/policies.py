@@ -11,6 +11,7 @@ from tuner.policies import FLOAT32
 from tuner.search.measures import Measured
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, unsafe_text
+from tuner.search.wording import times
 from tuner.setup import Setup
 from tuner.trials.result import TrialStatus
 
@@ -92,6 +93,6 @@ def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
         if slower and (no_memory_gain or ctx.settings.objective == "speed"):
             ctx.abandoned[policy] = (
                 f"clearly behind at batch size {m.result.spec.batch_size}: "
-                f"{m.speed / fastest:.2f}x the fastest policy's throughput"
+                f"{times(m.speed / fastest)} the fastest policy's throughput"
                 + ("" if not no_memory_gain else " and no memory saving")
             )
