@@ -50,7 +50,8 @@ _TIPS = {
     "arrays through Keras' data adapter). Marked when it holds fit below the device's rate.",
 }
 #: No column wider than this (a long loss scale or status is elided; its tooltip has it whole),
-#: so that the table fits beside the settings at 1280 pixels once knobs show.
+#: so that the table fits beside the settings at 1280 pixels once knobs show; only the status
+#: takes more, where the table has room left over.
 MAX_COLUMN_PX = 124
 #: The columns that give way, in turn, where the table is narrower than its columns want: the
 #: stage (its tooltip has it whole), then the status (its tooltip has the reason in full)...
