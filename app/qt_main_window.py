@@ -413,6 +413,10 @@ class QtMainWindow(QMainWindow):
         self._trial_started = time.monotonic()
         setup = event.spec.setup
         self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
+        if not (self.profile and self.profile.gpus):
+            # A CPU's curve is the trial worker's memory: each trial's a line of its own (a
+            # line from the last trial's end to a fresh worker's start read as a drop to 0).
+            self.plots.break_memory()
         self._trial_text = f"Trial #{event.number}: {setup.in_words()}"
         self.status.setText(self._trial_text)
 
