@@ -379,8 +379,7 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
     if r is None:
         # Closed without a result (stopped, or given up): its setup, and why; no figures.
         why = t.note or "it closed without a result"
-        cells["status"] = why if why.startswith("stopped") else f"failed: {why}"
-        return cells
+        return {**cells, "status": why if why.startswith("stopped") else f"failed: {why}"}
     status = (
         (f"{r.status.value}, pruned" if r.pruned else r.status.value)
         if r.ok
