@@ -67,6 +67,11 @@ def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None
     assert key != warm_key(spec(16, model="builtin:mlp:features=16,width=16,depth=1"), source)
     # The probe setting matters only where the probe runs (a float32 trial never probes).
     assert key == warm_key(spec(16, probe=True), source)
+    # How long a trial measures before it may be pruned is the trial's, not the worker's: a
+    # search changes it with its leader, and every mixed trial then started a fresh worker
+    # (bench_search on a Xeon: 23% of the search's wall time in start-up).
+    bf16 = warm_key(spec(16, policy="mixed_bfloat16"), source)
+    assert bf16 == warm_key(spec(64, policy="mixed_bfloat16", prune_below=12_345.0), source)
     # A trial that runs the numerics probe always gets a fresh worker.
     assert warm_key(spec(16, policy="mixed_bfloat16", probe=True), source) is None
 

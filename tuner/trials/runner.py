@@ -282,13 +282,14 @@ WARM_VARIES = ("batch_size", "loss_scale", *(knob.name for knob in KNOBS if knob
 
 def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
     """What must match for a trial to run in a warm worker: the model, the policy and how the
-    trial measures (everything but :data:`WARM_VARIES` and the timeout). None for a trial that
-    runs the numerics probe (it builds a float32 twin and may change the model), which always
-    gets a fresh worker."""
+    trial measures (everything but :data:`WARM_VARIES`, the timeout and the pruning rate, which
+    are the trial's: a search moves the rate with its leader). None for a trial that runs the
+    numerics probe (it builds a float32 twin and may change the model), which always gets a
+    fresh worker."""
     if spec.probe and spec.policy.is_mixed:
         return None
     data = spec.to_dict()
-    for name in (*WARM_VARIES, "timeout_s", "probe"):
+    for name in (*WARM_VARIES, "timeout_s", "probe", "prune_below"):
         data.pop(name, None)
     data["source"] = _source_dict(source)
     return json.dumps(data, sort_keys=True, default=str)
