@@ -136,7 +136,7 @@ class TrialsModel(QAbstractTableModel):
             return QColor(INPUT_BOUND_COLOUR) if row.result.input_bound else None
         if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "input/s"):
             return _rates_tooltip(row.result)
-        if role == Qt.ItemDataRole.ToolTipRole and column == "loss gap" and not row.stopped:
+        if role == Qt.ItemDataRole.ToolTipRole and column == "loss gap":
             gap = self.loss_gaps.get(row.number)
             return gap.words() if gap else None
         if role == Qt.ItemDataRole.TextAlignmentRole and column not in (

@@ -76,7 +76,10 @@ def test_too_few_steps_to_compare_is_said() -> None:
     trials = {0: result("float32", 8, [1.0] * 40), 1: result("mixed_bfloat16", 8, [1.0] * 3)}
     (gap,) = api.trial_loss_gaps(trials).values()
     assert gap.gap is None and gap.reference == 0
-    assert gap.words() == "No loss gap: too few measured steps to compare with float32 trial #0."
+    assert (
+        gap.words()
+        == "No loss gap: too few measured steps to compare its loss with float32 trial #0."
+    )
 
 
 @pytest.mark.parametrize("name", GOLDENS)

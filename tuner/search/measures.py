@@ -327,6 +327,14 @@ def reference_of(setup: Setup) -> Setup:
 MIN_GAP_STEPS = 4
 
 
+def too_few_steps(result: TrialResult, reference: int | None = None) -> str:
+    """Why ``result`` has no loss gap though float32 ran (trial ``reference``): its loss window
+    is too short, and a pruned trial's why."""
+    against = f" trial #{reference}" if reference is not None else ""
+    pruned = " (it stopped measuring early: pruned)" if result.pruned else ""
+    return f"too few measured steps to compare its loss with float32{against}{pruned}"
+
+
 @dataclass(frozen=True)
 class TrialGap:
     """One trial's loss gap to IEEE float32 (:func:`loss_gap`), or why it has none.
@@ -396,13 +404,8 @@ def trial_loss_gaps(
         reference = trials[found]
         gap = loss_gap(result, reference, steps)
         if gap is None:
-            pruned = " (it stopped measuring early: pruned)" if result.pruned else ""
-            gaps[number] = TrialGap(
-                None,
-                found,
-                reference.spec.batch_size,
-                why=f"too few measured steps to compare with float32 trial #{found}{pruned}",
-            )
+            why = too_few_steps(result, found)
+            gaps[number] = TrialGap(None, found, reference.spec.batch_size, why=why)
         else:
             gaps[number] = TrialGap(gap, found, reference.spec.batch_size)
     return gaps

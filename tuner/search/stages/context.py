@@ -22,7 +22,7 @@ from tuner.search.measures import (
     Paired,
     choose,
     first_ok,
-    float32_reference,
+    reference_of,
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
@@ -177,13 +177,7 @@ class SearchContext:
             return 0
         setup = leader.result.spec.setup
         known = self.evaluator.known
-        reference = float32_reference(
-            setup.batch_size,
-            setup.gradient_accumulation_steps,
-            setup.steps_per_execution,
-            self.settings.backend,
-        )
-        if reference in known:
+        if reference_of(setup) in known:
             return 0
         f32 = [s for s in known if s.precision == FLOAT32 and plain(s)]
         oom = [s.batch_size for s in f32 if known[s][0].result.status is TrialStatus.OOM]

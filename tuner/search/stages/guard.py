@@ -12,6 +12,7 @@ from tuner.search.measures import (
     float32_reference,
     loss_gap,
     reference_of,
+    too_few_steps,
 )
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, plain, unsafe_text
@@ -74,8 +75,7 @@ def check(ctx: SearchContext, cand: Candidate, allow_new_trials: bool) -> None:
     gap = loss_gap(mine.result, reference.result, ctx.settings.guard_steps)
     cand.loss_gap = gap
     if gap is None:
-        pruned = " (it stopped measuring early: pruned)" if mine.result.pruned else ""
-        cand.rejected = f"too few measured steps to compare its loss with float32{pruned}"
+        cand.rejected = too_few_steps(mine.result)
     elif gap > ctx.settings.loss_tolerance:
         cand.rejected = (
             f"loss gap to float32 {pct(gap)} over the tolerance {ctx.settings.loss_tolerance:.0%}"
