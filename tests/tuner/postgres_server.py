@@ -13,6 +13,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -74,7 +75,28 @@ def _bindir() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux; its default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def _free_port() -> int:
+    """A free port outside the ephemeral range: while a test holds the server down, a port in
+    that range can be taken as the source of any outgoing connection, even one to itself (a
+    TCP self-connect), and a client would then reach that instead of finding the port closed."""
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in range(20000, 32768) if p not in ephemeral] or [0]
+    for port in random.sample(candidates, min(len(candidates), 200)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
