@@ -44,8 +44,11 @@ from app.words import window_words
 from tuner import __version__, api
 from tuner.resources import asset_path
 
-#: The window's size on a screen with room for it; a smaller screen gets what fits.
+#: The window's least size on first opening where the screen has room for it; a smaller screen
+#: gets what fits.
 DEFAULT_SIZE = (1280, 800)
+#: On first opening the window takes this share of a larger screen's free area (across, down).
+SCREEN_SHARE = 0.8
 #: Room kept for the window manager's title bar and borders (pixels across, down).
 FRAME_ALLOWANCE = (8, 32)
 #: Seconds of session time left empty between a stopped search's plots and its resumed run's.
@@ -134,15 +137,29 @@ class QtMainWindow(QMainWindow):
         self._on_model_changed(self.setup.model_spec())
         self._update_buttons()
         geometry = self.settings.value("geometry")
+        screen = self.screen() or QGuiApplication.primaryScreen()
         if geometry is not None:
             self.restoreGeometry(geometry)
+        elif screen is not None:
+            self.open_on(screen.availableGeometry())
         else:
             self.resize(*DEFAULT_SIZE)
-        screen = self.screen() or QGuiApplication.primaryScreen()
         if screen is not None:
             self.fit_within(screen.availableGeometry())
 
     # -- layout ------------------------------------------------------------------------------
+    def open_on(self, area: QRect) -> None:
+        """First opening (no remembered geometry): :data:`SCREEN_SHARE` of the screen's free
+        area, at least :data:`DEFAULT_SIZE`, centred on it (then :meth:`fit_within` it)."""
+        width = max(DEFAULT_SIZE[0], round(area.width() * SCREEN_SHARE))
+        height = max(DEFAULT_SIZE[1], round(area.height() * SCREEN_SHARE))
+        self.resize(width, height)
+        self.fit_within(area)
+        self.move(
+            area.left() + (area.width() - self.width()) // 2,
+            area.top() + max(0, (area.height() - self.height() - FRAME_ALLOWANCE[1]) // 2),
+        )
+
     def fit_within(self, area: QRect) -> None:
         """Keep the window on the screen's free area: no larger than it (less room for the
         window manager's frame) and inside it; a remembered geometry from a larger screen

@@ -397,6 +397,25 @@ def test_the_sampler_gets_its_nvml_backend_from_the_engine(qtbot) -> None:
         sampler.stop()
 
 
+@pytest.mark.parametrize(
+    "width, height, expected",
+    [(1280, 720, (1272, 688)), (1920, 1080, (1536, 864)), (2560, 1440, (2048, 1152))],
+)
+def test_first_opened_the_window_takes_most_of_the_screen_centred(
+    make_window, width, height, expected
+) -> None:
+    """No remembered geometry: 80% of a screen with room, at least 1280x800 where that fits,
+    all of a small one (less the frame), centred."""
+    from PySide6.QtCore import QRect
+
+    window = make_window()
+    area = QRect(0, 0, width, height)
+    window.open_on(area)
+    assert (window.width(), window.height()) == expected
+    assert area.contains(window.geometry())
+    assert abs(window.x() - (width - window.width() - window.x())) <= 1  # centred across
+
+
 @pytest.mark.parametrize("width, height", [(1280, 720), (1920, 1080)])
 def test_the_window_fits_the_screen_it_opens_on(make_window, qtbot, width, height) -> None:
     """Sized to the screen (and a geometry remembered from a larger one brought within it);
