@@ -269,9 +269,15 @@ def synthesise_batches(
     # user would pass it to fit; a single input is its array.
     x_struct = _structure(model, "_inputs_struct", inputs)
     y_struct = _structure(model, "_outputs_struct", outputs)
+    ids = float_token_inputs(model, x_struct)
     batches = []
     for _ in range(n_batches):
-        xs = [_random_like(t, batch_size, rng, vocab) for t in inputs]
+        xs = [
+            rng.integers(0, ids[i], size=_shape(t, batch_size)).astype(np.float32)
+            if i in ids
+            else _random_like(t, batch_size, rng, vocab)
+            for i, t in enumerate(inputs)
+        ]
         ys = [_target_like(t, batch_size, rng, loss_name) for t in outputs]
         batches.append(
             (keras.tree.pack_sequence_as(x_struct, xs), keras.tree.pack_sequence_as(y_struct, ys))
@@ -332,10 +338,107 @@ def _loss_name(loss: Any) -> str:
 
 
 def _smallest_vocabulary(model: keras.Model) -> int:
-    dims = [
-        layer.input_dim for layer in _all_layers(model) if isinstance(layer, keras.layers.Embedding)
+    """Integer inputs get ids below the smallest embedding table anywhere in the model (inside
+    custom layers too), so that every id is in range whichever table it reaches."""
+    dims = [_table_size(layer) for layer in _nested_layers(model)]
+    return min((d for d in dims if d), default=100)
+
+
+def _table_size(layer: Any) -> int | None:
+    """The rows of an embedding table (``Embedding.input_dim``); None for other layers."""
+    if isinstance(layer, keras.layers.Embedding):
+        return int(layer.input_dim)
+    return None
+
+
+def _nested_layers(layer: Any) -> list[Any]:
+    """``layer`` and every layer it holds, custom layers' attributes included (Keras tracks
+    them), where ``Model.layers`` shows the top level only."""
+    flatten = getattr(layer, "_flatten_layers", None)
+    return list(flatten(include_self=True, recursive=True)) if callable(flatten) else [layer]
+
+
+def float_token_inputs(model: keras.Model, x_struct: Any = None) -> dict[int, int]:
+    """The model inputs (by position in ``model.inputs``) of a float dtype that carry token
+    ids, with the ids' range: those that go straight into an ``Embedding``, or into a layer
+    that holds one (the published ``TokenAndPositionEmbedding`` pattern, ``keras.Input((maxlen,))``
+    being float32). Real data there are whole numbers, which a custom layer's autocast to
+    bfloat16 or float16 rounds: synthetic data must be whole numbers too, or the numerics probe
+    cannot see it (normal noise rounds harmlessly).
+
+    The range is the largest table in the consumer taken alone, as its token table is (a
+    position table is fed ``arange``); a consumer that takes several model inputs (ids and
+    segments, say) gives its smallest, and an input with several consumers the smallest of
+    theirs, every id in range whichever table it reaches. A range the model refuses (the ids
+    reach a smaller table than thought) is halved until a forward pass of one sample takes it
+    (``x_struct``: the inputs' structure, to run that pass; None skips it)."""
+    inputs = list(getattr(model, "inputs", None) or [])
+    found: dict[int, int] = {}
+    for i, tensor in enumerate(inputs):
+        if "float" not in str(tensor.dtype):
+            continue
+        sizes: list[int] = []
+        for layer in _consumers(model, tensor):
+            tables = sorted({d for d in map(_table_size, _nested_layers(layer)) if d})
+            if not tables:
+                continue
+            several = sum(any(t is x for x in inputs) for t in _layer_inputs(layer)) > 1
+            sizes.append(tables[0] if several else tables[-1])
+        if sizes:
+            found[i] = min(sizes)
+    ids = dict(found)
+    if ids and x_struct is not None:
+        ids = _ranges_the_model_takes(model, inputs, x_struct, ids)
+    return ids
+
+
+def _consumers(model: Any, tensor: Any) -> list[Any]:
+    """The model's layers that take ``tensor`` as an input (a functional model's graph)."""
+    return [
+        layer
+        for layer in getattr(model, "layers", [])
+        if any(t is tensor for t in _layer_inputs(layer))
     ]
-    return min(dims) if dims else 100
+
+
+def _layer_inputs(layer: Any) -> list[Any]:
+    tensors: list[Any] = []
+    for node in getattr(layer, "_inbound_nodes", []):
+        tensors.extend(getattr(node, "input_tensors", ()))
+    return tensors
+
+
+def _ranges_the_model_takes(
+    model: Any, inputs: list[Any], x_struct: Any, ids: dict[int, int]
+) -> dict[int, int]:
+    """``ids`` with each range one the model takes: one sample whose ids are the range's
+    largest value exact in bfloat16 (so that no policy rounds it up out of the table) goes
+    through the model; on an error the ranges shrink. Other inputs are zeros. Where an
+    out-of-range id raises no error (TensorFlow on a GPU gives zeros, JAX clamps), the range
+    stays as found."""
+    ranges = dict(ids)
+    while True:
+        xs = [
+            np.full(_shape(t, 1), _exact_in_bfloat16(ranges[i] - 1), np.float32)
+            if i in ranges
+            else np.zeros(_shape(t, 1), dtype=str(t.dtype))
+            for i, t in enumerate(inputs)
+        ]
+        try:
+            model(keras.tree.pack_sequence_as(x_struct, xs), training=False)
+            return ranges
+        except Exception:  # noqa: BLE001 - any refusal shrinks the ranges; the trial reports errors
+            if all(r <= 1 for r in ranges.values()):
+                return {}
+            ranges = {i: max(1, r // 2) for i, r in ranges.items()}
+
+
+def _exact_in_bfloat16(value: int) -> int:
+    """The largest whole number at most ``value`` that bfloat16 (8 significant bits) holds."""
+    if value < 256:
+        return max(0, value)
+    step = 2 ** (value.bit_length() - 8)
+    return int(value // step * step)
 
 
 def _all_layers(model: Any) -> list[Any]:
