@@ -72,6 +72,13 @@ def test_ids_into_a_custom_layer_are_whole_numbers_over_the_token_table() -> Non
     assert x.min() >= 0 and x.max() < VOCAB and x.max() > 256  # past bfloat16's whole numbers
 
 
+def test_a_sequential_model_is_read_as_its_graph() -> None:
+    model = keras.Sequential(
+        [keras.Input((LENGTH,)), TokenAndPosition(), keras.layers.GlobalAveragePooling1D()]
+    )
+    assert float_token_inputs(model) == {0: VOCAB}
+
+
 def test_ids_straight_into_an_embedding_and_features_into_a_dense() -> None:
     ids, features = keras.Input((LENGTH,), name="ids"), keras.Input((LENGTH,), name="features")
     x = keras.layers.Embedding(300, 8)(ids)
