@@ -1,7 +1,7 @@
 """Token ids in a float32 ``keras.Input`` (the published pattern: ``Input((maxlen,))`` into a
 custom ``TokenAndPositionEmbedding``) get whole-number synthetic data in their table's range,
 so that the numerics probe sees what a custom layer's autocast does to them; ids stay in range
-whichever table they reach."""
+whichever table they reach. String inputs get words of the StringLookup they go into."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from test_trials import trial, write_model
 from tuner.trials.hazards import INTEGER_CAST
 from tuner.trials.result import TrialStatus
 from tuner.worker.loading import float_token_inputs, synthesise_batches
+from tuner.worker.usercode import UserCodeError
 
 VOCAB, LENGTH = 5000, 16
 
@@ -156,3 +157,48 @@ def test_the_published_text_transformer_is_unsafe_in_bfloat16_without_make_datas
     [hazard] = [h for h in result.hazards if h.unsafe]
     assert hazard.kind == INTEGER_CAST and "TokenAndPositionEmbedding" in hazard.layer
     assert trial(model, "float32").status is TrialStatus.OK
+
+
+def test_string_inputs_are_fed_words_of_their_lookup_and_others_are_refused() -> None:
+    words = ["fixed", "normal", "reversible"]
+    thal, age = keras.Input((1,), name="thal", dtype="string"), keras.Input((1,), name="age")
+    onehot = keras.layers.StringLookup(vocabulary=words, output_mode="one_hot")(thal)
+    x = keras.layers.concatenate([keras.layers.Flatten()(onehot), age])
+    model = keras.Model({"thal": thal, "age": age}, keras.layers.Dense(1)(x))
+    [(batch, _)] = synthesise_batches(model, "binary_crossentropy", 16, 1, seed=0)
+    assert set(batch["thal"].ravel()) <= set(words) and batch["thal"].shape == (16, 1)
+    model(batch)
+
+    free_text = keras.Input((1,), name="note", dtype="string")
+    hashed = keras.layers.Hashing(8, output_mode="one_hot")(free_text)
+    with pytest.raises(UserCodeError, match=r"input 'note' takes strings.*make_dataset"):
+        synthesise_batches(keras.Model(free_text, hashed), "mse", 4, 1, seed=0)
+
+
+#: keras.io's structured-data pattern: a string feature through a StringLookup in the model.
+STRINGS = """
+import keras
+
+def build_model():
+    thal = keras.Input(shape=(1,), name="thal", dtype="string")
+    age = keras.Input(shape=(1,), name="age")
+    lookup = keras.layers.StringLookup(
+        vocabulary=["fixed", "normal", "reversible"], output_mode="one_hot"
+    )
+    x = keras.layers.concatenate([keras.layers.Flatten()(lookup(thal)), age])
+    x = keras.layers.Dense(16, activation="relu")(x)
+    out = keras.layers.Dense(1, activation="sigmoid", dtype="float32")(x)
+    model = keras.Model({"thal": thal, "age": age}, out)
+    model.compile("adam", "binary_crossentropy")
+    return model
+"""
+
+
+@pytest.mark.slow
+def test_a_model_with_a_string_input_runs_and_is_probed_under_a_mixed_policy(tmp_path) -> None:
+    """Before: the float32 trial failed casting noise to strings, and the probe of a mixed one
+    failed on the strings' dtype (a mptune bug, reported as the user's error)."""
+    model = write_model(tmp_path, STRINGS)
+    result = trial(model, "mixed_bfloat16")
+    assert result.status is TrialStatus.OK, result.error
+    assert result.numerics is not None and result.samples_per_second

@@ -270,11 +270,14 @@ def synthesise_batches(
     x_struct = _structure(model, "_inputs_struct", inputs)
     y_struct = _structure(model, "_outputs_struct", outputs)
     ids = float_token_inputs(model, x_struct)
+    words = string_vocabularies(model)
     batches = []
     for _ in range(n_batches):
         xs = [
             rng.integers(0, ids[i], size=_shape(t, batch_size)).astype(np.float32)
             if i in ids
+            else rng.choice(words[i], size=_shape(t, batch_size))
+            if i in words
             else _random_like(t, batch_size, rng, vocab)
             for i, t in enumerate(inputs)
         ]
@@ -304,6 +307,32 @@ def _shape(tensor: Any, batch_size: int) -> tuple[int, ...]:
             f"{tuple(tensor.shape)}: define make_dataset(batch_size)"
         )
     return (batch_size, *dims)
+
+
+def string_vocabularies(model: keras.Model) -> dict[int, np.ndarray]:
+    """The string inputs (by position in ``model.inputs``) and the words to feed them: the
+    vocabulary of the ``StringLookup`` they go into (or one held by the layer they go into),
+    its out-of-vocabulary token left out. A string input with none is the user's to feed:
+    :class:`UserCodeError` naming it and ``make_dataset``."""
+    found: dict[int, np.ndarray] = {}
+    for i, tensor in enumerate(getattr(model, "inputs", None) or []):
+        if "string" not in str(tensor.dtype):
+            continue
+        for layer in _consumers(model, tensor):
+            for inner in _nested_layers(layer):
+                if isinstance(inner, keras.layers.StringLookup):
+                    words = inner.get_vocabulary(include_special_tokens=False)
+                    if words:
+                        found[i] = np.array([str(w) for w in words])
+                        break
+            if i in found:
+                break
+        else:
+            raise UserCodeError(
+                f"input {getattr(tensor, 'name', '')!r} takes strings, and mptune finds no "
+                "StringLookup vocabulary to make them from: define make_dataset(batch_size)"
+            )
+    return found
 
 
 def _random_like(tensor: Any, batch_size: int, rng: np.random.Generator, vocab: int) -> np.ndarray:

@@ -147,7 +147,12 @@ def _array(value: Any) -> np.ndarray | None:
 
 
 def _dtype(a: np.ndarray) -> str:
-    return str(keras.backend.standardize_dtype(a.dtype))
+    """Keras's name of the array's dtype; NumPy's for one Keras has no name for (the strings a
+    StringLookup takes arrive as ``object``), which no numeric check then matches."""
+    try:
+        return str(keras.backend.standardize_dtype(a.dtype))
+    except ValueError:
+        return str(a.dtype)
 
 
 def _is_float(a: np.ndarray | None) -> bool:
