@@ -138,14 +138,15 @@ class QtMainWindow(QMainWindow):
         self._update_buttons()
         geometry = self.settings.value("geometry")
         screen = self.screen() or QGuiApplication.primaryScreen()
+        area = screen.availableGeometry() if screen is not None else None
         if geometry is not None:
             self.restoreGeometry(geometry)
-        elif screen is not None:
-            self.open_on(screen.availableGeometry())
+            if area is not None:
+                self.fit_within(area)
+        elif area is not None:
+            self.open_on(area)
         else:
             self.resize(*DEFAULT_SIZE)
-        if screen is not None:
-            self.fit_within(screen.availableGeometry())
 
     # -- layout ------------------------------------------------------------------------------
     def open_on(self, area: QRect) -> None:

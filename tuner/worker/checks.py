@@ -23,7 +23,7 @@ from tuner.trials.hazards import (
     LOW_PRECISION_OUTPUT,
     Hazard,
 )
-from tuner.worker.loading import _all_layers
+from tuner.worker.loading import all_layers
 
 #: Layer attributes that become a matrix dimension.
 _WIDTH_ATTRIBUTES = ("units", "filters", "output_dim", "key_dim")
@@ -71,7 +71,7 @@ def narrow_layers(model: keras.Model) -> list[str]:
     layers that produce the model's outputs are left out."""
     final = {id(layer) for layer in output_layers(model)}
     found = []
-    for layer in _all_layers(model):
+    for layer in all_layers(model):
         if id(layer) in final:
             continue
         for attribute in _WIDTH_ATTRIBUTES:
@@ -93,7 +93,7 @@ def output_layers(model: keras.Model) -> list[Any]:
     if not outputs:
         widths = [
             layer
-            for layer in _all_layers(model)
+            for layer in all_layers(model)
             if any(isinstance(getattr(layer, a, None), int) for a in _WIDTH_ATTRIBUTES)
         ]
         return widths[-1:]

@@ -271,16 +271,18 @@ def synthesise_batches(
     y_struct = _structure(model, "_outputs_struct", outputs)
     ids = float_token_inputs(model, x_struct)
     words = string_vocabularies(model)
+
+    def input_like(i: int, tensor: Any) -> np.ndarray:
+        shape = _shape(tensor, batch_size)
+        if i in ids:  # whole numbers, as the user's ids are, in a float array
+            return rng.integers(0, ids[i], size=shape).astype(np.float32)
+        if i in words:
+            return rng.choice(words[i], size=shape)
+        return _random_like(tensor, batch_size, rng, vocab)
+
     batches = []
     for _ in range(n_batches):
-        xs = [
-            rng.integers(0, ids[i], size=_shape(t, batch_size)).astype(np.float32)
-            if i in ids
-            else rng.choice(words[i], size=_shape(t, batch_size))
-            if i in words
-            else _random_like(t, batch_size, rng, vocab)
-            for i, t in enumerate(inputs)
-        ]
+        xs = [input_like(i, t) for i, t in enumerate(inputs)]
         ys = [_target_like(t, batch_size, rng, loss_name) for t in outputs]
         batches.append(
             (keras.tree.pack_sequence_as(x_struct, xs), keras.tree.pack_sequence_as(y_struct, ys))
@@ -318,20 +320,19 @@ def string_vocabularies(model: keras.Model) -> dict[int, np.ndarray]:
     for i, tensor in enumerate(getattr(model, "inputs", None) or []):
         if "string" not in str(tensor.dtype):
             continue
-        for layer in _consumers(model, tensor):
-            for inner in _nested_layers(layer):
-                if isinstance(inner, keras.layers.StringLookup):
-                    words = inner.get_vocabulary(include_special_tokens=False)
-                    if words:
-                        found[i] = np.array([str(w) for w in words])
-                        break
-            if i in found:
-                break
-        else:
+        words = [
+            str(word)
+            for layer in _consumers(model, tensor)
+            for inner in all_layers(layer, include_self=True)
+            if isinstance(inner, keras.layers.StringLookup)
+            for word in inner.get_vocabulary(include_special_tokens=False)
+        ]
+        if not words:
             raise UserCodeError(
                 f"input {getattr(tensor, 'name', '')!r} takes strings, and mptune finds no "
                 "StringLookup vocabulary to make them from: define make_dataset(batch_size)"
             )
+        found[i] = np.array(words)
     return found
 
 
@@ -369,22 +370,28 @@ def _loss_name(loss: Any) -> str:
 def _smallest_vocabulary(model: keras.Model) -> int:
     """Integer inputs get ids below the smallest embedding table anywhere in the model (inside
     custom layers too), so that every id is in range whichever table it reaches."""
-    dims = [_table_size(layer) for layer in _nested_layers(model)]
-    return min((d for d in dims if d), default=100)
+    return min(_table_sizes(model), default=100)
 
 
-def _table_size(layer: Any) -> int | None:
-    """The rows of an embedding table (``Embedding.input_dim``); None for other layers."""
-    if isinstance(layer, keras.layers.Embedding):
-        return int(layer.input_dim)
-    return None
+def _table_sizes(layer: Any) -> list[int]:
+    """The rows of every embedding table in ``layer`` (itself included), smallest first."""
+    return sorted(
+        {
+            int(inner.input_dim)
+            for inner in all_layers(layer, include_self=True)
+            if isinstance(inner, keras.layers.Embedding)
+        }
+    )
 
 
-def _nested_layers(layer: Any) -> list[Any]:
-    """``layer`` and every layer it holds, custom layers' attributes included (Keras tracks
-    them), where ``Model.layers`` shows the top level only."""
+def all_layers(layer: Any, include_self: bool = False) -> list[Any]:
+    """Every layer ``layer`` holds, at any depth (and itself, with ``include_self``): the
+    layers of nested models, and those a custom layer keeps in its attributes (Keras tracks
+    them: ``Layer._flatten_layers``), which ``Model.layers`` does not show."""
     flatten = getattr(layer, "_flatten_layers", None)
-    return list(flatten(include_self=True, recursive=True)) if callable(flatten) else [layer]
+    if not callable(flatten):
+        return [layer] if include_self else []
+    return list(flatten(include_self=include_self, recursive=True))
 
 
 def float_token_inputs(model: keras.Model, x_struct: Any = None) -> dict[int, int]:
@@ -408,17 +415,16 @@ def float_token_inputs(model: keras.Model, x_struct: Any = None) -> dict[int, in
             continue
         sizes: list[int] = []
         for layer in _consumers(model, tensor):
-            tables = sorted({d for d in map(_table_size, _nested_layers(layer)) if d})
+            tables = _table_sizes(layer)
             if not tables:
                 continue
             several = sum(any(t is x for x in inputs) for t in _layer_inputs(layer)) > 1
             sizes.append(tables[0] if several else tables[-1])
         if sizes:
             found[i] = min(sizes)
-    ids = dict(found)
-    if ids and x_struct is not None:
-        ids = _ranges_the_model_takes(model, inputs, x_struct, ids)
-    return ids
+    if found and x_struct is not None:
+        return _ranges_the_model_takes(model, inputs, x_struct, found)
+    return found
 
 
 def _consumers(model: Any, tensor: Any) -> list[Any]:
@@ -468,12 +474,3 @@ def _exact_in_bfloat16(value: int) -> int:
         return max(0, value)
     step = 2 ** (value.bit_length() - 8)
     return int(value // step * step)
-
-
-def _all_layers(model: Any) -> list[Any]:
-    layers = []
-    for layer in getattr(model, "layers", []):
-        layers.append(layer)
-        if hasattr(layer, "layers"):
-            layers.extend(_all_layers(layer))
-    return layers
