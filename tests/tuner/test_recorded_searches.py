@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_figures import check_figures
 from test_search_strategy import FakeGpu, FakeProfile, Machine
 
 from tuner.hardware.profile import HardwareProfile
@@ -46,9 +47,10 @@ def _search(
     tmp_path: Path, model: str, runner: Any, profile: Any, **kwargs: Any
 ) -> tuple[list[dict[str, Any]], TuneResult]:
     events: list[SearchEvent] = []
+    storage = f"sqlite:///{tmp_path / 'replay.db'}"
     result = tune(
         model,
-        storage=f"sqlite:///{tmp_path / 'replay.db'}",
+        storage=storage,
         study="replay",
         runner=runner,
         profile=profile,
@@ -56,6 +58,9 @@ def _search(
         clock=lambda: 0.0,  # the plan's priced seconds would be this machine's, not the search's
         **kwargs,
     )
+    # Every figure the recommendation, its alternatives, the export and `show` state is the
+    # median of its setup's runs, and every ratio names what it is against.
+    check_figures(result, storage)
     # The worker's own messages come from the runner, not the search.
     return [e.to_dict() for e in events if not isinstance(e, WorkerReported)], result
 
@@ -197,4 +202,5 @@ def test_a_resumed_scripted_search_says_and_picks_what_it_did(tmp_path: Path) ->
         clock=lambda: 0.0,
     )
     seen = [e.to_dict() for e in events if not isinstance(e, WorkerReported)]
+    check_figures(result, f"sqlite:///{tmp_path / 'replay.db'}")
     _check_golden("scripted-resumed", seen, result)

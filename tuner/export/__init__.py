@@ -71,6 +71,12 @@ def config_from_session(session: SessionView) -> TunedConfig:
     from tuner.hardware import HardwareProfile
 
     rec = session.recommendation
+    if rec is None and session.failure is not None:
+        raise ConfigError(
+            f"session {session.name} has no recommendation: its search failed in the model's "
+            f"own code ({session.failure.message}); fix the model, then continue with "
+            f"mptune tune --resume {session.name}"
+        )
     if rec is None:
         raise ConfigError(
             f"session {session.name} has no recommendation yet: finish it with "
@@ -85,6 +91,11 @@ def config_from_session(session: SessionView) -> TunedConfig:
             samples_per_second_spread=rec.samples_per_second_spread,
             baseline_samples_per_second=rec.baseline_samples_per_second,
             speedup_vs_float32=rec.speedup_vs_float32,
+            float32_setup=rec.float32_setup.label if rec.float32_setup else None,
+            float32_samples_per_second=rec.float32_samples_per_second,
+            float32_trials=rec.float32_trials,
+            float32_paired=rec.float32_paired,
+            baseline_trials=rec.baseline_trials,
             memory_saving=rec.memory_saving,
             peak_memory_mb=rec.peak_memory_mb,
             loss_gap=rec.loss_gap,

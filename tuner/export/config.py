@@ -63,6 +63,16 @@ class Evidence:
     samples_per_second_spread: tuple[float, float] | None = None
     baseline_samples_per_second: float | None = None
     speedup_vs_float32: float | None = None
+    #: what ``speedup_vs_float32`` is against: the float32 setup (its label), the median of its
+    #: runs and their trial numbers; ``float32_paired``: the ratio is instead the median of
+    #: per-turn ratios of the two measured back to back
+    float32_setup: str | None = None
+    float32_samples_per_second: float | None = None
+    float32_trials: tuple[int, ...] = ()
+    float32_paired: bool = False
+    #: the trials whose median ``baseline_samples_per_second`` (float32 at the starting batch
+    #: size) is
+    baseline_trials: tuple[int, ...] = ()
     memory_saving: float | None = None
     peak_memory_mb: float | None = None
     loss_gap: float | None = None
@@ -101,6 +111,8 @@ class TunedConfig:
     def to_dict(self) -> dict[str, Any]:
         evidence = asdict(self.evidence)
         evidence["trials"] = list(self.evidence.trials)
+        evidence["float32_trials"] = list(self.evidence.float32_trials)
+        evidence["baseline_trials"] = list(self.evidence.baseline_trials)
         if self.evidence.samples_per_second_spread is not None:
             evidence["samples_per_second_spread"] = list(self.evidence.samples_per_second_spread)
         hardware = asdict(self.hardware)
@@ -469,15 +481,24 @@ def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
         speedup_vs_float32=v.number(
             e.get("speedup_vs_float32"), "evidence.speedup_vs_float32", low=0.0
         ),
+        float32_setup=(
+            v.string(e["float32_setup"], "evidence.float32_setup", text=True)
+            if e.get("float32_setup") is not None
+            else None
+        ),
+        float32_samples_per_second=v.number(
+            e.get("float32_samples_per_second"), "evidence.float32_samples_per_second", low=0.0
+        ),
+        float32_trials=_counts(v, e, "float32_trials"),
+        float32_paired=bool(e.get("float32_paired", False)),
+        baseline_trials=_counts(v, e, "baseline_trials"),
         # 1 - mixed peak / float32 peak: negative where the mixed policy used more memory.
         memory_saving=v.number(e.get("memory_saving"), "evidence.memory_saving", high=1.0),
         peak_memory_mb=v.number(e.get("peak_memory_mb"), "evidence.peak_memory_mb", low=0.0),
         loss_gap=v.number(e.get("loss_gap"), "evidence.loss_gap", low=0.0),
         skipped_steps=v.count(e.get("skipped_steps", 0), "evidence.skipped_steps"),
         reason=v.string(e.get("reason", ""), "evidence.reason", allow_empty=True, text=True),
-        trials=tuple(
-            v.count(t, "evidence.trials") for t in v.array(e.get("trials", []), "evidence.trials")
-        ),
+        trials=_counts(v, e, "trials"),
         device_samples_per_second=v.number(
             e.get("device_samples_per_second"), "evidence.device_samples_per_second", low=0.0
         ),
@@ -492,6 +513,12 @@ def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
         input_bound=bool(e.get("input_bound", False)),
     )
     return evidence
+
+
+def _counts(v: _Validator, e: dict[str, Any], key: str) -> tuple[int, ...]:
+    """A list of trial numbers in the evidence (absent: none)."""
+    name = f"evidence.{key}"
+    return tuple(v.count(t, name) for t in v.array(e.get(key, []), name))
 
 
 def _hardware(v: _Validator, root: dict[str, Any], source: str) -> HardwareFingerprint:

@@ -161,7 +161,15 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     evidence = config.evidence
     summary = []
     if evidence.speedup_vs_float32 is not None:
-        summary.append(f"{evidence.speedup_vs_float32:.2f}x the best float32 setup")
+        f32 = evidence.float32_setup
+        if f32 is None:  # a config exported before the float32 setup was named
+            summary.append(f"{evidence.speedup_vs_float32:.2f}x the best float32 setup")
+        elif f32 == setup.label:
+            summary.append("float32, the fastest float32 setup measured")
+        else:
+            figure = evidence.float32_samples_per_second
+            against = f" at {figure:,.0f} samples/s" if figure is not None else ""
+            summary.append(f"{evidence.speedup_vs_float32:.2f}x {f32}{against}")
     if evidence.samples_per_second is not None:
         summary.append(f"{evidence.samples_per_second:,.0f} samples/s")
     if (

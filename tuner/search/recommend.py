@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from tuner.hardware.gpu_use import unused_in_search
 from tuner.policies import FLOAT32, POLICIES
 from tuner.search.measures import (
     Candidate,
@@ -54,21 +55,33 @@ def recommend(
     Raises:
         NoViableSetup: nothing ran ok and passed the numerical guard.
     """
-    viable = [c for c in outcome.candidates if c.rejected is None]
+    # The one rule behind every figure stated here: a setup's figure is the median of all its
+    # measured runs (a re-measurement the search took after its stages, or that a budget left
+    # unused, included), and every ratio names the run or median it is against.
+    candidates = [on_all_runs(c, outcome) for c in outcome.candidates]
+    viable = [c for c in candidates if c.rejected is None]
     if not viable:
         raise NoViableSetup(no_viable_message(outcome))
     paired = outcome.paired
     chosen, leader, ties = _choose(viable, settings, paired)
     tie_note = tie_text(chosen, leader, paired) if chosen is not leader else None
     f32_best = _float32_to_compare(outcome, viable, chosen)
-    baseline = outcome.baseline.result if outcome.baseline and outcome.baseline.result.ok else None
+    baseline = (
+        on_all_runs(Candidate(outcome.baseline.result.spec.setup, [outcome.baseline]), outcome)
+        if outcome.baseline and outcome.baseline.result.ok
+        else None
+    )
     memory_saving = _memory_saving(outcome, chosen)
     first = chosen.runs[0].result
+    f32_trials = _numbers(f32_best) if f32_best and f32_best.speed else ()
+    baseline_trials = _numbers(baseline) if baseline else ()
     trials = sorted(
         {r.number for r in chosen.runs}
         | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
+        | set(f32_trials)
+        | set(baseline_trials)
     )
-    reference = _reference(outcome, chosen, f32_best)
+    reference = _reference(outcome, candidates, chosen, f32_best)
     busy_note = busy(outcome, trials)
     user_batch_note = batch_note(chosen.setup, space)
     # Where the backend's default is not a precision the search measures (PyTorch's TF32
@@ -77,18 +90,27 @@ def recommend(
     notes = list(outcome.notes) + [
         n for n in (tie_note, user_batch_note, busy_note, default_note) if n
     ]
-    speedup = speed_ratio(f32_best, chosen, paired) if f32_best and f32_best.speed else None
+    speedup = (
+        1.0
+        if f32_best is chosen
+        else speed_ratio(f32_best, chosen, paired)
+        if f32_best and f32_best.speed
+        else None
+    )
+    f32_paired = bool(
+        f32_best
+        and f32_best is not chosen
+        and paired_ratio(paired, f32_best.setup, chosen.setup) is not None
+    )
     return Recommendation(
         setup=chosen.setup,
         samples_per_second=chosen.speed,
         samples_per_second_spread=chosen.spread,
-        baseline_samples_per_second=baseline.samples_per_second if baseline else None,
+        baseline_samples_per_second=baseline.speed if baseline else None,
         float32_samples_per_second=f32_best.speed if f32_best else None,
         speedup_vs_float32=speedup,
         speedup_vs_baseline=(
-            chosen.speed / baseline.samples_per_second
-            if baseline and baseline.samples_per_second
-            else None
+            chosen.speed / baseline.speed if baseline and baseline.speed else None
         ),
         memory_saving=memory_saving,
         peak_memory_mb=chosen.peak_memory_mb,
@@ -98,12 +120,11 @@ def recommend(
         reason=reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference),
         trials=tuple(trials),
         objective=settings.objective,
-        alternatives=tuple(
-            Alternative.of(c, f32_best) for c in outcome.candidates if c is not chosen
-        ),
+        alternatives=tuple(Alternative.of(c, f32_best) for c in candidates if c is not chosen),
         not_tried=tuple(_not_tried(outcome, space)),
         notes=tuple(notes),
         device=first.device,
+        unused_gpu=unused_in_search(hardware, settings.backend, settings.device, first.device),
         versions=dict(first.versions),
         ties=tuple(Alternative.of(c, f32_best) for c in ties),
         busy=busy_note,
@@ -117,8 +138,29 @@ def recommend(
         speedup_vs_reference=(
             speed_ratio(reference, chosen, paired) if reference and reference.speed else None
         ),
+        float32_setup=f32_best.setup if f32_best and f32_best.speed else None,
+        float32_trials=f32_trials,
+        float32_paired=f32_paired,
+        baseline_trials=baseline_trials,
+        setup_trials=_numbers(chosen),
         **_fed(chosen),
     )
+
+
+def on_all_runs(c: Candidate, outcome: SearchOutcome) -> Candidate:
+    """``c`` standing on every run of its setup that ended ok, in the order they ran: the
+    figure of a setup measured more than once is the median of all its runs, whichever stage
+    took them (the stages decide on the runs they knew then; what is stated at the end knows
+    them all). A candidate with no ok run (an unsafe policy's, measured with its fix) keeps
+    the runs it has."""
+    runs = [m for m in outcome.measured.get(c.setup, []) if m.result.ok]
+    if not runs:
+        return c
+    return replace(c, runs=sorted(runs, key=lambda m: m.number))
+
+
+def _numbers(c: Candidate) -> tuple[int, ...]:
+    return tuple(sorted(m.number for m in c.runs))
 
 
 def _fed(chosen: Candidate) -> dict[str, Any]:
@@ -164,10 +206,13 @@ def _choose(
 def _float32_to_compare(
     outcome: SearchOutcome, viable: list[Candidate], chosen: Candidate
 ) -> Candidate | None:
-    """The float32 setup a speed-up is stated against: float32's pick measured back to back
+    """The float32 setup a speed-up is stated against: the chosen setup itself where it is
+    float32 (never another median of itself), else float32's pick measured back to back
     with the chosen setup (in the final) where there is one, else the best float32 setup. A
     figure of another float32 setup taken minutes earlier, on a machine that drifts, does not
     contradict what the two measured side by side."""
+    if chosen.setup.precision == FLOAT32:
+        return chosen
     return next(
         (
             c
@@ -180,7 +225,10 @@ def _float32_to_compare(
 
 
 def _reference(
-    outcome: SearchOutcome, chosen: Candidate, f32_best: Candidate | None
+    outcome: SearchOutcome,
+    candidates: list[Candidate],
+    chosen: Candidate,
+    f32_best: Candidate | None,
 ) -> Candidate | None:
     """The best setup of the precision the user's training runs in today (IEEE float32's is
     the float32 a speed-up is stated against anyway); the chosen one itself when it is of
@@ -189,7 +237,7 @@ def _reference(
         return f32_best
     if chosen.setup.precision == outcome.reference:
         return chosen
-    mine = [c for c in outcome.candidates if c.setup.precision == outcome.reference and c.speed]
+    mine = [c for c in candidates if c.setup.precision == outcome.reference and c.speed]
     return max(mine, key=lambda c: c.speed, default=None)
 
 

@@ -6,10 +6,12 @@ their wording :mod:`tuner.search.wording`.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
+from tuner.hardware.gpu_use import UnusedGpu
 from tuner.search.measures import Candidate, Paired
 from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
@@ -35,6 +37,9 @@ class Alternative:
     trials: tuple[int, ...] = ()
     #: lowest and highest samples/s measured; None in alternatives stored by earlier versions
     spread: tuple[float, float] | None = None
+    #: the median of its runs' samples/s before the steps the loss scale skipped are taken
+    #: off (:attr:`samples_per_second` is what they trained); None where none was skipped
+    measured_samples_per_second: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -47,6 +52,8 @@ class Alternative:
         }
         if self.spread is not None:
             data["spread"] = list(self.spread)
+        if self.measured_samples_per_second is not None:
+            data["measured_samples_per_second"] = self.measured_samples_per_second
         return data
 
     @classmethod
@@ -59,6 +66,7 @@ class Alternative:
             data.get("rejected"),
             tuple(data.get("trials", ())),
             _pair(data.get("spread")),
+            data.get("measured_samples_per_second"),
         )
 
     @classmethod
@@ -66,6 +74,7 @@ class Alternative:
         """The alternative a candidate is, with its speed-up against float32's ``f32``."""
         if not c.runs:  # it never measured (a policy that fails on this model)
             return cls(c.setup, None, None, c.loss_gap, c.rejected)
+        raw = statistics.median(r.result.samples_per_second or 0.0 for r in c.runs)
         return cls(
             c.setup,
             c.speed,
@@ -74,6 +83,7 @@ class Alternative:
             c.rejected,
             tuple(sorted(r.number for r in c.runs)),
             c.spread if c.runs else None,
+            raw if round(raw) != round(c.speed) else None,
         )
 
 
@@ -156,6 +166,9 @@ class Recommendation:
     not_tried: tuple[dict[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     device: str | None = None
+    #: NVML saw NVIDIA GPUs the backend could not use, and the trials ran on the CPU
+    #: (:mod:`tuner.hardware.gpu_use`); None when no GPU went unused
+    unused_gpu: UnusedGpu | None = None
     versions: dict[str, str] = field(default_factory=dict)
     #: viable setups whose measurements overlap the chosen one's, or lie within the noise
     ties: tuple[Alternative, ...] = ()
@@ -185,6 +198,17 @@ class Recommendation:
     #: (None: the input was not timed, as in recommendations stored before it was)
     device_samples_per_second: float | None = None
     input: InputRate | None = None
+    #: what :attr:`speedup_vs_float32` is against: the float32 setup, the trials whose median
+    #: :attr:`float32_samples_per_second` is, and whether the ratio is instead the median of
+    #: per-turn ratios measured back to back (:attr:`paired`); None and () in recommendations
+    #: stored before they were named
+    float32_setup: Setup | None = None
+    float32_trials: tuple[int, ...] = ()
+    float32_paired: bool = False
+    #: the trials whose median :attr:`baseline_samples_per_second` is
+    baseline_trials: tuple[int, ...] = ()
+    #: the trials whose median :attr:`samples_per_second` is: every ok run of the setup
+    setup_trials: tuple[int, ...] = ()
 
     @property
     def input_bound(self) -> bool:
@@ -203,9 +227,17 @@ class Recommendation:
         data["not_tried"] = [dict(item) for item in self.not_tried]
         data["notes"] = list(self.notes)
         data["versions"] = dict(self.versions)
+        # Said only where a GPU went unused: recommendations without it read as before.
+        unused = data.pop("unused_gpu")
+        if unused is not None:
+            data["unused_gpu"] = unused.to_dict()
         data["hazards"] = [h.to_dict() for h in self.hazards]
         data["knobs"] = [k.to_dict() for k in self.knobs]
         data["paired"] = [p.to_dict() for p in self.paired]
+        data["float32_setup"] = self.float32_setup.to_dict() if self.float32_setup else None
+        data["float32_trials"] = list(self.float32_trials)
+        data["baseline_trials"] = list(self.baseline_trials)
+        data["setup_trials"] = list(self.setup_trials)
         return data
 
     @classmethod
@@ -232,6 +264,8 @@ class Recommendation:
         values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
         values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
         values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
+        unused = values.get("unused_gpu")
+        values["unused_gpu"] = UnusedGpu.from_dict(unused) if isinstance(unused, dict) else None
         fed = values.get("input")
         try:
             values["input"] = InputRate.from_dict(fed) if isinstance(fed, dict) else None
@@ -241,8 +275,17 @@ class Recommendation:
             values["paired"] = tuple(Paired.from_dict(p) for p in values.get("paired") or ())
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a malformed paired comparison: {exc}") from None
-        for key in ("trials", "not_tried", "notes"):
-            values[key] = tuple(values.get(key, ()))
+        f32 = values.get("float32_setup")
+        values["float32_setup"] = Setup.from_dict(f32) if isinstance(f32, dict) else None
+        for key in (
+            "trials",
+            "not_tried",
+            "notes",
+            "float32_trials",
+            "baseline_trials",
+            "setup_trials",
+        ):
+            values[key] = tuple(values.get(key) or ())
         try:
             return cls(**values)
         except TypeError as exc:

@@ -330,19 +330,10 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     setup = rec.setup
     rows = [
         ("Setup", setup.in_words()),
-        (
-            "Throughput",
-            f"{rec.samples_per_second:,.0f} samples/s (measured "
-            f"{_fmt(low, ',.0f')} to {_fmt(high, ',.0f')})",
-        ),
+        ("Throughput", _throughput(rec, low, high)),
         *input_rows(rec),
         *_against_today_row(rec),
-        (
-            "Against float32",
-            f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 "
-            f"setup, {_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at "
-            "the starting batch size",
-        ),
+        ("Against float32", _against_float32(rec)),
         (
             "Memory",
             f"{_fmt(rec.peak_memory_mb, ',.0f')} MB peak"
@@ -353,6 +344,9 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         ("Evidence", "trials " + ", ".join(f"#{n}" for n in rec.trials)),
         ("Why", rec.reason),
     ]
+    if rec.unused_gpu is not None:
+        # First: the figures below are the CPU's, and a GPU went unused.
+        rows.insert(0, ("Unused GPU", f"this setup is for the CPU. {rec.unused_gpu.sentence}"))
     for p in rec.paired:
         rows.append(("Final" if p.stage == Stage.FINAL else "Runoff", paired_text(p, setup)))
     if rec.ties:
@@ -360,22 +354,80 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         rows.append(("Tie", f"{text}; re-run on an idle machine to separate them"))
     if rec.busy:
         rows.append(("Busy machine", rec.busy[0].upper() + rec.busy[1:]))
+    against = _short(rec.float32_setup) if rec.float32_setup else "float32"
     for alt in rec.alternatives:
-        verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x float32"
+        verdict = alt.rejected or f"{_fmt(alt.speedup_vs_float32, '.2f')}x {against}"
         if alt.rejected and alt.speedup_vs_float32 is not None and "throughput" not in verdict:
-            verdict += f" (measured {times(alt.speedup_vs_float32)} float32)"
-        rows.append(
-            (
-                "Alternative",
-                f"{alt.setup.label}: {_fmt(alt.samples_per_second, ',.0f')} samples/s, {verdict}",
+            verdict += f" (measured {times(alt.speedup_vs_float32)} {against})"
+        figure = f"{_fmt(alt.samples_per_second, ',.0f')} samples/s"
+        if alt.trials:
+            skipped = (
+                f"{alt.measured_samples_per_second:,.0f} measured less the steps the loss scale "
+                "skipped; "
+                if alt.measured_samples_per_second is not None
+                else ""
             )
-        )
+            figure += f" ({skipped}{runs_words(alt.trials)})"
+        rows.append(("Alternative", f"{alt.setup.label}: {figure}, {verdict}"))
     for hazard in rec.hazards:
         label = "Unsafe" if hazard.unsafe else "Hazard"
         rows.append((label, hazard.describe()))
     rows += [("Not tried", f"{item['what']}: {item['why']}") for item in rec.not_tried]
     rows += [("Note", note) for note in rec.notes if note != rec.busy]
     return rows
+
+
+def runs_words(trials: tuple[int, ...]) -> str:
+    """``trial #5``, or ``median of trials #3, #7``: the runs a figure is."""
+    numbers = ", ".join(f"#{n}" for n in trials)
+    return f"trial {numbers}" if len(trials) == 1 else f"median of trials {numbers}"
+
+
+def _throughput(rec: Recommendation, low: float | None, high: float | None) -> str:
+    """``6,330 samples/s (median of trials #0, #1, #11, measured 5,903 to 6,762)``."""
+    spread = (
+        f"measured {_fmt(low, ',.0f')}"
+        if low is not None and high is not None and round(low) == round(high)
+        else f"measured {_fmt(low, ',.0f')} to {_fmt(high, ',.0f')}"
+    )
+    runs = f"{runs_words(rec.setup_trials)}, " if rec.setup_trials else ""
+    return f"{rec.samples_per_second:,.0f} samples/s ({runs}{spread})"
+
+
+def _against_float32(rec: Recommendation) -> str:
+    """The speed-up against float32, naming the float32 setup, its figure and its trials; and
+    against float32 at the starting batch size, the same way."""
+    if rec.float32_setup is None:  # stored before the figures were named
+        return (
+            f"{_fmt(rec.speedup_vs_float32, '.2f')}x the best float32 setup, "
+            f"{_fmt(rec.speedup_vs_baseline, '.2f')}x float32 at the starting batch size"
+        )
+    f32 = rec.float32_setup
+    figure = f"{_fmt(rec.float32_samples_per_second, ',.0f')} samples/s"
+    if f32 == rec.setup:
+        text = f"it is float32 itself, the fastest float32 setup measured here ({figure})"
+    elif rec.float32_paired:
+        text = (
+            f"{_fmt(rec.speedup_vs_float32, '.2f')}x {_short(f32)} on the median of their "
+            f"per-turn ratios, measured back to back ({_short(f32)}: {figure}, "
+            f"{runs_words(rec.float32_trials)})"
+        )
+    else:
+        text = (
+            f"{_fmt(rec.speedup_vs_float32, '.2f')}x {_short(f32)} ({figure}, "
+            f"{runs_words(rec.float32_trials)})"
+        )
+    if (
+        rec.speedup_vs_baseline is not None
+        and rec.baseline_trials
+        and (set(rec.baseline_trials) != set(rec.float32_trials))
+    ):
+        text += (
+            f"; {rec.speedup_vs_baseline:.2f}x float32 at the starting batch size "
+            f"({_fmt(rec.baseline_samples_per_second, ',.0f')} samples/s, "
+            f"{runs_words(rec.baseline_trials)})"
+        )
+    return text
 
 
 def paired_text(p: Paired, chosen: Setup) -> str:

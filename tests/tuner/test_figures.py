@@ -1,0 +1,216 @@
+"""One rule for every figure a recommendation states (issue 33, items 3 and 4): a setup's
+figure is the median of all its measured runs, and every ratio names the run or median it is
+against. :func:`check_figures` checks it for the recommendation, its alternatives, the exported
+config and the rows ``show`` and the window print; tests/tuner/test_recorded_searches.py runs it
+over every recorded search, and the tests here over searches a trial budget cuts short at every
+point, where the re-measurement of the pick used to be left out of its figure.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_search_strategy import FakeProfile, Machine
+
+from tuner.api import open_session
+from tuner.export import config_from_session
+from tuner.policies import FLOAT32
+from tuner.search.measures import Measured
+from tuner.search.recommend import evidence_rows
+from tuner.search.records import Recommendation
+from tuner.search.space import SearchSettings
+from tuner.search.tune import TuneResult, tune
+from tuner.setup import Setup
+
+
+def _ok_runs(result: TuneResult, setup: Setup) -> list[Measured]:
+    return [m for m in result.outcome.measured.get(setup, []) if m.result.ok]
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+def check_figures(result: TuneResult, storage: str | None = None) -> None:
+    """Every figure of ``result``'s recommendation against the session's runs (see the module
+    docstring); ``storage`` also checks the exported config."""
+    rec = result.recommendation
+    mine = _ok_runs(result, rec.setup)
+    assert mine, "the recommended setup has no ok run"
+    speeds = [m.speed for m in mine]
+    assert _close(rec.samples_per_second, statistics.median(speeds)), (
+        f"{rec.setup.label} stands on {rec.samples_per_second:,.1f} samples/s, but its runs "
+        f"{[m.number for m in mine]} have the median {statistics.median(speeds):,.1f}"
+    )
+    assert tuple(rec.samples_per_second_spread) == (min(speeds), max(speeds))
+    assert {m.number for m in mine} <= set(rec.trials), "a run of the setup is not evidence"
+
+    _check_float32(result, rec)
+    _check_baseline(result, rec)
+    for alt in rec.alternatives:
+        if alt.samples_per_second is None:
+            continue
+        runs = _ok_runs(result, alt.setup) or [
+            m for m in result.outcome.measured.get(alt.setup, []) if m.result.samples_per_second
+        ]
+        assert tuple(sorted(m.number for m in runs)) == alt.trials, alt.setup.label
+        assert _close(alt.samples_per_second, statistics.median(m.speed for m in runs))
+        if alt.speedup_vs_float32 is not None:
+            assert rec.float32_samples_per_second
+            assert _close(
+                alt.speedup_vs_float32, alt.samples_per_second / rec.float32_samples_per_second
+            )
+    _check_rows(rec)
+    if storage is not None:
+        _check_export(result, rec, storage)
+
+
+def _check_float32(result: TuneResult, rec: Recommendation) -> None:
+    if rec.speedup_vs_float32 is None:
+        return
+    f32 = rec.float32_setup
+    assert f32 is not None and f32.precision == FLOAT32, "the speed-up names no float32 setup"
+    runs = _ok_runs(result, f32)
+    assert tuple(sorted(m.number for m in runs)) == rec.float32_trials
+    assert _close(rec.float32_samples_per_second, statistics.median(m.speed for m in runs))
+    assert set(rec.float32_trials) <= set(rec.trials), "the float32 runs are not evidence"
+    if rec.setup.precision == FLOAT32:
+        assert f32 == rec.setup and rec.speedup_vs_float32 == 1.0, (
+            "a float32 pick is stated against another run of float32"
+        )
+    elif rec.float32_paired:
+        paired = [p for p in rec.paired if f32 in p.setups and rec.setup in p.setups]
+        assert paired, "a paired speed-up without its back-to-back turns"
+        assert _close(rec.speedup_vs_float32, paired[-1].ratio(f32, rec.setup))
+    else:
+        assert _close(
+            rec.speedup_vs_float32, rec.samples_per_second / rec.float32_samples_per_second
+        )
+
+
+def _check_baseline(result: TuneResult, rec: Recommendation) -> None:
+    baseline = result.outcome.baseline
+    if rec.baseline_samples_per_second is None or baseline is None:
+        return
+    runs = _ok_runs(result, baseline.result.spec.setup)
+    assert _close(rec.baseline_samples_per_second, statistics.median(m.speed for m in runs))
+    assert rec.baseline_trials == tuple(sorted(m.number for m in runs))
+    assert _close(rec.speedup_vs_baseline, rec.samples_per_second / rec.baseline_samples_per_second)
+
+
+def _check_rows(rec: Recommendation) -> None:
+    """The rows name what each ratio is against: its setup, its figure and its trials."""
+    rows = dict(evidence_rows(rec))
+    evidence = rows["Evidence"]
+    for n in rec.trials:
+        assert f"#{n}" in evidence
+    if rec.speedup_vs_float32 is None:
+        return
+    against = rows["Against float32"]
+    assert rec.float32_setup is not None
+    if rec.setup.precision == FLOAT32:
+        assert "x" not in against.split("(")[0] or "1.00x" not in against
+        assert "itself" in against or "is float32" in against, against
+        return
+    assert rec.float32_setup.label.split(" ")[0] in against, against
+    assert f"{rec.float32_samples_per_second:,.0f}" in against, against
+    for n in rec.float32_trials:
+        assert f"#{n}" in against, against
+
+
+def _check_export(result: TuneResult, rec: Recommendation, storage: str) -> None:
+    config = config_from_session(open_session(result.session, storage))
+    e = config.to_dict()["evidence"]
+    assert _close(e["samples_per_second"], rec.samples_per_second)
+    assert _close(e["speedup_vs_float32"], rec.speedup_vs_float32)
+    assert _close(e["float32_samples_per_second"], rec.float32_samples_per_second)
+    assert tuple(e["float32_trials"]) == rec.float32_trials
+    if rec.speedup_vs_float32 is not None and not rec.float32_paired:
+        # What a reader of the file divides is what the file states.
+        assert _close(
+            e["speedup_vs_float32"], e["samples_per_second"] / e["float32_samples_per_second"]
+        )
+    assert _close(e["baseline_samples_per_second"], rec.baseline_samples_per_second)
+
+
+def _search(tmp_path: Path, machine: Machine, **settings: Any) -> tuple[TuneResult, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    storage = f"sqlite:///{tmp_path / 'figures.db'}"
+    result = tune(
+        "builtin:mlp",
+        storage=storage,
+        study="figures",
+        runner=machine,
+        profile=FakeProfile(),
+        settings=SearchSettings(**settings),
+        clock=lambda: 0.0,
+    )
+    return result, storage
+
+
+def _machine() -> Machine:
+    # bfloat16 leads; each of its runs at a batch size measures lower than the one before, as
+    # a machine that drifts would: a figure that forgets a run is off.
+    return Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1500, "mixed_float16": 300},
+        knee=512,
+        script={
+            ("mixed_bfloat16", b): [1500 * 1.3**i * f for f in (1.0, 0.8, 0.9, 0.85)]
+            for i, b in enumerate((64, 128, 256, 512))
+        }
+        | {("float32", 64): [1000.0, 1200.0, 1100.0]},
+    )
+
+
+def test_a_whole_search_states_each_figure_on_all_its_runs(tmp_path: Path) -> None:
+    result, storage = _search(tmp_path, _machine())
+    check_figures(result, storage)
+
+
+def test_a_search_cut_short_anywhere_states_each_figure_on_all_its_runs(tmp_path: Path) -> None:
+    """The trial budget ends the search after each number of trials in turn: wherever it ends
+    (after the pick's re-measurement, in the middle of the knobs, before the final), the
+    recommendation stands on every run of its setup."""
+    whole, _ = _search(tmp_path / "whole", _machine())
+    cut_after_remeasure = False
+    for n in range(4, whole.ran + 1):
+        machine = _machine()
+        try:
+            result, storage = _search(tmp_path / f"cut{n}", machine, max_trials=n)
+        except Exception as exc:  # noqa: BLE001 - a budget too small for any viable setup
+            assert "no viable setup" in str(exc), exc
+            continue
+        check_figures(result, storage)
+        runs = _ok_runs(result, result.recommendation.setup)
+        cut_after_remeasure |= len(runs) > 1 and result.outcome.stopped_early is not None
+    assert cut_after_remeasure, "no cut left the pick measured twice: the test tests nothing"
+
+
+def test_a_float32_pick_is_not_stated_against_itself(tmp_path: Path) -> None:
+    """float32 leads; its pick measured twice must not read '1.01x the best float32 setup'
+    (itself, against another median of itself)."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 400, "mixed_float16": 200},
+        knee=128,
+        script={("float32", 128): [1300.0, 1100.0, 1250.0]},
+    )
+    result, storage = _search(tmp_path, machine)
+    rec = result.recommendation
+    assert rec.setup.precision == FLOAT32
+    check_figures(result, storage)
+    assert "1.01x" not in dict(evidence_rows(rec))["Against float32"]
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16"])
+def test_an_alternative_names_its_trials(tmp_path: Path, precision: str) -> None:
+    result, _ = _search(tmp_path, _machine())
+    rows = [text for label, text in evidence_rows(result.recommendation) if label == "Alternative"]
+    assert rows
+    for alt, text in zip(result.recommendation.alternatives, rows, strict=True):
+        for n in alt.trials:
+            assert f"#{n}" in text, text
