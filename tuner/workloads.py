@@ -16,7 +16,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from tuner.trials.models import BUILTINS
+from tuner.trials.models import BUILTINS, builtin_sample_bytes
 
 _TEACHER_SEED = 1234
 
@@ -67,12 +67,7 @@ def make_batches(
 
 def sample_bytes(name: str, params: dict[str, int]) -> int:
     """Bytes of one input sample, to size the data pool."""
-    p = {**BUILTINS[name].params, **params}
-    if name == "mlp":
-        return 4 * p["features"]
-    if name == "cnn":
-        return 4 * p["image_size"] ** 2 * p["channels"]
-    return 4 * p["seq_len"]
+    return builtin_sample_bytes(name, params)
 
 
 def _coarse_pool(x: np.ndarray, cells: int) -> np.ndarray:

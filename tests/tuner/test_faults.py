@@ -7,6 +7,7 @@ readable when its process ends.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -15,19 +16,27 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import optuna
+import psutil
 import pytest
-from test_search_strategy import FakeProfile, Machine
+import sqlalchemy.exc
+from test_search_strategy import FakeGpu, FakeProfile, Machine
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Lease, SessionBusy
-from tuner.search.session import TuningSession, open_storage
-from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.tune import tune
+from tuner.search.records import ModelFailed
+from tuner.search.session import TuningSession, list_sessions, open_storage
+from tuner.search.space import WORKER_START_S, SearchSettings, SearchSpace
+from tuner.search.tune import refuse_unfit_batches, tune
+from tuner.setup import Setup
+from tuner.trials import process
+from tuner.trials.models import parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
-from tuner.trials.result import TrialStatus
-from tuner.trials.runner import run_trial
+from tuner.trials.result import TrialError, TrialResult, TrialStatus
+from tuner.trials.runner import WorkerPool, run_trial
 from tuner.trials.spec import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,20 +186,202 @@ def test_killing_mptune_leaves_no_process_and_no_running_trial(
         lease.release()
 
 
+# -- a stuck worker, a model that hangs or exits in its build (issue 38) ---------------------
+def workers_of(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    """The trial workers ``proc`` runs now, oldest first."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            if "tuner.worker" in child.cmdline():
+                found.append(child)
+        except psutil.Error:
+            continue
+    return sorted(found, key=lambda p: (p.create_time(), p.pid))
+
+
+def first_worker(proc: subprocess.Popen[str], within: float = 120) -> psutil.Process:
+    """The first trial worker ``proc`` starts, as soon as it exists (``psutil`` has no event for
+    a new child: it is looked for every 10 ms, for at most ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        found = workers_of(proc)
+        if found:
+            return found[0]
+        select.select([], [], [], 0.01)
+    raise AssertionError(f"mptune started no worker within {within} s")
+
+
+#: The trials' limit in the stuck-worker test: above what two workers importing TensorFlow side
+#: by side take on the 2-core test machine under load (about 25 s), so that only the stopped one
+#: misses it.
+STUCK_LIMIT_S = 45
+#: How far past its limit the stopped worker may still be found running.
+LIMIT_MARGIN_S = 15
+
+
 @pytest.mark.slow
-def test_tune_timeout_ends_a_hung_trial(tmp_path: Path) -> None:
-    model = write(tmp_path, "import signal\n\ndef build_model():\n    signal.pause()\n")
+def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Item 1: the first worker stopped (SIGSTOP) while it starts, before its imports are
+    done: the other worker's trial runs meanwhile; the stopped one is ended at its trial's
+    limit, counted from when it was started; its trial ends ``timeout`` saying where, and is
+    run again in a fresh worker; the search ends with a recommendation, no process left."""
     storage = f"sqlite:///{tmp_path / 's.db'}"
+    proc = mptune(
+        "tune", "--model", TINY, "--policies", "float32,mixed_bfloat16", "--batch-sizes", "16",
+        "--start-batch", "16", "--device", "cpu", "--storage", storage, "--study", "stuck",
+        "--timeout", str(STUCK_LIMIT_S), "--max-trials", "4", "--measure-seconds", "0.5",
+        "--json",
+    )  # fmt: skip
+    stuck: psutil.Process | None = None
+    try:
+        stuck = first_worker(proc)
+        stuck.suspend()  # SIGSTOP, milliseconds after it appeared: still importing
+        born = stuck.create_time()
+        # Ended at its limit, not at the default 300 s start-ahead wait (the old behaviour).
+        left = born + STUCK_LIMIT_S + LIMIT_MARGIN_S - time.time()
+        assert ended(stuck.pid, max(0.0, left)), "the stopped worker outlived its trial's limit"
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if stuck is not None and not ended(stuck.pid, 0):
+            stuck.kill()  # a stopped worker never reads its lifeline's end: not left behind
+    assert proc.returncode == 0, err
+    assert json.loads(out)["session"] == "stuck"
+    trials = TuningSession.load("stuck", storage).trials()
+    timed_out = [
+        t for t in trials if t.result is not None and t.result.status is TrialStatus.TIMEOUT
+    ]
+    (late,) = timed_out
+    assert late.result.error.phase == "import"
+    assert "while starting the worker" in late.result.error.message
+    assert f"{STUCK_LIMIT_S} s" in late.result.error.message
+    # Its setup ran again in a fresh worker, and the other policy ran in the worker started
+    # beside the stopped one: both ok. The other worker's trial did not wait for the stopped
+    # one: it ended before the stopped worker's limit was up.
+    ok = [t for t in trials if t.result is not None and t.result.ok]
+    assert late.result.spec.setup in {t.result.spec.setup for t in ok}
+    assert {t.result.spec.policy.name for t in ok} == {"float32", "mixed_bfloat16"}
+    assert min(t.closed.timestamp() for t in ok) < born + STUCK_LIMIT_S
+
+
+@pytest.mark.slow
+def test_workers_started_ahead_are_ended_at_their_trials_limit_while_they_import() -> None:
+    """A limit shorter than any framework import: the workers started ahead are killed at it
+    while they still import (busy, not stalled), and their trials end ``timeout`` at once,
+    in the ``import`` phase, charged with the time the workers lived."""
+    spec = TrialSpec.create(TINY, "float32", 8, steps=2, warmup_steps=1, device="cpu")
+    spec = TrialSpec.from_dict({**spec.to_dict(), "timeout_s": 1.0})
+    with WorkerPool() as pool:
+        t0 = time.monotonic()
+        pool.start_ahead([spec, spec])
+        assert time.monotonic() - t0 < 1.0 + LIMIT_MARGIN_S
+        assert pool.idle_pids == []  # none is left waiting: both were ended
+        results = [pool.run(spec), pool.run(spec)]
+        assert pool.started == 2 and not process.LIVE  # no worker was started for them
+    for result in results:
+        assert result.status is TrialStatus.TIMEOUT
+        assert result.error.phase == "import"
+        assert "killed at the time limit of 1 s while starting the worker" in result.error.message
+        assert 1.0 <= result.timings.total_s < 1.0 + LIMIT_MARGIN_S
+
+
+def failing_first(status: TrialStatus, phase: str, machine: Machine):
+    """A runner whose first trial ends ``status`` in ``phase`` (as the real runner words it);
+    the rest run on ``machine``."""
+    failed: list[TrialSpec] = []
+
+    def run(spec: TrialSpec, on_event=None, *, cancel=None, source=None) -> TrialResult:
+        if failed:
+            return machine(spec, on_event, cancel=cancel, source=source)
+        failed.append(spec)
+        error = TrialError("killed at the time limit of 9 s", location="m.py:5", phase=phase)
+        return TrialResult(spec, status, error=error)
+
+    return run
+
+
+@pytest.mark.parametrize("status", [TrialStatus.TIMEOUT, TrialStatus.CRASHED])
+def test_the_search_stops_at_a_first_trial_that_failed_in_the_models_build(
+    tmp_path: Path, status: TrialStatus
+) -> None:
+    """The rule itself, on scripted trials: a user's model whose first trial hung or died in
+    the ``build`` phase stops the search (ModelFailed, one trial); the same in ``prepare`` (the
+    setup's own step) is run again, as is one in ``import`` under a budget (the worker never
+    started: nothing of the setup ran); a built-in's build is mptune's own code, run again."""
+    model = write(tmp_path, "def build_model():\n    return None\n")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+
+    def search(study: str, phase: str, machine: Machine, **kwargs) -> None:
+        tune(model=kwargs.pop("model", model), storage=url, study=study, profile=FakeProfile(),
+             runner=failing_first(status, phase, machine), **kwargs)  # fmt: skip
+
+    machine = Machine(speed=SPEEDS)
+    with pytest.raises(ModelFailed, match=r"m\.py:5: killed at the time limit of 9 s") as info:
+        search("b", "build", machine)
+    assert machine.calls == []  # no retry, no other setup
+    assert TuningSession.load("b", url).view().failure is not None
+    assert ("raise --timeout" in str(info.value)) is (status is TrialStatus.TIMEOUT)
+    for study, phase, kwargs in [
+        ("p", "prepare", {}),
+        ("i", "import", {"settings": SearchSettings(max_trials=4)}),
+        ("c", "build", {"model": "builtin:mlp"}),
+    ]:
+        machine = Machine(speed=SPEEDS)
+        search(study, phase, machine, **kwargs)
+        assert machine.calls[0].setup == Setup("float32", 64), phase  # the same setup again
+
+
+#: Model files whose build_model never returns, or ends its process.
+IN_BUILD = {
+    "hang": "import time\n\n\ndef build_model():\n    time.sleep(3600)\n",
+    "exit": "import os\n\n\ndef build_model():\n    os._exit(0)\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(IN_BUILD))
+def test_a_model_that_hangs_or_exits_in_its_build_stops_the_search_at_once(
+    tmp_path: Path, fault: str
+) -> None:
+    """Items 2 and 6: a build_model() that never returns, or that calls os._exit(0), fails
+    in the model's own code before any setup-specific step, as a raise would: the search
+    stops after that first trial (no retry, no other setup), saying so in one line that names
+    the phase (and, for the hang, where it hung: the stack the worker dumped when its time
+    was up)."""
+    model = write(tmp_path, IN_BUILD[fault])
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    limit = 30
+    t0 = time.monotonic()
     proc = cli(
         "tune", "--model", model, "--policies", "float32", "--batch-sizes", "8",
         "--start-batch", "8", "--device", "cpu", "--storage", storage, "--study", "h",
-        "--timeout", "8", "--max-trials", "1",
+        "--timeout", str(limit),
     )  # fmt: skip
-    assert proc.returncode == 1, proc.stderr
-    assert "timeout" in proc.stderr.strip().splitlines()[-1]
+    took = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]  # after the progress lines: the trial's
+    assert line.startswith("mptune: error: the model fails in its own code"), proc.stderr
+    assert "while building the model" in line
     (trial,) = TuningSession.load("h", storage).trials()
-    assert trial.result.status is TrialStatus.TIMEOUT
-    assert trial.result.timings.total_s < 60
+    assert trial.result.error.phase == "build"
+    if fault == "hang":
+        assert trial.result.status is TrialStatus.TIMEOUT
+        assert f"{model}:5" in line  # time.sleep's line, from the stack dumped at the limit
+        assert "in build_model" in trial.result.error.traceback
+        assert took < limit + 60  # one trial's limit, not three
+    else:
+        assert trial.result.status is TrialStatus.CRASHED
+        assert "exited with status 0" in line
 
 
 # -- a model that forks, a model that forges results -------------------------------------------
@@ -437,10 +628,14 @@ def test_a_password_with_an_at_sign_is_never_shown(tmp_path: Path) -> None:
     [
         (["--device", "foo"], "unknown device 'foo'"),
         (["--timeout", "0"], "--timeout: must be a positive number"),
+        # Positive, but no worker starts that fast (issue 38, item 4): refused before any trial
+        # (they ran three trials that timed out, then said "no viable setup").
+        (["--timeout", "0.1"], f"the smallest --timeout that can work is {WORKER_START_S:g}"),
+        (["--budget-minutes", "0.01"], "the smallest --budget-minutes that can work is 0.04"),
         (["--out", "."], "--out . is a directory"),
         (["--out", "{tmp}/a-file/tuned.json"], "a-file: not a directory"),
     ],
-    ids=["device", "timeout", "out-dir", "out-unwritable"],
+    ids=["device", "timeout", "timeout-too-short", "budget-too-short", "out-dir", "out-unwritable"],
 )
 def test_bad_flags_fail_before_any_session_is_made(
     tmp_path: Path, flags: list[str], fragment: str
@@ -454,6 +649,135 @@ def test_bad_flags_fail_before_any_session_is_made(
     assert fragment in line
     listed = cli("sessions", "--storage", storage, "--json")
     assert listed.stdout.strip() == "[]"
+
+
+def test_a_batch_size_whose_data_cannot_fit_is_refused_before_any_trial(tmp_path: Path) -> None:
+    """Item 5: a batch of 1,048,576 samples of 4 MiB each is 4 TiB of synthetic data, past any
+    memory: refused in one line naming the largest batch size whose data fits, before any
+    trial (it ran each trial until its time limit)."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    model = "builtin:mlp:features=1048576,width=16,depth=1"
+    proc = cli(
+        "tune", "--model", model, "--batch-sizes", "1048576", "--device", "cpu",
+        "--storage", storage, "--study", "x", timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "batch size 1,048,576" in line and "4 TiB" in line
+    ram = psutil.virtual_memory().total
+    largest = int(ram * 0.9) // (4 * 1048576 + 4)  # RAM less the default 10% headroom
+    assert f"the largest that fits is {largest:,}" in line
+    assert cli("sessions", "--storage", storage, "--json").stdout.strip() == "[]"
+
+
+def test_batch_sizes_are_bounded_by_the_memory_a_trial_may_use(tmp_path: Path) -> None:
+    """The bound against the scripted machine's memory (16,000 MiB of RAM, less the default
+    10% headroom), for samples of 4,100 bytes (1,024 float32 features and an int32 label): a
+    range past it is refused with the largest batch size that fits, one within it runs."""
+    model = "builtin:mlp:features=1024,width=16,depth=1"
+    largest = int(16000 * 0.9 * 2**20) // (1024 * 4 + 4)
+    assert 1 << 21 < largest < 1 << 22
+    machine = Machine(speed=SPEEDS)
+    with pytest.raises(MptuneError, match=f"the largest that fits is {largest:,}") as info:
+        run_scripted(
+            machine, tmp_path, "b", model=model, space=SearchSpace(batch_sizes=(64, 1 << 22))
+        )
+    assert "batch size 4,194,304" in str(info.value) and machine.calls == []
+    assert list_sessions(f"sqlite:///{tmp_path / 's.db'}") == []
+    run_scripted(machine, tmp_path, "b", model=model, space=SearchSpace(batch_sizes=(64, 1 << 21)))
+    assert machine.calls
+
+
+def test_on_a_gpu_a_batch_must_fit_its_memory_too(tmp_path: Path) -> None:
+    """On a GPU each batch goes to the GPU's memory: the smaller of it and RAM bounds it."""
+    source = parse_model_spec("builtin:mlp:features=1024,width=16,depth=1")
+    gpu = FakeProfile(ram_total_mb=64000.0, gpus=(FakeGpu(memory_total_mb=8000.0),))
+    fits_gpu = int(8000 * 0.9 * 2**20) // 4100
+    with pytest.raises(MptuneError, match=f"GPU's memory less the 10% headroom.*{fits_gpu:,}"):
+        refuse_unfit_batches(
+            source, SearchSpace(batch_sizes=(fits_gpu + 1,)), gpu, SearchSettings()
+        )
+    refuse_unfit_batches(source, SearchSpace(batch_sizes=(fits_gpu,)), gpu, SearchSettings())
+    # The CPU asked for on the same machine: RAM alone bounds it.
+    cpu = SearchSettings(device="cpu")
+    refuse_unfit_batches(source, SearchSpace(batch_sizes=(fits_gpu + 1,)), gpu, cpu)
+    # A user's model's inputs are not known before it is built: nothing to bound yet.
+    user = parse_model_spec(write(tmp_path, "def build_model():\n    return None\n"))
+    refuse_unfit_batches(user, SearchSpace(batch_sizes=(1 << 24,)), gpu, SearchSettings())
+
+
+# -- a store that fails on write (issue 38, item 3) -----------------------------------------------
+#: What an RDB storage writes when a trial is opened and closed.
+TRIAL_WRITES = (
+    "create_new_trial",
+    "set_trial_param",
+    "set_trial_state_values",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "set_trial_intermediate_value",
+    "record_heartbeat",
+)
+
+
+class FullDisk:
+    """The session store's disk fills up after ``room`` more trial writes: every later one
+    fails as SQLite's does, ``database or disk is full``, wrapped as Optuna wraps it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+        self.room = room
+        for name in TRIAL_WRITES:
+            monkeypatch.setattr(
+                optuna.storages.RDBStorage,
+                name,
+                self._guarded(getattr(optuna.storages.RDBStorage, name)),
+            )
+
+    def _guarded(self, write):
+        def guarded(storage, *args, **kwargs):
+            if self.room <= 0:
+                full = sqlalchemy.exc.OperationalError(
+                    "INSERT", {}, sqlite3.OperationalError("database or disk is full")
+                )
+                raise optuna.exceptions.StorageInternalError(
+                    "An exception is raised during the commit."
+                ) from full
+            self.room -= 1
+            return write(storage, *args, **kwargs)
+
+        return guarded
+
+
+def counted_alike(url: str, name: str) -> int:
+    """``mptune sessions`` and ``mptune show --json`` count the same trials; how many."""
+    (listed,) = list_sessions(url)
+    shown = TuningSession.load(name, url).view().to_dict()["trials"]
+    assert listed.trials == len(shown), "sessions and show disagree"
+    return listed.trials
+
+
+@pytest.mark.parametrize("room", range(14))
+def test_a_trial_the_store_could_not_write_leaves_every_count_in_agreement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: int
+) -> None:
+    """After ``database or disk is full`` at any write of a resumed search's trial (opening
+    it, its heartbeat, its result, closing it), ``sessions`` and ``show`` count the same
+    trials; the next search that opens the store leaves none half-written (running), and they
+    still agree."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "d")
+    assert counted_alike(url, "d") == 3
+    with monkeypatch.context() as patched:
+        FullDisk(patched, room)
+        with pytest.raises(MptuneError, match="database or disk is full"):
+            more = SearchSettings(max_trials=6)
+            run_scripted(
+                Machine(speed=SPEEDS), tmp_path, "d", model=None, settings=more, resume=True
+            )
+    counted_alike(url, "d")
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "d", model=None, settings=None, resume=True)
+    counted_alike(url, "d")
+    study = optuna.load_study(study_name="d", storage=url)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
 
 
 # -- a busy machine ------------------------------------------------------------------------------

@@ -118,3 +118,49 @@ def test_a_result_is_checked_against_its_step_events() -> None:
     old = ok_result(losses=[1.0] * 4, samples_per_second=6400.0)
     status, _ = classify(facts(result=old, batch_size=64, measured_step_ms=steps))
     assert status is TrialStatus.OK
+
+
+#: What faulthandler writes for a worker killed while its model's build_model() sleeps.
+STACK = """Thread 0x00007fbc79f636c0 (most recent call first):
+  File "/work/tuner/worker/channel.py", line 74 in _watch
+
+Current thread 0x00007fbc7ae90b80 (most recent call first):
+  File "/models/m.py", line 5 in build_model
+  File "/work/tuner/worker/usercode.py", line 128 in call_user
+  File "/models/m.py", line 9 in helper
+"""
+
+
+def test_a_timeout_says_its_phase_and_where_the_model_hung() -> None:
+    status, error = classify(
+        facts(timed_out=True, timeout_s=30, phase="build", stack=STACK, user_model=True,
+              model_path="/models/m.py", model_spec="/models/m.py")
+    )  # fmt: skip
+    assert status is TrialStatus.TIMEOUT
+    assert error.message == "killed at the time limit of 30 s while building the model"
+    assert error.phase == "build" and error.traceback == STACK
+    assert error.location == "/models/m.py:5"  # the innermost frame in the model file
+    _, started = classify(facts(timed_out=True, timeout_s=30, phase="import"))
+    assert "while starting the worker" in started.message and started.location is None
+
+
+def test_a_death_says_its_phase() -> None:
+    status, error = classify(facts(returncode=0, phase="build"))
+    assert status is TrialStatus.CRASHED and error.phase == "build"
+    assert (
+        error.message == "the worker exited with status 0 without a result while building the model"
+    )
+
+
+def test_an_error_stored_without_a_phase_reads_back_alike() -> None:
+    from tuner.trials.result import TrialError, TrialResult
+    from tuner.trials.spec import TrialSpec
+
+    spec = TrialSpec.create("/models/m.py", "float32", 8)
+    for error in (TrialError("x"), TrialError("x", phase="build")):
+        result = TrialResult(spec, TrialStatus.TIMEOUT, error=error)
+        data = result.to_dict()
+        assert ("phase" in data["error"]) is (error.phase is not None)
+        assert TrialResult.from_dict(data) == result
+        # A hang in the model's own build fails every setup alike: the model's to fix.
+        assert result.model_failed is (error.phase == "build")

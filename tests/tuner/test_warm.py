@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tuner.setup import Setup
-from tuner.trials import runner
+from tuner.trials import process, runner
 from tuner.trials.messages import StartedMessage, WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
@@ -85,7 +85,7 @@ def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
         [pid] = pool.idle_pids
         assert (pool.started, pool.reused) == (1, 2)
     assert gone(pid, 30), "closing the pool leaves no worker"
-    assert not runner._LIVE
+    assert not process.LIVE
     cold = run_trial(spec(32))
     assert first.ok and warm.ok and again.ok and cold.ok
     # The same seed and data from the same starting weights: the same losses, step by step.
@@ -265,7 +265,7 @@ def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all
         with pytest.raises(runner.TrialCancelled):
             pool.start_ahead([spec(16, policy="mixed_bfloat16")] * 2, cancel)
         assert pool.idle_pids == [spare]
-    assert gone(spare, 30) and not runner._LIVE
+    assert gone(spare, 30) and not process.LIVE
 
 
 @pytest.mark.slow

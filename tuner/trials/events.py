@@ -7,7 +7,8 @@ parse is logged and counted, never fatal, and a partial last line is tried once 
 Event types, in the order a worker sends them:
 
 * ``started``: ``pid``, ``import_s`` (interpreter start and TensorFlow import), ``versions``
-* ``phase``: ``phase`` (``build``, ``probe``, ``warmup``, ``measure``: see :data:`PHASES`)
+* ``phase``: ``phase`` (``build``, ``prepare``, ``probe``, ``warmup``, ``measure``, ``input``:
+  see :data:`PHASES`)
 * ``hazard``: a :class:`~tuner.trials.hazards.Hazard` as its ``to_dict`` (the numerics probe and
   the model checks, before the first step)
 * ``numerics``: the probe's measurements (``TrialResult.numerics``)
@@ -34,11 +35,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
 from typing import Any
 
-#: What a worker's phase means, in the words both faces show while a trial runs.
+#: What a worker's phase means, in the words both faces show while a trial runs (and a trial's
+#: error names where it was killed). ``import`` is the parent's name for the worker's life
+#: before its first ``phase`` message; ``build`` runs only the model's own code (the user's
+#: module and its ``build_model()``), ``prepare`` the setup's (its data, compile).
 PHASES = {
+    "import": "starting the worker (Python, its framework's import)",
     "build": "building the model",
+    "prepare": "making the data and compiling",
     "probe": "probing numerics against float32",
     "warmup": "warming up",
     "measure": "measuring",
@@ -52,6 +59,10 @@ Event = dict[str, Any]
 
 #: The field that carries the trial's token on every line the worker writes.
 TOKEN_FIELD = "token"
+#: The signal on which a worker writes every thread's Python stack to its log (faulthandler):
+#: its parent sends it before it kills the worker at a time limit, so that the trial's record
+#: says where the worker was stuck.
+STACK_SIGNAL = signal.SIGUSR1
 
 
 def encode_event(event: Event) -> bytes:

@@ -118,8 +118,8 @@ class StartedMessage(_Message):
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseMessage(_Message):
-    """The worker moved on to ``phase``: ``build``, ``probe``, ``warmup`` or ``measure``
-    (:data:`tuner.trials.events.PHASES` says each in words)."""
+    """The worker moved on to ``phase``: ``build``, ``prepare``, ``probe``, ``warmup``,
+    ``measure`` or ``input`` (:data:`tuner.trials.events.PHASES` says each in words)."""
 
     type: ClassVar[str] = "phase"
     phase: str = ""

@@ -94,6 +94,26 @@ class ModelSource:
     def is_user_code(self) -> bool:
         return self.kind != "builtin"
 
+    @property
+    def data_bytes_per_sample(self) -> int | None:
+        """Bytes of one sample of the synthetic data a trial's worker makes for a built-in
+        (its input and its int32 label): what each sample of a batch costs before the model
+        runs. None for a user's model, whose inputs are known only once it is built."""
+        if self.kind != "builtin":
+            return None
+        return builtin_sample_bytes(self.name, self.params) + 4
+
+
+def builtin_sample_bytes(name: str, params: dict[str, int]) -> int:
+    """Bytes of one input sample of the built-in workload ``name`` (float32 features or pixels,
+    int32 token ids), to size its data."""
+    p = {**BUILTINS[name].params, **params}
+    if name == "mlp":
+        return 4 * p["features"]
+    if name == "cnn":
+        return 4 * p["image_size"] ** 2 * p["channels"]
+    return 4 * p["seq_len"]
+
 
 def parse_model_spec(spec: str) -> ModelSource:
     """Check a model spec and say what it is.

@@ -8,11 +8,14 @@ worker never decides a status: it reports what happened.
 from __future__ import annotations
 
 import math
+import os
+import re
 import signal
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.trials.events import PHASES
 from tuner.trials.hazards import TITLES, Hazard
 from tuner.trials.result import TrialError, TrialStatus
 
@@ -36,6 +39,13 @@ class WorkerFacts:
             the result must agree with.
         foreign_lines: lines on the event channel that mptune's code did not write.
         hazards: what the numerics probe and the model checks found.
+        phase: the worker's phase as its last ``phase`` message said (``import`` before
+            any): where it was when it was killed at a limit or died.
+        stack: every thread's Python stack, which the worker wrote when its time was up
+            (None: it could not say, e.g. stopped).
+        model_path: the user's model file, to find where in it a stack points; None for
+            a built-in.
+        model_spec: the model as the user gave it, to name that place (``model.py:12``).
     """
 
     result: dict[str, Any] | None
@@ -51,6 +61,10 @@ class WorkerFacts:
     measured_step_ms: tuple[float, ...] | None = None
     foreign_lines: int = 0
     hazards: tuple[Hazard, ...] = ()
+    phase: str = ""
+    stack: str | None = None
+    model_path: str | None = None
+    model_spec: str | None = None
 
 
 def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
@@ -59,19 +73,29 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
         return TrialStatus.OOM, TrialError(
             f"worker memory passed the limit of {facts.memory_limit_mb:.0f} MB"
         )
+    # Where the worker was when it was killed or died: the phase, in words.
+    during = f" while {PHASES[facts.phase]}" if facts.phase in PHASES else ""
+    phase = facts.phase or None
     if facts.timed_out:
-        return TrialStatus.TIMEOUT, TrialError(f"killed at the time limit of {facts.timeout_s:g} s")
+        return TrialStatus.TIMEOUT, TrialError(
+            f"killed at the time limit of {facts.timeout_s:g} s{during}",
+            location=stack_location(facts.stack, facts.model_path, facts.model_spec),
+            traceback=facts.stack,
+            phase=phase,
+        )
     if facts.error is not None:
         return _classify_error(facts.error, facts.user_model)
     unsafe = next((h for h in facts.hazards if h.unsafe), None)
     if facts.result is None:
-        message = _death_message(facts.returncode)
+        message = _death_message(facts.returncode) + during
         if facts.foreign_lines:
             message += (
                 f"; the model wrote {facts.foreign_lines} line(s) to mptune's event channel, "
                 "which were ignored"
             )
-        return TrialStatus.CRASHED, TrialError(message, traceback=facts.log_tail or None)
+        return TrialStatus.CRASHED, TrialError(
+            message, traceback=facts.log_tail or None, phase=phase
+        )
     contradiction = _contradiction(facts)
     if contradiction is not None:
         return TrialStatus.CRASHED, TrialError(contradiction)
@@ -177,6 +201,22 @@ def _classify_result(result: dict[str, Any]) -> tuple[TrialStatus, TrialError | 
             "the dynamic loss scale collapsed to 1 and steps still overflow"
         )
     return TrialStatus.OK, None
+
+
+#: A frame of a stack as Python's faulthandler writes it: ``  File "path", line 12 in name``.
+_STACK_FRAME = re.compile(r'^\s*File "(?P<path>.+)", line (?P<line>\d+) in (?P<name>\S+)', re.M)
+
+
+def stack_location(stack: str | None, path: str | None, shown_as: str | None) -> str | None:
+    """The innermost frame of ``stack`` (faulthandler's dump, most recent call first) in the
+    user's file ``path``, as ``file:line`` (the file as ``shown_as``); None when none is."""
+    if not stack or not path:
+        return None
+    target = os.path.realpath(path)
+    for frame in _STACK_FRAME.finditer(stack):
+        if os.path.realpath(frame["path"]) == target:
+            return f"{shown_as or os.path.basename(path)}:{frame['line']}"
+    return None
 
 
 def _death_message(returncode: int | None) -> str:

@@ -63,6 +63,15 @@ class Timings:
         return self.measure_s / self.total_s
 
 
+#: The worker's phase before its ``started`` message: the interpreter's start, the framework's
+#: import and the device's set-up, which no setup and no model changes.
+START_PHASE = "import"
+#: The worker's phase in which the model's own code runs and nothing of the setup's but its
+#: policy: the user's module imported and its ``build_model()`` called (or the ``.keras`` file
+#: loaded). The setup's own steps (its data at its batch size, the probe, compile) come after.
+MODEL_PHASE = "build"
+
+
 @dataclass(frozen=True)
 class TrialError:
     """Why a trial did not end ``ok``: one line for the user, details for ``--verbose``."""
@@ -70,7 +79,19 @@ class TrialError:
     message: str
     location: str | None = None  #: ``file:line`` in the user's code, where there is one
     exception: str | None = None  #: the exception's class name
-    traceback: str | None = None  #: the worker's traceback or log tail
+    #: the worker's traceback or log tail; for a timeout, every thread's Python stack when it
+    #: was killed (where the worker could still say it)
+    traceback: str | None = None
+    #: the worker's phase when it was killed at a limit or died without a word (``import``,
+    #: ``build``, ``prepare``, ``probe``, ...: :data:`tuner.trials.events.PHASES`); None for
+    #: an error the worker reported itself, and in trials stored before it was kept
+    phase: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.phase is None:
+            del data["phase"]  # left out: errors stored before it match
+        return data
 
 
 #: A setup is input-bound when what fit can reach with its input is under this share of the
@@ -207,6 +228,23 @@ class TrialResult:
         return self.status is TrialStatus.OK
 
     @property
+    def model_failed(self) -> bool:
+        """The trial failed in the model's own code, as every setup of it would: an exception
+        of the user's code (``user_error``), or a user's model whose worker hung (``timeout``)
+        or ended without a word (``crashed``) while the model was being built
+        (:data:`MODEL_PHASE`, before any step of the setup's own). No setup can run until the
+        model is fixed."""
+        if self.status is TrialStatus.USER_ERROR:
+            return True
+        return (
+            self.status in (TrialStatus.TIMEOUT, TrialStatus.CRASHED)
+            and self.error is not None
+            and self.error.phase == MODEL_PHASE
+            # a built-in's build is mptune's own code: a hang there is not the user's to fix
+            and not self.spec.model.startswith("builtin:")
+        )
+
+    @property
     def pruned_words(self) -> str:
         """Why the measuring stopped early, in words ("" when it ran in full)."""
         if not self.pruned:
@@ -241,7 +279,7 @@ class TrialResult:
                 **dataclasses.asdict(self.timings),
                 "measured_share": self.timings.measured_share,
             },
-            "error": dataclasses.asdict(self.error) if self.error else None,
+            "error": self.error.to_dict() if self.error else None,
             "warnings": list(self.warnings),
             "device": self.device,
             "versions": dict(self.versions),

@@ -9,22 +9,18 @@ a log file whose tail is kept when something goes wrong.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
 import secrets
 import selectors
-import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from tuner.setup import KNOBS
 from tuner.trials.environment import worker_environment
@@ -46,37 +42,28 @@ from tuner.trials.messages import (
 )
 from tuner.trials.models import ModelSource, parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
-from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus, reachable
+from tuner.trials.process import (
+    MEMORY_SAMPLE_INTERVAL_S,
+    TrialCancelled,
+    WorkerProcess,
+    has_exited,
+    kill_group,
+)
+from tuner.trials.process import kill_all_workers as kill_all_workers
+from tuner.trials.result import (
+    START_PHASE,
+    InputRate,
+    Timings,
+    TrialResult,
+    TrialStatus,
+    reachable,
+)
 from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
 
 #: A listener of a trial's worker: it gets each message as a typed record, on the runner's thread.
 EventCallback = Callable[[WorkerMessage], None]
-
-#: How often the parent samples the worker's resident memory (live plots, the CPU limit).
-MEMORY_SAMPLE_INTERVAL_S = 0.25
-_LOG_TAIL_CHARS = 4000
-
-
-class TrialCancelled(Exception):
-    """The caller asked the running trial to stop; the worker has been killed."""
-
-
-#: The worker processes this process has running, so that all of them can be ended at once
-#: (the window closing must not wait for a search thread that may be blocked on storage).
-_LIVE: set[subprocess.Popen[bytes]] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def kill_all_workers() -> int:
-    """Kill every trial worker this process has running (and their process groups) now;
-    returns how many. Their :func:`run_trial` calls then end as crashed or cancelled."""
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for proc in live:
-        _kill_group(proc)
-    return len(live)
 
 
 def run_trial(
@@ -138,9 +125,9 @@ class WorkerPool:
 
     def __init__(self, max_idle: int = 3) -> None:
         #: waiting workers by warm key, the most recently used last
-        self._idle: dict[str, _Worker] = {}
+        self._idle: dict[str, WorkerProcess] = {}
         #: workers started ahead (imports done, no trial yet), with their environment's key
-        self._spares: list[tuple[str, _Worker]] = []
+        self._spares: list[tuple[str, WorkerProcess]] = []
         self.max_idle = max(1, max_idle)
         self.started = 0  #: workers started
         self.reused = 0  #: trials that ran in a warm worker
@@ -183,64 +170,83 @@ class WorkerPool:
         return result
 
     def start_ahead(
-        self,
-        specs: Sequence[TrialSpec],
-        cancel: threading.Event | None = None,
-        timeout_s: float = 300.0,
+        self, specs: Sequence[TrialSpec], cancel: threading.Event | None = None
     ) -> None:
         """Start a fresh worker for each of ``specs`` (trials that will not find a warm one)
         side by side, and return once each has done its imports and waits for its trial; a
         later :meth:`run` that needs a fresh worker in the same environment takes one of them.
-        A worker that fails to start is let go (its trial then starts its own and reports
-        why); past ``timeout_s`` the rest are let go too.
+
+        A worker's start counts against its trial's time limit (``timeout_s``), from the
+        moment it is spawned. One that makes no progress (no CPU time for :data:`STALL_S`: a
+        driver stuck in its initialisation, a network file system, a stopped process) is not
+        waited for: the others' trials go on, and its own trial waits for it within its limit.
+        One still starting when that limit is up is killed then, its threads' stacks kept, and
+        its trial ends ``timeout`` the moment it runs. A worker that fails to start is let go
+        (its trial then starts its own and reports why).
 
         Raises:
             TrialCancelled: ``cancel`` was set; every worker started here is ended.
         """
-        started: list[tuple[str, _Worker]] = []
+        started: list[tuple[str, WorkerProcess, float]] = []
         for spec in specs:
             env = worker_environment(spec)
-            started.append((_env_key(env), _Worker(env, announce_import=True)))
-        waiting = {w.read_fd: (key, w) for key, w in started}
-        deadline = time.monotonic() + timeout_s
+            worker = WorkerProcess(env, announce_import=True)
+            started.append((_env_key(env), worker, worker.spawned + spec.timeout_s))
+        waiting = {w.read_fd: (key, w, deadline) for key, w, deadline in started}
         try:
             with selectors.DefaultSelector() as selector:
                 for fd in waiting:
                     selector.register(fd, selectors.EVENT_READ)
-                while waiting and time.monotonic() < deadline:
+                while waiting:
                     if cancel is not None and cancel.is_set():
                         raise TrialCancelled("workers started ahead")
-                    for fd in [fd for fd, (_, w) in waiting.items() if w.exited()]:
+                    now = time.monotonic()
+                    for fd, (key, worker, deadline) in list(waiting.items()):
+                        if worker.exited():
+                            worker.close()  # its trial starts its own, and says why
+                        elif now >= deadline:
+                            worker.start_timed_out = True
+                            worker.stop_at_limit()
+                            self._spares.append((key, worker))  # its trial times out
+                        elif worker.stalled(now):
+                            self._spares.append((key, worker))  # its trial waits for it
+                        else:
+                            continue
                         selector.unregister(fd)
-                        waiting.pop(fd)[1].close()  # its trial starts its own, and says why
-                    for ready, _ in selector.select(timeout=MEMORY_SAMPLE_INTERVAL_S):
+                        del waiting[fd]
+                    if not waiting:
+                        break
+                    wait = min(d for _, _, d in waiting.values()) - now
+                    for ready, _ in selector.select(
+                        timeout=max(0.0, min(MEMORY_SAMPLE_INTERVAL_S, wait))
+                    ):
                         fd = int(ready.fd)
-                        line = _read_line(fd)
                         selector.unregister(fd)
-                        key, worker = waiting.pop(fd)
-                        if line.startswith(b'{"type": "imported"}'):
+                        key, worker, _ = waiting.pop(fd)
+                        if worker.read_imported():
                             self._spares.append((key, worker))
                         else:
                             worker.close()
         except BaseException:
-            for _, worker in started:
+            for _, worker, _ in started:
                 worker.close()
             self._spares = [(k, w) for k, w in self._spares if not w.closed]
             raise
-        for _, worker in waiting.values():  # still importing at the deadline
-            worker.close()
 
-    def _spare(self, env: dict[str, str]) -> _Worker | None:
-        """A worker started ahead for this environment, if one waits; None otherwise."""
+    def _spare(self, env: dict[str, str]) -> WorkerProcess | None:
+        """A worker started ahead for this environment, if one waits: one that is up first,
+        then one still starting (its trial waits for it), then one stopped at its limit while
+        it started (its trial times out); None otherwise."""
         key = _env_key(env)
-        for i, (spare_key, worker) in enumerate(self._spares):
-            if spare_key == key:
-                del self._spares[i]
-                if not worker.exited():
-                    return worker
-                worker.close()
-                return self._spare(env)
-        return None
+        mine = [(i, w) for i, (k, w) in enumerate(self._spares) if k == key]
+        if not mine:
+            return None
+        i, worker = min(mine, key=lambda iw: (iw[1].start_timed_out, iw[1].announcing, iw[0]))
+        del self._spares[i]
+        if worker.start_timed_out or not worker.exited():
+            return worker
+        worker.close()
+        return self._spare(env)
 
     def _trim(self) -> None:
         """End the longest-waiting workers past what may wait (see the class)."""
@@ -256,8 +262,9 @@ class WorkerPool:
     @property
     def idle_pids(self) -> list[int]:
         """The process ids of the workers waiting for a trial: those started ahead, then the
-        warm ones, the most recently used last."""
-        return [w.proc.pid for _, w in self._spares] + [w.proc.pid for w in self._idle.values()]
+        warm ones, the most recently used last (not those stopped at their limit)."""
+        spares = [w.proc.pid for _, w in self._spares if not w.start_timed_out]
+        return spares + [w.proc.pid for w in self._idle.values()]
 
     def close(self) -> None:
         """End every waiting worker."""
@@ -299,18 +306,6 @@ def _env_key(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
-def _read_line(fd: int) -> bytes:
-    """One line from ``fd``, read a byte at a time so that nothing after it is consumed; what
-    came before end-of-file when the line did not end."""
-    line = b""
-    while not line.endswith(b"\n"):
-        byte = os.read(fd, 1)
-        if not byte:
-            break
-        line += byte
-    return line
-
-
 class _WorkerRun:
     """One worker process from spawn to result: the state of a single :func:`run_trial`."""
 
@@ -337,6 +332,10 @@ class _WorkerRun:
         self.numerics: dict[str, Any] = {}
         self.steps: list[StepMessage] = []
         self.timed_out = False
+        #: where the worker is, as its last ``phase`` message said (``import`` before any)
+        self.phase = START_PHASE
+        #: every thread's Python stack, written by the worker when its time was up
+        self.stack: str | None = None
         self.over_memory_limit = False
         self.peak_rss_mb: float | None = None
         self.load_window: _LoadWindow | None = None
@@ -344,11 +343,16 @@ class _WorkerRun:
         #: a warm worker finished this trial and waits for the next
         self.ready = False
 
-    def run(self, worker: _Worker | None, warm: bool) -> tuple[TrialResult, _Worker | None]:
+    def run(
+        self, worker: WorkerProcess | None, warm: bool
+    ) -> tuple[TrialResult, WorkerProcess | None]:
         """Run the trial in ``worker`` (a warm one) or a new worker; returns the result and the
         worker when it stays warm for another trial (``warm`` asked, the trial ``ok``)."""
         t0 = time.monotonic()
-        worker = worker or _Worker(worker_environment(self.spec))
+        worker = worker or WorkerProcess(worker_environment(self.spec))
+        # Every phase of the worker's life counts against the trial's limit: the start of a
+        # worker started ahead too (its interpreter and imports, done before this trial).
+        deadline = t0 + self.spec.timeout_s - worker.start_spent()
         payload = {
             "spec": self.spec.to_dict(),
             "source": _source_dict(self.source),
@@ -359,21 +363,35 @@ class _WorkerRun:
         log_tail = ""
         keep = False
         try:
-            # One line; stdin then stays open as the worker's lifeline: when this process
-            # closes it or dies, the worker ends its process group (Lifeline).
-            worker.send(payload)
-            self._pump(worker.proc, worker.read_fd, t0)
-            keep = self.ready
-            worker.on_cpu = self._on_cpu()
+            if worker.start_timed_out or (
+                worker.announcing and not worker.wait_up(deadline, self.cancel)
+            ):
+                # Started ahead, and not up within this trial's limit.
+                self.timed_out = True
+            else:
+                # One line; stdin then stays open as the worker's lifeline: when this process
+                # closes it or dies, the worker ends its process group (Lifeline).
+                worker.send(payload)
+                self._pump(worker.proc, worker.read_fd, t0, deadline)
+                keep = self.ready
+                worker.on_cpu = self._on_cpu()
         finally:
             if not keep:
+                if self.timed_out:
+                    worker.stop_at_limit()
+                self.stack = worker.stack
                 returncode, log_tail = worker.close()
         total_s = time.monotonic() - t0
+        if self.timed_out and worker.up_s is None and self.phase == START_PHASE:
+            # A worker that never came up spent its whole life on this trial's start, part of
+            # it before the trial (started ahead).
+            total_s = max(total_s, worker.lived_s)
         status, error = classify(self._facts(returncode, log_tail))
         if keep and status is not TrialStatus.OK:
             # Any trial that is not ok ends its worker: the next one starts fresh.
             worker.close()
             keep = False
+        worker.used = True
         return self._assemble(status, error, total_s), (worker if keep else None)
 
     def _facts(self, returncode: int | None, log_tail: str) -> WorkerFacts:
@@ -392,17 +410,22 @@ class _WorkerRun:
             measured_step_ms=tuple(float(s.time_ms or 0.0) for s in self._measured()),
             foreign_lines=self.reader.foreign_lines,
             hazards=tuple(self.hazards),
+            phase=self.phase,
+            stack=self.stack,
+            model_path=self.source.path,
+            model_spec=self.source.spec,
         )
 
-    def _pump(self, proc: subprocess.Popen[bytes], read_fd: int, t0: float) -> None:
-        deadline = t0 + self.spec.timeout_s
+    def _pump(
+        self, proc: subprocess.Popen[bytes], read_fd: int, t0: float, deadline: float
+    ) -> None:
         next_sample = t0
         with selectors.DefaultSelector() as selector:
             selector.register(read_fd, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
                 if self.cancel is not None and self.cancel.is_set():
-                    _kill_group(proc)
+                    kill_group(proc)
                     raise TrialCancelled(self.spec.describe())
                 if now >= deadline:
                     self.timed_out = True
@@ -411,7 +434,7 @@ class _WorkerRun:
                     next_sample = now + MEMORY_SAMPLE_INTERVAL_S
                     if self._sample_memory(proc, now - t0):
                         return
-                exited = _has_exited(proc)
+                exited = has_exited(proc)
                 # Once the worker has exited, read what it left in the pipe and stop: a child
                 # it forked may hold the pipe open, so end-of-file may never come.
                 timeout = 0.0 if exited else min(MEMORY_SAMPLE_INTERVAL_S, deadline - now)
@@ -432,9 +455,11 @@ class _WorkerRun:
     def _handle(self, message: WorkerMessage, t0: float) -> None:
         if isinstance(message, StartedMessage):
             self.started, self.started_at = message, time.monotonic() - t0
-        elif isinstance(message, PhaseMessage) and message.phase == "measure":
-            pid = self.started.pid if self.started is not None else None
-            self.load_window = _LoadWindow.open(pid) if pid else None
+        elif isinstance(message, PhaseMessage):
+            self.phase = message.phase
+            if message.phase == "measure":
+                pid = self.started.pid if self.started is not None else None
+                self.load_window = _LoadWindow.open(pid) if pid else None
         elif isinstance(message, StepMessage):
             self.steps.append(message)
         elif isinstance(message, WarningMessage):
@@ -545,77 +570,6 @@ def _first(value: int | None, otherwise: int) -> int:
     return int(value) if value is not None else int(otherwise)
 
 
-class _Worker:
-    """A worker process with its event pipe and its log: spawned for one trial, or kept warm
-    for several by a :class:`WorkerPool`."""
-
-    def __init__(self, env: dict[str, str], announce_import: bool = False) -> None:
-        read_fd, write_fd = os.pipe()
-        # The worker's stdout and stderr go to a file with no name: it is unlinked as soon as
-        # the worker has it, so nothing is left behind however this process ends, and its tail
-        # is read back through this process's own descriptor once the worker is gone.
-        self.log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
-        try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tuner.worker",
-                    "--channel-fd",
-                    str(write_fd),
-                    *(["--announce-import"] if announce_import else []),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                env=env,
-                start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
-            )
-        except BaseException:
-            self.log.close()
-            os.close(read_fd)
-            raise
-        finally:
-            os.close(write_fd)
-        self.read_fd = read_fd
-        self.closed = False
-        #: whether its trials run on the CPU (as its first trial's ``started`` event said)
-        self.on_cpu = False
-        with _LIVE_LOCK:
-            _LIVE.add(self.proc)
-
-    def send(self, payload: dict[str, Any]) -> None:
-        """Write one trial's payload, one line, to the worker's stdin."""
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(payload).encode() + b"\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # it died at once; the log says why
-
-    def exited(self) -> bool:
-        return _has_exited(self.proc)
-
-    def close(self) -> tuple[int, str]:
-        """Kill the worker's whole group, reap it; returns its exit status and log tail."""
-        if self.closed:
-            return self.proc.returncode or 0, ""
-        self.closed = True
-        # The whole group, even when the worker itself has exited: a process the model
-        # forked may still be running. Not yet reaped, so the group id is still ours.
-        _kill_group(self.proc)
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()  # type: ignore[union-attr]
-        os.close(self.read_fd)
-        returncode = self.proc.wait()
-        with _LIVE_LOCK:
-            _LIVE.discard(self.proc)
-        log_tail = _read_tail(self.log)
-        self.log.close()
-        return returncode, log_tail
-
-
 @dataclass
 class _LoadWindow:
     """CPU time the machine spent on other processes while a trial measured.
@@ -690,36 +644,3 @@ def _rss_mb(pid: int) -> float | None:
         return rss
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the worker and anything it started (it leads its own process group).
-
-    Until the worker is reaped its pid, and so its group id, cannot be reused, so this is safe
-    to call after the worker has exited but before ``wait``: that is when a child the model
-    forked is still to be ended.
-    """
-    if proc.returncode is not None:  # reaped: the id may belong to someone else by now
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the worker has exited, without reaping it (so its group can still be killed)."""
-    if proc.returncode is not None:
-        return True
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
-
-
-def _read_tail(fh: IO[bytes]) -> str:
-    try:
-        fh.seek(0, os.SEEK_END)
-        fh.seek(max(0, fh.tell() - _LOG_TAIL_CHARS))
-        return fh.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -8,6 +8,7 @@ out-of-memory error, whether it came from the user's code, the phase); the paren
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import json
 import os
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.policies import FLOAT32
+from tuner.trials.events import STACK_SIGNAL
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
@@ -115,6 +117,10 @@ def main(argv: list[str]) -> int:
         help="write one line to the channel once the imports are done (a worker started ahead)",
     )
     args = parser.parse_args(argv)
+    # First, before the imports that may hang: on STACK_SIGNAL every thread's stack goes to
+    # stderr (the log the parent keeps), from the signal handler itself, so that a worker
+    # stuck anywhere, in C code too, can say where before the parent kills it at its limit.
+    faulthandler.register(STACK_SIGNAL, all_threads=True, chain=False)
     # Each payload is one line on stdin, which stays open as the lifeline (see Lifeline): the
     # parent going away ends this process at once, even while it imports.
     lifeline = hold_lifeline(0)
@@ -225,14 +231,15 @@ def _run(
     if warm is not None:
         return _run_warm(spec, source, channel, phase, context, warm)
 
-    phase[0] = "build"
+    # The model's own code first (MODEL_PHASE), then the setup's: a hang or an exit in the
+    # first is the model's, whatever the setup.
+    _enter(channel, phase, "build")
     if spec.policy.name != FLOAT32:
         context.build_float32 = _float32_builder(spec, source, keras_setup, workloads)
     t_build = time.perf_counter()
-    channel.emit("phase", phase="build")
     keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
-    loaded, batches = _load(spec, source)
+    loaded, batches = _load(spec, source, lambda: _enter(channel, phase, "prepare"))
     context.batches, context.loss = batches, loaded.loss
     probe_s = None
     if spec.policy.name != FLOAT32 and spec.probe and context.build_float32 is not None:
@@ -308,15 +315,25 @@ def _start(spec: TrialSpec, channel: Channel, warm: _Warm | None) -> tuple[str, 
     return device, tensor_cores
 
 
-def _load(spec: TrialSpec, source: ModelSource) -> tuple[Any, list[tuple[Any, Any]]]:
+def _enter(channel: Channel, phase: list[str], name: str) -> None:
+    """Move on to phase ``name``: the error path (``phase``) and the parent (a ``phase``
+    message) both know where the worker is."""
+    phase[0] = name
+    channel.emit("phase", phase=name)
+
+
+def _load(
+    spec: TrialSpec, source: ModelSource, built: Callable[[], None]
+) -> tuple[Any, list[tuple[Any, Any]]]:
     """The model (built-in, or the user's under the policy already set) and the trial's pool
-    of batches."""
+    of batches; ``built`` is called between the two."""
     from tuner import workloads
     from tuner.worker import loading
 
     if source.kind == "builtin":
         model = workloads.build(source.name, source.params)
         loaded = loading.LoadedModel(model, None, workloads.LOSS)
+        built()
         pool = loading.pool_size(
             workloads.sample_bytes(source.name, source.params), spec.batch_size
         )
@@ -325,6 +342,7 @@ def _load(spec: TrialSpec, source: ModelSource) -> tuple[Any, list[tuple[Any, An
         )
     else:
         loaded = loading.load_user_model(source, spec.policy.name)
+        built()
         pool = loading.pool_size(4 * 1024, spec.batch_size)
         batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
     return loaded, batches
@@ -381,7 +399,7 @@ def _probe(
             + ("keeps its" if len(report.unsafe_layers) == 1 else "keep their")
             + " inputs in float32 (autocast=False), as the hazard's fix says",
         )
-    phase[0] = "build"
+    _enter(channel, phase, "prepare")
     return probe_s, bool(report.unsafe_layers)
 
 
@@ -400,8 +418,8 @@ def _run_warm(
     from tuner import keras_setup, workloads
     from tuner.worker import loading, training
 
-    phase[0] = "build"
-    channel.emit("phase", phase="build")
+    # No model code runs again: only the setup's data and compile.
+    _enter(channel, phase, "prepare")
     t_build = time.perf_counter()
     keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
@@ -701,7 +719,7 @@ def _float32_survives(
         not isinstance(exc, Exception)
         or facts.get("oom")
         or context.build_float32 is None
-        or facts.get("phase") not in ("build", "warmup", "measure")
+        or facts.get("phase") not in ("build", "prepare", "warmup", "measure")
     ):
         return False
     try:

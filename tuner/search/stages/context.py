@@ -29,7 +29,7 @@ from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
 from tuner.search.wording import where
 from tuner.setup import TF32, Setup
-from tuner.trials.result import TrialStatus
+from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -285,15 +285,20 @@ class SearchContext:
 
     def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
         """The ``repeat``-th measurement of ``setup``; one that crashed or timed out is run
-        once more (``repeat + 1``), and that second run is returned. Recalled trials come back
-        the same way, so a resumed search takes the same path."""
+        once more (``repeat + 1``), and that second run is returned, unless it failed in the
+        model's own code (``TrialResult.model_failed``). Recalled trials come back the same
+        way, so a resumed search takes the same path."""
         m = self.evaluator.measure(setup, stage, repeat=repeat)
-        if m.result.status not in RETRIED:
+        if m.result.status not in RETRIED or m.result.model_failed:
+            # A hang or an exit while the model's own code builds it would only repeat.
             return m
-        if m.result.status is TrialStatus.TIMEOUT and self.evaluator.budgeted():
+        error = m.result.error
+        started = error is None or error.phase != START_PHASE
+        if m.result.status is TrialStatus.TIMEOUT and self.evaluator.budgeted() and started:
             # Under a budget a timeout is not run again: it would cost the trial's whole time
             # limit once more, and a batch that compiles past it (XLA at a large batch) will
-            # again.
+            # again. A worker that never started (stuck in its imports) says nothing of the
+            # setup: that one is run again, in a fresh worker.
             return m
         again = self.evaluator.measure(setup, stage, repeat=repeat + 1)
         if again.result.ok:
