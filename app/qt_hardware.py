@@ -16,6 +16,16 @@ def _na(value: Any, fmt: str = "{}") -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
+def unused_gpu_text(unused: api.UnusedGpu) -> str:
+    """One backend's unused GPU, in rich text: what, why, and the fix as code."""
+    reason = f" ({html.escape(unused.reason)})" if unused.reason else ""
+    fix = f"<br>Fix: <code>{html.escape(unused.fix)}</code>" if unused.fix else ""
+    return (
+        f"<span style='color:#be123c'>\u26a0 <b>{html.escape(unused.headline)}</b>{reason}: "
+        f"its trials would run on the CPU.</span>{fix}"
+    )
+
+
 class QtHardwarePanel(QWidget):
     """Shows a hardware profile (:class:`tuner.api.HardwareProfile`, as detection found it)."""
 
@@ -27,6 +37,18 @@ class QtHardwarePanel(QWidget):
         self.verdict.setObjectName("verdict")
         self.verdict.setWordWrap(True)
         self._layout.addWidget(self.verdict)
+        # A GPU that a backend installed here cannot use: right under the verdict, in red, with
+        # the command that fixes it (selectable, to be copied).
+        self.unused_gpu = QLabel()
+        self.unused_gpu.setObjectName("unusedGpu")
+        self.unused_gpu.setWordWrap(True)
+        self.unused_gpu.setTextFormat(Qt.TextFormat.RichText)
+        self.unused_gpu.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
+        self.unused_gpu.hide()
+        self._layout.addWidget(self.unused_gpu)
         self._cards: list[QWidget] = []
         self.profile: api.HardwareProfile | None = None
 
@@ -35,7 +57,11 @@ class QtHardwarePanel(QWidget):
         for card in self._cards:
             card.deleteLater()
         self._cards = []
-        self.verdict.setText(f"<b>{html.escape(profile.verdict)}</b>")
+        # The hardware's verdict; each backend's unused GPU on a line of its own below it.
+        self.verdict.setText(f"<b>{html.escape(profile.verdict_for(None))}</b>")
+        unused = profile.unused_gpus
+        self.unused_gpu.setText("<br><br>".join(unused_gpu_text(u) for u in unused))
+        self.unused_gpu.setVisible(bool(unused))
         for gpu in profile.gpus:
             self._add_card(self._gpu_text(gpu, profile), TOOLTIPS["compute_capability"])
         # No GPU: the verdict says so, and why, once; no card says it again.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 import platform
@@ -33,6 +34,7 @@ from app.bridge import EngineBridge
 from app.controller import Controller
 from app.counts import TrialCounts
 from app.qt_export import QtExportDialog
+from app.qt_focus import QtFocusReturn
 from app.qt_hardware import QtHardwarePanel
 from app.qt_history import QtHistoryDialog
 from app.qt_plots import QtLivePlots
@@ -40,6 +42,7 @@ from app.qt_recommendation import QtRecommendation
 from app.qt_setup import QtSetupPanel
 from app.qt_trials import QtTrialsTable, TrialRow
 from app.sampler import HardwareSampler
+from app.session_clock import SessionClock
 from app.words import window_words
 from tuner import __version__, api
 from tuner.resources import asset_path
@@ -51,8 +54,6 @@ DEFAULT_SIZE = (1280, 800)
 SCREEN_SHARE = 0.8
 #: Room kept for the window manager's title bar and borders (pixels across, down).
 FRAME_ALLOWANCE = (8, 32)
-#: Seconds of session time left empty between a stopped search's plots and its resumed run's.
-RESUME_GAP_S = 2.0
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
 #: The trials table shows at least this many rows at the smallest supported window size.
 MIN_TABLE_ROWS = 8
@@ -88,11 +89,15 @@ class QtMainWindow(QMainWindow):
         self.bridge = EngineBridge(self, engine)
         self.bridge.eventsReady.connect(self._on_events)
         self.bridge.finished.connect(self._on_search_finished)
-        self._search_started = 0.0
-        #: the session's seconds before this run of its search (a resumed search's plots go on
-        #: from there, after a gap)
-        self._time_base = 0.0
-        self._trial_started = 0.0
+        #: where each trial sits on the memory plot's seconds axis: counted as a session
+        #: reopened from History counts it, so that both put every trial at the same second
+        self.clock = SessionClock()
+        #: whether the followed trial's worker has it (its "started" message came): its memory
+        #: is the trial's from then on; before, it is a fresh process loading its framework,
+        #: from 0 MB up, which pulled the plot's axis down to 0
+        self._worker_has_trial = False
+        #: each running trial's latest worker ``t``: how far one stopped under its search got
+        self._trial_t: dict[int, float] = {}
         self._trial_text = ""  # the followed trial, as the status line names it
         #: the running trials (several with --parallel): number -> (how it started, what it
         #: does now); how it started gives its row should the search stop under it
@@ -107,6 +112,9 @@ class QtMainWindow(QMainWindow):
         self.finished_status: str | None = None
         # A stopped search can be resumed: Start then continues the same stored session.
         self._resumable: tuple[str, str] | None = None  # (session, model)
+        #: the backends the user chose to tune on the CPU although NVML sees a GPU they cannot
+        #: use (asked once a backend, for as long as the window is open)
+        self._cpu_chosen: set[str] = set()
         self.export_dialog: QtExportDialog | None = None
         self.history_dialog: QtHistoryDialog | None = None
 
@@ -117,6 +125,8 @@ class QtMainWindow(QMainWindow):
         self.recommendation = QtRecommendation(engine=engine)
         self._build_layout()
         self._build_actions()
+        # After any dialog the keyboard comes back here, so that F5 and Esc work at once.
+        self.focus_return = QtFocusReturn(self)
         self.setup.validityChanged.connect(self._update_buttons)
         self.setup.modelChanged.connect(self._on_model_changed)
         self.table.trialSelected.connect(self._on_trial_selected)
@@ -341,20 +351,25 @@ class QtMainWindow(QMainWindow):
             # A session owns its space and settings: the continued search uses the stored ones.
             request = request.resumed(self._resumable[0])
         else:
+            on_device = self._cpu_if_gpu_unused(request)
+            if on_device is None:
+                return
+            request = on_device
             # A new search starts from a clean slate; a resumed one keeps the finished trials
             # of its session on show (the recommendation will cite them).
             self.table.trials.clear()
             self.plots.clear()
             self._best_speed = 0.0
-        # Session time: a new search starts at 0; a resumed one after what is on show, with
-        # a gap (the search did not run in between) and the memory line broken there.
-        self._time_base = self.plots.memory_end() + RESUME_GAP_S if self.table.trials.rows else 0.0
+        # Session time: a new search starts at 0; a resumed one goes on from its session's
+        # (after a gap where a trial was stopped under it), the memory line broken there.
+        if not self.table.trials.rows:
+            self.clock = SessionClock()
+        self._trial_t.clear()
         self.plots.break_memory()
         self._resumable = None
         self.counts = TrialCounts(state="searching")
         self.plots.set_budget(self._memory_budget)
         self.recommendation.set_recommendation(None, "Searching...")
-        self._search_started = time.monotonic()
         self._running.clear()
         self._followed = None
         self._show_running()
@@ -363,6 +378,57 @@ class QtMainWindow(QMainWindow):
         self.bridge.start(request)
         self.status.setText("Starting...")
         self._update_buttons()
+
+    def _cpu_if_gpu_unused(self, request: api.TuneRequest) -> api.TuneRequest | None:
+        """``request`` as it is, or on the CPU when NVML sees a GPU its backend cannot use and
+        the user says so (asked once a backend, :meth:`ask_tune_on_cpu`); ``None``: cancelled.
+        The engine refuses such a search on the default device rather than run it on the CPU
+        without a word."""
+        assert self.profile is not None and request.settings is not None
+        backend = request.settings.backend
+        unused = self.engine.unused_gpu(self.profile, backend)
+        if unused is not None and request.settings.device == "auto":
+            if backend not in self._cpu_chosen:
+                if not self.ask_tune_on_cpu(unused):
+                    self.status.setText(window_words(f"Not started: {unused.sentence}"))
+                    return None
+                self._cpu_chosen.add(backend)
+            # The CPU's advice orders the policies.
+            on_cpu = self.setup.tune_request(
+                list(self.engine.hardware_prior(self.profile, "cpu")), self.profile
+            )
+            assert on_cpu.settings is not None
+            request = dataclasses.replace(
+                on_cpu, settings=dataclasses.replace(on_cpu.settings, device="cpu")
+            )
+        assert request.settings is not None
+        # The memory line's budget: the device the trials run on.
+        self._memory_budget = self.engine.memory_budget_mb(self.profile, request.settings.device)
+        return request
+
+    def ask_tune_on_cpu(self, unused: api.UnusedGpu) -> bool:
+        """Ask whether to tune on the CPU although a GPU would go unused: True to go on."""
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("A GPU would go unused")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setText(f"<b>{html.escape(unused.headline)}</b>")
+        reason = f"{html.escape(unused.reason)}.<br><br>" if unused.reason else ""
+        fix = (
+            f"To tune on the GPU, close mptune, run<br><code>{html.escape(unused.fix)}</code>"
+            "<br>and start it again.<br><br>"
+            if unused.fix
+            else ""
+        )
+        box.setInformativeText(
+            f"{reason}{fix}Tuned on the CPU, the recommendation is the CPU's, not the GPU's."
+        )
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        cpu = box.addButton("Tune on the CPU", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is cpu
 
     def stop_search(self) -> None:
         if self.bridge.running:
@@ -374,6 +440,9 @@ class QtMainWindow(QMainWindow):
         for event in events:
             if isinstance(event, api.WorkerReported):
                 message = event.message
+                t = getattr(message, "t", None)
+                if t is not None:
+                    self._trial_t[event.number] = max(t, self._trial_t.get(event.number, t))
                 if event.number != self._followed:
                     self._note_running(event.number, message)
                     continue  # the plots follow one trial
@@ -381,6 +450,8 @@ class QtMainWindow(QMainWindow):
                     steps.append(message)
                 elif isinstance(message, api.MemoryMessage):
                     self._on_memory(message)
+                elif isinstance(message, api.StartedMessage):
+                    self._worker_has_trial = True
                 elif isinstance(message, api.PhaseMessage):
                     self._show_phase(message.phase)
                     self._note_running(event.number, message)
@@ -408,6 +479,7 @@ class QtMainWindow(QMainWindow):
             self.status.setText(window_words(event.message))
         elif isinstance(event, api.TrialStarted):
             self._running[event.number] = (event, "starting")
+            self.clock.start(event.number, time.monotonic())
             if self._followed is None:
                 self._follow(event)
             self._show_running()
@@ -417,6 +489,7 @@ class QtMainWindow(QMainWindow):
             if event.number == self._followed:
                 self._followed = None
             self._show_running()
+            self._trial_t.pop(event.number, None)
             self.add_trial(event.number, event.stage, event.result)
             self._show_loss_gaps()
             if self.counts.left is not None:  # one fewer left until the engine plans again
@@ -428,7 +501,7 @@ class QtMainWindow(QMainWindow):
     def _follow(self, event: api.TrialStarted) -> None:
         """Let the live plots and the status line follow this trial."""
         self._followed = event.number
-        self._trial_started = time.monotonic()
+        self._worker_has_trial = False
         setup = event.spec.setup
         self.plots.start_trial(scaled=setup.loss_scale.kind != "none")
         if not (self.profile and self.profile.gpus):
@@ -443,8 +516,11 @@ class QtMainWindow(QMainWindow):
         comes from the sampler instead)."""
         if (self.profile and self.profile.gpus) or message.t is None or message.rss_mb is None:
             return
-        t = self._time_base + self._trial_started - self._search_started + message.t
-        self.plots.add_memory([t], [message.rss_mb])
+        if not self._worker_has_trial or self._followed is None:
+            return
+        t = self.clock.at(self._followed, message.t)
+        if t is not None:
+            self.plots.add_memory([t], [message.rss_mb])
 
     def _note_running(self, number: int, message: api.WorkerMessage) -> None:
         """What a running trial does now, for the strip of trials running at once."""
@@ -506,15 +582,11 @@ class QtMainWindow(QMainWindow):
         result = self.engine.stored_result(stored, spec)  # the engine's result of such a trial
         self.table.trials.add(TrialRow(number, stage, result, True))
 
-    def session_seconds(self) -> float:
-        """Now, in the session's time: its earlier runs' seconds and this run's."""
-        return self._time_base + time.monotonic() - self._search_started
-
     def add_trial(
         self, number: int, stage: str, result: api.TrialResult, at: float | None = None
     ) -> None:
         """Put a finished trial in the table and the plots; its memory peak at ``at`` seconds
-        of the session (now, when None)."""
+        of the session (None: where the session's clock ends it, live)."""
         self.table.trials.add(TrialRow(number, stage, result))
         setup = result.spec.setup
         sps = result.samples_per_second
@@ -527,9 +599,11 @@ class QtMainWindow(QMainWindow):
                 self.plots.set_baseline(sps)
                 self.plots.set_baseline_losses(list(result.losses))
         if result.peak_memory_mb:
-            self.plots.mark_peak(
-                self.session_seconds() if at is None else at, result.peak_memory_mb
-            )
+            if at is None:
+                at = self.clock.finish(number, result.timings.total_s)
+            self.plots.mark_peak(at, result.peak_memory_mb)
+        elif at is None:
+            self.clock.finish(number, result.timings.total_s)
 
     def show_recommendation(self, rec: api.Recommendation) -> None:
         self.recommendation.set_recommendation(rec)
@@ -546,9 +620,16 @@ class QtMainWindow(QMainWindow):
         self.finished_status = status
         # The trials the search ended under stay in the table, stopped (the session keeps
         # them so too: History counts them).
+        now = time.monotonic()
         for number, (started, _) in sorted(self._running.items()):
             self.add_stopped(number, started.stage, started.spec, "stopped before it finished")
+            # On the axis it lasts as far as its worker got (storage keeps about as much).
+            ran = self._trial_t.get(number)
+            self.clock.stop(
+                number, ran if ran is not None else self.clock.seconds_since_start(number, now)
+            )
         self._running.clear()
+        self._trial_t.clear()
         self._followed = None
         self._show_running()
         if status == "stopped" and self.session_name:
@@ -577,11 +658,17 @@ class QtMainWindow(QMainWindow):
         if self.profile is not None and self.profile.gpus:
             samples = self.sampler.history_since(self._sample_index)
             self._sample_index += len(samples)
-            if samples and self._search_started:
-                offset = self.session_seconds() - samples[-1].t
-                self.plots.add_memory(
-                    [s.t + offset for s in samples], [s.gpu_used_mb[0] or math.nan for s in samples]
-                )
+            followed = self._followed
+            if samples and followed is not None:
+                # The samples on the wall clock (the last one is now), then on the session's
+                # axis: those of the followed trial, from its start.
+                wall = time.monotonic() - samples[-1].t
+                placed = [(self.clock.at_wall(followed, s.t + wall), s) for s in samples]
+                kept = [(t, s) for t, s in placed if t is not None]
+                if kept:
+                    self.plots.add_memory(
+                        [t for t, _ in kept], [s.gpu_used_mb[0] or math.nan for _, s in kept]
+                    )
         self.plots.redraw()
 
     def _on_trial_selected(self, row: TrialRow) -> None:
@@ -647,17 +734,14 @@ class QtMainWindow(QMainWindow):
         self.session_name, self.storage = view.name, storage
         self.table.trials.clear()
         self.plots.clear()
-        self._search_started = 0.0
         self._best_speed = 0.0
         self._running.clear()
-        # The session's time as a live search had it: each trial ends after those before it
-        # (their own seconds; the gaps between them are not stored), so that the memory
-        # plot's axis is seconds, as it is live, not trial numbers.
-        elapsed = 0.0
+        # The session's seconds, counted as the live search counted them (SessionClock): each
+        # peak where it was live, on the same axis, not at trial numbers.
+        self.clock, ends = SessionClock.of_session(view.trials)
         for stored in view.trials:
             if stored.result is not None:
-                elapsed += stored.result.timings.total_s or 0.0
-                self.add_trial(stored.number, stored.stage, stored.result, at=elapsed)
+                self.add_trial(stored.number, stored.stage, stored.result, at=ends[stored.number])
             elif stored.spec is not None:
                 self.add_stopped(stored.number, stored.stage, stored.spec, stored.note)
         self._show_loss_gaps()
@@ -666,6 +750,17 @@ class QtMainWindow(QMainWindow):
         if view.recommendation is not None:
             self.show_recommendation(view.recommendation)
             self._resumable = None
+        elif view.failure is not None:
+            # Resume cannot help until the model file is fixed: say what failed first.
+            trial = f" (trial #{view.failure.trial})" if view.failure.trial is not None else ""
+            self.recommendation.set_recommendation(
+                None,
+                f"This session's search failed: the model fails in its own code{trial}: "
+                f"{view.failure.message}. Fix the model file, then press Resume: the failed "
+                "trial runs again with the fixed file.",
+            )
+            self.setup.set_model(view.model)
+            self._resumable = (view.name, view.model)
         else:
             self.recommendation.set_recommendation(
                 None,

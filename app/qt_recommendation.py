@@ -97,10 +97,12 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
     rows: list[tuple[str, str, str]] = []  # (label, label cell, text cell)
     hazard_rows: list[tuple[str, str, str]] = []
     hazards = iter(rec.hazards)
-    for i, (label, text) in enumerate(engine.evidence_rows(rec)):
+    for label, text in engine.evidence_rows(rec):
         text = window_words(text)  # the controls' names, not the command line's flags
-        if i == 0:  # the setup: the whole of it, its knobs included
+        if label == "Setup":  # the whole of it, its knobs included
             text = with_knobs(rec.setup, text)
+        if rec.unused_gpu is not None and label == "Unused GPU":
+            continue  # worded here, above the setup (unused_gpu_row)
         if label in HAZARD_COLOURS:
             colour = HAZARD_COLOURS[label]
             cell = f"<b style='color:{colour}'>\u26a0&nbsp;{html.escape(label)}</b>"
@@ -115,11 +117,23 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
     at = next((i for i, row in enumerate(rows) if row[0] in _AFTER_HAZARDS), len(rows))
     rows[at:at] = [row for row in hazard_rows if row[0] != "Unsafe"]
     rows[1:1] = unsafe
+    if rec.unused_gpu is not None:
+        rows.insert(0, unused_gpu_row(rec.unused_gpu))
     return (
         "<table cellspacing='4'>"
         + "".join(f"<tr><td valign='top'>{k}</td><td>{v}</td></tr>" for _, k, v in rows)
         + "</table>"
     )
+
+
+def unused_gpu_row(unused: api.UnusedGpu) -> tuple[str, str, str]:
+    """The first row when the trials ran on the CPU while NVML saw a GPU the backend could not
+    use: in red, with the command that fixes it on a line of its own."""
+    reason = f" ({html.escape(unused.reason)})" if unused.reason else ""
+    fix = f"<br>Fix: <code>{html.escape(unused.fix)}</code>" if unused.fix else ""
+    cell = f"<b style='color:{HAZARD_COLOURS['Unsafe']}'>\u26a0&nbsp;Unused GPU</b>"
+    text = f"This setup is for the CPU. {html.escape(unused.headline)}{reason}.{fix}"
+    return "Unused GPU", cell, text
 
 
 def knob_phrases(setup: api.Setup) -> list[tuple[tuple[str, ...], str]]:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.qt_wheel import guard_wheels
 from app.tooltips import TOOLTIPS
 from app.words import window_words
 from tuner import api
@@ -200,6 +201,9 @@ class QtSetupPanel(QWidget):
         self.model.setCurrentIndex(max(0, self.model.findData(DEFAULT_MODEL)))
         self._load()
         self._on_model_changed()
+        # Last, so that it finds every control above: the panel sits in a scroll area, and a
+        # wheel over it must scroll, never change a setting the user did not choose.
+        guard_wheels(self)
 
     # -- the model ---------------------------------------------------------------------------
     def model_spec(self) -> str | None:

@@ -48,6 +48,11 @@ _CONTROLS: tuple[tuple[str, str], ...] = (
     (r"--timeout\b", "the trial time limit"),
 )
 _COMPILED = tuple((re.compile(pattern), window) for pattern, window in _CONTROLS)
+#: A name said twice in a row, the first time as a heading ("XLA: XLA: auto in the Search
+#: panel ..."). The engine words a finding as "what: why" ("XLA: --xla auto tries XLA ..."),
+#: and a why that starts with the knob's flag reads well on the command line; the window
+#: names the flag's control, whose name is the knob's, so the heading said it first.
+_SAID_TWICE = re.compile(r"\b([A-Z][A-Za-z]*(?: [a-z]+)*): (?=\1\b)")
 #: A command-line flag, for tests and for a text the table does not know yet.
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
 
@@ -56,4 +61,4 @@ def window_words(text: str) -> str:
     """``text`` with each command-line flag it names replaced by the window's control."""
     for pattern, window in _COMPILED:
         text = pattern.sub(window, text)
-    return text
+    return _SAID_TWICE.sub("", text)

@@ -48,6 +48,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
+def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that starts a real trial worker (here, or in an ``mptune`` it runs) without
+    the ``slow`` mark: the fast lane (``-m "not slow"``) must start none, or it is not fast."""
+    fd, log = tempfile.mkstemp(prefix="mptune-workers-")
+    os.close(fd)
+    os.environ["MPTUNE_WORKER_LOG"] = log
+    try:
+        yield
+    finally:
+        os.environ.pop("MPTUNE_WORKER_LOG", None)
+        with open(log, encoding="utf-8") as f:
+            started = f.read().split()
+        os.unlink(log)
+    if started and request.node.get_closest_marker("slow") is None:
+        pytest.fail(
+            f"started {len(started)} trial worker(s) without @pytest.mark.slow: the fast lane "
+            "runs no real trial"
+        )
+
+
+@pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
     """Fail a test that leaves a thread or a child process running."""
     threads_before = set(threading.enumerate())

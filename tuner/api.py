@@ -76,18 +76,21 @@ from tuner.trials.messages import (
     parse_message,
 )
 from tuner.trials.models import BUILTINS, ModelSource
+from tuner.trials.process import TrialCancelled
 from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus
-from tuner.trials.runner import TrialCancelled
 from tuner.trials.spec import TrialSpec
 
 if TYPE_CHECKING:
     from tuner.export import FORMATS, ConfigError, TunedConfig
     from tuner.hardware import HardwareProfile
+    from tuner.hardware.gpu_use import UnusedGpu
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
     from tuner.hardware.profile import INSTALL_HINTS as BACKEND_INSTALL_HINTS
     from tuner.hardware.profile import CpuInfo, GpuInfo, SoftwareInfo
     from tuner.search.fleet import WorkDone
+    from tuner.search.measured import PolicyMeasured
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
+    from tuner.search.records import SessionFailure
     from tuner.search.session import SessionSummary, SessionView, StoredTrial, stored_result
     from tuner.search.tune import TuneResult
 
@@ -137,6 +140,7 @@ __all__ = [
     "SearchEvent",
     "SearchSettings",
     "SearchSpace",
+    "SessionFailure",
     "SessionOpened",
     "SessionSummary",
     "SessionView",
@@ -159,12 +163,14 @@ __all__ = [
     "TuneRequest",
     "TuneResult",
     "TunedConfig",
+    "UnusedGpu",
     "WarningMessage",
     "WorkDone",
     "WorkerMessage",
     "WorkerReported",
     "backend_from_env",
     "check_backend",
+    "check_gpu_use",
     "check_model",
     "default_storage_url",
     "detect",
@@ -192,6 +198,7 @@ __all__ = [
     "trial_loss_gaps",
     "tune",
     "tuned_config",
+    "unused_gpu",
     "work",
 ]
 
@@ -203,6 +210,7 @@ _LAZY = {
     "ConfigError": "tuner.export",
     "TunedConfig": "tuner.export",
     "HardwareProfile": "tuner.hardware",
+    "UnusedGpu": "tuner.hardware.gpu_use",
     "CpuInfo": "tuner.hardware.profile",
     "GpuInfo": "tuner.hardware.profile",
     "SoftwareInfo": "tuner.hardware.profile",
@@ -213,6 +221,7 @@ _LAZY = {
     "NoViableSetup": "tuner.search.recommend",
     "Recommendation": "tuner.search.recommend",
     "evidence_rows": "tuner.search.recommend",
+    "SessionFailure": "tuner.search.records",
     "SessionSummary": "tuner.search.session",
     "SessionView": "tuner.search.session",
     "StoredTrial": "tuner.search.session",
@@ -246,11 +255,36 @@ def detect(backend: NvmlBackend | None = None) -> HardwareProfile:
     return _detect(backend)
 
 
-def render_hardware(profile: HardwareProfile) -> str:
-    """``profile`` as the text ``mptune detect`` prints."""
+def render_hardware(
+    profile: HardwareProfile,
+    backend: str = TENSORFLOW,
+    measured: dict[str, PolicyMeasured] | None = None,
+) -> str:
+    """``profile`` as the text ``mptune detect`` prints, its verdict for trials on
+    ``backend``, each policy's advice with what was ``measured`` of it here."""
     from tuner.hardware.report import render_text
 
-    return render_text(profile)
+    return render_text(profile, backend, measured)
+
+
+def measured_here(
+    profile: HardwareProfile, storage: str | None = None
+) -> dict[str, PolicyMeasured]:
+    """Per policy, what the finished sessions of this kind of machine measured of it against
+    float32 (empty where there are none, or the store cannot be read)."""
+    from tuner.search.measured import measured_here as measured
+
+    return measured(profile, storage)
+
+
+def unused_gpu(profile: HardwareProfile, backend: str) -> UnusedGpu | None:
+    """Whether NVML sees NVIDIA GPUs on ``profile`` that ``backend`` cannot use (its trials
+    would run on the CPU), known from the installed packages: the finding, with its reason and
+    the command that fixes it; ``None`` when there is no GPU or nothing known stops the
+    backend. Reads no framework."""
+    from tuner.hardware.gpu_use import unused_gpu as _unused
+
+    return _unused(profile, backend)
 
 
 def nvml_backend_from_env() -> NvmlBackend:
@@ -302,11 +336,29 @@ def backend_from_env(environ: dict[str, str] | None = None) -> str:
     return value
 
 
-def hardware_prior(profile: HardwareProfile) -> tuple[str, ...]:
-    """The policies worth trying on ``profile``, most promising first."""
+def check_gpu_use(profile: HardwareProfile, settings: SearchSettings) -> UnusedGpu | None:
+    """Before a new search: whether NVML sees a GPU the search's backend cannot use.
+
+    Returns:
+        The finding when the search runs on the CPU as asked (``device`` ``cpu``), for the
+        face to say at its top; ``None`` when no GPU goes unused, or ``gpu:N`` was asked for.
+
+    Raises:
+        MptuneError: on the default device (``auto``): one line with what is unused, why, the
+            fix, and ``--device cpu`` to tune on the CPU anyway (:func:`tune` refuses the same).
+    """
+    from tuner.search.tune import refuse_unused_gpu
+
+    refuse_unused_gpu(profile, settings)
+    return unused_gpu(profile, settings.backend) if settings.device == "cpu" else None
+
+
+def hardware_prior(profile: HardwareProfile, device: str = "auto") -> tuple[str, ...]:
+    """The policies worth trying on ``profile``'s ``device``, most promising first (``cpu``:
+    the CPU's advice, even where there is a GPU)."""
     from tuner.search.tune import hardware_prior as _prior
 
-    return _prior(profile)
+    return _prior(profile, device)
 
 
 def memory_budget_mb(
@@ -604,7 +656,8 @@ def render_config(config: TunedConfig, fmt: str = "json", keras: str = "3") -> s
 def save_export(
     config: TunedConfig, path: str | os.PathLike[str], fmt: str = "json", keras: str = "3"
 ) -> Path:
-    """Render ``config`` and write it to ``path`` atomically (a script is made executable).
+    """Render ``config`` and write it to ``path`` atomically, with the mode an editor gives a
+    file (a script executable; :func:`~tuner.export.config.write_atomic`).
 
     Raises:
         ConfigError: an unknown format or Keras version.
@@ -614,7 +667,5 @@ def save_export(
 
     text = render_config(config, fmt, keras)
     target = Path(path)
-    write_atomic(target, text)
-    if fmt == "script":
-        target.chmod(target.stat().st_mode | 0o111)
+    write_atomic(target, text, executable=fmt == "script")
     return target

@@ -12,13 +12,11 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from tuner import __version__, api
@@ -146,6 +144,9 @@ _EXTRAS = "jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]
 # keyword over a line of its own).
 # fmt: off
 _DETECT_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--storage", metavar="URL",
+         help="the sessions whose measurements on this machine the advice reports (default: "
+         "SQLite in the user data directory)"),
     _arg("--json", action="store_true", help="print a JSON object instead"),
 )
 
@@ -221,7 +222,9 @@ _TUNE_ARGUMENTS: tuple[Argument, ...] = (
          help="measuring time per trial (default 2)"),
     _arg("--timeout", type=_positive_float, metavar="SECONDS",
          help="wall-clock limit per trial; a trial past it ends 'timeout' (default 300)"),
-    _arg("--device", type=_device, metavar="DEV", help="auto, cpu or gpu:N (default auto)"),
+    _arg("--device", type=_device, metavar="DEV",
+         help="auto, cpu or gpu:N (default auto: GPU 0, or the CPU where there is none; "
+         "refused where NVML sees a GPU the backend cannot use: cpu tunes on the CPU anyway)"),
     _arg("--parallel", type=_parallel, default=1, metavar="N|auto",
          help="run up to N independent trials at once, one a GPU (auto: one a GPU of the "
          "searched GPU's model, one on a CPU; default 1)"),
@@ -365,10 +368,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_detect(args: argparse.Namespace) -> int:
     profile = api.detect()
+    # The advice is a prior; what earlier searches measured on this machine outranks it.
+    measured = api.measured_here(profile, args.storage)
     if args.json:
-        print(json.dumps(profile.to_dict(), indent=2))
+        data = profile.to_dict()
+        data["measured"] = {policy: m.to_dict() for policy, m in measured.items()}
+        print(json.dumps(data, indent=2))
     else:
-        print(api.render_hardware(profile))
+        # The verdict is for the backend a search would run on (KERAS_BACKEND, else TensorFlow).
+        try:
+            backend = api.backend_from_env()
+        except MptuneError:
+            backend = "tensorflow"
+        print(api.render_hardware(profile, backend, measured))
     return EXIT_OK
 
 
@@ -426,10 +438,10 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from tuner.console import TuneProgress
+    from tuner.console import TuneProgress, check_writable
 
     if args.out:
-        _check_writable(args.out)
+        check_writable(args.out, "--out")
     name = args.resume or args.study
     stored = api.find_session(name, args.storage) if name else None
     if args.resume and stored is None:
@@ -439,6 +451,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     profile = api.detect()
     space, settings = _space_and_settings(args, stored, source, profile)
     api.check_backend(settings.backend)
+    if stored is None:
+        # Before any trial, and first: a GPU the backend cannot use (refused unless --device cpu).
+        unused = api.check_gpu_use(profile, settings)
+        if unused is not None:
+            print(f"mptune: note: tuning on the CPU as --device cpu asks. {unused.sentence}",
+                  file=sys.stderr)  # fmt: skip
     progress = TuneProgress()
     try:
         with progress:
@@ -528,7 +546,7 @@ def _space_and_settings(
         base_space = (
             stored.search_space()
             if stored
-            else api.SearchSpace(policies=api.hardware_prior(profile))
+            else api.SearchSpace(policies=api.hardware_prior(profile, settings.device))
         )
         space = dataclasses.replace(base_space, **given_space) if given_space else base_space
     except ValueError as exc:
@@ -558,31 +576,19 @@ def _print_tuned(args: argparse.Namespace, result: api.TuneResult) -> int:
     return status
 
 
-def _check_writable(path: str) -> None:
-    """Refuse an ``--out`` path that cannot be written before a search spends its time."""
-    target = Path(path)
-    if target.is_dir():
-        raise MptuneError(f"--out {path} is a directory: give a file name, e.g. {path}/tuned.json")
-    parent = target.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise MptuneError(f"--out {path}: {parent}: not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise MptuneError(f"--out {path}: cannot write in {parent}")
-
-
 def _write_out(path: str | None, view: Any) -> int:
     """Write the tuned config after the recommendation is printed; a failure now loses nothing
     (the session keeps it) and says how to export it again."""
+    from tuner.console import write_user_file
+
     if not path:
         return EXIT_OK
     try:
-        api.session_config(view).save(path)
-    except OSError as exc:
+        write_user_file(path, "--out", lambda: api.session_config(view).save(path))
+    except MptuneError as exc:
         print(
-            f"mptune: error: could not write the tuned config to {path}: {exc.strerror or exc} "
-            f"(the session keeps it: mptune export {view.name} -o FILE)",
+            f"mptune: error: {exc} (the session keeps the tuned config: mptune export "
+            f"{view.name} -o FILE)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
@@ -621,9 +627,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from tuner.console import output_console
+    from tuner.console import output_console, print_sessions
 
     sessions = api.list_sessions(args.storage)
     if args.json:
@@ -632,12 +636,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         print("no stored sessions (run mptune tune)")
         return EXIT_OK
-    table = Table()
-    for column in api.SessionSummary.COLUMNS:
-        table.add_column(column)
-    for s in sessions:
-        table.add_row(*s.cells())
-    output_console().print(table)
+    print_sessions(output_console(), sessions)
     return EXIT_OK
 
 
@@ -658,6 +657,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if session.recommendation:
         console.print("\nRecommendation:")
         console.print(render_recommendation(session.recommendation), highlight=False, markup=False)
+    elif session.failure is not None:
+        failure = session.failure
+        trial = f" (trial #{failure.trial})" if failure.trial is not None else ""
+        console.print(
+            f"\nNo recommendation: the search failed in the model's own code{trial}: "
+            f"{failure.message}\nNo setup can run until the model is fixed. Fix "
+            f"{session.model}, then continue with mptune tune --resume {session.name}: it "
+            "runs the failed trial again with the fixed file and keeps the session's other "
+            "trials.",
+            highlight=False,
+            markup=False,
+        )
     else:
         console.print(
             "\nNo recommendation yet: the search did not finish "
@@ -668,14 +679,25 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from tuner.console import write_user_file
+
     config = api.tuned_config(args.source, args.storage)
     if not args.output:
         sys.stdout.write(api.render_config(config, args.format, args.keras))
         return EXIT_OK
-    target = api.save_export(config, args.output, args.format, args.keras)
+    write_user_file(
+        args.output,
+        "-o",
+        lambda: api.save_export(config, args.output, args.format, args.keras),
+        _EXPORT_EXAMPLES[args.format],
+    )
     flavour = "" if args.format == "json" else f" for Keras {args.keras}"
-    print(f"wrote the {args.format}{flavour} to {target}", file=sys.stderr)
+    print(f"wrote the {args.format}{flavour} to {args.output}", file=sys.stderr)
     return EXIT_OK
+
+
+#: A file name for each export format, for the message that asks for one.
+_EXPORT_EXAMPLES = {"json": "tuned.json", "snippet": "tuned_snippet.py", "script": "train_tuned.py"}
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:

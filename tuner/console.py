@@ -1,4 +1,5 @@
-"""Terminal output for the CLI: live progress of a trial or a search, results as tables.
+"""Terminal output for the CLI: live progress of a trial or a search, results as tables, and the
+files the user names on its command line (``export -o``, ``tune --out``).
 
 Part of the command-line face: like :mod:`tuner.cli` it uses the engine through :mod:`tuner.api`
 only.
@@ -6,15 +7,21 @@ only.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
 from tuner import api
 from tuner.api import TrialResult, TrialSpec, WorkerMessage
@@ -302,7 +309,61 @@ def _result_cell(result: TrialResult) -> str:
             + (f" ({result.pruned_words})" if result.pruned else "")
         )
     reason = result.error.message if result.error else ""
-    return f"{result.status.value}: {reason[:90]}"
+    return f"{result.status.value}: {shorten(reason, 90)}"
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: cut at the last word boundary that leaves room
+    for an ellipsis, which marks the cut (inside a word only when the first is too long)."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    cut_in_a_word = not (head[-1:].isspace() or text[limit - 1].isspace())
+    if cut_in_a_word and len(head.split()) > 1:
+        head = head.rsplit(None, 1)[0]  # drop the word cut short
+    return head.rstrip().rstrip(",;:") + "…"
+
+
+#: The narrowest the sessions table's columns other than the name may get: room for a word or
+#: two of each (the trial count's heading). Where they do not fit beside the longest name, the
+#: sessions are printed as blocks instead (:func:`print_sessions`).
+SESSION_MIN_WIDTHS = {"model": 12, "created": 10, "hardware": 10, "trials": 6, "recommendation": 16}
+
+
+def print_sessions(console: Console, sessions: Sequence[api.SessionSummary]) -> None:
+    """The sessions as a table whose name column is never cut (the name is the string
+    ``show``, ``export`` and ``--resume`` take): the other columns give way, wrapping. On a
+    terminal too narrow for them beside the longest name, each session is a block instead: its
+    name alone on a line (wider than the terminal, the terminal wraps it; nothing is cut), the
+    other columns under it."""
+    names, *others = api.SessionSummary.COLUMNS
+    longest = max(len(s.name) for s in sessions)
+    # Each column but the last takes its width and two spaces of padding.
+    needed = longest + sum(SESSION_MIN_WIDTHS.get(c, 10) + 2 for c in others)
+    if needed <= console.width:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        table.add_column(names, no_wrap=True, min_width=longest)
+        for column in others:
+            table.add_column(column, overflow="fold", min_width=SESSION_MIN_WIDTHS.get(column))
+        for summary in sessions:
+            table.add_row(*(Text(cell) for cell in _session_cells(summary)))  # not markup
+        console.print(table)
+        return
+    for i, summary in enumerate(sessions):
+        name, *cells = _session_cells(summary)
+        console.print(Text(name), soft_wrap=True)
+        for column, cell in zip(others, cells, strict=True):
+            if cell:  # wrapped lines indented under their own
+                console.print(Padding(Text(f"{column}: {cell}"), (0, 0, 0, 2), expand=False))
+        if i < len(sessions) - 1:
+            console.print()
+
+
+def _session_cells(summary: api.SessionSummary) -> tuple[str, ...]:
+    """A session's cells, its creation time with a space after the date (a narrow column wraps
+    there, not inside the time)."""
+    name, model, created, *rest = summary.cells()
+    return (name, model, created.replace("T", " ", 1), *rest)
 
 
 def output_console() -> Console:
@@ -332,7 +393,8 @@ TRIAL_COLUMNS = (
 def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Table:
     """The session's trials as a table (``StoredTrial`` items), narrow enough for 120
     columns: no vertical rules, the stage elided past 14 characters, the knobs and skipped
-    steps only where some trial has them, the status folded."""
+    steps only where some trial has them, the status wrapped at words (a long reason shortened
+    at a word, with an ellipsis)."""
     # Each trial's loss gap to float32 at its batch size, where the session has that float32
     # trial (the numerical guard's comparison, for every trial).
     gaps = api.trial_loss_gaps({t.number: t.result for t in trials if t.result is not None})
@@ -351,7 +413,9 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
     )
     for name, justify in shown:
         if name == "status":
-            table.add_column(name, overflow="fold", min_width=16, ratio=1)
+            # Wrapped at spaces; a word too long for the cell ends in an ellipsis, never cut
+            # without a mark (fold would split it across lines).
+            table.add_column(name, overflow="ellipsis", min_width=16, ratio=1)
         elif name == "stage":
             table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)
         else:
@@ -383,7 +447,7 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
     status = (
         (f"{r.status.value}, pruned" if r.pruned else r.status.value)
         if r.ok
-        else f"{r.status.value}: {(r.error.message if r.error else '')[:60]}"
+        else f"{r.status.value}: {shorten(r.error.message if r.error else '', 60)}"
     )
     if r.hazards:
         kinds = sorted({h.kind for h in r.hazards})
@@ -406,3 +470,60 @@ def render_recommendation(rec: api.Recommendation) -> str:
     rows = api.evidence_rows(rec)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name.lower():<{width}}  {value}" for name, value in rows)
+
+
+# -- files the user names ---------------------------------------------------------------------
+def check_writable(path: str, flag: str, example: str = "tuned.json") -> None:
+    """Refuse a file the user named (``flag``'s) that cannot be written, before the work that
+    makes it (a search may take an hour): a folder, a path under a file, a folder that cannot
+    be written in. ``example`` is a file name to suggest in a folder.
+
+    Raises:
+        MptuneError: naming the path and the problem.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise api.MptuneError(
+            f"{flag} {path} is a directory: give a file name, e.g. {target / example}"
+        )
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise api.MptuneError(f"{flag} {path}: {parent}: not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        why = "a read-only file system" if _read_only(parent) else "no permission"
+        raise api.MptuneError(f"{flag} {path}: cannot write in {parent} ({why})")
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether ``folder`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):  # no statvfs (Windows)
+        return False
+
+
+def write_user_file(
+    path: str, flag: str, write: Callable[[], object], example: str = "tuned.json"
+) -> None:
+    """Write the file the user named with ``flag`` (``write`` writes it): checked first; the
+    folders it needs are created and said on stderr (``mkdir -p``, said aloud: a mistyped
+    folder is seen); a failure is one line naming the path and the problem, and leaves no
+    folder it created.
+
+    Raises:
+        MptuneError: the file cannot be written.
+    """
+    check_writable(path, flag, example)
+    folder = Path(path).parent
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]
+    try:
+        write()
+    except OSError as exc:
+        for created in missing:  # the deepest first; each empty, as the write failed
+            with contextlib.suppress(OSError):
+                created.rmdir()
+        raise api.MptuneError(f"cannot write {flag} {path}: {exc.strerror or exc}") from None
+    if missing:
+        print(f"mptune: created folder {folder}", file=sys.stderr)

@@ -138,3 +138,26 @@ def test_counts_never_say_a_running_trial_is_the_last_done() -> None:
     assert TrialCounts(state="searching").busy
     assert TrialCounts(finished=1, state="stopped").bar_format() == "1 trial, stopped"
     assert TrialCounts(finished=21, state="done").bar_format() == "21 trials, finished"
+
+
+def test_a_reopened_failed_session_says_what_failed_and_how_to_go_on(make_window) -> None:
+    """Issue 33, item 11: a session whose model failed in its own code says so, and that the
+    fixed file goes on with Resume - not only "the search did not finish"."""
+    window = make_window(engine=ScriptedEngine())
+    failure = api.SessionFailure("model error", "model.py:3: build_model() returned None", 0)
+    view = api.SessionView(
+        "broken",
+        MODEL,
+        None,
+        {},
+        {},
+        {},
+        (api.StoredTrial(0, "baseline", None, "FAIL", "failed", spec(16)),),
+        None,
+        failure,
+    )
+    window.show_session(view, None)
+    text = window.recommendation.text()
+    assert "fails in its own code" in text and "build_model() returned None" in text
+    assert "trial #0" in text and "Fix the model file, then press Resume" in text
+    assert window._resumable == ("broken", MODEL)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,10 @@ def test_recorded_searches_say_flags_the_window_renames() -> None:
             "the script export is Keras 3 only; use --format snippet --keras 2",
             "the script export is Keras 3 only; use Snippet with Keras 2",
         ),
+        (  # issue 33: the knob is named once, not "XLA: XLA: auto ..."
+            "XLA: --xla auto tries XLA on a GPU only, and the trials ran on the CPU",
+            "XLA: auto in the Search panel tries XLA on a GPU only, and the trials ran on the CPU",
+        ),
         (
             "64, kept (--global-batch): batch size 32",
             "64, kept (Global batch in the Search panel): batch size 32",
@@ -65,3 +70,42 @@ def test_recorded_searches_say_flags_the_window_renames() -> None:
 def test_each_flag_becomes_the_control_that_sets_it(cli: str, window: str) -> None:
     assert window_words(cli) == window
     assert window_words(window) == window  # window words stay as they are
+
+
+def search_panel_names(qtbot, tmp_path: Path) -> list[str]:
+    """The names the window gives its controls: the Search panel's row labels."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QFormLayout
+
+    from app.qt_setup import QtSetupPanel
+
+    panel = QtSetupPanel(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(panel)
+    form = panel.layout()
+    assert isinstance(form, QFormLayout)
+    names = []
+    for row in range(form.rowCount()):
+        item = form.itemAt(row, QFormLayout.ItemRole.LabelRole)
+        label = item.widget() if item is not None else None
+        if label is not None and label.text():
+            names.append(label.text())
+    return names
+
+
+def test_no_control_is_named_twice_in_a_row(qtbot, tmp_path: Path) -> None:
+    """Issue 33: "Not tried: XLA: XLA: auto in the Search panel ...". The engine says what was
+    not tried, then why, and the why began with the flag of the same knob; renamed to its
+    control, the knob was named twice."""
+    names = search_panel_names(qtbot, tmp_path)
+    assert "XLA" in names and "Global batch" in names
+    texts = engine_texts()
+    for path in sorted(SEARCHES.glob("*.golden.json")):  # as the window shows a row: label, text
+        texts += [f"{label}: {text}" for label, text in json.loads(path.read_text())["evidence"]]
+    checked = 0
+    for text in texts:
+        shown = window_words(text)
+        for name in names:
+            twice = re.search(rf"\b{re.escape(name)}\W+{re.escape(name)}\b", shown)
+            assert twice is None, shown
+            checked += name in shown
+    assert checked, "no recorded text names a control: this test checks nothing"

@@ -173,6 +173,7 @@ def test_a_two_minute_cpu_search_tries_every_policy_of_the_prior(tmp_path: Path)
     assert fp16[0].result.pruned and fp16[0].result.samples_per_second == pytest.approx(34)
 
 
+@pytest.mark.slow
 def test_a_trial_under_its_pruning_rate_stops_after_its_first_steps(tmp_path: Path) -> None:
     """A real TensorFlow trial told to stop under an unreachable rate measures only
     PRUNE_AFTER steps, keeps their figure and skips timing its input."""

@@ -254,6 +254,52 @@ def test_script_for_a_saved_keras_model(tmp_path: Path) -> None:
     run_script(make_config(model=str(saved), policy="mixed_bfloat16", batch_size=4), tmp_path)
 
 
+#: A classifier compiled with metrics: one by name, an object with settings of its own, and (in
+#: the model file only) a function of the file's own.
+METRICS_MODEL = """
+import keras
+
+def mean_top_probability(y_true, y_pred):
+    return keras.ops.mean(keras.ops.max(y_pred, axis=-1))
+
+def build_model(own_metric=True):
+    inputs = keras.Input((6,))
+    outputs = keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(8)(inputs))
+    model = keras.Model(inputs, outputs)
+    metrics = ["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(k=2, name="top2")]
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+                  metrics=metrics + ([mean_top_probability] if own_metric else []))
+    return model
+"""
+
+
+@pytest.mark.parametrize("kind", ["python", "keras"])
+def test_the_script_keeps_the_models_metrics(tmp_path: Path, kind: str) -> None:
+    """The script compiles the model with the metrics it came with (it once dropped them: the
+    user's training reported its loss only)."""
+    model = tmp_path / "classifier.py"
+    model.write_text(METRICS_MODEL)
+    metrics = ["accuracy", "top2"]
+    if kind == "keras":
+        saved = tmp_path / "classifier.keras"
+        proc = python(
+            f"import classifier; classifier.build_model(own_metric=False).save({str(saved)!r})",
+            tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        model.unlink()
+        model = saved
+    else:
+        metrics.append("mean_top_probability")
+    out = run_script(
+        make_config(model=str(model), policy="mixed_float16", loss_scale="dynamic", batch_size=8),
+        tmp_path,
+    )
+    (epoch,) = [line for line in out.splitlines() if "loss:" in line]
+    for name in metrics:
+        assert f" {name}: " in epoch, epoch
+
+
 def test_apply_config_in_a_training_script(tmp_path: Path) -> None:
     fixed = tmp_path / "fixed.json"
     make_config(policy="mixed_float16", loss_scale="fixed:256", batch_size=32).save(fixed)

@@ -495,6 +495,7 @@ TOP_LEVEL = {
     "software",
     "advice",
     "verdict",
+    "unused_gpus",
     "schema",
 }
 
@@ -554,7 +555,9 @@ def test_records_are_frozen() -> None:
 
 
 def test_verdicts() -> None:
-    assert profile_of("ampere_8.0").verdict == (
+    # The hardware's verdict: with this machine's packages the backend may add why it cannot
+    # use the GPU (test_gpu_use.py).
+    assert profile_of("ampere_8.0").verdict_for(None) == (
         "float16 and bfloat16 Tensor Cores, TF32: mixed precision should pay here"
     )
     assert "mixed_float16 should pay" in profile_of("volta_7.0").verdict

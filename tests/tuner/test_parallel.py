@@ -204,6 +204,7 @@ def test_the_heartbeat_keeps_every_running_trial_alive() -> None:
     assert beats == [4, 7, 7]
 
 
+@pytest.mark.slow
 def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     """Real workers, two slots, on a CPU (for correctness: the figures distort each other, as
     the note says): every trial ends ok, none twice, and no worker outlives the search."""

@@ -19,7 +19,8 @@ import json
 import math
 import os
 import re
-import tempfile
+import secrets
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,18 +207,45 @@ class TunedConfig:
         write_atomic(Path(path), self.to_json())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+def write_atomic(path: Path, text: str, executable: bool = False) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a crash leaves the old
+    file or the new one, never half of one), creating the folders it needs.
+
+    The file gets the mode an editor gives it: a new one 0666, or 0777 for an ``executable``
+    script, less the umask (the kernel applies it when the file is created; ``mkstemp``'s 0600
+    made every export private to its owner); a file written over keeps its own mode, and an
+    ``executable`` one is made executable where it is readable.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        kept: int | None = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        kept = None
+    if kept is not None and executable:
+        kept |= (kept & 0o444) >> 2
+    fd, tmp = _create_beside(path, 0o777 if executable else 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if kept is not None:
+                os.chmod(tmp, kept)
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _create_beside(path: Path, mode: int) -> tuple[int, str]:
+    """A new empty file beside ``path`` under an unused name, opened for writing and created
+    with ``mode`` less the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue  # another writer's temporary file: draw another name
 
 
 class _Validator:

@@ -116,3 +116,13 @@ def device_of(profile_data: dict[str, Any], device: str) -> str:
     if device == "cpu" or not gpus:
         return "cpu"
     return device if device.startswith("gpu:") else f"gpu:{gpus[0].get('index', 0)}"
+
+
+def session_fingerprint(attrs: dict[str, Any]) -> HardwareFingerprint | None:
+    """The kind of machine a stored session was measured on, from its attributes (its
+    ``hardware`` profile and its settings' ``device``); None where it did not record one."""
+    hardware, settings = attrs.get("hardware"), attrs.get("settings")
+    if not isinstance(hardware, dict) or not hardware:
+        return None
+    device = settings.get("device", "auto") if isinstance(settings, dict) else "auto"
+    return HardwareFingerprint.from_profile_dict(hardware, device_of(hardware, str(device)))

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.hardware.capability import CapabilityUnits
 from tuner.policies import JAX, TENSORFLOW, TORCH
+from tuner.setup import BACKEND_NAMES
+
+if TYPE_CHECKING:
+    from tuner.hardware.gpu_use import UnusedGpu
 
 #: The version of :meth:`HardwareProfile.to_dict`'s layout.
 SCHEMA = 1
@@ -147,6 +151,15 @@ class SoftwareInfo:
     Attributes:
         jax, jaxlib, torch: the versions of the other Keras 3 backends' packages; ``None`` when
             not installed (a profile stored before they were read has ``None`` too).
+        tf_cuda_libraries_missing: the CUDA libraries a CUDA build of TensorFlow loads that
+            were found nowhere it looks (its ``nvidia-*`` pip packages, the loader's paths);
+            ``()`` when all were found, ``None`` when not checked (no CUDA build, or a profile
+            stored before they were looked for).
+        jax_is_cuda_build, jax_cuda_version: whether JAX can run on CUDA (a
+            ``jax-cudaNN-plugin``, or an old jaxlib built with CUDA) and for which CUDA major
+            version (``"12"``); ``None`` when JAX is not installed or it was not read.
+        torch_is_cuda_build, torch_cuda_version: the same for PyTorch, from its
+            ``torch/version.py`` (``cuda = '12.6'``; ``None`` in a CPU or ROCm build).
     """
 
     python: str
@@ -160,6 +173,11 @@ class SoftwareInfo:
     jax: str | None = None
     jaxlib: str | None = None
     torch: str | None = None
+    tf_cuda_libraries_missing: tuple[str, ...] | None = None
+    jax_is_cuda_build: bool | None = None
+    jax_cuda_version: str | None = None
+    torch_is_cuda_build: bool | None = None
+    torch_cuda_version: str | None = None
 
     @property
     def backends(self) -> dict[str, str | None]:
@@ -192,6 +210,15 @@ class SoftwareInfo:
             "jax": self.jax,
             "jaxlib": self.jaxlib,
             "torch": self.torch,
+            "tf_cuda_libraries_missing": (
+                None
+                if self.tf_cuda_libraries_missing is None
+                else list(self.tf_cuda_libraries_missing)
+            ),
+            "jax_is_cuda_build": self.jax_is_cuda_build,
+            "jax_cuda_version": self.jax_cuda_version,
+            "torch_is_cuda_build": self.torch_is_cuda_build,
+            "torch_cuda_version": self.torch_cuda_version,
             "backends": self.backends,
             "missing_backends": self.missing_backends,
         }
@@ -204,6 +231,8 @@ class SoftwareInfo:
         values["tf_cuda_compute_capabilities"] = tuple(
             values.get("tf_cuda_compute_capabilities") or ()
         )
+        missing = values.get("tf_cuda_libraries_missing")
+        values["tf_cuda_libraries_missing"] = None if missing is None else tuple(missing)
         return cls(**values)
 
 
@@ -258,12 +287,28 @@ class HardwareProfile:
 
     @property
     def verdict(self) -> str:
-        """One sentence: what this machine means for mixed precision (GPU 0 decides)."""
+        """One sentence: what this machine means for mixed precision (GPU 0 decides), on
+        TensorFlow, mptune's default backend (:meth:`verdict_for` another)."""
+        return self.verdict_for(TENSORFLOW)
+
+    def verdict_for(self, backend: str | None) -> str:
+        """:attr:`verdict` for trials on ``backend``: where it cannot use the GPU NVML sees,
+        the sentence says so, why, and the command that fixes it. ``None``: the hardware's
+        verdict alone (a face that shows each backend's finding on its own line)."""
         if self.gpus:
             verdict = self._gpu_verdict(self.gpus[0])
-            if self.software.tf_is_cuda_build is False:
-                # The advice is about the GPU, but a CPU-only TensorFlow never touches it.
-                verdict += "; but this TensorFlow is a CPU-only build, so trials run on the CPU"
+            # The advice is about the GPU, but a backend that cannot reach it trains on the CPU.
+            from tuner.hardware.gpu_use import unused_gpu
+
+            unused = unused_gpu(self, backend) if backend else None
+            if unused is not None:
+                verdict += (
+                    f"; but the {BACKEND_NAMES.get(unused.backend, unused.backend)} backend cannot "
+                    "use the GPU"
+                    + (f" ({unused.reason})" if unused.reason else "")
+                    + ", so trials would run on the CPU"
+                    + (f": fix it with {unused.fix}" if unused.fix else "")
+                )
             return verdict
         reason = self.gpu_unavailable_reason or "reason unknown"
         head = (
@@ -272,6 +317,14 @@ class HardwareProfile:
             else f"no NVIDIA GPU found ({_flatten_parentheses(reason)})"
         )
         return f"{head}: {self._cpu_verdict()}"
+
+    @property
+    def unused_gpus(self) -> tuple[UnusedGpu, ...]:
+        """For each installed backend that cannot use the GPUs NVML sees, why and the fix
+        (:mod:`tuner.hardware.gpu_use`); empty when every one can, or there is no GPU."""
+        from tuner.hardware.gpu_use import unused_gpus
+
+        return unused_gpus(self)
 
     @staticmethod
     def _gpu_verdict(gpu: GpuInfo) -> str:
@@ -317,12 +370,14 @@ class HardwareProfile:
             "software": self.software.to_dict(),
             "advice": [a.to_dict() for a in self.advice],
             "verdict": self.verdict,
+            "unused_gpus": [u.to_dict() for u in self.unused_gpus],
             "schema": SCHEMA,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
-        """Inverse of :meth:`to_dict` (``verdict`` is recomputed, not read)."""
+        """Inverse of :meth:`to_dict` (``verdict`` and ``unused_gpus`` are recomputed, not
+        read)."""
         return cls(
             gpus=tuple(GpuInfo.from_dict(g) for g in data.get("gpus") or ()),
             gpu_unavailable_reason=data.get("gpu_unavailable_reason"),

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
+from typing import Protocol
 
 from tuner.hardware.advice import default_lines
+from tuner.hardware.gpu_use import unused_gpu, unused_gpus
 from tuner.hardware.profile import GpuInfo, HardwareProfile, SoftwareInfo
-from tuner.policies import JAX
+from tuner.policies import JAX, TENSORFLOW
 from tuner.setup import BACKEND_NAMES
 
 WIDTH = 100
+#: Stands for a space that must not break a line: a command is copied whole or not at all.
+_GLUE = "\x1f"
+
+
+class Measured(Protocol):
+    """What searches measured of a policy here (:class:`tuner.search.measured.PolicyMeasured`:
+    the hardware layer does not import the search)."""
+
+    @property
+    def speedup_vs_float32(self) -> float: ...
+
+    def words(self) -> str: ...
 
 
 def _na(value: object, fmt: str = "{}") -> str:
@@ -20,11 +35,15 @@ def _on_off(value: bool | None) -> str:
     return "n/a" if value is None else ("on" if value else "off")
 
 
-def _wrap(text: str, indent: str, first: str = "") -> list[str]:
+def _wrap(text: str, indent: str, first: str = "", keep: str | None = None) -> list[str]:
     # A hanging indent: continuation lines line up under the text, not under the label.
-    return textwrap.wrap(
+    # ``keep`` (a command) is never broken across lines.
+    if keep:
+        text = text.replace(keep, keep.replace(" ", _GLUE))
+    lines = textwrap.wrap(
         text, WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False
     ) or [first.rstrip()]
+    return [line.replace(_GLUE, " ") for line in lines]
 
 
 def _gpu_lines(gpu: GpuInfo) -> list[str]:
@@ -65,31 +84,48 @@ def backends_text(software: SoftwareInfo) -> str:
     return text + (f"; not installed: {', '.join(missing)}" if missing else "")
 
 
-def render_text(profile: HardwareProfile) -> str:
+def _gpu_section(profile: HardwareProfile) -> list[str]:
+    """The driver and each GPU, then a warning for each backend that cannot use them; or why
+    there is no GPU."""
+    if not profile.gpus:
+        return _wrap(f"GPU: none - {_na(profile.gpu_unavailable_reason)}", "     ")
+    lines = [
+        f"NVIDIA driver {_na(profile.driver_version)}, CUDA {_na(profile.cuda_driver_version)}"
+    ]
+    installed = [name for name, version in profile.software.backends.items() if version]
+    for gpu in profile.gpus:
+        lines += _gpu_lines(gpu)
+        if installed and gpu.compute_capability and tuple(gpu.compute_capability) >= (8, 0):
+            # What the user's float32 runs in today, which speed-ups are stated against.
+            lines += _wrap(f"float32 by default: {default_lines(installed)}", "       ", "       ")
+    # Where the user looks first: a GPU that a backend installed here cannot use.
+    for unused in unused_gpus(profile):
+        reason = f": {unused.reason}" if unused.reason else ""
+        lines += _wrap(f"Warning: {unused.headline}{reason}", "         ")
+        if unused.fix:
+            lines += _wrap(f"fix: {unused.fix}", "         ", "         ", keep=unused.fix)
+    return lines
+
+
+def render_text(
+    profile: HardwareProfile,
+    backend: str = TENSORFLOW,
+    measured: Mapping[str, Measured] | None = None,
+) -> str:
     """The profile as a few lines for people; missing fields read ``n/a``.
 
     Args:
         profile: what :func:`tuner.hardware.detect` found.
+        backend: the backend the verdict is for (the one trials would run on).
+        measured: per policy, what searches on this kind of machine measured of it
+            (:func:`tuner.search.measured.measured_here`); each advice says it, and the
+            policies measured are listed first, fastest first.
 
     Returns:
         GPUs (or why there are none), CPU, software, the numbered advice and the verdict,
         without a trailing newline.
     """
-    lines: list[str] = []
-    if profile.gpus:
-        lines.append(
-            f"NVIDIA driver {_na(profile.driver_version)}, CUDA {_na(profile.cuda_driver_version)}"
-        )
-        installed = [name for name, version in profile.software.backends.items() if version]
-        for gpu in profile.gpus:
-            lines += _gpu_lines(gpu)
-            if installed and gpu.compute_capability and tuple(gpu.compute_capability) >= (8, 0):
-                # What the user's float32 runs in today, which speed-ups are stated against.
-                lines += _wrap(
-                    f"float32 by default: {default_lines(installed)}", "       ", "       "
-                )
-    else:
-        lines += _wrap(f"GPU: none - {_na(profile.gpu_unavailable_reason)}", "     ")
+    lines = _gpu_section(profile)
     cpu = profile.cpu
     lines += _wrap(
         f"CPU: {_na(cpu.model)} ({cpu.arch or 'n/a'}), {_na(cpu.physical_cores)} cores "
@@ -118,11 +154,28 @@ def render_text(profile: HardwareProfile) -> str:
         lines += _wrap(f"TensorFlow CUDA kernels for {kernels}", "          ", "          ")
     lines += _wrap(backends_text(sw), "          ", "          ")
     lines.append("")
-    lines.append("Advice (most promising first):")
-    width = max((len(a.policy) for a in profile.advice), default=0) + 2
-    for i, advice in enumerate(profile.advice, 1):
-        label = f"  {i}. {advice.policy:<{width}}"
-        lines += _wrap(advice.reason, " " * len(label), label)
+    advice = list(profile.advice)
+    if measured:
+        # Measurement outranks the prior: the policies measured here, fastest first, then
+        # those not measured yet in the prior's order.
+        advice.sort(
+            key=lambda a: (
+                a.policy not in measured,
+                -measured[a.policy].speedup_vs_float32 if a.policy in measured else 0.0,
+            )
+        )
+        lines.append("Advice (measured on this machine first, fastest first; then the prior):")
+    else:
+        lines.append("Advice (most promising first):")
+    width = max((len(a.policy) for a in advice), default=0) + 2
+    for i, item in enumerate(advice, 1):
+        label = f"  {i}. {item.policy:<{width}}"
+        lines += _wrap(item.reason, " " * len(label), label)
+        if measured and item.policy in measured:
+            lines += _wrap(measured[item.policy].words(), " " * len(label), " " * len(label))
     lines.append("")
-    lines += _wrap(f"Verdict: {profile.verdict}", "         ")
+    mine = unused_gpu(profile, backend)
+    lines += _wrap(
+        f"Verdict: {profile.verdict_for(backend)}", "         ", keep=mine.fix if mine else None
+    )
     return "\n".join(lines)

@@ -9,10 +9,13 @@ imports only ``collections`` and defines one dict, ``build_info``).
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +158,152 @@ def _text(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+# -- whether each backend can reach an NVIDIA GPU, read without importing it -----------------
+#: Where the dynamic loader looks besides LD_LIBRARY_PATH and /etc/ld.so.conf: its defaults,
+#: Debian's multiarch folders, the CUDA toolkit's, and this environment's (conda puts CUDA there).
+SYSTEM_LIBRARY_GLOBS: tuple[str, ...] = (
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib/*-linux-gnu",
+    "/usr/lib/*-linux-gnu",
+    "/usr/local/lib",
+    "/usr/local/cuda*/lib64",
+    "/usr/local/cuda*/targets/*/lib",
+    "/usr/lib/wsl/lib",
+)
+LD_SO_CONF = Path("/etc/ld.so.conf")
+
+
+def _ld_so_conf_dirs(conf: Path, seen: set[Path]) -> list[Path]:
+    """The folders /etc/ld.so.conf names, following its ``include`` lines."""
+    if conf in seen or not conf.is_file():
+        return []
+    seen.add(conf)
+    dirs: list[Path] = []
+    try:
+        lines = conf.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("include "):
+            pattern = line.split(None, 1)[1]
+            base = Path(pattern) if pattern.startswith("/") else conf.parent / pattern
+            for included in sorted(Path(base.anchor).glob(str(base.relative_to(base.anchor)))):
+                dirs += _ld_so_conf_dirs(included, seen)
+        elif line:
+            dirs.append(Path(line))
+    return dirs
+
+
+def library_dirs(tensorflow_dir: Path | None) -> list[Path]:
+    """Where a shared library TensorFlow loads may be found: the ``nvidia-*`` pip packages
+    beside it (its RUNPATH points there), LD_LIBRARY_PATH, /etc/ld.so.conf and the loader's
+    default folders. Generous on purpose: a library found here that does not load is the
+    worker's to report; one missing from all of them is missing."""
+    dirs: list[Path] = []
+    if tensorflow_dir is not None:
+        dirs += sorted((Path(tensorflow_dir).parent / "nvidia").glob("*/lib"))
+    dirs += [Path(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    dirs += _ld_so_conf_dirs(LD_SO_CONF, set())
+    for pattern in SYSTEM_LIBRARY_GLOBS:
+        dirs += sorted(Path("/").glob(pattern.lstrip("/")))
+    dirs.append(Path(sys.prefix) / "lib")
+    return list(dict.fromkeys(dirs))
+
+
+def _major(version: Any) -> str | None:
+    text = _text(version)
+    return text.split(".")[0] if text else None
+
+
+def tf_cuda_libraries_missing(
+    info: dict[str, Any], tensorflow_dir: Path | None
+) -> tuple[str, ...] | None:
+    """The CUDA runtime, cuBLAS and cuDNN libraries a CUDA build of TensorFlow loads (by
+    their sonames, ``libcudnn.so.9``) that are in none of :func:`library_dirs`; ``()`` when
+    all are there, ``None`` when not a CUDA build or not Linux (where TensorFlow's pip wheel
+    is no CUDA build anyway). A plain ``pip install tensorflow`` on Linux is a CUDA build
+    without them: its GPU support comes with ``pip install 'tensorflow[and-cuda]'``."""
+    cuda, cudnn = _major(info.get("cuda_version")), _major(info.get("cudnn_version"))
+    if not info.get("is_cuda_build") or not cuda or not sys.platform.startswith("linux"):
+        return None
+    wanted = [f"libcudart.so.{cuda}", f"libcublas.so.{cuda}"]
+    if cudnn:
+        wanted.append(f"libcudnn.so.{cudnn}")
+    dirs = library_dirs(tensorflow_dir)
+    return tuple(name for name in wanted if not any((d / name).exists() for d in dirs))
+
+
+#: JAX's CUDA plugins, newest CUDA first: ``pip install 'jax[cuda12]'`` installs the first.
+JAX_CUDA_PLUGINS = {"13": "jax-cuda13-plugin", "12": "jax-cuda12-plugin"}
+
+
+def jax_cuda() -> tuple[bool | None, str | None]:
+    """Whether the installed JAX can run on CUDA, and for which CUDA major version: a
+    ``jax-cudaNN-plugin`` (JAX 0.4.26 and later), or an older jaxlib built with CUDA (its
+    version reads ``0.4.20+cuda12.cudnn89``). ``(None, None)`` when jaxlib is not installed."""
+    jaxlib = _version("jaxlib")
+    if not jaxlib:
+        return None, None
+    for cuda, plugin in JAX_CUDA_PLUGINS.items():
+        if _version(plugin):
+            return True, cuda
+    local = jaxlib.partition("+")[2]
+    if local.startswith("cuda"):
+        return True, local[len("cuda") :].split(".")[0] or None
+    return False, None
+
+
+def torch_cuda() -> tuple[bool | None, str | None]:
+    """Whether the installed PyTorch is a CUDA build, and its CUDA version, from
+    ``torch/version.py`` (``cuda = '12.6'``, ``None`` in a CPU or ROCm build), read as text;
+    the version's ``+cpu`` tag where that file cannot be read. ``(None, None)``: not
+    installed, or it cannot tell."""
+    version = _version("torch")
+    if not version:
+        return None, None
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        cuda = _assigned(Path(location) / "version.py", "cuda")
+        if cuda is not _UNREAD:
+            return (cuda is not None), (str(cuda) if cuda is not None else None)
+    if version.endswith("+cpu"):
+        return False, None
+    return None, None
+
+
+_UNREAD = object()
+
+
+def _assigned(path: Path, name: str) -> Any:
+    """The constant a module assigns to ``name`` (``cuda = '12.6'`` or
+    ``cuda: Optional[str] = None``), read without running it; :data:`_UNREAD` when not found."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return _UNREAD
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        value = getattr(node, "value", None)
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(
+            value, ast.Constant
+        ):
+            return value.value
+    return _UNREAD
+
+
 def read_software(tensorflow_dir: Path | None = None) -> SoftwareInfo:
     """Read the versions; never raises.
 
@@ -162,10 +311,13 @@ def read_software(tensorflow_dir: Path | None = None) -> SoftwareInfo:
         tensorflow_dir: the ``tensorflow`` package directory to read ``build_info`` from;
             ``None`` finds the installed one.
     """
-    info = read_build_info(tensorflow_dir if tensorflow_dir is not None else find_tensorflow_dir())
+    tensorflow_dir = tensorflow_dir if tensorflow_dir is not None else find_tensorflow_dir()
+    info = read_build_info(tensorflow_dir)
     is_cuda = info.get("is_cuda_build")
     capabilities = info.get("cuda_compute_capabilities") or ()
     backends = _backend_versions()
+    jax_is_cuda, jax_cuda_version = jax_cuda()
+    torch_is_cuda, torch_cuda_version = torch_cuda()
     return SoftwareInfo(
         python=platform.python_version(),
         tensorflow=backends.tensorflow,
@@ -178,4 +330,9 @@ def read_software(tensorflow_dir: Path | None = None) -> SoftwareInfo:
         jax=backends.jax,
         jaxlib=backends.jaxlib,
         torch=backends.torch,
+        tf_cuda_libraries_missing=tf_cuda_libraries_missing(info, tensorflow_dir),
+        jax_is_cuda_build=jax_is_cuda,
+        jax_cuda_version=jax_cuda_version,
+        torch_is_cuda_build=torch_is_cuda,
+        torch_cuda_version=torch_cuda_version,
     )

@@ -33,8 +33,9 @@ from tuner.search.space import SearchSettings
 from tuner.search.stage import Stage
 from tuner.setup import Setup
 from tuner.trials.models import ModelSource
+from tuner.trials.process import TrialCancelled
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
-from tuner.trials.runner import TrialCancelled, run_trial
+from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
 
 if TYPE_CHECKING:
@@ -138,6 +139,12 @@ class Evaluator:
         self.known: dict[Setup, list[Measured]] = {}
         self.closed_trials = 0
         for stored in session.trials():
+            # A trial that failed in the user's own code (raised, or hung or exited while the
+            # model was built) is run again, neither recalled nor counted against the trial
+            # budget: the model file may have been fixed since (that is how a search that ended
+            # in the model's own error goes on).
+            if stored.result is not None and stored.result.model_failed:
+                continue
             self.closed_trials += 1
             if stored.result is not None:
                 self.known.setdefault(stored.result.spec.setup, []).append(

@@ -41,7 +41,8 @@ from tuner.search.session import (
     storage_errors,
 )
 from tuner.trials.models import parse_model_spec
-from tuner.trials.runner import TrialCancelled, WorkerPool
+from tuner.trials.process import TrialCancelled
+from tuner.trials.runner import WorkerPool
 from tuner.trials.spec import TrialSpec
 
 if TYPE_CHECKING:

@@ -66,21 +66,11 @@ def recommend(
     chosen, leader, ties = _choose(viable, settings, paired)
     tie_note = tie_text(chosen, leader, paired) if chosen is not leader else None
     f32_best = _float32_to_compare(outcome, viable, chosen)
-    baseline = (
-        on_all_runs(Candidate(outcome.baseline.result.spec.setup, [outcome.baseline]), outcome)
-        if outcome.baseline and outcome.baseline.result.ok
-        else None
-    )
+    baseline = _baseline(outcome)
     memory_saving = _memory_saving(outcome, chosen)
     first = chosen.runs[0].result
-    f32_trials = _numbers(f32_best) if f32_best and f32_best.speed else ()
     baseline_trials = _numbers(baseline) if baseline else ()
-    trials = sorted(
-        {r.number for r in chosen.runs}
-        | ({chosen.guard_trial} if chosen.guard_trial is not None else set())
-        | set(f32_trials)
-        | set(baseline_trials)
-    )
+    trials = _evidence(chosen, f32_best, baseline)
     reference = _reference(outcome, candidates, chosen, f32_best)
     busy_note = busy(outcome, trials)
     user_batch_note = batch_note(chosen.setup, space)
@@ -90,25 +80,11 @@ def recommend(
     notes = list(outcome.notes) + [
         n for n in (tie_note, user_batch_note, busy_note, default_note) if n
     ]
-    speedup = (
-        1.0
-        if f32_best is chosen
-        else speed_ratio(f32_best, chosen, paired)
-        if f32_best and f32_best.speed
-        else None
-    )
-    f32_paired = bool(
-        f32_best
-        and f32_best is not chosen
-        and paired_ratio(paired, f32_best.setup, chosen.setup) is not None
-    )
     return Recommendation(
         setup=chosen.setup,
         samples_per_second=chosen.speed,
         samples_per_second_spread=chosen.spread,
         baseline_samples_per_second=baseline.speed if baseline else None,
-        float32_samples_per_second=f32_best.speed if f32_best else None,
-        speedup_vs_float32=speedup,
         speedup_vs_baseline=(
             chosen.speed / baseline.speed if baseline and baseline.speed else None
         ),
@@ -138,13 +114,51 @@ def recommend(
         speedup_vs_reference=(
             speed_ratio(reference, chosen, paired) if reference and reference.speed else None
         ),
-        float32_setup=f32_best.setup if f32_best and f32_best.speed else None,
-        float32_trials=f32_trials,
-        float32_paired=f32_paired,
         baseline_trials=baseline_trials,
         setup_trials=_numbers(chosen),
+        **_against_float32(chosen, f32_best, paired),
         **_fed(chosen),
     )
+
+
+def _against_float32(
+    chosen: Candidate, f32: Candidate | None, paired: list[Paired]
+) -> dict[str, Any]:
+    """The speed-up against float32 and what it is against: the float32 setup, the median of
+    its runs and their trials, and whether it is the median of per-turn ratios measured back to
+    back. 1.0 exactly when the chosen setup is float32 itself."""
+    if f32 is None or not f32.speed:
+        return {
+            "float32_samples_per_second": f32.speed if f32 else None,
+            "speedup_vs_float32": None,
+        }
+    return {
+        "float32_setup": f32.setup,
+        "float32_samples_per_second": f32.speed,
+        "float32_trials": _numbers(f32),
+        "speedup_vs_float32": 1.0 if f32 is chosen else speed_ratio(f32, chosen, paired),
+        "float32_paired": f32 is not chosen
+        and paired_ratio(paired, f32.setup, chosen.setup) is not None,
+    }
+
+
+def _baseline(outcome: SearchOutcome) -> Candidate | None:
+    """float32 at the starting batch size, on all its runs; None where it did not run ok."""
+    if outcome.baseline is None or not outcome.baseline.result.ok:
+        return None
+    return on_all_runs(Candidate(outcome.baseline.result.spec.setup, [outcome.baseline]), outcome)
+
+
+def _evidence(chosen: Candidate, *against: Candidate | None) -> list[int]:
+    """The trials behind the figures: the chosen setup's runs, its float32 reference in the
+    guard, and the runs of each figure a ratio is stated ``against``."""
+    numbers = {r.number for r in chosen.runs}
+    if chosen.guard_trial is not None:
+        numbers.add(chosen.guard_trial)
+    for c in against:
+        if c is not None and c.speed:
+            numbers.update(_numbers(c))
+    return sorted(numbers)
 
 
 def on_all_runs(c: Candidate, outcome: SearchOutcome) -> Candidate:

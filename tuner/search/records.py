@@ -1,7 +1,8 @@
 """What a search recommends, as stored in a session and shown by every face: the
 :class:`Recommendation`, its :class:`Alternative` setups and the :class:`KnobEvidence` for each
-execution knob. Records only: the decision that makes them is :mod:`tuner.search.recommend`,
-their wording :mod:`tuner.search.wording`.
+execution knob; or, for a search that failed in the model's own code, its
+:class:`SessionFailure`. Records only: the decision that makes them is
+:mod:`tuner.search.recommend`, their wording :mod:`tuner.search.wording`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,51 @@ class NoViableSetup(MptuneError):
     simply not fit this machine, so the CLI exits 1."""
 
     exit_code = EXIT_TRIAL_FAILED
+
+
+#: A session's failure kind when its model failed in its own code (``build_model`` returned
+#: None, a shape mismatch): no setup could run until the model file is fixed.
+MODEL_ERROR = "model error"
+
+
+@dataclass(frozen=True)
+class SessionFailure:
+    """Why a session's search ended without a recommendation where it failed rather than
+    stopped; stored with the session (its ``failure`` attribute) until a search of it runs
+    again.
+
+    Attributes:
+        kind: the failure in a word or two, for a list of sessions (:data:`MODEL_ERROR`).
+        message: what failed, as the trial said it (``file:line: message``).
+        trial: the trial it failed in.
+    """
+
+    kind: str
+    message: str
+    trial: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "trial": self.trial}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SessionFailure | None:
+        """The stored failure; None for none (or one that cannot be read)."""
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            return None
+        trial = data.get("trial")
+        return cls(
+            data["kind"], str(data.get("message") or ""), trial if isinstance(trial, int) else None
+        )
+
+
+class ModelFailed(MptuneError):
+    """The search ended because the model failed in its own code: no setup can run. The
+    session records :attr:`failure`; a search of it after the model is fixed runs the failed
+    trial again (the evaluator never recalls a ``user_error``)."""
+
+    def __init__(self, message: str, failure: SessionFailure) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 @dataclass(frozen=True)
@@ -152,7 +198,7 @@ class Recommendation:
     samples_per_second_spread: tuple[float, float]
     baseline_samples_per_second: float | None  #: float32 at the starting batch size
     float32_samples_per_second: float | None  #: float32 at its own best batch size
-    speedup_vs_float32: float | None  #: against the best float32 setup
+    speedup_vs_float32: float | None  #: against :attr:`float32_setup`
     speedup_vs_baseline: float | None
     memory_saving: float | None  #: share of float32's peak memory (same batch size) saved
     peak_memory_mb: float | None

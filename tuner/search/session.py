@@ -31,9 +31,9 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
-from tuner.hardware.fingerprint import HardwareFingerprint, device_of
+from tuner.hardware.fingerprint import HardwareFingerprint, device_of, session_fingerprint
 from tuner.policies import POLICIES
-from tuner.search.records import Recommendation
+from tuner.search.records import Recommendation, SessionFailure
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
@@ -42,6 +42,8 @@ from tuner.trials.spec import TrialSpec
 logger = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
+#: The states of a closed trial: what a session's trials are, in every view and count of it.
+CLOSED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 #: The Optuna parameters every trial records (fixed choices, so Optuna accepts them all).
 DISTRIBUTIONS = {
     "policy": CategoricalDistribution(POLICIES),
@@ -194,6 +196,11 @@ class StoredTrial:
     note: str | None = None
     #: what it was to run (kept for a trial that closed without a result: a stopped trial)
     spec: TrialSpec | None = None
+    #: when storage opened and closed it (Optuna's ``datetime_start`` and
+    #: ``datetime_complete``; None where it did not say): the order a search ran its trials
+    #: in, and how long a stopped one ran (the window's plots place them so, as they did live)
+    started: datetime | None = None
+    closed: datetime | None = None
 
 
 #: How long to wait before each new try of a write to a database server whose connection
@@ -356,6 +363,7 @@ class TuningSession:
             hardware=dict(attrs.get("hardware") or {}),
             trials=tuple(self.trials()),
             recommendation=self.recommendation(),
+            failure=SessionFailure.from_dict(attrs.get("failure")),
         )
 
     def fail_orphans(self) -> int:
@@ -378,6 +386,11 @@ class TuningSession:
         host = socket.gethostname()
         for trial in self._running():
             attrs = trial.user_attrs
+            if "host" not in attrs:
+                # Opened by Optuna's ask() in parts (mptune before it wrote a trial whole) and
+                # never finished: the store failed in between, and nothing runs it.
+                count += self._fail(trial._trial_id, note="never fully written: the store failed")
+                continue
             if attrs.get("host") != host:
                 continue
             pid = attrs.get("pid")
@@ -402,29 +415,32 @@ class TuningSession:
     def _start_trial(self, spec: TrialSpec, stage: str) -> optuna.Trial:
         if self.sampler is None:
             raise RuntimeError("a session opened with load() is read-only")
-        self.sampler.planned = {
-            "policy": spec.setup.policy.name,
-            "batch_size": spec.setup.batch_size,
-        }
-
-        def ask() -> optuna.Trial:
-            with warnings.catch_warnings():
-                # Optuna warns that its heartbeat is meant for optimize(); Heartbeat renews it.
-                warnings.simplefilter("ignore")
-                return self.study.ask(DISTRIBUTIONS)
-
-        trial = self._retry("opening a trial", ask)
-        self._retry("opening a trial", lambda: self.storage.record_heartbeat(trial._trial_id))
-        attrs = {
-            "spec": spec.to_dict(),
-            "loss_scale": str(spec.loss_scale),
-            "stage": stage,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
-        for key, value in attrs.items():
-            self._retry("opening a trial", functools.partial(trial.set_user_attr, key, value))
-        return trial
+        # The trial is written whole, in one transaction (its setup, spec, stage and who runs
+        # it), or not at all: a store that fails on write (a full disk) leaves no trial half
+        # written, which nothing would ever close. (Optuna's ask() writes the trial, then
+        # each parameter and attribute apart.)
+        frozen = optuna.trial.create_trial(
+            state=TrialState.RUNNING,
+            params={"policy": spec.setup.policy.name, "batch_size": spec.setup.batch_size},
+            distributions=dict(DISTRIBUTIONS),
+            user_attrs={
+                "spec": spec.to_dict(),
+                "loss_scale": str(spec.loss_scale),
+                "stage": stage,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            },
+        )
+        trial_id = self._retry(
+            "opening a trial",
+            lambda: self.storage.create_new_trial(self.study._study_id, template_trial=frozen),
+        )
+        try:
+            self._retry("opening a trial", lambda: self.storage.record_heartbeat(trial_id))
+            return optuna.Trial(self.study, trial_id)
+        except BaseException as exc:
+            self._close_unwritten(trial_id, f"it could not be opened: {exc}")
+            raise
 
     # -- trials handed out through the store (``mptune worker``) -------------------------------
     def enqueue_trial(self, spec: TrialSpec, stage: str) -> int:
@@ -519,13 +535,26 @@ class TuningSession:
 
     def _finish_trial(self, trial: optuna.Trial, result: TrialResult) -> int:
         what = "storing a trial's result"
-        self._retry(what, lambda: trial.set_user_attr("result", result.to_dict()))
-        self._retry(what, lambda: trial.set_user_attr("status", result.status.value))
-        if result.status is TrialStatus.OK and result.samples_per_second is not None:
-            self._retry(what, lambda: self.study.tell(trial, result.samples_per_second))
-        else:
-            self._retry(what, lambda: self.study.tell(trial, state=TrialState.FAIL))
+        try:
+            self._retry(what, lambda: trial.set_user_attr("result", result.to_dict()))
+            self._retry(what, lambda: trial.set_user_attr("status", result.status.value))
+            if result.status is TrialStatus.OK and result.samples_per_second is not None:
+                self._retry(what, lambda: self.study.tell(trial, result.samples_per_second))
+            else:
+                self._retry(what, lambda: self.study.tell(trial, state=TrialState.FAIL))
+        except BaseException as exc:
+            self._close_unwritten(trial._trial_id, f"its result could not be stored: {exc}")
+            raise
         return trial.number
+
+    def _close_unwritten(self, trial_id: int, note: str) -> None:
+        """Close, as failed, a trial whose opening or result the store refused; a store that
+        refuses this too leaves it running, and the next search of the session fails it
+        (:meth:`fail_orphans`). Never raises: the store's first failure is the one to report."""
+        try:
+            self._fail(trial_id, note=note)
+        except Exception as exc:  # noqa: BLE001 - the store is what failed
+            logger.warning("could not close trial %d of session %s: %s", trial_id, self.name, exc)
 
     def abandon_trial(self, trial: optuna.Trial, note: str) -> None:
         """Close a trial that will never have a result (Ctrl-C, a stop from the GUI)."""
@@ -536,9 +565,7 @@ class TuningSession:
     def trials(self) -> list[StoredTrial]:
         """Every closed trial, oldest first."""
         stored = []
-        for trial in self.study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-        ):
+        for trial in self.study.get_trials(deepcopy=False, states=CLOSED):
             stored.append(_stored(trial))
         return stored
 
@@ -574,6 +601,8 @@ def _stored(trial: FrozenTrial) -> StoredTrial:
         trial.state.name,
         attrs.get("note"),
         spec,
+        trial.datetime_start,
+        trial.datetime_complete,
     )
 
 
@@ -590,6 +619,7 @@ class SessionView:
         hardware: the hardware profile it ran on (``HardwareProfile.to_dict``).
         trials: every closed trial, oldest first.
         recommendation: None until a search of it has finished.
+        failure: why its last search failed (the model, in its own code); None when it did not.
     """
 
     name: str
@@ -600,6 +630,7 @@ class SessionView:
     hardware: dict[str, Any]
     trials: tuple[StoredTrial, ...]
     recommendation: Recommendation | None
+    failure: SessionFailure | None = None
 
     @property
     def hardware_kind(self) -> str | None:
@@ -650,6 +681,7 @@ class SessionView:
                 for t in self.trials
             ],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+            "failure": self.failure.to_dict() if self.failure else None,
         }
 
 
@@ -666,6 +698,8 @@ class SessionSummary:
     hardware: str | None = None
     #: the recommendation's speed-up against the best float32 setup
     speedup: float | None = None
+    #: the kind of failure its last search ended in (:attr:`SessionFailure.kind`), if it failed
+    failure: str | None = None
 
     #: the headings of :meth:`cells`, for a table of sessions
     COLUMNS = ("session", "model", "created", "hardware", "trials", "recommendation")
@@ -685,7 +719,7 @@ class SessionSummary:
     def outcome(self) -> str:
         """The recommendation and its speed-up in a few words, for a list of sessions."""
         if self.recommendation is None:
-            return "none: the search did not finish"
+            return f"failed: {self.failure}" if self.failure else "none: the search did not finish"
         speedup = f" ({self.speedup:.2f}x float32)" if self.speedup is not None else ""
         return self.recommendation + speedup
 
@@ -706,15 +740,19 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
             except ValueError:
                 label = "unreadable"
         speedup = rec.get("speedup_vs_float32") if isinstance(rec, dict) else None
+        failure = SessionFailure.from_dict(attrs.get("failure"))
         summaries.append(
             SessionSummary(
                 summary.study_name,
                 attrs.get("model"),
                 attrs.get("created"),
-                summary.n_trials,
+                # The closed trials, which show lists: not one still running, or left half
+                # written by a store that failed (the next search closes those).
+                storage.get_n_trials(summary._study_id, state=CLOSED),
                 label,
                 _hardware_kind(attrs),
                 float(speedup) if isinstance(speedup, int | float) else None,
+                failure.kind if failure else None,
             )
         )
     summaries.sort(key=lambda s: s.created or "", reverse=True)
@@ -723,11 +761,8 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
 
 def _hardware_kind(attrs: dict[str, Any]) -> str | None:
     """The kind of machine a session was measured on, from its stored profile and device."""
-    hardware, settings = attrs.get("hardware"), attrs.get("settings")
-    if not isinstance(hardware, dict) or not hardware:
-        return None
-    device = settings.get("device", "auto") if isinstance(settings, dict) else "auto"
-    return HardwareFingerprint.from_profile_dict(hardware, device_of(hardware, str(device))).kind
+    fingerprint = session_fingerprint(attrs)
+    return fingerprint.kind if fingerprint else None
 
 
 def needs_server(url: str | None) -> None:

@@ -22,6 +22,14 @@ OBJECTIVES = ("speed", "memory", "balanced")
 #: any device, ``off`` never.
 XLA_MODES = ("auto", "on", "off")
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
+#: The least time, in seconds, in which a fresh trial worker starts and runs a step: a time
+#: limit or a time budget under it cannot hold a single trial, and is refused before any runs
+#: (:meth:`SearchSettings.refuse_unworkable`). Measured on mptune's 2-core test CPU: the
+#: interpreter and the framework's import alone (``python -c "import keras"`` with
+#: KERAS_BACKEND set) took 3.5 s of CPU time for JAX, the fastest, 6.8 s for TensorFlow and
+#: 9-10 s for PyTorch (8.9-30 s of wall time on the machine under load); 2 s leaves room for a
+#: CPU twice as fast before a workable value would be refused (docs/trials.md).
+WORKER_START_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -185,20 +193,33 @@ def parse_batch_sizes(text: str) -> tuple[tuple[int, ...], bool]:
         ValueError: naming what is wrong.
     """
     text = text.strip()
+    ranged = "-" in text and "," not in text
+    sizes: tuple[int, ...]
     try:
-        if "-" in text and "," not in text:
+        if ranged:
             low_text, high_text = text.split("-", 1)
-            low, high = int(low_text), int(high_text)
-            if low < 1 or high < low:
-                raise ValueError
-            return ladder_range(low, high), True
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+            sizes = (int(low_text), int(high_text))
+        else:
+            sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise ValueError(
             f"malformed batch sizes {text!r}: write a list (16,32,64) or a range (8-1024)"
         ) from None
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"malformed batch sizes {text!r}: sizes must be at least 1")
+    # Well formed, but not batch sizes: say which number is wrong, not how to write them.
+    if not sizes:
+        raise ValueError(f"no batch sizes in {text!r}: write a list (16,32,64) or a range (8-1024)")
+    if min(sizes) < 1:
+        raise ValueError(
+            f"batch sizes {text!r}: {min(sizes)} is not a valid batch size (the smallest is 1)"
+        )
+    if ranged:
+        low, high = sizes
+        if high < low:
+            raise ValueError(
+                f"malformed batch sizes {text!r}: the range {low}-{high} ends below its start "
+                f"(write {high}-{low})"
+            )
+        return ladder_range(low, high), True
     return tuple(sorted(set(sizes))), False
 
 
@@ -291,6 +312,31 @@ class SearchSettings:
             raise ValueError(f"--timeout must be a positive number, not {self.timeout_s}")
         if not (math.isfinite(self.measure_seconds) and self.measure_seconds > 0):
             raise ValueError(f"--measure-seconds must be positive, not {self.measure_seconds}")
+
+    def check_workable(self) -> None:
+        """Refuse a limit that no trial fits in: a ``--timeout`` or a ``--budget-minutes`` under
+        what a worker needs to start and run a step (:data:`WORKER_START_S`). Asked before a
+        search runs, not when settings are read back, so that a session stored with such a
+        value can be continued with a workable one.
+
+        Raises:
+            ValueError: one line, with the smallest value that can work.
+        """
+        needs = (
+            f"a trial's worker needs at least {WORKER_START_S:g} s to start (Python and its "
+            "framework's import) and run a step"
+        )
+        if self.timeout_s < WORKER_START_S:
+            raise ValueError(
+                f"--timeout {self.timeout_s:g} cannot work: {needs}; the smallest --timeout "
+                f"that can work is {WORKER_START_S:g}"
+            )
+        if self.budget_minutes is not None and self.budget_minutes * 60 < WORKER_START_S:
+            least = math.ceil(WORKER_START_S / 60 * 100) / 100  # in hundredths of a minute
+            raise ValueError(
+                f"--budget-minutes {self.budget_minutes:g} cannot work: it holds no trial, and "
+                f"{needs}; the smallest --budget-minutes that can work is {least:g}"
+            )
 
     #: Fields a resumed search may change: they limit how much more is run, not what is measured.
     BUDGET_FIELDS: ClassVar[tuple[str, ...]] = ("max_trials", "budget_minutes", "timeout_s")

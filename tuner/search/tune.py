@@ -12,12 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from tuner.errors import MptuneError
-from tuner.hardware.profile import HardwareProfile
+from tuner.hardware.advice import advise
+from tuner.hardware.gpu_use import unused_gpu
+from tuner.hardware.profile import CpuInfo, HardwareProfile
 from tuner.search.evaluator import Evaluator, Slot, StartAhead, TrialRunner
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation, recommend
+from tuner.search.records import ModelFailed
 from tuner.search.session import (
     SessionView,
     TuningSession,
@@ -49,9 +52,33 @@ def default_study_name(model: str) -> str:
     return f"{base or 'model'}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
-def hardware_prior(profile: Any) -> tuple[str, ...]:
-    """The policies to try, most promising first, from the hardware advice."""
+def hardware_prior(profile: Any, device: str = "auto") -> tuple[str, ...]:
+    """The policies to try, most promising first, from the hardware advice: the GPU's, or the
+    CPU's when the trials run on the CPU (``device`` ``cpu``) although there is a GPU."""
+    cpu = getattr(profile, "cpu", None)
+    if device == "cpu" and getattr(profile, "gpus", None) and isinstance(cpu, CpuInfo):
+        return tuple(a.policy for a in advise((), cpu))
     return tuple(a.policy for a in profile.advice)
+
+
+def refuse_unused_gpu(profile: Any, settings: SearchSettings) -> None:
+    """Refuse a new search that would run on the CPU while NVML sees a GPU its backend cannot
+    use, unless the CPU was asked for (``device`` ``cpu``): tuned on the CPU, its answer is
+    the CPU's, and a GPU left unused without a word is the first-day trap this prevents (a
+    plain ``pip install tensorflow`` has no CUDA libraries). ``gpu:N`` is taken at its word:
+    should the packages be misread, it is the way past this check.
+
+    Raises:
+        MptuneError: one line: what is unused, why, the fix, and ``--device cpu``.
+    """
+    if settings.device != "auto":
+        return
+    unused = unused_gpu(profile, settings.backend)
+    if unused is None:
+        return
+    why = f" ({unused.reason})" if unused.reason else ""
+    fix = f": fix it with {unused.fix}," if unused.fix else ";"
+    raise MptuneError(f"{unused.headline}{why}{fix} or pass --device cpu to tune on the CPU anyway")
 
 
 def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None:
@@ -64,6 +91,49 @@ def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None
     else:
         total = getattr(profile.cpu, "ram_total_mb", None)
     return total * (1 - headroom) if total else None
+
+
+def refuse_unfit_batches(
+    source: ModelSource, space: SearchSpace, profile: Any, settings: SearchSettings
+) -> None:
+    """Refuse batch sizes whose synthetic data alone cannot fit the memory a trial may use (a
+    built-in's: a user's model's inputs are known only once it is built). The worker makes at
+    least one batch of it in RAM, and on a GPU each batch goes to the GPU's memory: each less
+    the settings' headroom. Such a trial would run out of memory, or swap until its time
+    limit, whatever the setup.
+
+    Raises:
+        MptuneError: one line: the batch size, its data, the memory, and the largest batch
+            size whose data fits.
+    """
+    per_sample = source.data_bytes_per_sample
+    if per_sample is None:
+        return
+    headroom = settings.memory_headroom
+    limits = [(memory_budget_mb(profile, "cpu", headroom), "RAM")]
+    if DeviceTraits.from_profile(profile, settings.device).gpu:
+        limits.append((memory_budget_mb(profile, settings.device, headroom), "the GPU's memory"))
+    largest = max(space.batch_sizes)
+    for limit_mb, memory in limits:
+        if limit_mb is None or largest * per_sample <= limit_mb * 2**20:
+            continue
+        fits = int(limit_mb * 2**20) // per_sample
+        largest_fit = f"the largest that fits is {fits:,}" if fits else "not one sample fits"
+        raise MptuneError(
+            f"batch size {largest:,} cannot fit: its synthetic data alone takes "
+            f"{_binary_size(largest * per_sample)} ({per_sample:,} bytes a sample), more than "
+            f"the {_binary_size(limit_mb * 2**20)} a trial may use here ({memory} less the "
+            f"{headroom:.0%} headroom); {largest_fit}"
+        )
+
+
+def _binary_size(size: float) -> str:
+    """``size`` bytes in the largest binary unit under it, to 3 figures: ``4 TiB``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = 2 ** (10 * ("KMGT".index(unit[0]) + 1))
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size:.0f} bytes"
 
 
 def parallel_devices(
@@ -203,15 +273,26 @@ def tune(
 def _search(
     plan: _Plan, session: TuningSession, evaluator: Evaluator, note: str | None
 ) -> tuple[SearchOutcome, Recommendation]:
-    """Run the search in its open session and store its recommendation."""
+    """Run the search in its open session and store its recommendation; a search that ends in
+    the model's own error is recorded as the session's failure, until a search runs again."""
     if plan.stored is not None and plan.stored.search_settings() != plan.settings:
         session.set_attr("settings", plan.settings.to_dict())  # the new budgets
     session.fail_orphans()
+    if session.attrs.get("failure"):
+        session.set_attr("failure", None)  # the model may be fixed: this search says anew
     evaluator.on_event(SessionOpened(session.name, plan.model, resumed=bool(session.trials())))
     search = Search(evaluator, plan.space, plan.settings, device=plan.device)
     if note:
         search.notes.append(note)
-    outcome = search.run()
+    try:
+        outcome = search.run()
+    except ModelFailed as failed:
+        session.set_attr("failure", failed.failure.to_dict())
+        raise ModelFailed(
+            f"{failed}; the session {session.name} keeps its trials: fix the model, then "
+            f"continue with mptune tune --resume {session.name}",
+            failed.failure,
+        ) from None
     rec = recommend(outcome, plan.space, plan.settings, plan.profile.to_dict())
     session.set_attr("recommendation", rec.to_dict())
     return outcome, rec
@@ -270,9 +351,19 @@ def _resolve(
     settings = settings or SearchSettings()
     if stored is not None:
         same_hardware(stored, profile, settings.device)
+    else:
+        # A continued session keeps the device it was measured on; a new one must not start
+        # on the CPU by accident.
+        refuse_unused_gpu(profile, settings)
     if workers:
         needs_server(storage)
-    space = space or SearchSpace(policies=hardware_prior(profile))
+    space = space or SearchSpace(policies=hardware_prior(profile, settings.device))
+    # Before any trial: values no trial can work with are refused, not run until they fail.
+    try:
+        settings.check_workable()
+    except ValueError as exc:
+        raise MptuneError(str(exc)) from None
+    refuse_unfit_batches(source, space, profile, settings)
     if stored is None and space.user_batch is None and source.user_batch is not None:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
         # learning-rate note; every face gets it, not only the command line.

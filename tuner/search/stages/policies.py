@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from tuner.errors import MptuneError
 from tuner.policies import FLOAT32
 from tuner.search.measures import Measured
+from tuner.search.records import MODEL_ERROR, ModelFailed, SessionFailure
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, unsafe_text
 from tuner.search.wording import times
@@ -23,18 +23,24 @@ ABANDON_MEMORY = 0.05
 
 def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
     """``policy`` at ``batch_size``, the search's first trial of it; a failure in the user's
-    own code there ends the search at once (no setup could run).
+    own code there ends the search at once (no setup could run): an exception it raised, or
+    a worker that hung or ended while the model's own code built it (the phase and, for a
+    hang, where it hung are said).
 
     Raises:
-        MptuneError: the model fails in its own code.
+        ModelFailed: the model fails in its own code.
     """
     m = ctx.measure(ctx.at_batch(Setup(policy, batch_size), batch_size), Stage.BASELINE)
-    if m.result.status is TrialStatus.USER_ERROR:
+    if m.result.model_failed:
         err = m.result.error
         where = f"{err.location}: " if err and err.location else ""
-        raise MptuneError(
-            f"the model fails in its own code, so no search can run: "
-            f"{where}{err.message if err else 'unknown error'}"
+        what = f"{where}{err.message if err else 'unknown error'}"
+        if m.result.status is TrialStatus.TIMEOUT:
+            # Where it hung is the location (the stack it dumped is in the trial's record).
+            what += " (raise --timeout if building it only needs longer)"
+        raise ModelFailed(
+            f"the model fails in its own code, so no search can run: {what}",
+            SessionFailure(MODEL_ERROR, what, m.number),
         )
     return m
 

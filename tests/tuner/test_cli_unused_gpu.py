@@ -1,0 +1,114 @@
+"""The command line on a machine whose GPU the backend cannot use (issue 33, item 2): NVML sees
+an H100 (the scripted one, ``MPTUNE_FAKE_NVML=hopper_9.0``) and TensorFlow is a plain ``pip
+install tensorflow``, a CUDA build without its CUDA libraries. ``mptune detect`` says so with
+the fix, ``mptune tune`` refuses in one line before any trial, and ``--device cpu`` tunes on
+the CPU knowingly, its recommendation saying the GPU went unused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_MLP = "builtin:mlp:features=8,width=16,depth=1"
+HEADLINE = "NVML sees 1 NVIDIA GPU (NVIDIA H100 80GB HBM3) but the TensorFlow backend can use none"
+FIX = "pip install 'tensorflow[and-cuda]'"
+
+#: ``mptune`` (tuner.cli:main) with the installed TensorFlow read as a plain ``pip install
+#: tensorflow`` on Linux, whatever this machine has: a CUDA 12 build whose libraries are missing.
+PLAIN_TENSORFLOW = """\
+import dataclasses, sys
+import tuner.hardware as hardware
+from tuner.cli import main
+
+real = hardware.read_software
+
+def plain_tensorflow(*args):
+    found = real(*args)
+    plain = dict(
+        tensorflow="2.21.0", tf_is_cuda_build=True, tf_cuda_version="12.5.1",
+        tf_cudnn_version="9",
+        tf_cuda_libraries_missing=("libcudart.so.12", "libcublas.so.12", "libcudnn.so.9"),
+    )
+    known = {f.name for f in dataclasses.fields(found)}
+    return dataclasses.replace(found, **{k: v for k, v in plain.items() if k in known})
+
+hardware.read_software = plain_tensorflow
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def mptune(*args: str, scenario: str = "hopper_9.0") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MPTUNE_FAKE_NVML": scenario}
+    env.pop("KERAS_BACKEND", None)
+    return subprocess.run(
+        [sys.executable, "-c", PLAIN_TENSORFLOW, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_tune_refuses_in_one_line_before_any_trial(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    # (a trial limit: where it is not refused, it ends soon)
+    proc = mptune("tune", "--model", TINY_MLP, "--max-trials", "1", "--storage", storage)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"mptune: error: {HEADLINE} (TensorFlow 2.21.0 is a CUDA 12 build")
+    assert line.endswith(f": fix it with {FIX}, or pass --device cpu to tune on the CPU anyway")
+    # No trial ran: nothing was stored.
+    listed = mptune("sessions", "--storage", storage)
+    assert listed.returncode == 0 and "no stored sessions" in listed.stdout
+
+
+def test_detect_says_it_in_its_verdict_and_under_the_gpu() -> None:
+    proc = mptune("detect")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    flat = " ".join(line.strip() for line in lines)
+    assert f"Warning: {HEADLINE}: TensorFlow 2.21.0 is a CUDA 12 build" in flat
+    assert f"         fix: {FIX}" in lines
+    verdict = flat[flat.index("Verdict: ") :]
+    assert "but the TensorFlow backend cannot use the GPU" in verdict
+    assert verdict.endswith(f"so trials would run on the CPU: fix it with {FIX}")
+    data = json.loads(mptune("detect", "--json").stdout)
+    assert [(u["backend"], u["fix"]) for u in data["unused_gpus"]][:1] == [("tensorflow", FIX)]
+    # No GPU at all: nothing goes unused, nothing is said.
+    none = mptune("detect", scenario="no_driver")
+    assert "Warning" not in none.stdout and "cannot use" not in none.stdout
+
+
+@pytest.mark.slow
+def test_device_cpu_tunes_on_the_cpu_and_says_the_gpu_went_unused(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    proc = mptune(
+        "tune", "--model", TINY_MLP, "--device", "cpu", "--max-trials", "1",
+        "--measure-seconds", "0.3", "--storage", storage, "--study", "cpu",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"mptune: note: tuning on the CPU as --device cpu asks. {HEADLINE}")
+    assert first.endswith(f"fix it with {FIX}")
+    shown = subprocess.run(
+        [sys.executable, "-m", "tuner", "show", "cpu", "--storage", storage],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    # The recommendation's first row, above its setup.
+    after = shown.stdout[shown.stdout.index("Recommendation:") :].splitlines()[1:]
+    assert after[0].startswith("unused gpu") and "this setup is for the CPU. NVML sees" in after[0]
+    assert any(line.startswith("setup ") for line in after[1:])
