@@ -214,3 +214,12 @@ def test_an_alternative_names_its_trials(tmp_path: Path, precision: str) -> None
     for alt, text in zip(result.recommendation.alternatives, rows, strict=True):
         for n in alt.trials:
             assert f"#{n}" in text, text
+
+
+def test_a_float32_pick_is_listed_without_a_ratio_to_itself() -> None:
+    from tuner.search.session import SessionSummary
+
+    f32 = SessionSummary("s", "builtin:mlp", None, 8, "float32 b96 none", None, 1.0)
+    assert f32.outcome == "float32 b96 none"  # was "float32 b96 none (1.00x float32)"
+    bf16 = SessionSummary("s", "builtin:mlp", None, 8, "mixed_bfloat16 b256 none", None, 1.5)
+    assert bf16.outcome == "mixed_bfloat16 b256 none (1.50x float32)"

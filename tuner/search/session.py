@@ -720,7 +720,9 @@ class SessionSummary:
         """The recommendation and its speed-up in a few words, for a list of sessions."""
         if self.recommendation is None:
             return f"failed: {self.failure}" if self.failure else "none: the search did not finish"
-        speedup = f" ({self.speedup:.2f}x float32)" if self.speedup is not None else ""
+        # A float32 pick is stated against itself (1.0 exactly): no ratio to read.
+        itself = self.speedup == 1.0 and self.recommendation.startswith("float32 ")
+        speedup = f" ({self.speedup:.2f}x float32)" if self.speedup and not itself else ""
         return self.recommendation + speedup
 
 
