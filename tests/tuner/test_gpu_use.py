@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_hardware_host import installed_only
 from test_search_strategy import Machine
 
 from tuner.errors import MptuneError
@@ -130,17 +131,6 @@ def test_a_cpu_build_is_not_searched_for_libraries(tmp_path: Path) -> None:
     (platform_dir / "build_info.py").write_text("build_info = {'is_cuda_build': False}\n")
     software = read_software(tmp_path / "tensorflow")
     assert software.tf_is_cuda_build is False and software.tf_cuda_libraries_missing is None
-
-
-def installed_only(monkeypatch: pytest.MonkeyPatch, versions: dict[str, str]) -> None:
-    """The packages' metadata as if only ``versions`` (distribution: version) were installed."""
-
-    def version(distribution: str) -> str:
-        if distribution in versions:
-            return versions[distribution]
-        raise importlib.metadata.PackageNotFoundError(distribution)
-
-    monkeypatch.setattr(software_module.importlib.metadata, "version", version)
 
 
 def test_jax_without_a_cuda_plugin_runs_on_the_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
