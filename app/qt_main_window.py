@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
-import platform
 import time
-from importlib import metadata
 from typing import Any
 
 from PySide6.QtCore import QRect, QSettings, Qt, QTimer
@@ -33,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.bridge import EngineBridge
 from app.controller import Controller
 from app.counts import TrialCounts
+from app.qt_dialogs import ask_tune_on_cpu, show_about
 from app.qt_export import QtExportDialog
 from app.qt_focus import QtFocusReturn
 from app.qt_hardware import QtHardwarePanel
@@ -44,7 +42,7 @@ from app.qt_trials import QtTrialsTable, TrialRow
 from app.sampler import HardwareSampler
 from app.session_clock import SessionClock
 from app.words import window_words
-from tuner import __version__, api
+from tuner import api
 from tuner.resources import asset_path
 
 #: The window's least size on first opening where the screen has room for it; a smaller screen
@@ -408,27 +406,7 @@ class QtMainWindow(QMainWindow):
 
     def ask_tune_on_cpu(self, unused: api.UnusedGpu) -> bool:
         """Ask whether to tune on the CPU although a GPU would go unused: True to go on."""
-        box = QMessageBox(self)
-        box.setIcon(QMessageBox.Icon.Warning)
-        box.setWindowTitle("A GPU would go unused")
-        box.setTextFormat(Qt.TextFormat.RichText)
-        box.setText(f"<b>{html.escape(unused.headline)}</b>")
-        reason = f"{html.escape(unused.reason)}.<br><br>" if unused.reason else ""
-        fix = (
-            f"To tune on the GPU, close mptune, run<br><code>{html.escape(unused.fix)}</code>"
-            "<br>and start it again.<br><br>"
-            if unused.fix
-            else ""
-        )
-        box.setInformativeText(
-            f"{reason}{fix}Tuned on the CPU, the recommendation is the CPU's, not the GPU's."
-        )
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        cpu = box.addButton("Tune on the CPU", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is cpu
+        return ask_tune_on_cpu(self, unused)
 
     def stop_search(self) -> None:
         if self.bridge.running:
@@ -750,24 +728,19 @@ class QtMainWindow(QMainWindow):
         if view.recommendation is not None:
             self.show_recommendation(view.recommendation)
             self._resumable = None
-        elif view.failure is not None:
-            # Resume cannot help until the model file is fixed: say what failed first.
-            trial = f" (trial #{view.failure.trial})" if view.failure.trial is not None else ""
-            self.recommendation.set_recommendation(
-                None,
-                f"This session's search failed: the model fails in its own code{trial}: "
-                f"{view.failure.message}. Fix the model file, then press Resume: the failed "
-                "trial runs again with the fixed file.",
-            )
-            self.setup.set_model(view.model)
-            self._resumable = (view.name, view.model)
         else:
-            self.recommendation.set_recommendation(
-                None,
-                "This session has no recommendation "
-                "yet: the search did not finish. Press "
-                "Resume to continue it.",
-            )
+            text = "This session has no recommendation yet: the search did not finish. Press "
+            text += "Resume to continue it."
+            if view.failure is not None:
+                # Resume cannot help until the model file is fixed: say what failed first.
+                n = view.failure.trial
+                text = (
+                    "This session's search failed: the model fails in its own code"
+                    f"{f' (trial #{n})' if n is not None else ''}: {view.failure.message}. Fix "
+                    "the model file, then press Resume: the failed trial runs again with the "
+                    "fixed file."
+                )
+            self.recommendation.set_recommendation(None, text)
             self.setup.set_model(view.model)
             self._resumable = (view.name, view.model)
         self.status.setText(f"Session {view.name}: {self.counts.bar_format()}")
@@ -793,26 +766,7 @@ class QtMainWindow(QMainWindow):
         self.export_dialog = dialog
 
     def show_about(self) -> None:
-        from PySide6 import __version__ as pyside_version
-
-        def version(name: str) -> str:
-            try:
-                return metadata.version(name)
-            except metadata.PackageNotFoundError:
-                return "not installed"
-
-        QMessageBox.about(
-            self,
-            "About mptune",
-            (
-                f"<h3>mptune {__version__}</h3><p>Finds the fastest numerically safe "
-                "mixed-precision setup for a Keras model on this machine.</p>"
-                f"<p>Python {html.escape(platform.python_version())}<br>"
-                f"TensorFlow {version('tensorflow')}, Keras {version('keras')}<br>"
-                f"PySide6 {pyside_version}, pyqtgraph {version('pyqtgraph')}<br>"
-                f"Optuna {version('optuna')}</p>"
-            ),
-        )
+        show_about(self)
 
     # -- closing -----------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
