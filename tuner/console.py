@@ -102,11 +102,23 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
         rows += _throughput_rows(result)
-    if result.peak_memory_mb is not None:
+    if result.peak_memory_mb is not None and not result.predicted_oom:
         what = (
             "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
         )
+        if (result.memory_method or "").startswith("predicted"):
+            what = "predicted: the worker's peak was an earlier trial's"
         rows.append(("peak memory", f"{result.peak_memory_mb:,.0f} MB ({what})"))
+    predicted = result.memory_prediction.get("peak_mb")
+    if predicted is not None:
+        limit = result.memory_prediction.get("limit_mb")
+        rows.append(
+            (
+                "predicted",
+                f"{float(predicted):,.0f} MB before the first step (XLA's memory_analysis)"
+                + (f", against {float(limit):,.0f} MB it may use" if limit else ""),
+            )
+        )
     if result.losses:
         rows.append(
             (
@@ -184,6 +196,7 @@ def _time_spent(t: api.Timings, total_s: float) -> str:
             ("start-up", t.startup_s),
             ("build", t.build_s),
             ("numerics probe", t.probe_s),
+            ("compile", t.compile_s),
             ("warm-up", t.warmup_s),
             ("measured", t.measure_s),
             ("input", t.input_s),

@@ -23,6 +23,7 @@ from tuner.trials.messages import (
     NumericsMessage,
     OtherMessage,
     PhaseMessage,
+    PredictionMessage,
     ReadyMessage,
     ResultMessage,
     StartedMessage,
@@ -98,6 +99,7 @@ EVERY_MESSAGE: list[WorkerMessage] = [
     PhaseMessage(t=0.6, phase="probe"),
     HazardMessage(t=0.7, hazard=UNDERFLOW),
     NumericsMessage(t=0.8, figures={"probe_s": 0.2, "layer_errors": [["dense", 0.01]]}),
+    PredictionMessage(t=0.85, figures={"peak_mb": 900.0, "limit_mb": 800.0, "compile_s": 1.5}),
     WarningMessage(t=0.9, code="probe", message="the probe did not compare"),
     StepMessage(
         t=1.0, phase="measure", step=3, loss=0.5, loss_scale=1024.0, skipped=True, time_ms=2.5
@@ -230,7 +232,8 @@ def test_every_message_the_worker_emits_has_a_record_with_its_fields() -> None:
     parent would drop it, or read the type as an OtherMessage)."""
     emitted = _emitted_fields()
     assert set(emitted) == {
-        "started", "phase", "hazard", "numerics", "warning", "step", "result", "error", "ready"
+        "started", "phase", "hazard", "numerics", "prediction", "warning", "step", "result",
+        "error", "ready",
     }  # fmt: skip
     records = {type(m).type: type(m) for m in EVERY_MESSAGE}
     for kind, keywords in emitted.items():
@@ -270,7 +273,7 @@ def test_the_runner_hands_its_listener_typed_messages_and_reads_the_result_from_
         for i, v in enumerate((0.9, 0.8))
     ]
     result = dataclasses.replace(
-        EVERY_MESSAGE[7],  # the ResultMessage
+        next(m for m in EVERY_MESSAGE if isinstance(m, ResultMessage)),
         samples_per_second=1000.0,
         median_samples_per_second=1000.0,
         losses=(0.9, 0.8),

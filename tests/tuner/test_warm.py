@@ -101,13 +101,14 @@ def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
 class FakeWorker:
     def __init__(self, on_cpu: bool) -> None:
         self.on_cpu = on_cpu
+        self.holds_arena = False
         self.closed = False
 
     def close(self) -> None:
         self.closed = True
 
 
-def test_workers_wait_side_by_side_on_a_cpu_and_one_at_a_time_on_a_gpu() -> None:
+def test_workers_wait_side_by_side_and_a_gpu_arena_alone() -> None:
     pool = WorkerPool(max_idle=2)
     a, b, c = FakeWorker(True), FakeWorker(True), FakeWorker(True)
     pool._idle = {"a": a, "b": b}  # type: ignore[dict-item]
@@ -116,12 +117,19 @@ def test_workers_wait_side_by_side_on_a_cpu_and_one_at_a_time_on_a_gpu() -> None
     pool._idle["c"] = c  # type: ignore[assignment]
     pool._trim()
     assert a.closed and not b.closed and not c.closed  # the longest-waiting one goes
+    # A GPU worker waits beside others (each backend's peak is its own process's)...
     gpu = FakeWorker(False)
     pool._idle["gpu"] = gpu  # type: ignore[assignment]
     pool._trim()
-    assert b.closed and c.closed and not gpu.closed
+    assert b.closed and not c.closed and not gpu.closed
+    # ... but one that holds a fixed arena of the card (a memory limit) waits alone.
+    arena = FakeWorker(False)
+    arena.holds_arena = True
+    pool._idle["arena"] = arena  # type: ignore[assignment]
+    pool._trim()
+    assert c.closed and gpu.closed and not arena.closed
     pool.close()
-    assert gpu.closed and not pool._idle
+    assert arena.closed and not pool._idle
 
 
 @pytest.mark.slow
@@ -304,3 +312,39 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_an_out_of_memory_error_beside_waiting_gpu_workers_is_run_again_alone() -> None:
+    """Another worker waiting on the GPU holds what its allocator took: an out-of-memory error
+    then may be theirs, so the trial runs again once they are ended. One refused by its own
+    predicted memory (the limit it was measured against is its process's) is not."""
+    from tuner.trials.result import TrialResult
+
+    def result(status: TrialStatus, prediction: dict[str, float] | None = None) -> TrialResult:
+        return TrialResult(spec=spec(16), status=status, memory_prediction=prediction or {})
+
+    for first, runs in (
+        (result(TrialStatus.OOM), 2),
+        (result(TrialStatus.OOM, {"peak_mb": 900.0, "limit_mb": 800.0}), 1),
+    ):
+        pool = WorkerPool()
+        waiting = FakeWorker(False)
+        pool._idle = {"other": waiting}  # type: ignore[dict-item]
+        answers = [first, result(TrialStatus.OK)]
+        calls: list[object] = []
+
+        def run_in(
+            *args: object, answers: list[TrialResult] = answers, calls: list[object] = calls
+        ) -> TrialResult:
+            calls.append(args[2])  # the worker it was given (None: a fresh one)
+            return answers.pop(0)
+
+        pool._run_in = run_in  # type: ignore[method-assign]
+        got = pool.run(spec(16))
+        assert len(calls) == runs
+        if runs == 2:
+            assert waiting.closed and got.ok and calls[1] is None
+            assert "ran again" in got.warnings[-1]
+        else:
+            assert not waiting.closed and got.predicted_oom
+        pool._idle.clear()

@@ -96,6 +96,8 @@ def _jax_memory_limit(spec: TrialSpec) -> dict[str, str]:
     gpus = read_gpus(backend_from_env()).gpus
     total = next((g.memory_total_mb for g in gpus if g.index == index), None)
     if not total or spec.memory_limit_mb is None:
+        if not gpus and not spec.device.startswith("gpu:"):
+            return {}  # no GPU known: the trial runs on the CPU, where the limit holds
         logger.warning(
             "JAX cannot hold the memory limit of %s MB: the size of GPU %d is unknown (NVML)",
             spec.memory_limit_mb,

@@ -168,6 +168,27 @@ class NumericsMessage(_Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PredictionMessage(_Message):
+    """The trial's peak memory, predicted before its first step from the compiled step
+    (``TrialResult.memory_prediction``; :func:`tuner.worker.training.predict_peak` says how):
+    ``peak_mb``, ``live_mb``, ``step_mb``, ``limit_mb``, ``limit_source``, ``method``,
+    ``parts_mb`` and ``compile_s`` (the ahead-of-time compile, which the warm-up then skips)."""
+
+    type: ClassVar[str] = "prediction"
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return dict(self.figures)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PredictionMessage:
+        figures = {k: v for k, v in data.items() if k not in ("type", "t")}
+        if _float(figures.get("peak_mb")) is None:
+            raise ValueError("a prediction without peak_mb")
+        return cls(t=_float(data.get("t")), figures=figures)
+
+
+@dataclass(frozen=True, kw_only=True)
 class WarningMessage(_Message):
     """Something the user should know about the trial (``code`` names it for programs):
     widths that keep Tensor Cores idle, a probe that could not compare, a fix applied."""
@@ -249,6 +270,7 @@ class ResultMessage(_Message):
     weights_finite: bool | None = None
     build_s: float | None = None
     probe_s: float | None = None
+    compile_s: float | None = None
     warmup_s: float | None = None
     measure_s: float | None = None
     executions: int | None = None
@@ -273,6 +295,7 @@ class ResultMessage(_Message):
             "weights_finite": self.weights_finite,
             "build_s": self.build_s,
             "probe_s": self.probe_s,
+            "compile_s": self.compile_s,
             "warmup_s": self.warmup_s,
             "measure_s": self.measure_s,
             "executions": self.executions,
@@ -303,6 +326,7 @@ class ResultMessage(_Message):
             weights_finite=None if weights_finite is None else bool(weights_finite),
             build_s=_float(data.get("build_s")),
             probe_s=_float(data.get("probe_s")),
+            compile_s=_float(data.get("compile_s")),
             warmup_s=_float(data.get("warmup_s")),
             measure_s=_float(data.get("measure_s")),
             executions=_int(data.get("executions")),
@@ -326,6 +350,8 @@ class ErrorMessage(_Message):
         internal: mptune's own code raised it (a bug).
         policy_caused: it fails only under the trial's policy; float32 trains the same batch.
         unsupported: XLA cannot compile the model, which trains without it.
+        predicted: out of memory as predicted before any step (no step ran; the worker is
+            as it was before the trial).
         traceback: the formatted traceback.
     """
 
@@ -339,6 +365,7 @@ class ErrorMessage(_Message):
     internal: bool = False
     policy_caused: bool = False
     unsupported: bool = False
+    predicted: bool = False
     traceback: str | None = None
 
     def _fields(self) -> dict[str, Any]:
@@ -352,6 +379,7 @@ class ErrorMessage(_Message):
             "internal": self.internal,
             "policy_caused": self.policy_caused,
             "unsupported": self.unsupported,
+            "predicted": self.predicted,
             "traceback": self.traceback,
         }
 
@@ -368,6 +396,7 @@ class ErrorMessage(_Message):
             internal=bool(data.get("internal", False)),
             policy_caused=bool(data.get("policy_caused", False)),
             unsupported=bool(data.get("unsupported", False)),
+            predicted=bool(data.get("predicted", False)),
             traceback=_str(data.get("traceback")),
         )
 
@@ -432,6 +461,7 @@ WorkerMessage = Union[  # noqa: UP007 - a runtime alias: `from __future__` does 
     PhaseMessage,
     HazardMessage,
     NumericsMessage,
+    PredictionMessage,
     WarningMessage,
     StepMessage,
     ResultMessage,

@@ -121,6 +121,9 @@ class WorkerProcess:
         self.lived_s = 0.0
         #: whether its trials run on the CPU (as its first trial's ``started`` event said)
         self.on_cpu = False
+        #: its trials hold a fixed arena of the GPU's memory (a memory limit), which no other
+        #: worker's trial may run beside
+        self.holds_arena = False
         with LIVE_LOCK:
             LIVE.add(self.proc)
 

@@ -42,7 +42,9 @@ class Timings:
 
     ``startup_s`` is process start and the TensorFlow import; ``build_s`` loading the model,
     making the data and compiling; ``probe_s`` the numerics probe (low-precision policies, the
-    first trial of each in a search); ``warmup_s`` the untimed first steps (tracing, autotuning);
+    first trial of each in a search); ``compile_s`` the step compiled ahead of its first run to
+    predict its memory (JAX; the warm-up then skips that compile); ``warmup_s`` the untimed
+    first steps (tracing, autotuning);
     ``measure_s`` the timed steps; ``input_s`` timing the user's input alone; ``total_s``
     everything, as the parent saw it.
     """
@@ -54,6 +56,7 @@ class Timings:
     measure_s: float | None = None
     total_s: float | None = None
     input_s: float | None = None
+    compile_s: float | None = None
 
     @property
     def measured_share(self) -> float | None:
@@ -222,6 +225,21 @@ class TrialResult:
     #: stopped measuring early: its rate fell under ``spec.prune_below`` (its figure is kept,
     #: from the steps it ran; its loss window is short)
     pruned: bool = False
+    #: the peak predicted before the first step, from the compiled step (JAX): ``peak_mb``,
+    #: ``limit_mb`` and how (:class:`~tuner.trials.messages.PredictionMessage`); beside
+    #: :attr:`peak_memory_mb` it shows the prediction's error. Empty where none was made
+    memory_prediction: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def predicted_oom(self) -> bool:
+        """Out of memory as predicted before any step: the setup was never run."""
+        return (
+            self.status is TrialStatus.OOM
+            and bool(self.memory_prediction)
+            and self.steps_completed == 0
+            and (self.memory_prediction.get("limit_mb") or math.inf)
+            < float(self.memory_prediction["peak_mb"])
+        )
 
     @property
     def ok(self) -> bool:
@@ -276,7 +294,11 @@ class TrialResult:
             "nonfinite_steps": self.nonfinite_steps,
             "steps_completed": self.steps_completed,
             "timings": {
-                **dataclasses.asdict(self.timings),
+                **{
+                    k: v
+                    for k, v in dataclasses.asdict(self.timings).items()
+                    if v is not None or k != "compile_s"  # results stored before it match
+                },
                 "measured_share": self.timings.measured_share,
             },
             "error": self.error.to_dict() if self.error else None,
@@ -290,6 +312,8 @@ class TrialResult:
         }
         if self.pruned:
             data["pruned"] = True  # left out otherwise: results stored before it match
+        if self.memory_prediction:
+            data["memory_prediction"] = dict(self.memory_prediction)
         safe: dict[str, Any] = _json_safe(data)
         return safe
 
@@ -324,6 +348,7 @@ class TrialResult:
             hazards=tuple(Hazard.from_dict(h) for h in data.get("hazards") or ()),
             numerics=dict(data.get("numerics") or {}),
             pruned=bool(data.get("pruned", False)),
+            memory_prediction=dict(data.get("memory_prediction") or {}),
         )
 
 

@@ -32,6 +32,7 @@ from tuner.trials.messages import (
     MemoryMessage,
     NumericsMessage,
     PhaseMessage,
+    PredictionMessage,
     ReadyMessage,
     ResultMessage,
     StartedMessage,
@@ -107,12 +108,14 @@ class WorkerPool:
     next trial starts a fresh one. A trial that runs the numerics probe, or changes the model,
     the policy, TF32, the seed, the device or how a trial measures, starts a fresh worker too.
 
-    On a CPU, up to ``max_idle`` workers wait side by side (one per policy: a search goes from
-    policy to policy and back), while the machine keeps a quarter of its memory available; a
-    waiting worker uses no CPU time and its memory is not counted in another worker's peak. A
-    worker on a GPU holds its GPU memory while it waits, which another trial's figures and
-    out-of-memory limit must not see: it waits only for the very next trial, and only if that
-    trial is its own.
+    Up to ``max_idle`` workers wait side by side (one per policy: a search goes from policy to
+    policy and back), while the machine keeps a quarter of its memory available; a waiting
+    worker uses no CPU time, and its memory is not counted in another worker's peak (each
+    backend's peak is its own process's). On a GPU a waiting worker holds what its allocator
+    took, which another trial's out-of-memory limit must not see: a trial that runs out of
+    memory (not as predicted) while other workers waited on the GPU is run again once they are
+    ended, and a worker whose trials hold a fixed arena (a ``--memory-limit`` on a GPU) waits
+    only for the very next trial, and only if that trial is its own.
 
     A search knows at its start that each policy's first trial needs a fresh worker:
     :meth:`start_ahead` starts those workers side by side before the first trial, so that their
@@ -147,9 +150,36 @@ class WorkerPool:
         if worker is not None and worker.exited():
             worker.close()
             worker = None
-        # Nothing that waits on a GPU may hold memory while another worker's trial runs.
+        # A fixed arena on a GPU may not wait while another worker's trial runs.
+        for other in [k for k, w in self._idle.items() if not w.on_cpu and w.holds_arena]:
+            self._idle.pop(other).close()
+        beside = [w for w in self._idle.values() if not w.on_cpu]
+        result = self._run_in(spec, source, worker, on_event, cancel)
+        if beside and result.status is TrialStatus.OOM and not result.predicted_oom:
+            # Its out-of-memory error may be theirs: run it again with the GPU to itself.
+            self._end_gpu_waiters()
+            again = self._run_in(spec, source, None, on_event, cancel)
+            note = (
+                f"ran again: it ran out of GPU memory while {len(beside)} other worker(s) "
+                "waited on the GPU"
+            )
+            return dataclasses.replace(again, warnings=(*again.warnings, note))
+        return result
+
+    def _end_gpu_waiters(self) -> None:
         for other in [k for k, w in self._idle.items() if not w.on_cpu]:
             self._idle.pop(other).close()
+
+    def _run_in(
+        self,
+        spec: TrialSpec,
+        source: ModelSource,
+        worker: WorkerProcess | None,
+        on_event: EventCallback | None,
+        cancel: threading.Event | None,
+    ) -> TrialResult:
+        """Run the trial in ``worker`` (a warm one) or a fresh one, and keep the worker
+        waiting where it stays warm."""
         if worker is None:
             worker = self._spare(worker_environment(spec))
             self.started += 1
@@ -159,6 +189,8 @@ class WorkerPool:
         # when the probe left the model as built (the worker says so by staying).
         later = warm_key(dataclasses.replace(spec, probe=False), source)
         result, kept = _WorkerRun(spec, source, on_event, cancel).run(worker, warm=True)
+        if kept is not None:
+            kept.holds_arena = spec.memory_limit_mb is not None
         if kept is not None and later is None:
             kept.close()
         elif kept is not None and later is not None:
@@ -252,10 +284,11 @@ class WorkerPool:
         """End the longest-waiting workers past what may wait (see the class)."""
         import psutil
 
-        newest = list(self._idle)[-1]
+        newest = self._idle[list(self._idle)[-1]]
         memory = psutil.virtual_memory()
         short_of_memory = memory.available < memory.total / 4
-        allowed = 1 if short_of_memory or not self._idle[newest].on_cpu else self.max_idle
+        arena = not newest.on_cpu and newest.holds_arena
+        allowed = 1 if short_of_memory or arena else self.max_idle
         while len(self._idle) > allowed:
             self._idle.pop(next(iter(self._idle))).close()
 
@@ -330,6 +363,7 @@ class _WorkerRun:
         self.warnings: list[str] = []
         self.hazards: list[Hazard] = []
         self.numerics: dict[str, Any] = {}
+        self.prediction: dict[str, Any] = {}
         self.steps: list[StepMessage] = []
         self.timed_out = False
         #: where the worker is, as its last ``phase`` message said (``import`` before any)
@@ -387,8 +421,10 @@ class _WorkerRun:
             # it before the trial (started ahead).
             total_s = max(total_s, worker.lived_s)
         status, error = classify(self._facts(returncode, log_tail))
-        if keep and status is not TrialStatus.OK:
-            # Any trial that is not ok ends its worker: the next one starts fresh.
+        refused = self.error is not None and self.error.predicted
+        if keep and status is not TrialStatus.OK and not refused:
+            # Any trial that is not ok ends its worker: the next one starts fresh. One refused
+            # by its predicted memory ran no step: its worker is as it was.
             worker.close()
             keep = False
         worker.used = True
@@ -466,6 +502,8 @@ class _WorkerRun:
             self.warnings.append(message.message)
         elif isinstance(message, HazardMessage):
             self.hazards.append(message.hazard)
+        elif isinstance(message, PredictionMessage):
+            self.prediction = dict(message.figures)
         elif isinstance(message, NumericsMessage):
             # As the worker sent it, its time included (TrialResult.numerics is stored).
             self.numerics = {k: v for k, v in message.to_dict().items() if k != "type"}
@@ -476,7 +514,9 @@ class _WorkerRun:
         elif isinstance(message, ErrorMessage):
             self.error = message
         elif isinstance(message, ReadyMessage):
-            self.ready = self.result is not None
+            self.ready = self.result is not None or (
+                self.error is not None and self.error.predicted
+            )
             return  # the worker's business, not the trial's
         if self.on_event is not None:
             self.on_event(message)
@@ -511,6 +551,7 @@ class _WorkerRun:
             startup_s=self.started_at,
             build_s=res.build_s if res else None,
             probe_s=res.probe_s if res else self.numerics.get("probe_s"),
+            compile_s=res.compile_s if res else self.prediction.get("compile_s"),
             warmup_s=res.warmup_s if res else None,
             measure_s=res.measure_s if res else None,
             total_s=total_s,
@@ -562,6 +603,7 @@ class _WorkerRun:
             background_load=self.background_load,
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
+            memory_prediction=dict(self.prediction),
         )
 
 

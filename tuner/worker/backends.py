@@ -21,6 +21,7 @@ import abc
 import contextlib
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -73,6 +74,15 @@ class Backend:
         details = tf.config.experimental.get_device_details(gpu)
         capability = tuple(details.get("compute_capability") or (0, 0))
         return _gpu_label(device, details.get("device_name", "GPU")), capability >= (7, 0)
+
+    def gpu_in_use_mb(self) -> float | None:
+        """What this process holds on the GPU now (live buffers), where the backend says."""
+        return None
+
+    def gpu_limit_mb(self) -> float | None:
+        """What this process's GPU allocator can give in all (its limit, not the card's size),
+        where the backend says."""
+        return None
 
     def reset_gpu_peak(self) -> None:
         """Start the GPU peak afresh (where :attr:`resets_gpu_peak`)."""
@@ -164,6 +174,20 @@ class JaxBackend(Backend):
 
     def reset_gpu_peak(self) -> None:
         """JAX has no way to (see :attr:`resets_gpu_peak`)."""
+
+    def gpu_in_use_mb(self) -> float | None:
+        import jax
+
+        stats = _jax_gpus(jax)[0].memory_stats() or {}
+        value = stats.get("bytes_in_use")
+        return None if value is None else float(value) / 2**20
+
+    def gpu_limit_mb(self) -> float | None:
+        import jax
+
+        stats = _jax_gpus(jax)[0].memory_stats() or {}
+        value = stats.get("bytes_limit")
+        return None if value is None else float(value) / 2**20
 
     def gpu_peak_mb(self) -> float:
         import jax
@@ -346,6 +370,19 @@ class Steps(abc.ABC):
         """The model's variables hold the trained values (JAX keeps them apart while it
         trains)."""
 
+    @property
+    def predicts_memory(self) -> bool:
+        """Whether :meth:`step_memory` can answer."""
+        return False
+
+    def step_memory(self) -> dict[str, int] | None:
+        """What one training step at this batch size needs, from its compiled program, before
+        any step runs: XLA's ``memory_analysis()`` in bytes (``argument``, ``output``,
+        ``alias``: outputs written over donated arguments, ``temp``, ``code``). None where the
+        backend cannot say without running the step (TensorFlow and PyTorch: their searches
+        predict from the ladder's line through the peaks of the rungs that ran)."""
+        return None
+
 
 class TensorFlowSteps(Steps):
     def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
@@ -383,11 +420,41 @@ class JaxSteps(Steps):
         super().__init__(model, batches)
         model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
+        #: the jitted step Keras' train_function calls, kept so that its program can be
+        #: compiled (and its memory read) ahead of the first step: see _own_jit
+        self.step = _own_jit(model)
         with ours("putting the batches on the device"):
             self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
         self.state: Any = None
         self._index: dict[int, int] = {}
+
+    @property
+    def predicts_memory(self) -> bool:
+        return self.step is not None
+
+    def step_memory(self) -> dict[str, int] | None:
+        """The step's program compiled ahead of time for this batch (``lower(...).compile()``
+        on the jitted step ``train_function`` calls), so the warm-up's first step finds it
+        compiled, and its ``memory_analysis()``."""
+        if self.step is None or self.state is not None:
+            return None
+        state = self.model._get_jax_state(
+            trainable_variables=True,
+            non_trainable_variables=True,
+            optimizer_variables=True,
+            metrics_variables=True,
+        )
+        analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
+        if analysis is None:
+            return None
+        return {
+            "argument": int(analysis.argument_size_in_bytes),
+            "output": int(analysis.output_size_in_bytes),
+            "alias": int(analysis.alias_size_in_bytes),
+            "temp": int(analysis.temp_size_in_bytes),
+            "code": int(getattr(analysis, "generated_code_size_in_bytes", 0) or 0),
+        }
 
     def execute(self) -> Any:
         model = self.model
@@ -456,6 +523,40 @@ class TorchSteps(Steps):
 
     def read(self, variable: Any) -> Any:
         return variable.value.detach().cpu().numpy()
+
+
+#: The jitted step of each model's train_function, made by :func:`_own_jit`.
+_JITTED: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _own_jit(model: Any) -> Any:
+    """The jitted train step behind ``model.train_function``, or None where Keras does not jit
+    it (``run_eagerly``, ``jit_compile=False``, NNX, a distribution).
+
+    Keras' JAX trainer makes ``train_function`` from ``jax.jit(self.train_step,
+    donate_argnums=0)`` and keeps the jitted function to itself; this makes the same function
+    and the same ``train_function`` around it (``_make_function``, as ``make_train_function``
+    does), so that a program compiled ahead of time through it (``lower().compile()``) is the
+    one the steps call, and is not compiled twice. Kept per model until its train_function is
+    made again (a recompile)."""
+    import jax
+    from keras.src.backend.config import is_nnx_enabled
+    from keras.src.distribution import distribution_lib
+
+    made = _JITTED.get(model)
+    if made is not None and made[0] is model.train_function:
+        return made[1]
+    if (
+        model.run_eagerly
+        or not model.jit_compile
+        or is_nnx_enabled()
+        or distribution_lib.distribution() is not None
+    ):
+        return None
+    step = jax.jit(model.train_step, donate_argnums=0)
+    model.train_function = model._make_function(step)
+    _JITTED[model] = (model.train_function, step)
+    return step
 
 
 def _scaled_loss(keras: Any, pred: Any, y: Any, loss_fn: Any, scale: float) -> Any:

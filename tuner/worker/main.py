@@ -169,7 +169,7 @@ def _import_frameworks() -> BaseException | None:
         import keras  # noqa: F401
 
         from tuner import keras_setup, workloads  # noqa: F401
-        from tuner.worker import checks, loading, probe, training  # noqa: F401
+        from tuner.worker import checks, loading, measuring, probe, training  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - reported by the trial, in its import phase
         return exc
     return None
@@ -224,9 +224,8 @@ def _run(
     the data is made anew. Returns what a warm worker keeps, or None when it cannot stay warm."""
 
     from tuner import keras_setup, workloads
-    from tuner.worker import backends, checks, training
+    from tuner.worker import checks, measuring, training
 
-    backend = backends.current()
     device, tensor_cores = _start(spec, channel, warm)
     if warm is not None:
         return _run_warm(spec, source, channel, phase, context, warm)
@@ -263,8 +262,10 @@ def _run(
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
-    if not on_cpu and not backend.resets_gpu_peak:
-        keep_warm = False  # a later trial's GPU peak could not be told from this one's
+    if training.process_peak_only(on_cpu) and not runner.steps.predicts_memory:
+        # One peak for the process's life (JAX on a GPU), and no prediction to stand in: a
+        # later trial's peak could not be told from this one's.
+        keep_warm = False
     kept = (
         _keep_warm(model, loaded, device, tensor_cores, warnings, hazards, spec)
         if keep_warm
@@ -276,8 +277,11 @@ def _run(
     gc.collect()
     gc.freeze()
     build_s = time.perf_counter() - t_build - (probe_s or 0.0)
-    feed = _feed(spec, source, loaded, batches)
-    _measure(spec, channel, phase, context, runner, build_s, probe_s, on_cpu, feed)
+    feed = measuring.feed_for(spec, source, loaded, batches)
+    if not _measured(
+        spec, source, channel, phase, context, runner, build_s, probe_s, on_cpu, feed, kept
+    ):
+        return kept  # refused by its predicted memory; the worker stays as it was
     if kept is not None:
         kept.spent = runner
     return kept
@@ -300,7 +304,8 @@ def _start(spec: TrialSpec, channel: Channel, warm: _Warm | None) -> tuple[str, 
         device, tensor_cores = backend.configure_device(spec.device, spec.memory_limit_mb)
     else:
         device, tensor_cores = warm.device, warm.tensor_cores
-        training.reset_peak_rss()
+        if not training.process_peak_only(device.startswith("cpu")):
+            training.reset_peak_rss()
     channel.emit(
         "started",
         pid=os.getpid(),
@@ -416,7 +421,7 @@ def _run_warm(
     differ from the last trial's."""
 
     from tuner import keras_setup, workloads
-    from tuner.worker import loading, training
+    from tuner.worker import loading, measuring, training
 
     # No model code runs again: only the setup's data and compile.
     _enter(channel, phase, "prepare")
@@ -455,10 +460,58 @@ def _run_warm(
         warm.model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
     )
     build_s = time.perf_counter() - t_build
-    feed = _feed(spec, source, warm.loaded, batches)
-    _measure(spec, channel, phase, context, runner, build_s, None, on_cpu, feed)
-    warm.spent = runner
+    feed = measuring.feed_for(spec, source, warm.loaded, batches)
+    # One peak for the process's life (JAX on a GPU): this trial's own is the process's only
+    # where it rose during the trial.
+    peak_before = measuring.process_peak(on_cpu) if training.process_peak_only(on_cpu) else None
+    if _measured(
+        spec,
+        source,
+        channel,
+        phase,
+        context,
+        runner,
+        build_s,
+        None,
+        on_cpu,
+        feed,
+        warm,
+        peak_before,
+    ):
+        warm.spent = runner
     return warm
+
+
+def _measured(
+    spec: TrialSpec,
+    source: ModelSource,
+    channel: Channel,
+    phase: list[str],
+    context: _Context,
+    runner: Any,
+    build_s: float,
+    probe_s: float | None,
+    on_cpu: bool,
+    feed: Callable[[], Any],
+    kept: _Warm | None,
+    peak_before: float | None = None,
+) -> bool:
+    """:func:`~tuner.worker.measuring.measure`; False when the setup was refused by its
+    predicted memory in a worker that stays warm (its ``error`` sent: no step ran, so nothing
+    of the worker changed)."""
+    from tuner.worker import measuring, training
+
+    try:
+        measuring.measure(
+            spec, channel, phase, context, runner, build_s, probe_s, on_cpu, feed, peak_before
+        )
+    except training.PredictedOutOfMemory as exc:
+        if kept is None:
+            raise
+        facts = _describe(exc, phase[0], source)
+        channel.emit("error", **facts)
+        return False
+    return True
 
 
 def _between_trials(warm: _Warm) -> None:
@@ -520,114 +573,6 @@ def _keep_warm(
         list(hazards),
         spec.setup,
     )
-
-
-def _measure(
-    spec: TrialSpec,
-    channel: Channel,
-    phase: list[str],
-    context: _Context,
-    runner: Any,
-    build_s: float,
-    probe_s: float | None,
-    on_cpu: bool,
-    feed: Callable[[], Any],
-) -> None:
-    """Warm up, measure, time the input and send the ``result``."""
-    import numpy as np
-
-    from tuner.worker import backends, training
-
-    backend = backends.current()
-    context.runner = runner
-    phase[0] = "warmup"
-    channel.emit("phase", phase="warmup")
-    warmup = runner.run("warmup", spec.warmup_steps)
-    if not on_cpu and backend.resets_gpu_peak:
-        backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
-
-    phase[0] = "measure"
-    channel.emit("phase", phase="measure")
-    log = runner.run(
-        "measure",
-        spec.steps,
-        spec.measure_seconds,
-        spec.min_steps,
-        spec.max_steps,
-        spec.prune_below,
-    )
-
-    phase[0] = "report"
-    if on_cpu:
-        peak, memory_kind = training.peak_rss_mb(), "cpu_rss"
-        memory_method = "VmHWM in /proc/self/status (the worker's peak resident memory)"
-    else:
-        peak, memory_kind = backend.gpu_peak_mb(), "gpu"
-        memory_method = backend.gpu_memory_method
-    times = np.asarray(log.times_s)
-    p50 = float(np.percentile(times, 50))
-    window = log.window_s
-    # The figure that predicts fit (bench/bench_fit.py): the window's samples over its wall
-    # time. The median-based one stays beside it, robust to a stray slow step.
-    device_rate = spec.batch_size * len(log.times_s) / window if window > 0 else None
-
-    # A setup that cannot lead (pruned) is not worth its input's timing.
-    fed = None if log.pruned else _time_input(spec, channel, phase, feed, device_rate, on_cpu)
-    channel.emit(
-        "result",
-        samples_per_second=device_rate,
-        median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
-        step_time_ms={
-            "p50": p50 * 1000,
-            "p90": float(np.percentile(times, 90)) * 1000,
-            "mean": float(times.mean()) * 1000,
-        },
-        peak_memory_mb=peak,
-        memory_kind=memory_kind,
-        memory_method=memory_method,
-        losses=log.losses,
-        loss_scales=log.loss_scales,
-        skipped_flags=log.skipped,
-        skipped_steps=sum(log.skipped),
-        nonfinite_steps=sum(log.nonfinite),
-        weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
-        build_s=build_s,
-        probe_s=probe_s,
-        warmup_s=warmup.elapsed_s,
-        measure_s=window,
-        executions=len(log.execution_times_s),
-        pruned=log.pruned,
-        input=fed,
-    )
-
-
-def _time_input(
-    spec: TrialSpec,
-    channel: Channel,
-    phase: list[str],
-    feed: Callable[[], Any],
-    device_rate: float | None,
-    on_cpu: bool,
-) -> Any:
-    """The ``input`` phase: the user's input timed alone (feeding.measure), or None with a
-    warning that says why not."""
-    from tuner.worker import feeding
-
-    phase[0] = "input"
-    channel.emit("phase", phase="input")
-    fed, why_not = feeding.measure(
-        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
-    )
-    if why_not:
-        channel.emit("warning", code="input_not_timed", message=why_not)
-    return fed
-
-
-def _feed(spec: TrialSpec, source: ModelSource, loaded: Any, batches: list[Any]) -> Any:
-    """What ``fit`` would be fed at the trial's batch size, made when the input is timed."""
-    from tuner.worker import feeding
-
-    return lambda: feeding.fit_feed(source, loaded, spec.batch_size, batches)
 
 
 def _initial_scale(spec: TrialSpec) -> float | None:
@@ -763,8 +708,11 @@ def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, 
         # line that names the exhausted memory says what happened.
         line = next(line for line in str(exc).splitlines() if "RESOURCE_EXHAUSTED" in line)
         message = f"{type(root).__name__}: {line.strip()}"
+    from tuner.worker import training
+
     return {
         "policy_caused": False,
+        "predicted": isinstance(exc, training.PredictedOutOfMemory),
         "exception": type(root).__name__,
         "message": message,
         "location": location,

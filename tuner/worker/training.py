@@ -25,6 +25,21 @@ from tuner.trials.spec import PRUNE_AFTER
 #: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit), ``bug@K``
 #: raises an error in mptune's own code (a bug of mptune's, never the user's).
 FAULT_ENV = "MPTUNE_TEST_FAULT"
+#: Test switch, documented in docs/trials.md: ``1`` makes a CPU worker keep one peak for its
+#: life (its resident memory's peak is never reset), as JAX's allocator does on a GPU, so that
+#: the GPU's path (a warm worker's trial whose peak is its own: measured where it rose, else
+#: predicted) runs on a CPU.
+PROCESS_PEAK_ENV = "MPTUNE_TEST_PROCESS_PEAK"
+
+
+def process_peak_only(on_cpu: bool) -> bool:
+    """Whether this worker's peak memory is one for the process's life: JAX on a GPU, or a CPU
+    worker under the :data:`PROCESS_PEAK_ENV` switch."""
+    from tuner.worker import backends
+
+    if on_cpu:
+        return os.environ.get(PROCESS_PEAK_ENV) == "1"
+    return not backends.current().resets_gpu_peak
 
 
 @dataclass
@@ -59,6 +74,67 @@ REPORT_EVERY_S = 0.25
 
 class MemoryLimitExceeded(MemoryError):
     """The worker's peak resident memory passed the trial's limit (CPU trials)."""
+
+
+class PredictedOutOfMemory(MemoryError):
+    """The step's compiled program needs more memory than the trial may use: refused before
+    any step runs (its ``prediction`` was sent)."""
+
+
+def current_rss_mb() -> float | None:
+    """This process's resident memory now (``VmRSS``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def predict_peak(steps: Any, on_cpu: bool, memory_limit_mb: float | None) -> dict[str, Any] | None:
+    """The trial's peak memory, predicted before its first step from the step's compiled
+    program (``steps.step_memory()``: JAX only), and what the trial may use; None where the
+    backend cannot say.
+
+    The peak is what the process holds now (on a GPU the allocator's live bytes: the model's
+    state and the batches already on the device; on a CPU its resident memory) plus what one
+    step adds to it: XLA's temporary buffers, its outputs not written over donated arguments,
+    and its code; on a CPU, where the trial's peak is its own, no less than that peak so far
+    (the compile's own memory shows there).
+
+    The limit is ``--memory-limit`` where set, else on a GPU what the backend's allocator can
+    give this process (JAX's ``bytes_limit``: 75% of the card unless told otherwise), not the
+    card's size; a CPU trial without a limit has none."""
+    from tuner.worker import backends
+
+    memory = steps.step_memory()
+    if memory is None:
+        return None
+    backend = backends.current()
+    live_mb = current_rss_mb() if on_cpu else backend.gpu_in_use_mb()
+    if live_mb is None:
+        return None
+    step_mb = (memory["temp"] + max(0, memory["output"] - memory["alias"]) + memory["code"]) / 2**20
+    limit_mb = memory_limit_mb
+    limit_source = "--memory-limit" if limit_mb is not None else None
+    if limit_mb is None and not on_cpu:
+        limit_mb = backend.gpu_limit_mb()
+        limit_source = "the allocator's limit" if limit_mb is not None else None
+    # On a CPU the trial's peak so far (the build, the compile's own memory) is part of what
+    # the trial will have used, where that peak is the trial's own (not one process-long peak).
+    held_mb = peak_rss_mb() if on_cpu and not process_peak_only(on_cpu) else None
+    return {
+        "peak_mb": max(live_mb + step_mb, held_mb or 0.0),
+        "live_mb": live_mb,
+        "peak_so_far_mb": held_mb,
+        "step_mb": step_mb,
+        "limit_mb": limit_mb,
+        "limit_source": limit_source,
+        "method": "XLA memory_analysis() of the compiled train step, before its first step",
+        "parts_mb": {k: v / 2**20 for k, v in memory.items()},
+    }
 
 
 def peak_rss_mb() -> float:

@@ -1,0 +1,181 @@
+"""A trial's measuring, once its model is compiled: the step's memory predicted (and a setup
+that cannot fit refused), the warm-up, the measured steps, the input timed alone, and the
+``result`` event. :mod:`tuner.worker.main` calls it for fresh and warm trials alike."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tuner.trials.models import ModelSource
+from tuner.trials.spec import TrialSpec
+from tuner.worker.channel import Channel
+
+
+def process_peak(on_cpu: bool) -> float:
+    from tuner.worker import backends, training
+
+    return training.peak_rss_mb() if on_cpu else backends.current().gpu_peak_mb()
+
+
+def measure(
+    spec: TrialSpec,
+    channel: Channel,
+    phase: list[str],
+    context: Any,
+    runner: Any,
+    build_s: float,
+    probe_s: float | None,
+    on_cpu: bool,
+    feed: Callable[[], Any],
+    peak_before: float | None = None,
+) -> None:
+    """Predict the step's memory (refusing a setup that cannot fit), warm up, measure, time
+    the input and send the ``result``. ``peak_before``: a warm worker's process-long peak when
+    its trial began (JAX on a GPU), None where the peak is the trial's own."""
+    import numpy as np
+
+    from tuner.worker import backends
+
+    backend = backends.current()
+    context.runner = runner
+    phase[0] = "warmup"
+    channel.emit("phase", phase="warmup")
+    prediction = _predict(spec, channel, runner, on_cpu)
+    warmup = runner.run("warmup", spec.warmup_steps)
+    if not on_cpu and backend.resets_gpu_peak:
+        backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
+
+    phase[0] = "measure"
+    channel.emit("phase", phase="measure")
+    log = runner.run(
+        "measure",
+        spec.steps,
+        spec.measure_seconds,
+        spec.min_steps,
+        spec.max_steps,
+        spec.prune_below,
+    )
+
+    phase[0] = "report"
+    peak, memory_kind, memory_method = _own_peak(on_cpu, peak_before, prediction)
+    times = np.asarray(log.times_s)
+    p50 = float(np.percentile(times, 50))
+    window = log.window_s
+    # The figure that predicts fit (bench/bench_fit.py): the window's samples over its wall
+    # time. The median-based one stays beside it, robust to a stray slow step.
+    device_rate = spec.batch_size * len(log.times_s) / window if window > 0 else None
+
+    # A setup that cannot lead (pruned) is not worth its input's timing.
+    fed = None if log.pruned else _time_input(spec, channel, phase, feed, device_rate, on_cpu)
+    channel.emit(
+        "result",
+        samples_per_second=device_rate,
+        median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
+        step_time_ms={
+            "p50": p50 * 1000,
+            "p90": float(np.percentile(times, 90)) * 1000,
+            "mean": float(times.mean()) * 1000,
+        },
+        peak_memory_mb=peak,
+        memory_kind=memory_kind,
+        memory_method=memory_method,
+        losses=log.losses,
+        loss_scales=log.loss_scales,
+        skipped_flags=log.skipped,
+        skipped_steps=sum(log.skipped),
+        nonfinite_steps=sum(log.nonfinite),
+        weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
+        build_s=build_s,
+        probe_s=probe_s,
+        compile_s=prediction["compile_s"] if prediction else None,
+        warmup_s=warmup.elapsed_s,
+        measure_s=window,
+        executions=len(log.execution_times_s),
+        pruned=log.pruned,
+        input=fed,
+    )
+
+
+def _predict(spec: TrialSpec, channel: Channel, runner: Any, on_cpu: bool) -> dict[str, Any] | None:
+    """The step's peak memory predicted from its program compiled ahead of time (JAX), sent as
+    a ``prediction`` with the compile's seconds; a setup that cannot fit is refused here."""
+    from tuner.worker import training
+
+    t_compile = time.perf_counter()
+    prediction = training.predict_peak(runner.steps, on_cpu, spec.memory_limit_mb)
+    if prediction is None:
+        return None
+    prediction["compile_s"] = time.perf_counter() - t_compile
+    channel.emit("prediction", **prediction)
+    refuse_if_over(prediction)
+    return prediction
+
+
+def _own_peak(
+    on_cpu: bool, peak_before: float | None, prediction: dict[str, Any] | None
+) -> tuple[float, str, str]:
+    """The trial's peak memory, its kind and how it was read. Where one peak lasts the
+    process's life (``peak_before`` given) and it did not rise during the trial, it is an
+    earlier trial's: the trial's own is what its step was predicted to need."""
+    from tuner.worker import backends, training
+
+    if on_cpu:
+        peak, kind = training.peak_rss_mb(), "cpu_rss"
+        method = "VmHWM in /proc/self/status (the worker's peak resident memory)"
+    else:
+        backend = backends.current()
+        peak, kind, method = backend.gpu_peak_mb(), "gpu", backend.gpu_memory_method
+    if peak_before is not None and peak <= peak_before and prediction is not None:
+        peak = float(prediction["peak_mb"])
+        method = (
+            f"predicted ({prediction['method']}): the process's peak ({method}) is an "
+            "earlier trial's"
+        )
+    return peak, kind, method
+
+
+def refuse_if_over(prediction: dict[str, Any]) -> None:
+    """Raise :class:`~tuner.worker.training.PredictedOutOfMemory` when the predicted peak
+    passes the limit, with both figures."""
+    from tuner.worker import training
+
+    limit = prediction.get("limit_mb")
+    if limit is None or prediction["peak_mb"] <= limit:
+        return
+    raise training.PredictedOutOfMemory(
+        f"out of memory, predicted before any step: the step needs "
+        f"{prediction['peak_mb']:,.0f} MB ({prediction['live_mb']:,.0f} MB held + "
+        f"{prediction['step_mb']:,.0f} MB for the step, from XLA's memory_analysis()), "
+        f"{prediction['limit_source']} is {limit:,.0f} MB"
+    )
+
+
+def _time_input(
+    spec: TrialSpec,
+    channel: Channel,
+    phase: list[str],
+    feed: Callable[[], Any],
+    device_rate: float | None,
+    on_cpu: bool,
+) -> Any:
+    """The ``input`` phase: the user's input timed alone (feeding.measure), or None with a
+    warning that says why not."""
+    from tuner.worker import feeding
+
+    phase[0] = "input"
+    channel.emit("phase", phase="input")
+    fed, why_not = feeding.measure(
+        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
+    )
+    if why_not:
+        channel.emit("warning", code="input_not_timed", message=why_not)
+    return fed
+
+
+def feed_for(spec: TrialSpec, source: ModelSource, loaded: Any, batches: list[Any]) -> Any:
+    """What ``fit`` would be fed at the trial's batch size, made when the input is timed."""
+    from tuner.worker import feeding
+
+    return lambda: feeding.fit_feed(source, loaded, spec.batch_size, batches)
