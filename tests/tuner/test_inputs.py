@@ -194,3 +194,26 @@ def test_internal_error_is_crashed_even_for_a_users_model() -> None:
         WorkerFacts(result=None, error={**error, "internal": False}, user_model=True)
     )
     assert status is TrialStatus.USER_ERROR
+
+
+def test_a_pool_of_large_samples_stays_within_its_bytes() -> None:
+    """A model file's pool of batches is sized by what its samples weigh (issue 34: ResNet50's
+    224x224x3 images were taken as 4 KiB, so batch 1024 made eight batches, 4.9 GB, every
+    trial)."""
+    import keras
+
+    from tuner.worker import loading
+
+    images = keras.Input((224, 224, 3))
+    ids = keras.Input((16,), dtype="int32")
+    model = keras.Model(
+        [images, ids],
+        keras.layers.Concatenate()(
+            [keras.layers.GlobalAveragePooling2D()(images), keras.ops.cast(ids, "float32")]
+        ),
+    )
+    assert loading.model_sample_bytes(model) == 224 * 224 * 3 * 4 + 16 * 4
+    assert loading.pool_size(loading.model_sample_bytes(model), 1024) == 1
+    assert loading.pool_size(loading.model_sample_bytes(model), 64) == 6  # 256 MB // 38.5 MB
+    small = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    assert loading.pool_size(loading.model_sample_bytes(small), 1024) == 8

@@ -242,7 +242,9 @@ def tune(
     plan = _resolve(model, space, settings, storage, study, resume, profile, workers)
     devices, parallel_note = parallel_devices(parallel, plan.profile, plan.settings.device)
     session, lease = _open(plan, storage, study, resume)
-    pools, slots, runner, start_ahead = _slots(runner, devices)
+    # One waiting worker per precision the search measures (its policies, and TF32 beside
+    # float32), so that going from policy to policy and back starts none anew.
+    pools, slots, runner, start_ahead = _slots(runner, devices, len(plan.space.policies) + 1)
     emit = on_event or (lambda event: None)
     try:
         with storage_errors(storage), Heartbeat(session.storage, lease) as heartbeat:
@@ -393,14 +395,14 @@ def _open(
 
 
 def _slots(
-    runner: TrialRunner, devices: list[str | None]
+    runner: TrialRunner, devices: list[str | None], precisions: int
 ) -> tuple[list[WorkerPool], list[Slot], TrialRunner, StartAhead | None]:
     """Where the trials run: with the default runner, a worker pool per device (closed when the
     search ends); the slots, the runner of the first and what starts workers ahead."""
     if runner is not run_trial:
         slots = [Slot(runner, device) for device in devices]
         return [], slots, runner, getattr(runner, "start_ahead", None)
-    pools = [WorkerPool() for _ in devices]
+    pools = [WorkerPool(max_idle=max(3, precisions)) for _ in devices]
     slots = [Slot(pool.run, device) for pool, device in zip(pools, devices, strict=True)]
     return pools, slots, pools[0].run, pools[0].start_ahead
 

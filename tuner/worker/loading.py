@@ -251,6 +251,29 @@ def pool_size(sample_bytes: int, batch_size: int) -> int:
     return max(1, min(_POOL_BATCHES, _POOL_BYTES // max(1, sample_bytes * batch_size)))
 
 
+#: What a sample is taken to weigh when the model's inputs do not say (a model without known
+#: input shapes, whose data comes from its make_dataset).
+_SAMPLE_BYTES_UNKNOWN = 4 * 1024
+
+
+def model_sample_bytes(model: Any) -> int:
+    """What one sample of the model's inputs weighs (its inputs' shapes and dtypes, unknown
+    dimensions taken as 1), so that a pool of large samples (ResNet50's 224x224x3 images: 588
+    KiB) stays within the pool's bytes; 4 KiB where the inputs are not known."""
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        return _SAMPLE_BYTES_UNKNOWN
+    total = 0
+    for tensor in inputs:
+        dims = [int(d) if d else 1 for d in tuple(tensor.shape)[1:]]
+        try:
+            itemsize = np.dtype(str(getattr(tensor, "dtype", "float32"))).itemsize
+        except TypeError:
+            itemsize = 4  # a string input: its words, about a word's size
+        total += int(np.prod(dims, dtype=np.int64)) * itemsize
+    return max(1, total)
+
+
 def synthesise_batches(
     model: keras.Model, loss: Any, batch_size: int, n_batches: int, seed: int
 ) -> list[Batch]:

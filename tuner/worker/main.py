@@ -348,7 +348,7 @@ def _load(
     else:
         loaded = loading.load_user_model(source, spec.policy.name)
         built()
-        pool = loading.pool_size(4 * 1024, spec.batch_size)
+        pool = loading.pool_size(loading.model_sample_bytes(loaded.model), spec.batch_size)
         batches = loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
     return loaded, batches
 
@@ -439,7 +439,7 @@ def _run_warm(
             source.name, source.params, spec.batch_size, pool, spec.seed
         )
     else:
-        pool = loading.pool_size(4 * 1024, spec.batch_size)
+        pool = loading.pool_size(loading.model_sample_bytes(warm.loaded.model), spec.batch_size)
         batches = loading.user_batches(source, warm.loaded, spec.batch_size, pool, spec.seed)
     context.batches, context.loss = batches, warm.loaded.loss
     context.model, context.optimizer = warm.model, warm.loaded.optimizer
