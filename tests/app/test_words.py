@@ -48,9 +48,9 @@ def test_recorded_searches_say_flags_the_window_renames() -> None:
             "that check",
         ),
         (
-            "the default time budget on a GPU (18 min, about 40 trials; --budget-minutes sets "
+            "the default time budget on a GPU (20 min, about 48 trials; --budget-minutes sets "
             "another)",
-            "the default time budget on a GPU (18 min, about 40 trials; Time budget in the "
+            "the default time budget on a GPU (20 min, about 48 trials; Time budget in the "
             "Search panel sets another)",
         ),
         (

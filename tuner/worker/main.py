@@ -71,6 +71,17 @@ class _Warm:
     compiled_for: Any = None
     #: the last trial's step runner, let go between trials (see _between_trials)
     spent: Any = None
+    #: the last trial's batches, by (batch size, seed): a trial at the same batch size (a
+    #: runoff's or a final check's repeat) trains on them again instead of making them anew
+    data: tuple[tuple[int, int], list[Any]] | None = None
+
+    def batches(self, spec: TrialSpec, make: Callable[[], list[Any]]) -> list[Any]:
+        """The trial's batches: the last trial's where they are the same, else made."""
+        key = (spec.batch_size, spec.seed)
+        if self.data is None or self.data[0] != key:
+            self.data = None  # the old pool goes before the new one is made
+            self.data = (key, make())
+        return self.data[1]
 
     def restore(self) -> None:
         """Every variable back to its value before the first step: the next trial trains from
@@ -271,6 +282,8 @@ def _run(
         if keep_warm
         else None
     )
+    if kept is not None:
+        kept.data = ((spec.batch_size, spec.seed), batches)
     # Automatic collection is off (see main): what the import, the build and the probe left is
     # collected now, on the build's time, and what lives on is frozen, so that collections
     # between a warm worker's trials scan only what each trial made.
@@ -421,7 +434,7 @@ def _run_warm(
     differ from the last trial's."""
 
     from tuner import keras_setup, workloads
-    from tuner.worker import loading, measuring, training
+    from tuner.worker import measuring, training
 
     # No model code runs again: only the setup's data and compile.
     _enter(channel, phase, "prepare")
@@ -431,16 +444,7 @@ def _run_warm(
     warm.restore()
     if _compiled_differently(warm.compiled_for, spec.setup):
         warm.recompile(spec.setup)
-    if source.kind == "builtin":
-        pool = loading.pool_size(
-            workloads.sample_bytes(source.name, source.params), spec.batch_size
-        )
-        batches = workloads.make_batches(
-            source.name, source.params, spec.batch_size, pool, spec.seed
-        )
-    else:
-        pool = loading.pool_size(loading.model_sample_bytes(warm.loaded.model), spec.batch_size)
-        batches = loading.user_batches(source, warm.loaded, spec.batch_size, pool, spec.seed)
+    batches = warm.batches(spec, lambda: _make_batches(spec, source, warm.loaded))
     context.batches, context.loss = batches, warm.loaded.loss
     context.model, context.optimizer = warm.model, warm.loaded.optimizer
     if spec.policy.name != FLOAT32:  # a failure is asked of float32 as in a fresh worker
@@ -512,6 +516,20 @@ def _measured(
         channel.emit("error", **facts)
         return False
     return True
+
+
+def _make_batches(spec: TrialSpec, source: ModelSource, loaded: Any) -> list[Any]:
+    """A warm worker's batches at the trial's batch size, as a fresh worker makes them."""
+    from tuner import workloads
+    from tuner.worker import loading
+
+    if source.kind == "builtin":
+        pool = loading.pool_size(
+            workloads.sample_bytes(source.name, source.params), spec.batch_size
+        )
+        return workloads.make_batches(source.name, source.params, spec.batch_size, pool, spec.seed)
+    pool = loading.pool_size(loading.model_sample_bytes(loaded.model), spec.batch_size)
+    return loading.user_batches(source, loaded, spec.batch_size, pool, spec.seed)
 
 
 def _between_trials(warm: _Warm) -> None:

@@ -152,6 +152,7 @@ class SearchContext:
         self.leaps: dict[str, int] = {}
         evaluator.prune_below = self.prune_below
         evaluator.reserve = self.reserved
+        evaluator.reserved_for = self.leader_setup
 
     def prune_below(self, setup: Setup, stage: str) -> float | None:
         """The rate under which a trial of ``setup`` in ``stage`` stops measuring: a share
@@ -167,6 +168,11 @@ class SearchContext:
         that ends must still be able to recommend), unsafe ones left out."""
         usable = [m for p in self.precisions if p != FLOAT32 for m in self.usable(p)]
         return max(usable, key=lambda m: m.speed, default=None)
+
+    def leader_setup(self) -> Setup | None:
+        """The leader's setup (see :meth:`leader`), or None."""
+        leader = self.leader()
+        return None if leader is None else leader.result.spec.setup
 
     def reserved(self) -> int:
         """How many trials the leader's check against IEEE float32 still needs: its float32
