@@ -129,9 +129,8 @@ mixed_float16 b512, which it had measured and could not check. mixed_bfloat16 b5
 mixed_float16 b512 lie 4.8% apart, inside two runs' noise: with noise the pick is one or the
 other. The default budget is 48 trials' time since warm workers (issue 34): at these
 trials' prices (a fresh worker each, as that card's search ran them) it reaches the 30-minute
-cap; mixed_bfloat16 b1024, which the table lacks and predicts flat from b512, is then picked
-over mixed_float16 b512 at 0.954 of it. The search on a GPU's warm workers is simulated in the
-next section.
+cap, and picks mixed_float16 b512 or b768 (3% apart, inside the noise). The search on a GPU's
+warm workers is simulated in the next section.
 """
     print(body)
     if args.write:

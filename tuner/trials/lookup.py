@@ -457,6 +457,8 @@ class Lookup:
         self.pricing = pricing
         self._random = random.Random(seed)
         self.calls: list[TrialSpec] = []
+        #: when each call started, on the simulated clock
+        self.started: list[float] = []
 
     def __call__(
         self,
@@ -467,6 +469,7 @@ class Lookup:
         source: Any = None,
     ) -> TrialResult:
         self.calls.append(spec)
+        self.started.append(self.clock.now)
         setup = spec.setup
         m = self.table.predict(setup.precision, setup.batch_size)
         if self.pricing is not None:

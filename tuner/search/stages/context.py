@@ -186,7 +186,9 @@ class SearchContext:
         if reference_of(setup) in known:
             return 0
         f32 = [s for s in known if s.precision == FLOAT32 and plain(s)]
-        oom = [s.batch_size for s in f32 if known[s][0].result.status is TrialStatus.OOM]
+        # TF32 keeps float32's tensors: its out-of-memory errors are float32's too.
+        same_memory = [s for s in known if s.precision in (FLOAT32, TF32) and plain(s)]
+        oom = [s.batch_size for s in same_memory if known[s][0].result.status is TrialStatus.OOM]
         if not oom or min(oom) > setup.batch_size:
             return 1
         ran = [s.batch_size for s in f32 if first_ok(known[s]) is not None]

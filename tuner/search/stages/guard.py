@@ -17,7 +17,7 @@ from tuner.search.measures import (
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, plain, unsafe_text
 from tuner.search.wording import pct
-from tuner.setup import Setup
+from tuner.setup import TF32, Setup
 from tuner.trials.result import TrialStatus
 
 
@@ -128,10 +128,12 @@ def float32_at(ctx: SearchContext, setup: Setup, allow_new_trials: bool) -> Meas
     batch_size = setup.batch_size
     key = reference_of(setup)
     if key not in ctx.evaluator.known:
+        # float32 with TF32 matmuls keeps the same tensors: where it ran out of memory,
+        # IEEE float32 does too (on an H200 the guard spent 69 s learning it again).
         oom_below = [
             runs[0]
             for s, runs in ctx.evaluator.known.items()
-            if s.precision == FLOAT32
+            if s.precision in (FLOAT32, TF32)
             and plain(s)
             and s.batch_size <= batch_size
             and runs[0].result.status is TrialStatus.OOM
