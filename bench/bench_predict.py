@@ -48,19 +48,18 @@ def measure(model: str, policy: str, batch: int) -> dict[str, float | str]:
     )
     result = run_trial(spec)
     prediction = result.memory_prediction
-    if not result.ok or not prediction or not result.peak_memory_mb:
+    if not result.ok or prediction is None or not result.peak_memory_mb:
         return {"status": f"{result.status.value}: {result.error.message if result.error else ''}"}
     measured = float(result.peak_memory_mb)
-    predicted = float(prediction["peak_mb"])
     return {
         "status": "ok",
-        "live": float(prediction["live_mb"]),
-        "step": float(prediction["step_mb"]),
-        "temp": float(prediction["parts_mb"]["temp"]),
-        "predicted": predicted,
+        "live": prediction.live_mb or 0.0,
+        "step": prediction.step_mb or 0.0,
+        "temp": prediction.parts_mb.get("temp", 0.0),
+        "predicted": prediction.peak_mb,
         "measured": measured,
-        "error": predicted / measured - 1,
-        "compile": float(prediction.get("compile_s") or 0.0),
+        "error": prediction.peak_mb / measured - 1,
+        "compile": prediction.compile_s or 0.0,
     }
 
 

@@ -109,14 +109,14 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         if (result.memory_method or "").startswith("predicted"):
             what = "predicted: the worker's peak was an earlier trial's"
         rows.append(("peak memory", f"{result.peak_memory_mb:,.0f} MB ({what})"))
-    predicted = result.memory_prediction.get("peak_mb")
-    if predicted is not None:
-        limit = result.memory_prediction.get("limit_mb")
+    prediction = result.memory_prediction
+    if prediction is not None:
+        limit = prediction.limit_mb
         rows.append(
             (
                 "predicted",
-                f"{float(predicted):,.0f} MB before the first step (XLA's memory_analysis)"
-                + (f", against {float(limit):,.0f} MB it may use" if limit else ""),
+                f"{prediction.peak_mb:,.0f} MB before the first step (XLA's memory_analysis)"
+                + (f", against {limit:,.0f} MB it may use" if limit else ""),
             )
         )
     if result.losses:

@@ -57,13 +57,14 @@ def test_a_setup_predicted_over_the_limit_never_starts_its_steps() -> None:
     assert result.predicted_oom
     assert result.steps_completed == 0 and not steps
     prediction = result.memory_prediction
-    assert prediction["limit_mb"] == LIMIT_MB
-    assert prediction["peak_mb"] > LIMIT_MB
-    assert prediction["parts_mb"]["temp"] > 0
+    assert prediction is not None
+    assert prediction.limit_mb == LIMIT_MB
+    assert prediction.peak_mb > LIMIT_MB
+    assert prediction.parts_mb["temp"] > 0
     # The record names both figures, in one line.
     assert result.error is not None
     assert "predicted before any step" in result.error.message
-    assert f"{prediction['peak_mb']:,.0f} MB" in result.error.message
+    assert f"{prediction.peak_mb:,.0f} MB" in result.error.message
     assert f"{LIMIT_MB:,.0f} MB" in result.error.message
 
 
@@ -77,7 +78,8 @@ def test_a_refused_setup_keeps_its_warm_worker_and_the_runs_record_their_predict
     # Nothing ran, so nothing of the worker changed: one worker for all three.
     assert (pool.started, pool.reused) == (1, 2)
     for result in (small, after):
-        predicted = result.memory_prediction["peak_mb"]
+        assert result.memory_prediction is not None
+        predicted = result.memory_prediction.peak_mb
         assert result.peak_memory_mb is not None
         # The prediction's error is there to read; on XLA's CPU it misses the scratch memory
         # its kernels take outside the step's buffers (docs/trials.md), within a quarter.
@@ -105,7 +107,8 @@ def test_with_one_peak_for_the_process_a_warm_trial_still_reports_its_own(
     assert large.peak_memory_mb and small.peak_memory_mb and larger.peak_memory_mb
     # The small batch's peak is not the process's (the large batch's): it is its prediction.
     assert small.memory_method is not None and small.memory_method.startswith("predicted")
-    assert small.peak_memory_mb == pytest.approx(small.memory_prediction["peak_mb"])
+    assert small.memory_prediction is not None
+    assert small.peak_memory_mb == pytest.approx(small.memory_prediction.peak_mb)
     assert small.peak_memory_mb < large.peak_memory_mb
     # A larger batch raised the process's peak: that peak is its own, measured.
     assert larger.memory_method is not None and larger.memory_method.startswith("VmHWM")
@@ -141,7 +144,7 @@ def test_a_search_with_one_peak_per_process_starts_one_worker_per_precision(
     # Every run's peak is its own: never a larger batch's peak of the same process seen again
     # (where the process's peak did not rise, the trial's prediction stands in).
     ok = [r for r in results if r.ok]
-    assert ok and all(r.memory_prediction for r in ok)
+    assert ok and all(r.memory_prediction is not None for r in ok)
     for i, later in enumerate(ok):
         for earlier in ok[:i]:
             if (

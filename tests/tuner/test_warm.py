@@ -318,14 +318,14 @@ def test_an_out_of_memory_error_beside_waiting_gpu_workers_is_run_again_alone() 
     """Another worker waiting on the GPU holds what its allocator took: an out-of-memory error
     then may be theirs, so the trial runs again once they are ended. One refused by its own
     predicted memory (the limit it was measured against is its process's) is not."""
-    from tuner.trials.result import TrialResult
+    from tuner.trials.result import MemoryPrediction, TrialResult
 
-    def result(status: TrialStatus, prediction: dict[str, float] | None = None) -> TrialResult:
-        return TrialResult(spec=spec(16), status=status, memory_prediction=prediction or {})
+    def result(status: TrialStatus, prediction: MemoryPrediction | None = None) -> TrialResult:
+        return TrialResult(spec=spec(16), status=status, memory_prediction=prediction)
 
     for first, runs in (
         (result(TrialStatus.OOM), 2),
-        (result(TrialStatus.OOM, {"peak_mb": 900.0, "limit_mb": 800.0}), 1),
+        (result(TrialStatus.OOM, MemoryPrediction(peak_mb=900.0, limit_mb=800.0)), 1),
     ):
         pool = WorkerPool()
         waiting = FakeWorker(False)

@@ -242,8 +242,6 @@ def tune(
     plan = _resolve(model, space, settings, storage, study, resume, profile, workers)
     devices, parallel_note = parallel_devices(parallel, plan.profile, plan.settings.device)
     session, lease = _open(plan, storage, study, resume)
-    # One waiting worker per precision the search measures (its policies, and TF32 beside
-    # float32), so that going from policy to policy and back starts none anew.
     pools, slots, runner, start_ahead = _slots(runner, devices, len(plan.space.policies) + 1)
     emit = on_event or (lambda event: None)
     try:
@@ -398,7 +396,10 @@ def _slots(
     runner: TrialRunner, devices: list[str | None], precisions: int
 ) -> tuple[list[WorkerPool], list[Slot], TrialRunner, StartAhead | None]:
     """Where the trials run: with the default runner, a worker pool per device (closed when the
-    search ends); the slots, the runner of the first and what starts workers ahead."""
+    search ends), each keeping a waiting worker per precision the search measures (its
+    policies, and TF32 beside float32: ``precisions``), so that going from policy to policy
+    and back starts none anew; the slots, the runner of the first and what starts workers
+    ahead."""
     if runner is not run_trial:
         slots = [Slot(runner, device) for device in devices]
         return [], slots, runner, getattr(runner, "start_ahead", None)

@@ -97,6 +97,53 @@ class TrialError:
         return data
 
 
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """A trial's peak memory predicted before its first step, from its compiled step (JAX:
+    :func:`tuner.worker.training.predict_peak` says how), and what the trial may use.
+
+    Attributes:
+        peak_mb: the predicted peak: what the process held plus what one step adds.
+        live_mb: what the process held before the step (GPU: the allocator's live bytes; CPU:
+            resident memory).
+        step_mb: what one step adds (XLA's temporary buffers, outputs not written over the
+            donated state, code).
+        limit_mb: what the trial may use (``--memory-limit``, or on a GPU the allocator's
+            limit); None: no limit.
+        limit_source: where the limit comes from, in words.
+        method: how the prediction was made, in words.
+        parts_mb: XLA's ``memory_analysis()`` figures (argument, output, alias, temp, code).
+        compile_s: the step's compile ahead of its first run.
+        peak_so_far_mb: on a CPU, the trial's peak before the step (the build, the compile),
+            which the predicted peak is no less than.
+    """
+
+    peak_mb: float
+    live_mb: float | None = None
+    step_mb: float | None = None
+    limit_mb: float | None = None
+    limit_source: str | None = None
+    method: str | None = None
+    parts_mb: dict[str, float] = field(default_factory=dict)
+    compile_s: float | None = None
+    peak_so_far_mb: float | None = None
+
+    @property
+    def over_limit(self) -> bool:
+        return self.limit_mb is not None and self.peak_mb > self.limit_mb
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryPrediction:
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        known["peak_mb"] = float(known["peak_mb"])
+        known["parts_mb"] = {str(k): float(v) for k, v in (known.get("parts_mb") or {}).items()}
+        return cls(**known)
+
+
 #: A setup is input-bound when what fit can reach with its input is under this share of the
 #: device's rate.
 INPUT_BOUND = 0.9
@@ -225,20 +272,18 @@ class TrialResult:
     #: stopped measuring early: its rate fell under ``spec.prune_below`` (its figure is kept,
     #: from the steps it ran; its loss window is short)
     pruned: bool = False
-    #: the peak predicted before the first step, from the compiled step (JAX): ``peak_mb``,
-    #: ``limit_mb`` and how (:class:`~tuner.trials.messages.PredictionMessage`); beside
-    #: :attr:`peak_memory_mb` it shows the prediction's error. Empty where none was made
-    memory_prediction: dict[str, Any] = field(default_factory=dict)
+    #: the peak predicted before the first step, from the compiled step (JAX); beside
+    #: :attr:`peak_memory_mb` it shows the prediction's error. None where none was made
+    memory_prediction: MemoryPrediction | None = None
 
     @property
     def predicted_oom(self) -> bool:
         """Out of memory as predicted before any step: the setup was never run."""
         return (
             self.status is TrialStatus.OOM
-            and bool(self.memory_prediction)
+            and self.memory_prediction is not None
+            and self.memory_prediction.over_limit
             and self.steps_completed == 0
-            and (self.memory_prediction.get("limit_mb") or math.inf)
-            < float(self.memory_prediction["peak_mb"])
         )
 
     @property
@@ -312,8 +357,8 @@ class TrialResult:
         }
         if self.pruned:
             data["pruned"] = True  # left out otherwise: results stored before it match
-        if self.memory_prediction:
-            data["memory_prediction"] = dict(self.memory_prediction)
+        if self.memory_prediction is not None:
+            data["memory_prediction"] = self.memory_prediction.to_dict()
         safe: dict[str, Any] = _json_safe(data)
         return safe
 
@@ -348,7 +393,11 @@ class TrialResult:
             hazards=tuple(Hazard.from_dict(h) for h in data.get("hazards") or ()),
             numerics=dict(data.get("numerics") or {}),
             pruned=bool(data.get("pruned", False)),
-            memory_prediction=dict(data.get("memory_prediction") or {}),
+            memory_prediction=(
+                MemoryPrediction.from_dict(data["memory_prediction"])
+                if data.get("memory_prediction")
+                else None
+            ),
         )
 
 

@@ -54,6 +54,7 @@ from tuner.trials.process import kill_all_workers as kill_all_workers
 from tuner.trials.result import (
     START_PHASE,
     InputRate,
+    MemoryPrediction,
     Timings,
     TrialResult,
     TrialStatus,
@@ -603,7 +604,9 @@ class _WorkerRun:
             background_load=self.background_load,
             hazards=merge(self.hazards),
             numerics=dict(self.numerics),
-            memory_prediction=dict(self.prediction),
+            memory_prediction=(
+                MemoryPrediction.from_dict(self.prediction) if self.prediction else None
+            ),
         )
 
 
