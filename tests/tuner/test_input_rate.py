@@ -98,11 +98,13 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     assert fed.samples_per_second < 1600
     assert fed.samples_per_second < 0.5 * device
     assert result.input_bound
-    # What fit can reach: the input's rate, or a little less where fit makes each batch
-    # between steps (JAX and PyTorch on a CPU). Over this 13-batch window PyTorch's fit was
-    # measured at 0.87-0.93 of the input's rate on a 2-core AMD EPYC (2026-11-26): 0.85 bounds it.
+    # What fit can reach: the input's rate where fit makes the next batch while the device
+    # trains; where it makes each batch between steps (JAX and PyTorch on a CPU) the two add up,
+    # which with the input at most half the device's rate (above) is at least 2/3 of the
+    # input's. PyTorch's measured 0.87-0.93 on an idle 2-core AMD EPYC (2026-11-26) and 0.70
+    # with the machine's two cores busy with another job: the device's rate is the machine's.
     assert result.samples_per_second is not None
-    low = 0.85 if backend == "torch" else 0.9
+    low = 0.9 if fed.overlapped else 2 / 3
     assert low * fed.samples_per_second <= result.samples_per_second <= fed.samples_per_second
     assert result.timings.input_s is not None and result.timings.input_s >= 0.4
     report = console.render_trial(result)
