@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow  # imports TensorFlow
 keras = pytest.importorskip("keras")
 
 from tuner import workloads  # noqa: E402
-from tuner.worker import checks, loading, probe  # noqa: E402
+from tuner.worker import checks, loading, probe, probe_pass  # noqa: E402
 
 F16, BF16 = "mixed_float16", "mixed_bfloat16"
 
@@ -416,3 +416,55 @@ def test_a_model_too_large_for_the_budget_is_compared_as_far_as_it_fits(
     report, _ = run_probe(text_model(TokenEmbedding), BF16, x, y, "sparse_categorical_crossentropy")
     assert report.note and "memory budget" in report.note
     assert INTEGER_CAST in kinds(report)  # the first layer still fit
+
+
+# -- what the probe costs -----------------------------------------------------------------------
+
+
+def test_the_probe_says_where_its_seconds_go() -> None:
+    (x, y), *_ = workloads.make_batches("cnn", {}, 32, 1, 0)
+    build = lambda: workloads.build("cnn", {})  # noqa: E731
+    report, _ = run_probe(build, F16, x, y, workloads.LOSS, scale=2.0**15)
+    parts = report.numerics["probe_parts"]
+    # One pass per model: its forward pass recorded and its gradients from the same tape (on
+    # JAX, one compiled function: traced, compiled, run).
+    steps = (
+        ("trace", "compile", "run")
+        if keras.backend.backend() == "jax"
+        else ("forward", "gradients")
+    )
+    passes = {f"{side}_{step}" for side in ("float32", "policy") for step in steps}
+    assert set(parts) == {"twin", "weights", *passes, "compare", "flush_check"}
+    assert all(s >= 0 for s in parts.values())
+    assert sum(parts.values()) <= report.numerics["probe_s"] + 0.01
+    report, _ = run_probe(build, BF16, x, y, workloads.LOSS)
+    assert not any("gradients" in part for part in report.numerics["probe_parts"])
+
+
+def test_the_gradients_of_the_recorded_pass_are_the_backends_gradients() -> None:
+    """The gradients come from the pass the probe records (one forward pass, not two), and are
+    the ones the backend's own gradient function computes."""
+    from tuner.worker import backends
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 16)).astype("float32")
+    y = rng.standard_normal((32, 1)).astype("float32")
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy(F16)
+    model = small_mlp()
+    loss = keras.losses.get("mean_squared_error")
+    done = probe_pass.eager_pass(
+        model,
+        probe_pass.Layers.walk(model),
+        x,
+        probe_pass.Loss(loss, y, 2.0**15),
+        probe_pass.Parts(),
+        "policy",
+        probe.RECORD_BUDGET_BYTES,
+    )
+    assert done.error is None and done.gradient_error is None and done.gradients is not None
+    alone = backends.current().gradients(model, x, y, loss, 2.0**15)
+    for mine, theirs in zip(
+        done.gradients, probe_pass.float32_gradients(alone, model.trainable_weights), strict=True
+    ):
+        assert np.array_equal(mine, theirs)

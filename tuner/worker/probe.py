@@ -8,17 +8,18 @@ Keras autocast its inputs) and returned is compared directly. From that comparis
 gradients of one batch the probe reports :class:`~tuner.trials.hazards.Hazard` s; the limits
 and thresholds are in :mod:`tuner.trials.hazards` and explained in docs/numerics.md.
 
-It runs eagerly on a slice of the first batch (at most :data:`PROBE_SAMPLES` samples), before
-the trial compiles its model, and restores every wrapped ``call`` before it returns.
+It runs on a slice of the first batch (at most :data:`PROBE_SAMPLES` samples), before the trial
+compiles its model, and restores every wrapped ``call`` before it returns. Each model makes one
+recorded pass (:mod:`tuner.worker.probe_pass`), which under mixed_float16 also gives the
+gradients: eagerly on TensorFlow and PyTorch, as one compiled function per model on JAX. Where
+its seconds go is in ``numerics["probe_parts"]``.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +41,19 @@ from tuner.trials.hazards import (
     UNIT_ROUNDOFF,
     Hazard,
 )
+from tuner.worker.probe_pass import (
+    Call,
+    Layers,
+    Loss,
+    Parts,
+    Pass,
+    Recorder,
+    attempt,
+    run_pass,
+)
 from tuner.worker.usercode import first_line
 
-#: Samples of the first batch the probe runs on: enough for the value ranges, cheap eagerly.
+#: Samples of the first batch the probe runs on: enough for the value ranges, cheap to run.
 PROBE_SAMPLES = 32
 #: Loss scales whose effect on float16 gradients is predicted from the float32 gradients.
 PREDICTED_SCALES = (1.0, 2.0**7, 2.0**15, 2.0**24)
@@ -78,74 +89,6 @@ class ProbeReport:
     note: str | None = None
 
 
-@dataclass
-class _Call:
-    """One call of one layer, as its ``call`` saw it."""
-
-    layer: int  #: the layer's index in the walk
-    entry: int  #: order the calls began in
-    inputs: list[np.ndarray | None]
-    outputs: list[np.ndarray | None] | None = None
-    exit: int | None = None  #: order the calls ended in; None: it raised
-
-
-@dataclass
-class _Layers:
-    """A model's layers, depth first, with each layer's parent (an index, None at the top)."""
-
-    layers: list[Any]
-    parents: list[int | None]
-
-    @classmethod
-    def walk(cls, model: Any) -> _Layers:
-        layers: list[Any] = []
-        parents: list[int | None] = []
-        seen: set[int] = set()
-
-        def visit(layer: Any, parent: int | None) -> None:
-            for sub in _sublayers(layer):
-                if id(sub) in seen:
-                    continue
-                seen.add(id(sub))
-                layers.append(sub)
-                parents.append(parent)
-                visit(sub, len(layers) - 1)
-
-        visit(model, None)
-        return cls(layers, parents)
-
-    def descends(self, index: int, ancestor: int) -> bool:
-        parent = self.parents[index]
-        while parent is not None:
-            if parent == ancestor:
-                return True
-            parent = self.parents[parent]
-        return False
-
-    def name(self, index: int) -> str:
-        layer = self.layers[index]
-        return f"layer '{layer.name}' ({type(layer).__name__})"
-
-
-def _sublayers(layer: Any) -> list[Any]:
-    found = getattr(layer, "_layers", None)
-    if found is None:
-        found = getattr(layer, "layers", None) or []
-    return [x for x in found if isinstance(x, keras.layers.Layer)]
-
-
-def _array(value: Any) -> np.ndarray | None:
-    """A tensor as a NumPy array (bfloat16 kept as ml_dtypes' bfloat16); None otherwise."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return None
-    if not hasattr(value, "dtype") or not hasattr(value, "shape"):
-        return None
-    try:
-        return np.asarray(keras.ops.convert_to_numpy(value))
-    except Exception:  # noqa: BLE001 - a symbolic or exotic value: not compared
-        return None
-
-
 def _dtype(a: np.ndarray) -> str:
     """Keras's name of the array's dtype; NumPy's for one Keras has no name for (the strings a
     StringLookup takes arrive as ``object``), which no numeric check then matches."""
@@ -157,66 +100,6 @@ def _dtype(a: np.ndarray) -> str:
 
 def _is_float(a: np.ndarray | None) -> bool:
     return a is not None and _dtype(a) in {"float16", "bfloat16", "float32", "float64"}
-
-
-class _Recorder:
-    """Wraps every layer's ``call`` to record what it received and returned."""
-
-    def __init__(self, layers: _Layers, budget_bytes: int | None = None) -> None:
-        self.layers = layers
-        self.budget_bytes = RECORD_BUDGET_BYTES if budget_bytes is None else budget_bytes
-        self.recorded_bytes = 0
-        self.truncated = False
-        self.calls: list[_Call] = []
-        self._entries = itertools.count()
-        self._exits = itertools.count()
-
-    @contextmanager
-    def recording(self) -> Iterator[_Recorder]:
-        wrapped = []
-        try:
-            for index, layer in enumerate(self.layers.layers):
-                original = layer.call
-                object.__setattr__(layer, "call", self._wrap(index, original))
-                wrapped.append(layer)
-            yield self
-        finally:
-            for layer in wrapped:
-                if "call" in layer.__dict__:
-                    object.__delattr__(layer, "call")
-
-    def _wrap(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            record = _Call(
-                index, next(self._entries), [self._keep(v) for v in keras.tree.flatten(list(args))]
-            )
-            self.calls.append(record)
-            out = original(*args, **kwargs)
-            record.outputs = [self._keep(v) for v in keras.tree.flatten(out)]
-            record.exit = next(self._exits)
-            return out
-
-        return call
-
-    def _keep(self, value: Any) -> np.ndarray | None:
-        """``value`` as an array while the budget lasts."""
-        if self.recorded_bytes >= self.budget_bytes:
-            self.truncated = True
-            return None
-        array = _array(value)
-        if array is not None:
-            self.recorded_bytes += array.nbytes
-        return array
-
-    def by_key(self) -> dict[tuple[int, int], _Call]:
-        """Calls by (layer, how many times that layer had been called before)."""
-        counts: dict[int, int] = {}
-        keyed = {}
-        for call in self.calls:
-            n = counts.get(call.layer, 0)
-            counts[call.layer] = n + 1
-            keyed[(call.layer, n)] = call
-        return keyed
 
 
 def probe(
@@ -241,73 +124,112 @@ def probe(
     """
     t0 = time.perf_counter()
     report = ProbeReport()
+    parts = Parts()
+    try:
+        _compare(report, parts, model, build_float32, policy, batch, loss, loss_scale, slice_batch)
+    finally:
+        report.numerics["probe_parts"] = parts.rounded()
+        report.numerics["probe_s"] = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _compare(
+    report: ProbeReport,
+    parts: Parts,
+    model: keras.Model,
+    build_float32: Callable[[], keras.Model],
+    policy: str,
+    batch: tuple[Any, Any],
+    loss: Any,
+    loss_scale: float | None,
+    slice_batch: Callable[[Any, int], Any],
+) -> None:
+    """:func:`probe`'s work, each part timed in ``parts``."""
     low = "float16" if policy == "mixed_float16" else "bfloat16"
     x = slice_batch(batch[0], PROBE_SAMPLES)
     y = slice_batch(batch[1], PROBE_SAMPLES)
     try:
-        twin = build_float32()
-        _ensure_built(twin, x)
-        policy_built_error = _try(lambda: _ensure_built(model, x))
-        twin.set_weights(model.get_weights())
+        with parts.part("twin"):
+            twin = build_float32()
+            _ensure_built(twin, x)
+            policy_built_error = attempt(lambda: _ensure_built(model, x))
+        with parts.part("weights"):
+            twin.set_weights(model.get_weights())
     except Exception as exc:  # noqa: BLE001 - the probe must never fail the trial
-        return _not_compared(report, f"the float32 twin could not be prepared: {first_line(exc)}")
-    walk_twin, walk_model = _Layers.walk(twin), _Layers.walk(model)
+        _not_compared(report, f"the float32 twin could not be prepared: {first_line(exc)}")
+        return
+    walk_twin, walk_model = Layers.walk(twin), Layers.walk(model)
     if [type(x).__name__ for x in walk_twin.layers] != [
         type(x).__name__ for x in walk_model.layers
     ]:
-        return _not_compared(report, "the float32 twin's layers differ from the model's")
+        _not_compared(report, "the float32 twin's layers differ from the model's")
+        return
 
-    reference = _Recorder(walk_twin)
-    with reference.recording():
-        twin_error = _try(lambda: twin(x, training=False))
-    if twin_error is not None:
-        return _not_compared(report, f"float32 fails on the same batch too: {twin_error}")
-    mine = _Recorder(walk_model)
-    with mine.recording():
-        failure = policy_built_error or _try(lambda: model(x, training=False))
-    report.failure = failure
-    if reference.truncated or mine.truncated:
+    # Under mixed_float16 the gradients of the probe batch are compared too: each model's are
+    # taken with its forward pass (one pass, one compiled function on JAX).
+    loss_fn = _loss_fn(loss) if low == "float16" else None
+    budget = RECORD_BUDGET_BYTES
+    reference = run_pass(
+        twin, walk_twin, x, Loss(loss_fn, y, 1.0) if loss_fn else None, parts, "float32", budget
+    )
+    if reference.error is not None:
+        _not_compared(report, f"float32 fails on the same batch too: {reference.error}")
+        return
+    scale = loss_scale or 1.0
+    wanted = Loss(loss_fn, y, scale) if loss_fn else None
+    if policy_built_error is None:
+        mine = run_pass(model, walk_model, x, wanted, parts, "policy", budget)
+    else:
+        mine = Pass(Recorder(walk_model, budget), policy_built_error)
+    failure = report.failure = mine.error
+    if reference.recorder.truncated or mine.recorder.truncated:
         report.note = (
             "the numerics probe compared only the layers that fit its memory budget of "
             f"{RECORD_BUDGET_BYTES // 2**20} MB"
         )
 
-    pairs = _pairs(reference, mine)
-    if _integer_casts(report, pairs, walk_model, policy, low, failure):
-        pairs, failure = _with_fix(report, reference, walk_model, model, x)
+    with parts.part("compare"):
+        pairs = _pairs(reference.recorder, mine.recorder)
+        fix = _integer_casts(report, pairs, walk_model, policy, low, failure)
+    if fix:
+        mine = _with_fix(report, parts, walk_model, model, x, wanted)
+        pairs, failure = _pairs(reference.recorder, mine.recorder), mine.error
     elif failure is not None:
         _policy_failure(report, pairs, walk_model, policy, failure)
-    errors = _layer_errors(pairs, walk_model)
-    report.numerics["layer_errors"] = [[walk_model.layers[i].name, e] for i, e in errors][:64]
-    if failure is None:
-        if low == "float16":
-            _overflow(report, pairs, walk_model, policy)
-        _divergence(report, errors, walk_model, policy, low)
-        if low == "float16":
-            _underflow(report, twin, model, x, y, loss, loss_scale, policy)
-    report.numerics["probe_s"] = round(time.perf_counter() - t0, 3)
-    return report
+    with parts.part("compare"):
+        errors = _layer_errors(pairs, walk_model)
+        report.numerics["layer_errors"] = [[walk_model.layers[i].name, e] for i, e in errors][:64]
+        if failure is None:
+            if low == "float16":
+                _overflow(report, pairs, walk_model, policy)
+            _divergence(report, errors, walk_model, policy, low)
+    if failure is None and loss_fn is not None:
+        with parts.part("flush_check"):
+            _underflow(report, reference, mine, model.trainable_weights, scale, policy)
 
 
 def _with_fix(
-    report: ProbeReport, reference: _Recorder, walk_model: _Layers, model: keras.Model, x: Any
-) -> tuple[list[tuple[_Call, _Call]], str | None]:
-    """Compare again as the policy would run once fixed: the unsafe layers keep their inputs
-    (``autocast=False``). The pairs of calls, and the forward pass's failure (None: none)."""
+    report: ProbeReport,
+    parts: Parts,
+    walk_model: Layers,
+    model: keras.Model,
+    x: Any,
+    wanted: Loss | None,
+) -> Pass:
+    """Run again as the policy would run once fixed: the unsafe layers keep their inputs
+    (``autocast=False``). The forward pass's failure (None: none) is the report's."""
     for layer in report.unsafe_layers:
         layer.autocast = False
     report.numerics["fixed_layers"] = [layer.name for layer in report.unsafe_layers]
-    mine = _Recorder(walk_model)
-    with mine.recording():
-        failure = _try(lambda: model(x, training=False))
-    report.failure = failure
-    return _pairs(reference, mine), failure
+    mine = run_pass(model, walk_model, x, wanted, parts, "fixed", RECORD_BUDGET_BYTES)
+    report.failure = mine.error
+    return mine
 
 
 def _policy_failure(
     report: ProbeReport,
-    pairs: list[tuple[_Call, _Call]],
-    walk_model: _Layers,
+    pairs: list[tuple[Call, Call]],
+    walk_model: Layers,
     policy: str,
     failure: str,
 ) -> None:
@@ -333,21 +255,12 @@ def _not_compared(report: ProbeReport, why: str) -> ProbeReport:
     return report
 
 
-def _try(fn: Callable[[], Any]) -> str | None:
-    """Run ``fn``; its failure as one line, or None."""
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - a failure is a finding here
-        return first_line(exc)
-    return None
-
-
 def _ensure_built(model: Any, x: Any) -> None:
     if not getattr(model, "built", False):
         model(x, training=False)
 
 
-def _pairs(reference: _Recorder, mine: _Recorder) -> list[tuple[_Call, _Call]]:
+def _pairs(reference: Recorder, mine: Recorder) -> list[tuple[Call, Call]]:
     """(float32 call, policy call) of the same layer and call number, in the policy's order."""
     twin = reference.by_key()
     return [(twin[key], call) for key, call in mine.by_key().items() if key in twin]
@@ -355,8 +268,8 @@ def _pairs(reference: _Recorder, mine: _Recorder) -> list[tuple[_Call, _Call]]:
 
 def _integer_casts(
     report: ProbeReport,
-    pairs: list[tuple[_Call, _Call]],
-    layers: _Layers,
+    pairs: list[tuple[Call, Call]],
+    layers: Layers,
     policy: str,
     low: str,
     failure: str | None,
@@ -424,7 +337,7 @@ def _integer_casts(
 
 
 def _index_consumer(
-    index: int, layers: _Layers, by_layer: dict[int, tuple[_Call, _Call]]
+    index: int, layers: Layers, by_layer: dict[int, tuple[Call, Call]]
 ) -> int | None:
     """A layer inside ``index`` (or ``index`` itself) that reads indices and got other values
     than under float32."""
@@ -445,11 +358,15 @@ def _index_classes() -> list[type]:
     return [c for name in _INDEX_LAYERS if isinstance(c := getattr(keras.layers, name, None), type)]
 
 
+def _float_arrays(arrays: Sequence[np.ndarray | None] | None) -> list[np.ndarray]:
+    return [a for a in arrays or () if _is_float(a) and a is not None]
+
+
 def _floats(arrays: Sequence[np.ndarray | None] | None) -> list[np.ndarray]:
-    return [a.astype(np.float64) for a in arrays or () if _is_float(a) and a is not None]
+    return [a.astype(np.float64) for a in _float_arrays(arrays)]
 
 
-def _relative_error(ref: _Call, call: _Call) -> float | None:
+def _relative_error(ref: Call, call: Call) -> float | None:
     """|policy - float32| / |float32| (Frobenius norms) over the floating outputs; None: nothing to
     compare (it raised, or no float output)."""
     a, b = _floats(ref.outputs), _floats(call.outputs)
@@ -464,7 +381,7 @@ def _relative_error(ref: _Call, call: _Call) -> float | None:
     return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
 
 
-def _layer_errors(pairs: list[tuple[_Call, _Call]], layers: _Layers) -> list[tuple[int, float]]:
+def _layer_errors(pairs: list[tuple[Call, Call]], layers: Layers) -> list[tuple[int, float]]:
     """Each layer call's relative error, in the order the calls ended (innermost first)."""
     found = []
     for ref, call in sorted(pairs, key=lambda p: (p[1].exit is None, p[1].exit or 0)):
@@ -476,15 +393,16 @@ def _layer_errors(pairs: list[tuple[_Call, _Call]], layers: _Layers) -> list[tup
 
 def _overflow(
     report: ProbeReport,
-    pairs: list[tuple[_Call, _Call]],
-    layers: _Layers,
+    pairs: list[tuple[Call, Call]],
+    layers: Layers,
     policy: str,
 ) -> None:
     """The first layer whose output passes float16's largest value."""
     for ref, call in sorted(pairs, key=lambda p: (p[1].exit is None, p[1].exit or 0)):
         if call.exit is None:
             continue
-        a, b = _floats(ref.outputs), _floats(call.outputs)
+        # Maxima and infinities need no float64 copies (the error's sums do).
+        a, b = _float_arrays(ref.outputs), _float_arrays(call.outputs)
         if not a or len(a) != len(b):
             continue
         peak = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in a)
@@ -513,7 +431,7 @@ def _overflow(
 def _divergence(
     report: ProbeReport,
     errors: list[tuple[int, float]],
-    layers: _Layers,
+    layers: Layers,
     policy: str,
     low: str,
 ) -> None:
@@ -552,42 +470,33 @@ def _loss_fn(loss: Any) -> Callable[[Any, Any], Any] | None:
     return None  # a list or dict of losses: no single gradient to look at
 
 
-def _gradients(model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[np.ndarray]:
-    """Each trainable weight's gradient in float32 (zeros where it gets none), taken the
-    backend's way (:meth:`tuner.worker.backends.Backend.gradients`)."""
-    from tuner.worker import backends
-
-    grads = backends.current().gradients(model, x, y, loss_fn, scale)
-    return [
-        np.zeros(tuple(w.shape), np.float32)
-        if g is None
-        else np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(g, "float32")))
-        for g, w in zip(grads, model.trainable_weights, strict=True)
-    ]
-
-
 def _underflow(
     report: ProbeReport,
-    twin: Any,
-    model: Any,
-    x: Any,
-    y: Any,
-    loss: Any,
-    loss_scale: float | None,
+    reference: Pass,
+    mine: Pass,
+    weights: list[Any],
+    scale: float,
     policy: str,
 ) -> None:
     """Gradient values that flush to zero in float16: predicted per loss scale from float32's
     gradients, measured at the trial's scale."""
-    loss_fn = _loss_fn(loss)
-    if loss_fn is None:
+    why = reference.gradient_error or mine.gradient_error
+    if why is not None or reference.gradients is None or mine.gradients is None:
+        report.numerics["gradients"] = f"not compared: {why}"
         return
-    try:
-        reference = _gradients(twin, x, y, loss_fn, 1.0)
-        scale = loss_scale or 1.0
-        measured = _gradients(model, x, y, loss_fn, scale)
-    except Exception as exc:  # noqa: BLE001 - no gradients, no underflow evidence
-        report.numerics["gradients"] = f"not compared: {first_line(exc)}"
-        return
+    _flushed(report, reference.gradients, mine.gradients, weights, scale, policy)
+
+
+def _flushed(
+    report: ProbeReport,
+    reference: list[np.ndarray],
+    measured: list[np.ndarray],
+    weights: list[Any],
+    scale: float,
+    policy: str,
+) -> None:
+    """The shares of float32's gradient values that flush to zero in float16: predicted per
+    loss scale, and measured at ``scale``; an underflow hazard past :data:`UNDERFLOW_SHARE`."""
     flat = np.concatenate([np.abs(g).ravel() for g in reference]) if reference else np.zeros(0)
     nonzero = flat[flat > 0]
     if not nonzero.size:
@@ -599,7 +508,7 @@ def _underflow(
     report.numerics["overflow_scale"] = float(FLOAT16_MAX / nonzero.max())
     lost = total = 0
     worst: tuple[float, str] | None = None
-    for g32, glow, weight in zip(reference, measured, model.trainable_weights, strict=True):
+    for g32, glow, weight in zip(reference, measured, weights, strict=True):
         mask = g32 != 0
         n = int(mask.sum())
         if not n:
