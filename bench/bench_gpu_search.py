@@ -553,6 +553,19 @@ def report(
     row_ratio = statistics.median(r.per_minute for r in warm_runs) / statistics.median(
         r.per_minute for r in today_runs
     )
+    same = [
+        w.seconds and t.seconds / w.seconds
+        for w, t in zip(warm_runs, today_runs, strict=True)
+        if [c.setup for c in w.charges] == [c.setup for c in t.charges]
+    ]
+    same_words = (
+        f" In {len(same)} of {len(ratios)} runs both designs ran the same trials (each a new "
+        f"batch size or knob: the search ended without a runoff's repeats), and the warm design "
+        f"ran them {_span(same, '.2f')}x as fast: every such trial compiles its step in either "
+        "design, so the ratio rests on how many of a search's trials repeat a compiled setup"
+        if same
+        else ""
+    )
     sized = runs.get((SIZED_TODAY, None))
     sized_words = (
         f"; against today's design making the same pool as the warm one ({SIZED_TODAY}), "
@@ -738,9 +751,10 @@ Against issue 34's targets for the warm design under the default budget (seed 0)
   ({_span([100 * r.outside for r in warm_runs], ".1f")}% over the seeds; target at most 25%:
   {_met(all(r.outside <= 0.25 for r in warm_runs))}; today's design here {today.outside:.0%},
   the record 65%);
-- it runs {ratio:.2f}x today's trials per minute ({_span(ratios, ".2f")}x seed by seed, the
-  table's {row_ratio:.2f}x being the ratio of the medians; target at least 2x:
-  {_met(all(x >= 2 for x in ratios))}){sized_words};
+- it runs {ratio:.2f}x today's trials per minute at the record's prices (seed 0, no noise;
+  target at least 2x: {_met(ratio >= 2)}){sized_words}. With 3% noise on the throughputs the
+  searches take other paths: {_span(ratios, ".2f")}x seed by seed (the table's
+  {row_ratio:.2f}x being the ratio of the medians).{same_words};
 - {stage_words}.
 
 Where its time goes: in its default run the warm design started {mine.workers} workers for
