@@ -65,11 +65,11 @@ def compile_cache_directory(backend: str, env: Mapping[str, str] | None = None) 
 
 def compile_cache_environment(backend: str, env: dict[str, str]) -> dict[str, str]:
     """A worker's persistent compilation cache, so that a fresh worker does not compile again
-    what an earlier one compiled (issue 25, item 5): JAX's XLA cache (every compiled step, its
-    minimum compile time lowered to 0 so that CPU trials share it too) and PyTorch Inductor's
-    (``torch.compile``). TensorFlow has none that its released builds read from the
-    environment; its trials keep their warm workers instead. A directory the user chose with
-    the framework's own variable is left as it is."""
+    what an earlier one compiled (issues 25 and 34): JAX's XLA cache (every compiled step, its
+    minimum compile time lowered to 0 so that CPU trials share it too), TensorFlow's XLA cache
+    (``--tf_xla_persistent_cache_directory`` in ``TF_XLA_FLAGS``: the steps it compiles with
+    XLA) and PyTorch Inductor's (``torch.compile``). A directory the user chose with the
+    framework's own variable or flag is left as it is."""
     directory = compile_cache_directory(backend, env)
     if directory is None:
         return {}
@@ -80,7 +80,14 @@ def compile_cache_environment(backend: str, env: dict[str, str]) -> dict[str, st
         }
     if backend == "torch" and "TORCHINDUCTOR_CACHE_DIR" not in env:
         return {"TORCHINDUCTOR_CACHE_DIR": str(directory)}
+    flags = env.get("TF_XLA_FLAGS", "")
+    if backend == "tensorflow" and TF_CACHE_FLAG not in flags:
+        return {"TF_XLA_FLAGS": f"{flags} {TF_CACHE_FLAG}={directory}".strip()}
     return {}
+
+
+#: TensorFlow's flag (in ``TF_XLA_FLAGS``) for the directory its XLA executables are kept in.
+TF_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 
 
 def _jax_memory_limit(spec: TrialSpec) -> dict[str, str]:
