@@ -134,7 +134,13 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
                 "loss scale",
                 f"{_fmt(scales[0], 'g')} -> {_fmt(scales[-1], 'g')}, "
                 f"{result.skipped_steps} skipped, {result.nonfinite_steps} "
-                "non-finite steps",
+                "non-finite steps"
+                + (
+                    f" (and {result.calibration_steps} skipped before them while the scale "
+                    "came down: calibration, not counted)"
+                    if result.calibration_steps
+                    else ""
+                ),
             )
         )
     elif result.nonfinite_steps:
@@ -470,7 +476,8 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
             "samples/s": _fmt(r.samples_per_second, ",.0f"),
             "p50 ms": _fmt(r.step_time_ms.get("p50"), ".2f"),
             "peak MB": _fmt(r.peak_memory_mb, ",.0f"),
-            "skipped": str(r.skipped_steps),
+            "skipped": str(r.skipped_steps)
+            + (f" (+{r.calibration_steps} calibrating)" if r.calibration_steps else ""),
             "loss gap": f"{gap.gap:.2%}" if gap is not None and gap.gap is not None else "",
             "status": status,
         }

@@ -412,15 +412,24 @@ def trial_loss_gaps(
 
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:
-    """Relative gap between two trials' mean loss over the last quarter of their first
-    ``window`` common measured steps (same seed, same data: step k saw the same batch). Both
-    must run the same steps per execution (see :func:`tuner.search.stages.guard.float32_at`)."""
-    n = min(len(candidate.losses), len(reference.losses), window)
+    """Relative gap between two trials' mean loss over the last quarter of the candidate's
+    first ``window`` measured steps that the reference measured after as many updates (same
+    seed, same data). A float16 trial whose loss scale skipped steps while it came down
+    (calibration, issue 35) starts measuring after fewer updates than its float32 reference:
+    its step k is compared with the reference's step that had applied as many, not with the
+    reference's step k. Skips among the measured steps are not re-aligned: they count against
+    the setup, as a run that keeps skipping trains less. Both must run the same steps per
+    execution (see :func:`tuner.search.stages.guard.float32_at`)."""
+    shift = reference.updates_before - candidate.updates_before
+    # Candidate step i pairs with reference step i - shift.
+    first = max(0, shift)
+    last = min(len(candidate.losses), window, len(reference.losses) + shift)
+    n = last - first
     if n < MIN_GAP_STEPS:
         return None
-    tail = slice(n - max(1, n // 4), n)
-    a = candidate.losses[tail]
-    b = reference.losses[tail]
+    tail = range(last - max(1, n // 4), last)
+    a = [candidate.losses[i] for i in tail]
+    b = [reference.losses[i - shift] for i in tail]
     if not all(math.isfinite(v) for v in a + b):
         return math.inf
     mean_a, mean_b = statistics.fmean(a), statistics.fmean(b)

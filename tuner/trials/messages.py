@@ -266,6 +266,10 @@ class ResultMessage(_Message):
     loss_scales: tuple[float | None, ...] = ()
     skipped_flags: tuple[bool, ...] = ()
     skipped_steps: int | None = None
+    #: steps a dynamic loss scale skipped while it came down, before the measured steps
+    calibration_steps: int | None = None
+    #: updates applied before the measured steps (warm-up and calibration, less their skips)
+    warmup_updates: int | None = None
     nonfinite_steps: int | None = None
     weights_finite: bool | None = None
     build_s: float | None = None
@@ -291,6 +295,8 @@ class ResultMessage(_Message):
             "loss_scales": list(self.loss_scales),
             "skipped_flags": list(self.skipped_flags),
             "skipped_steps": self.skipped_steps,
+            "calibration_steps": self.calibration_steps,
+            "warmup_updates": self.warmup_updates,
             "nonfinite_steps": self.nonfinite_steps,
             "weights_finite": self.weights_finite,
             "build_s": self.build_s,
@@ -322,6 +328,8 @@ class ResultMessage(_Message):
             loss_scales=_floats(data.get("loss_scales")),
             skipped_flags=tuple(bool(v) for v in data.get("skipped_flags") or ()),
             skipped_steps=_int(data.get("skipped_steps")),
+            calibration_steps=_int(data.get("calibration_steps")),
+            warmup_updates=_int(data.get("warmup_updates")),
             nonfinite_steps=_int(data.get("nonfinite_steps")),
             weights_finite=None if weights_finite is None else bool(weights_finite),
             build_s=_float(data.get("build_s")),

@@ -275,6 +275,20 @@ class TrialResult:
     #: the peak predicted before the first step, from the compiled step (JAX); beside
     #: :attr:`peak_memory_mb` it shows the prediction's error. None where none was made
     memory_prediction: MemoryPrediction | None = None
+    #: steps a dynamic loss scale skipped while it came down from its initial value, before
+    #: the measured steps (issue 35): calibration, which a real run pays once; not in
+    #: :attr:`skipped_steps`, which counts the measured steps' skips against the setup
+    calibration_steps: int = 0
+    #: updates applied before the measured steps (the warm-up and calibration steps less the
+    #: skipped ones); None for trials stored before it (their warm-up's steps, all applied as
+    #: far as is known): the guard compares losses after the same number of updates
+    warmup_updates: int | None = None
+
+    @property
+    def updates_before(self) -> int:
+        """Updates applied before the measured steps (:attr:`warmup_updates`, else the spec's
+        warm-up steps)."""
+        return self.warmup_updates if self.warmup_updates is not None else self.spec.warmup_steps
 
     @property
     def predicted_oom(self) -> bool:
@@ -359,6 +373,10 @@ class TrialResult:
             data["pruned"] = True  # left out otherwise: results stored before it match
         if self.memory_prediction is not None:
             data["memory_prediction"] = self.memory_prediction.to_dict()
+        if self.calibration_steps:  # left out otherwise: results stored before it match
+            data["calibration_steps"] = self.calibration_steps
+        if self.warmup_updates is not None:
+            data["warmup_updates"] = self.warmup_updates
         safe: dict[str, Any] = _json_safe(data)
         return safe
 
@@ -397,6 +415,10 @@ class TrialResult:
                 MemoryPrediction.from_dict(data["memory_prediction"])
                 if data.get("memory_prediction")
                 else None
+            ),
+            calibration_steps=int(data.get("calibration_steps") or 0),
+            warmup_updates=(
+                int(data["warmup_updates"]) if data.get("warmup_updates") is not None else None
             ),
         )
 

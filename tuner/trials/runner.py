@@ -607,6 +607,8 @@ class _WorkerRun:
             memory_prediction=(
                 MemoryPrediction.from_dict(self.prediction) if self.prediction else None
             ),
+            calibration_steps=(res.calibration_steps or 0) if res else 0,
+            warmup_updates=res.warmup_updates if res else None,
         )
 
 

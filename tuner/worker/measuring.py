@@ -43,7 +43,7 @@ def measure(
     phase[0] = "warmup"
     channel.emit("phase", phase="warmup")
     prediction = _predict(spec, channel, runner, on_cpu)
-    warmup = runner.run("warmup", spec.warmup_steps)
+    warmup_s, before = _warm_up(spec, runner)
     if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
@@ -85,17 +85,30 @@ def measure(
         loss_scales=log.loss_scales,
         skipped_flags=log.skipped,
         skipped_steps=sum(log.skipped),
+        calibration_steps=sum(before),
+        warmup_updates=len(before) - sum(before),
         nonfinite_steps=sum(log.nonfinite),
         weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
         build_s=build_s,
         probe_s=probe_s,
         compile_s=prediction["compile_s"] if prediction else None,
-        warmup_s=warmup.elapsed_s,
+        warmup_s=warmup_s,
         measure_s=window,
         executions=len(log.execution_times_s),
         pruned=log.pruned,
         input=fed,
     )
+
+
+def _warm_up(spec: TrialSpec, runner: Any) -> tuple[float, list[bool]]:
+    """The warm-up steps, then a dynamic loss scale's way down from its initial value, which is
+    calibration, run and counted apart so that the measured steps start with it settled (issue
+    35): their seconds, and which of their steps were skipped."""
+    warmup = runner.run("warmup", spec.warmup_steps)
+    calibration = runner.calibrate(warmup)
+    if calibration is None:
+        return warmup.elapsed_s, list(warmup.skipped)
+    return warmup.elapsed_s + calibration.elapsed_s, warmup.skipped + calibration.skipped
 
 
 def _predict(spec: TrialSpec, channel: Channel, runner: Any, on_cpu: bool) -> dict[str, Any] | None:

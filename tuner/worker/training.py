@@ -68,6 +68,12 @@ class StepLog:
 #: Reset the metrics this often (in executions): the loss of one execution is recovered from
 #: the running mean, whose rounding grows with the number of executions it averages.
 RESET_EVERY = 32
+#: A dynamic loss scale has come down once this many steps in a row were applied (issue 35):
+#: the steps it skipped before that are its calibration, counted apart from the measured ones.
+SETTLED_STEPS = 2
+#: The most steps a trial spends calibrating its loss scale (from Keras' 2**15 it comes down to
+#: 1 in 15 skipped steps; a user's larger initial scale takes more).
+CALIBRATION_MAX_STEPS = 64
 #: Emit the step events this often (seconds), between executions and outside their timing.
 REPORT_EVERY_S = 0.25
 
@@ -247,6 +253,18 @@ class StepRunner:
         with _collecting(self.backend.cyclic_steps):
             return self._run(phase, steps, seconds, min_steps, max_steps, prune_below)
 
+    def calibrate(self, warmup: StepLog) -> StepLog | None:
+        """Steps after the warm-up while a dynamic loss scale is still coming down from its
+        initial value (issue 35): the steps it skips then are calibration, which a real run
+        pays once in its first seconds, not a cost of every step. They run until
+        :data:`SETTLED_STEPS` steps in a row were applied (at most
+        :data:`CALIBRATION_MAX_STEPS`, and not past a scale of 1, where a model that overflows
+        at any scale is left for the measured steps to show). None where there is nothing to
+        calibrate: no dynamic scale, or a warm-up that skipped nothing."""
+        if not self.dynamic or not any(warmup.skipped) or _settled(warmup.skipped):
+            return None
+        return self._run("warmup", None, math.inf, 0, CALIBRATION_MAX_STEPS, settle=True)
+
     def _run(
         self,
         phase: str,
@@ -255,6 +273,7 @@ class StepRunner:
         min_steps: int,
         max_steps: int,
         prune_below: float | None = None,
+        settle: bool = False,
     ) -> StepLog:
         log = StepLog()
         pending: list[tuple[float, float, float | None, int]] = []
@@ -267,8 +286,11 @@ class StepRunner:
         mean_before = 0.0
         self.steps.reset_metrics()
         applied = self._read_applied()
+        streak = 0  # steps applied in a row (``settle``)
         while True:
             if steps is not None and count >= steps:
+                break
+            if settle and (streak >= SETTLED_STEPS or (self._current_scale() or 2.0) <= 1.0):
                 break
             if (
                 steps is None
@@ -300,6 +322,7 @@ class StepRunner:
                 else 0
             )
             applied = now_applied
+            streak = streak + self.spe if skipped <= 0 else self.spe - skipped
             pending.append((dt, loss, scale, max(0, skipped)))
             count += self.spe
             executions, timed_s = executions + 1, timed_s + dt
@@ -414,3 +437,10 @@ def _parse_fault(text: str) -> tuple[str, int] | None:
     if kind not in ("oom", "crash", "hang", "bug") or not step.isdigit():
         return None
     return kind, int(step)
+
+
+def _settled(skipped: Sequence[bool]) -> bool:
+    """Whether a phase's last :data:`SETTLED_STEPS` steps were applied (its loss scale has
+    stopped falling)."""
+    tail = list(skipped)[-SETTLED_STEPS:]
+    return len(tail) == SETTLED_STEPS and not any(tail)
