@@ -567,7 +567,7 @@ class QtMainWindow(QMainWindow):
         of the session (None: where the session's clock ends it, live)."""
         self.table.trials.add(TrialRow(number, stage, result))
         setup = result.spec.setup
-        sps = result.samples_per_second
+        sps = result.trained_samples_per_second  # the trial's one figure, as the table's
         if result.ok and sps:
             self.plots.add_throughput(setup.policy.name, setup.batch_size, sps)
             if sps > self._best_speed:

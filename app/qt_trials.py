@@ -164,7 +164,7 @@ class TrialsModel(QAbstractTableModel):
             "batch": setup.batch_size,
             "loss scale": str(setup.loss_scale),
             "knobs": " ".join(setup.knobs),
-            "samples/s": r.samples_per_second,
+            "samples/s": r.trained_samples_per_second,
             "input/s": r.input.samples_per_second if r.input else None,
             "p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,

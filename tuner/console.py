@@ -102,6 +102,16 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
         rows += _throughput_rows(result)
+    trained = result.trained_samples_per_second
+    if trained is not None and trained != result.samples_per_second:
+        rows.append(
+            (
+                "trained",
+                f"{trained:,.1f} samples/s, the figure the search ranks and every table shows: "
+                f"{result.skipped_steps} of {result.steps_completed} measured steps were skipped "
+                "by the loss scale and trained nothing",
+            )
+        )
     if result.peak_memory_mb is not None and not result.predicted_oom:
         what = (
             "GPU allocator peak" if result.memory_kind == "gpu" else "worker peak resident memory"
@@ -324,7 +334,8 @@ class TuneProgress:
 def _result_cell(result: TrialResult) -> str:
     if result.ok:
         return (
-            f"{result.samples_per_second:,.0f} samples/s, {_fmt(result.peak_memory_mb, ',.0f')} MB"
+            f"{_fmt(result.trained_samples_per_second, ',.0f')} samples/s, "
+            f"{_fmt(result.peak_memory_mb, ',.0f')} MB"
             + (f" ({result.pruned_words})" if result.pruned else "")
         )
     reason = result.error.message if result.error else ""
@@ -473,7 +484,7 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
         status += f" (hazard: {', '.join(kinds)})"
     cells.update(
         {
-            "samples/s": _fmt(r.samples_per_second, ",.0f"),
+            "samples/s": _fmt(r.trained_samples_per_second, ",.0f"),
             "p50 ms": _fmt(r.step_time_ms.get("p50"), ".2f"),
             "peak MB": _fmt(r.peak_memory_mb, ",.0f"),
             "skipped": str(r.skipped_steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 
 from app.qt_plots import QtLivePlots
@@ -163,3 +164,33 @@ def test_plots_save_one_figure_as_named(qtbot, tmp_path) -> None:
     assert text.startswith("<?xml") and "<svg" in text and "Throughput" in text
     assert plots.save(str(tmp_path / "noext")) == str(tmp_path / "noext.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noext.png", "report.png", "report.svg"]
+
+
+def test_a_trial_whose_loss_scale_skipped_steps_has_one_figure_in_table_and_plot(
+    make_window, qtbot, recorded_events
+) -> None:
+    """Issue 35: the table and the throughput plot show the samples a trial trained (a step
+    the loss scale skipped trained nothing), the figure the recommendation's medians take."""
+    import dataclasses
+
+    window = make_window()
+    finished = next(
+        e
+        for e in recorded_events
+        if isinstance(e, api.TrialFinished) and e.result.ok and e.result.steps_completed >= 4
+    )
+    result = dataclasses.replace(
+        finished.result, skipped_steps=finished.result.steps_completed // 4
+    )
+    trained = result.trained_samples_per_second
+    assert trained is not None and result.samples_per_second is not None
+    assert trained < result.samples_per_second
+    window.add_trial(finished.number, finished.stage, result)
+    model = window.table.trials
+    column = COLUMNS.index("samples/s")
+    shown = model.data(model.index(0, column), Qt.ItemDataRole.DisplayRole)
+    assert float(str(shown).replace(",", "")) == pytest.approx(trained, abs=0.5)
+    window.plots.redraw(everything=True)
+    policy = result.spec.setup.policy.name
+    ys = window.plots.throughput_points[policy].yData
+    assert ys is not None and list(ys) == [pytest.approx(trained)]

@@ -16,6 +16,7 @@ import pytest
 from test_search_strategy import FakeProfile, Machine
 
 from tuner.api import open_session
+from tuner.console import _trial_cells, render_recommendation
 from tuner.export import config_from_session
 from tuner.policies import FLOAT32
 from tuner.search.measures import Measured
@@ -68,6 +69,37 @@ def check_figures(result: TuneResult, storage: str | None = None) -> None:
     _check_rows(rec)
     if storage is not None:
         _check_export(result, rec, storage)
+        _check_show(result, rec, storage)
+
+
+def _check_show(result: TuneResult, rec: Recommendation, storage: str) -> None:
+    """One figure per setup (issue 35): the trials table `mptune show` prints gives each trial
+    the figure its setup's statement is the median of (the samples it trained: a skipped step
+    trained nothing), so the recommendation's and every alternative's figure is the median of
+    its trials' figures in the table, and the printed recommendation says that number."""
+    trials = {t.number: t for t in open_session(result.session, storage).trials}
+    shown = {
+        n: float(cells["samples/s"].replace(",", ""))
+        for n, t in trials.items()
+        if (cells := _trial_cells(t, None))["samples/s"] not in ("", "-", "n/a")
+    }
+    for n, figure in shown.items():
+        trained = trials[n].result.trained_samples_per_second  # type: ignore[union-attr]
+        assert trained is not None and abs(figure - trained) <= 0.5, (n, figure, trained)
+    setups = [(rec.setup, rec.samples_per_second, rec.trials)] + [
+        (a.setup, a.samples_per_second, a.trials) for a in rec.alternatives
+    ]
+    for setup, figure, numbers in setups:
+        mine = [shown[n] for n in numbers if n in shown and _setup_of(trials[n]) == setup]
+        if figure is None or not mine:
+            continue
+        table = statistics.median(mine)
+        assert abs(table - figure) <= 0.5 + 1e-3 * figure, (setup.label, table, figure, numbers)
+    assert f"{rec.samples_per_second:,.0f}" in render_recommendation(rec)
+
+
+def _setup_of(trial: Any) -> Setup | None:
+    return trial.result.spec.setup if trial.result is not None else None
 
 
 def _check_float32(result: TuneResult, rec: Recommendation) -> None:
@@ -189,6 +221,27 @@ def test_a_search_cut_short_anywhere_states_each_figure_on_all_its_runs(tmp_path
         runs = _ok_runs(result, result.recommendation.setup)
         cut_after_remeasure |= len(runs) > 1 and result.outcome.stopped_early is not None
     assert cut_after_remeasure, "no cut left the pick measured twice: the test tests nothing"
+
+
+def test_a_setup_whose_loss_scale_skips_steps_has_one_figure_everywhere(tmp_path: Path) -> None:
+    """float16 leads though its dynamic loss scale skips 4 of every trial's measured steps: the
+    trials table, the recommendation, its alternatives and the export all state the samples it
+    trained (issue 35: the table read 3,604 where the alternatives read 2,793)."""
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1200, "mixed_float16": 2000},
+        knee=256,
+        skipped={"mixed_float16": 4},
+    )
+    result, storage = _search(tmp_path, machine)
+    f16 = [
+        m
+        for runs in result.outcome.measured.values()
+        for m in runs
+        if m.result.spec.setup.precision == "mixed_float16" and m.result.skipped_steps
+    ]
+    assert f16, "no trial skipped a step: the test tests nothing"
+    assert all(m.speed < (m.result.samples_per_second or 0) for m in f16)
+    check_figures(result, storage)
 
 
 def test_a_float32_pick_is_not_stated_against_itself(tmp_path: Path) -> None:

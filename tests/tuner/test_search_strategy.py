@@ -87,6 +87,8 @@ class Machine:
     #: a factor per (XLA, steps per execution) that replaces xla_factor x spe_factor, for
     #: knobs that pay only together
     knob_factor: dict[tuple[bool, int], float] = field(default_factory=dict)
+    #: measured steps a policy's dynamic loss scale skips in each of its trials
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def runs_of(self, policy: str, batch_size: int) -> int:
         return sum(1 for s in self.calls if s.setup == Setup(policy, batch_size))
@@ -154,6 +156,9 @@ class Machine:
             peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
             losses=losses,
             steps_completed=STEPS,
+            skipped_steps=self.skipped.get(str(spec.policy), 0)
+            if spec.setup.loss_scale.kind == "dynamic"
+            else 0,
             device="cpu",
             background_load=self.background_load,
         )

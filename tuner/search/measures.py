@@ -32,12 +32,9 @@ class Measured:
 
     @property
     def speed(self) -> float:
-        """Effective samples/s: a step the loss scaler skipped trained nothing."""
-        r = self.result
-        if not r.samples_per_second:
-            return 0.0
-        applied = 1 - r.skipped_steps / r.steps_completed if r.steps_completed else 1.0
-        return r.samples_per_second * applied
+        """Effective samples/s: a step the loss scaler skipped trained nothing
+        (:attr:`TrialResult.trained_samples_per_second`, the trial's one figure)."""
+        return self.result.trained_samples_per_second or 0.0
 
     @property
     def memory_per_sample(self) -> float:

@@ -285,6 +285,18 @@ class TrialResult:
     warmup_updates: int | None = None
 
     @property
+    def trained_samples_per_second(self) -> float | None:
+        """The trial's one rate (issue 35): :attr:`samples_per_second` times the share of its
+        measured steps that applied (a step the loss scale skipped trained nothing; the skips
+        of its calibration are not among them). Every table, plot, recommendation and export
+        shows this figure for the trial; None where it measured none."""
+        if not self.samples_per_second:
+            return None
+        if not self.skipped_steps or not self.steps_completed:
+            return self.samples_per_second
+        return self.samples_per_second * (1 - self.skipped_steps / self.steps_completed)
+
+    @property
     def updates_before(self) -> int:
         """Updates applied before the measured steps (:attr:`warmup_updates`, else the spec's
         warm-up steps)."""
