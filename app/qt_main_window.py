@@ -298,6 +298,7 @@ class QtMainWindow(QMainWindow):
         # The engine's rule (the device's memory less the headroom), not a copy of it here.
         self._memory_budget = self.engine.memory_budget_mb(profile)
         self.plots.set_budget(self._memory_budget)
+        self.plots.name_use(on_gpu=bool(profile.gpus))
         self._update_buttons()
 
     def _on_detect_failed(self, exc: Exception) -> None:
@@ -499,6 +500,8 @@ class QtMainWindow(QMainWindow):
         t = self.clock.at(self._followed, message.t)
         if t is not None:
             self.plots.add_memory([t], [message.rss_mb])
+            if message.cpu_percent is not None:
+                self.plots.add_use([t], [message.cpu_percent])
 
     def _note_running(self, number: int, message: api.WorkerMessage) -> None:
         """What a running trial does now, for the strip of trials running at once."""
@@ -644,8 +647,12 @@ class QtMainWindow(QMainWindow):
                 placed = [(self.clock.at_wall(followed, s.t + wall), s) for s in samples]
                 kept = [(t, s) for t, s in placed if t is not None]
                 if kept:
-                    self.plots.add_memory(
-                        [t for t, _ in kept], [s.gpu_used_mb[0] or math.nan for _, s in kept]
+                    times = [t for t, _ in kept]
+                    self.plots.add_memory(times, [s.gpu_used_mb[0] or math.nan for _, s in kept])
+                    self.plots.add_use(
+                        times,
+                        [_first(s.gpu_utilization) for _, s in kept],
+                        [_first(s.gpu_power) for _, s in kept],
                     )
         self.plots.redraw()
 
@@ -791,3 +798,8 @@ def _card_name(started: api.TrialStarted) -> str:
     device = started.spec.device
     where = f" on {device}" if device.startswith("gpu:") else ""
     return f"#{started.number}{where}: {started.spec.setup.label}"
+
+
+def _first(values: tuple[float | None, ...]) -> float:
+    """The first GPU's reading, NaN where there is none (a gap in its curve)."""
+    return values[0] if values and values[0] is not None else math.nan

@@ -71,6 +71,11 @@ class PowersOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untype
         return ["2" + str(round(v / _LOG10_2)).translate(_SUPERSCRIPT) for v in values]
 
 
+#: The use plot's curves: utilisation (a GPU's, or a CPU worker's share of the cores), power.
+USE_COLOUR = "#16a34a"
+POWER_COLOUR = "#f97316"
+
+
 def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> pg.PlotWidget:
     # The x axis is named in the title ("Loss by step"), not under its ticks: that row holds
     # the legend instead, and the data keeps the height.
@@ -141,9 +146,12 @@ class _Series:
 
 
 class QtLivePlots(QWidget):
-    """Memory over time, throughput per batch size, loss scale per step, loss per step."""
+    """Memory over time, with the device's use beside it on a right axis (a GPU's utilisation
+    and power through NVML, or on a CPU the trial worker's share of the cores, so that a device
+    waiting for its input shows as it happens: issue 35), throughput per batch size, loss scale
+    per step, loss per step."""
 
-    PLOTS = ("memory", "throughput", "loss_scale", "loss")
+    PLOTS = ("memory", "throughput", "loss_scale", "loss", "use")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -164,6 +172,29 @@ class QtLivePlots(QWidget):
         self.loss_scale.getPlotItem().setLogMode(x=False, y=True)
         for i, plot in enumerate((self.memory, self.throughput, self.loss_scale, self.loss)):
             grid.addWidget(plot, i // 2, i % 2)
+        # The device's use over the same seconds, on the memory plot's right axis (percent):
+        # a GPU's utilisation and power, a CPU worker's share of the cores (issue 35).
+        memory = self.memory.getPlotItem()
+        self.use_view = pg.ViewBox(enableMouse=False)
+        memory.showAxis("right")
+        memory.scene().addItem(self.use_view)
+        memory.getAxis("right").linkToView(self.use_view)
+        memory.getAxis("right").setLabel("use %")
+        self.use_view.setXLink(memory)
+        self.use_view.setYRange(0, 100, padding=0.02)
+        memory.vb.sigResized.connect(self._fit_use_view)
+        self._utilization = _Series()
+        self._power = _Series()
+        self.utilization_curve = pg.PlotCurveItem(
+            pen=pg.mkPen(USE_COLOUR, width=1), connect="finite"
+        )
+        self.power_curve = pg.PlotCurveItem(
+            pen=pg.mkPen(POWER_COLOUR, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            connect="finite",
+        )
+        self.use_view.addItem(self.utilization_curve)
+        self.use_view.addItem(self.power_curve)
+        self.name_use(on_gpu=False)
 
         self._memory = _Series()
         # A resumed search's samples start after a gap, not joined to the last run's by a line.
@@ -227,6 +258,35 @@ class QtLivePlots(QWidget):
         self._memory.extend(times, values_mb)
         self._dirty.add("memory")
 
+    def add_use(
+        self, times: list[float], utilization: list[float], power: list[float] | None = None
+    ) -> None:
+        """The device's use at ``times``: a GPU's utilisation and power (percent of its limit),
+        or a CPU worker's share of the cores (``power`` None)."""
+        self._utilization.extend(times, utilization)
+        if power is not None:
+            self._power.extend(times, power)
+        self._dirty.add("use")
+
+    def name_use(self, on_gpu: bool) -> None:
+        """What the memory plot's right axis shows, named in its legend (short: the legend's
+        row sets the plot's least width): a GPU's utilisation (``GPU %``) and power drawn of its
+        limit (``power %``), or the trial worker's share of the CPU's cores (``CPU %``)."""
+        legend = self.memory.getPlotItem().legend
+        for curve in (self.utilization_curve, self.power_curve):
+            legend.removeItem(curve)
+        if on_gpu:
+            legend.addItem(self.utilization_curve, "GPU %")
+            legend.addItem(self.power_curve, "power %")
+        else:
+            legend.addItem(self.utilization_curve, "CPU %")
+        self.use_on_gpu = on_gpu
+
+    def _fit_use_view(self) -> None:
+        memory = self.memory.getPlotItem()
+        self.use_view.setGeometry(memory.vb.sceneBoundingRect())
+        self.use_view.linkedViewChanged(memory.vb, self.use_view.XAxis)
+
     def memory_end(self) -> float:
         """The session time of the last memory sample or trial peak (0 when there is none)."""
         xs, _ = self._memory.view()
@@ -239,6 +299,8 @@ class QtLivePlots(QWidget):
         search's time continues the session's, after a gap)."""
         if self._memory.n:
             self._memory.extend([self.memory_end()], [math.nan])
+        if self._utilization.n:  # a fresh worker's CPU use is a line of its own too
+            self._utilization.extend([self.memory_end()], [math.nan])
 
     def mark_peak(self, t: float, peak_mb: float) -> None:
         self._peaks.append((t, peak_mb))
@@ -360,8 +422,10 @@ class QtLivePlots(QWidget):
 
     def clear(self) -> None:
         self._memory.clear()
+        self._utilization.clear()
+        self._power.clear()
         self._peaks = []
-        self._dirty.add("memory")  # else the last search's curve stays until new samples come
+        self._dirty.update(("memory", "use"))  # else the last search's curves stay
         self._points = {p: [] for p in POLICIES}
         self.set_best(None, None)
         self.set_baseline(None)
@@ -400,10 +464,14 @@ class QtLivePlots(QWidget):
     def _draw_loss(self) -> None:
         self.loss_curve.setData(*self._loss.view())
 
+    def _draw_use(self) -> None:
+        self.utilization_curve.setData(*self._utilization.view())
+        self.power_curve.setData(*self._power.view())
+
     def save(self, path: str, width: int = REPORT_WIDTH_PX) -> str:
-        """The four plots as one figure, written to ``path`` as given: SVG when it ends in
-        ``.svg``, else PNG ``width`` pixels wide (``.png`` added to a name without either
-        ending). Returns the file written.
+        """The plots (the device's use among them) as one figure, written to ``path`` as
+        given: SVG when it ends in ``.svg``, else PNG ``width`` pixels wide (``.png`` added to
+        a name without either ending). Returns the file written.
 
         Raises:
             OSError: the file could not be written.

@@ -1,6 +1,7 @@
 """Hardware sampling on a named background thread at a steady interval.
 
-The sampler reads GPU memory through the NVML backend, and system memory through psutil, every
+The sampler reads GPU memory, utilisation and power through the NVML backend, and system memory
+through psutil, every
 ``interval`` seconds, scheduling each sample from the start time so the period does not drift.
 It keeps the latest snapshot and the history; the GUI reads the samples it has not seen yet
 (:meth:`HardwareSampler.history_since`) on a QTimer. Nothing here waits on the GUI, and the GUI
@@ -21,12 +22,15 @@ from tuner import api
 
 @dataclass(frozen=True)
 class Sample:
-    """One reading: seconds since the sampler started, memory in MiB per device."""
+    """One reading: seconds since the sampler started, memory in MiB per device, and each
+    device's utilisation and power drawn of its limit, in percent (None: not read)."""
 
     t: float
     gpu_used_mb: tuple[float | None, ...]
     gpu_total_mb: tuple[float | None, ...]
     system_used_mb: float
+    gpu_utilization: tuple[float | None, ...] = ()
+    gpu_power: tuple[float | None, ...] = ()
 
 
 class HardwareSampler:
@@ -84,11 +88,14 @@ class HardwareSampler:
         try:
             while not self._stop.is_set():
                 readings = [backend.memory(i) for i in range(count)]
+                use = [backend.use(i) for i in range(count)]
                 sample = Sample(
                     time.monotonic() - start,
                     tuple(r[0] for r in readings),
                     tuple(r[1] for r in readings),
                     psutil.virtual_memory().used / 2**20,
+                    tuple(u[0] for u in use),
+                    tuple(u[1] for u in use),
                 )
                 with self._lock:
                     self._latest = sample

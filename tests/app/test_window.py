@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import subprocess
 import sys
 import threading
@@ -445,3 +446,94 @@ def test_the_window_fits_the_screen_it_opens_on(make_window, qtbot, width, heigh
     qtbot.waitUntil(storage_in_view)
     start = window.start_button.mapTo(window, window.start_button.rect().bottomRight())
     assert start.y() < window.height()
+
+
+def test_the_sampler_reads_each_gpus_use_as_nvml_gives_it(qtbot) -> None:
+    """Issue 35: utilisation and power beside memory, every sample, so that a GPU waiting for
+    its input shows while it happens (the fake GPU's script dips to 9% and 4%)."""
+    from app.sampler import HardwareSampler
+    from tuner.hardware.nvml import FAKE_POWER, FAKE_UTILIZATION
+
+    sampler = HardwareSampler(0.01, api.FakeNvmlBackend.named("hopper_9.0"))
+    sampler.start()
+    try:
+        qtbot.waitUntil(lambda: len(sampler.history_since(0)) >= len(FAKE_UTILIZATION))
+    finally:
+        sampler.stop()
+    samples = sampler.history_since(0)[: len(FAKE_UTILIZATION)]
+    assert [s.gpu_utilization[0] for s in samples] == [float(v) for v in FAKE_UTILIZATION]
+    assert [s.gpu_power[0] for s in samples] == [float(v) for v in FAKE_POWER]
+
+
+def test_a_gpu_without_use_readings_is_a_gap_not_a_zero(qtbot) -> None:
+    from app.sampler import HardwareSampler
+
+    scenario = {"gpus": [{"name": "X", "memory_total_mb": 100, "utilization_percent": "error"}]}
+    sampler = HardwareSampler(0.01, api.FakeNvmlBackend(scenario))
+    sampler.start()
+    try:
+        qtbot.waitUntil(lambda: sampler.latest() is not None)
+    finally:
+        sampler.stop()
+    latest = sampler.latest()
+    assert latest is not None and latest.gpu_utilization == (None,) and latest.gpu_power == (None,)
+
+
+@pytest.mark.parametrize(
+    "scenario, named",
+    [("hopper_9.0", ["GPU %", "power %"]), ("no_driver", ["CPU %"])],
+)
+def test_the_use_curve_sits_beside_memory_says_what_it_is_and_is_saved(
+    make_window, tmp_path, scenario, named
+) -> None:
+    from PySide6.QtGui import QImage
+
+    window = make_window(scenario)
+    plots = window.plots
+    memory = plots.memory.getPlotItem()
+    # On the memory plot's right axis, over the same seconds.
+    assert memory.getAxis("right").isVisible()
+    assert memory.getAxis("right").linkedView() is plots.use_view
+    labels = [label.text for _, label in memory.legend.items]
+    assert [t for t in labels if "%" in t] == named
+    on_gpu = scenario != "no_driver"
+    plots.add_use([0.0, 1.0, 2.0], [97.0, 5.0, 96.0], [90.0, 20.0, 88.0] if on_gpu else None)
+    plots.redraw(everything=True)
+    assert list(plots.utilization_curve.yData) == [97.0, 5.0, 96.0]
+    power = plots.power_curve.yData
+    assert (power is not None and len(power) == 3) == on_gpu
+    # The saved figure is the whole widget: the curve is drawn in it with the memory plot.
+    assert plots.use_view.scene() is memory.scene()
+    saved = QImage(plots.save(str(tmp_path / "plots.png"), width=1000))
+    assert not saved.isNull() and saved.width() == 1000
+
+
+def test_a_gpu_that_waits_for_its_input_shows_in_the_use_plot(make_window, qtbot) -> None:
+    """The window on a scripted H100 (fake NVML): the sampler's readings, placed on the
+    session's clock as a trial's are, draw the GPU's utilisation and power beside its memory;
+    the dips of the script (a GPU waiting for its input) are in the curve. With
+    MPTUNE_SCREENSHOTS set, the window is saved as gpu-use.png (the README's picture)."""
+    from test_story import shoot
+
+    from app.sampler import HardwareSampler
+    from tuner.hardware.nvml import FAKE_UTILIZATION
+
+    window = make_window("hopper_9.0")
+    sampler = HardwareSampler(0.01, api.FakeNvmlBackend.named("hopper_9.0"))
+    sampler.start()
+    try:
+        qtbot.waitUntil(lambda: len(sampler.history_since(0)) >= 4 * len(FAKE_UTILIZATION))
+    finally:
+        sampler.stop()
+    samples = sampler.history_since(0)[: 4 * len(FAKE_UTILIZATION)]
+    times = [2.0 * i for i in range(len(samples))]  # as if sampled every 2 s of a trial
+    window.plots.add_memory(times, [40_000.0 + 300 * (i % 7) for i in range(len(samples))])
+    window.plots.add_use(
+        times,
+        [s.gpu_utilization[0] or math.nan for s in samples],
+        [s.gpu_power[0] or math.nan for s in samples],
+    )
+    window.plots.redraw(everything=True)
+    utilization = list(window.plots.utilization_curve.yData)
+    assert min(utilization) == min(FAKE_UTILIZATION) and max(utilization) == max(FAKE_UTILIZATION)
+    shoot(window, "gpu-use")

@@ -70,6 +70,12 @@ def test_ok_trial_reports_every_figure() -> None:
     assert kinds.index(StartedMessage) < kinds.index(ResultMessage)
     steps = [e for e in events if isinstance(e, StepMessage)]
     assert [s.phase for s in steps] == ["warmup"] * 2 + ["measure"] * 5
+    # The parent samples the worker's memory and its CPU use (issue 35: the window plots it),
+    # a share of the machine's cores; the first sample has no interval to measure over.
+    memory = [e for e in events if isinstance(e, MemoryMessage)]
+    use = [m.cpu_percent for m in memory[1:]]
+    assert memory and memory[0].cpu_percent is None and use
+    assert all(u is not None and 0 <= u <= 100 for u in use) and max(use) > 0  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("model", ["builtin:mlp", "builtin:transformer:seq_len=16,vocab=64"])

@@ -99,6 +99,14 @@ class NvmlBackend(abc.ABC):
         The cheap call a background sampler repeats every half second; it never raises.
         """
 
+    def use(self, index: int) -> tuple[float | None, float | None]:
+        """``(utilisation, power)`` of GPU ``index``, both in percent: the share of the last
+        sample period a kernel ran, and the power drawn of its enforced limit; ``None`` where
+        either cannot be read (a backend that reads neither says so here). Never raises: the
+        sampler repeats it beside :meth:`memory`, so that a GPU waiting for its input shows
+        while it happens (issue 35)."""
+        return None, None
+
 
 def _field(query: Callable[[], T]) -> T | None:
     """One NVML query; "not supported", errors and odd values become ``None``."""
@@ -252,6 +260,16 @@ class PynvmlBackend(NvmlBackend):
             return None, None
         return _field(lambda: info.used / 2**20), _field(lambda: info.total / 2**20)
 
+    def use(self, index: int) -> tuple[float | None, float | None]:
+        handle = _field(lambda: self._handle(index))
+        if handle is None:
+            return None, None
+        rates = _field(lambda: self._call("nvmlDeviceGetUtilizationRates", handle))
+        drawn = _field(lambda: self._call("nvmlDeviceGetPowerUsage", handle))  # mW
+        limit = _field(lambda: self._call("nvmlDeviceGetEnforcedPowerLimit", handle))  # mW
+        power = 100.0 * drawn / limit if drawn is not None and limit else None
+        return (_field(lambda: float(rates.gpu)) if rates is not None else None), power
+
 
 def _gpu(
     name: str,
@@ -274,7 +292,15 @@ def _gpu(
         "sm_clock_mhz": sm,
         "memory_clock_mhz": mem,
         "mig_mode": mig,
+        # A GPU at work that waits for its input now and then (FakeNvmlBackend.use plays them).
+        "utilization_percent": list(FAKE_UTILIZATION),
+        "power_percent": list(FAKE_POWER),
     }
+
+
+#: What a scripted GPU's use reads, sample after sample: busy, then a dip where it waits.
+FAKE_UTILIZATION = (96, 97, 95, 98, 62, 9, 4, 71, 97, 96)
+FAKE_POWER = (88, 90, 87, 91, 60, 24, 21, 66, 89, 90)
 
 
 def _a100(uuid: str) -> dict[str, Any]:
@@ -398,7 +424,9 @@ class FakeNvmlBackend(NvmlBackend):
     :class:`~tuner.hardware.profile.GpuInfo`'s field names; ``compute_capability`` as
     ``[major, minor]`` or ``"8.0"``), and optionally ``init_error`` (NVML fails to start with
     that reason) or ``count_error``. Any field whose value is ``"not_supported"`` or ``"error"``
-    behaves as NVML answering so: it becomes ``None``.
+    behaves as NVML answering so: it becomes ``None``. A GPU's ``utilization_percent`` and
+    ``power_percent`` (what :meth:`use` reads) are a number or a list played in turn, one item a
+    call, so that a script can show a GPU that waits for its input now and then.
 
     Attributes:
         scenario: the script (a private copy).
@@ -410,6 +438,7 @@ class FakeNvmlBackend(NvmlBackend):
         self.scenario = copy.deepcopy(scenario)
         self.started = False
         self.memory_calls = 0
+        self.use_calls = 0
 
     @classmethod
     def from_json(cls, path: str | Path) -> FakeNvmlBackend:
@@ -488,6 +517,21 @@ class FakeNvmlBackend(NvmlBackend):
             _field(lambda: _number(self._value(raw, "memory_used_mb"))),
             _field(lambda: _number(self._value(raw, "memory_total_mb"))),
         )
+
+    def use(self, index: int) -> tuple[float | None, float | None]:
+        turn, self.use_calls = self.use_calls, self.use_calls + 1
+        raw = _field(lambda: self._gpus()[index]) or {}
+        return (
+            _field(lambda: _played(self._value(raw, "utilization_percent"), turn)),
+            _field(lambda: _played(self._value(raw, "power_percent"), turn)),
+        )
+
+
+def _played(value: Any, turn: int) -> float | None:
+    """A scripted reading: the number, or a list's item for this turn (in a loop)."""
+    if isinstance(value, list):
+        return _number(value[turn % len(value)]) if value else None
+    return _number(value)
 
 
 def backend_from_env() -> NvmlBackend:

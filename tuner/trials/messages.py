@@ -423,17 +423,23 @@ class ReadyMessage(_Message):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryMessage(_Message):
-    """The parent's sample of the worker's resident memory, in MiB, for the live plots."""
+    """The parent's sample of the worker's resident memory, in MiB, and of its CPU use since
+    the last sample (percent of the machine's cores; None at the first), for the live plots."""
 
     type: ClassVar[str] = "memory"
     rss_mb: float | None = None
+    cpu_percent: float | None = None
 
     def _fields(self) -> dict[str, Any]:
-        return {"rss_mb": self.rss_mb}
+        return {"rss_mb": self.rss_mb, "cpu_percent": self.cpu_percent}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryMessage:
-        return cls(t=_float(data.get("t")), rss_mb=_float(data.get("rss_mb")))
+        return cls(
+            t=_float(data.get("t")),
+            rss_mb=_float(data.get("rss_mb")),
+            cpu_percent=_float(data.get("cpu_percent")),
+        )
 
 
 @dataclass(frozen=True)

@@ -373,6 +373,8 @@ class _WorkerRun:
         self.stack: str | None = None
         self.over_memory_limit = False
         self.peak_rss_mb: float | None = None
+        #: the worker's CPU seconds and the wall clock at the last memory sample
+        self._cpu_mark: tuple[float, float] | None = None
         self.load_window: _LoadWindow | None = None
         self.background_load: float | None = None
         #: a warm worker finished this trial and waits for the next
@@ -526,6 +528,19 @@ class _WorkerRun:
         """Whether the worker trains on the CPU (as its ``started`` message said)."""
         return self.started is not None and str(self.started.device or "").startswith("cpu")
 
+    def _cpu_use(self, pid: int) -> float | None:
+        """The worker's CPU use since the last sample, in percent of the machine's cores (100:
+        every core busy with it); None at the first sample or where it cannot be read."""
+        seconds = _cpu_seconds(pid)
+        if seconds is None:
+            return None
+        now = time.monotonic()
+        mark, self._cpu_mark = self._cpu_mark, (seconds, now)
+        if mark is None or now <= mark[1]:
+            return None
+        cores = os.cpu_count() or 1
+        return max(0.0, min(100.0, 100 * (seconds - mark[0]) / (now - mark[1]) / cores))
+
     def _measured(self) -> list[StepMessage]:
         return [s for s in self.steps if s.phase == "measure"]
 
@@ -536,7 +551,7 @@ class _WorkerRun:
             return False
         self.peak_rss_mb = max(self.peak_rss_mb or 0.0, rss_mb)
         if self.on_event is not None:
-            self.on_event(MemoryMessage(t=t, rss_mb=rss_mb))
+            self.on_event(MemoryMessage(t=t, rss_mb=rss_mb, cpu_percent=self._cpu_use(proc.pid)))
         limit = self.spec.memory_limit_mb
         if limit is not None and self._on_cpu() and rss_mb > limit:
             self.over_memory_limit = True
@@ -689,5 +704,16 @@ def _rss_mb(pid: int) -> float | None:
     try:
         rss: float = psutil.Process(pid).memory_info().rss / 2**20
         return rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system) process ``pid`` has used, or None."""
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+        return float(times.user + times.system)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
