@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -645,15 +644,7 @@ class QtMainWindow(QMainWindow):
                 # axis: those of the followed trial, from its start.
                 wall = time.monotonic() - samples[-1].t
                 placed = [(self.clock.at_wall(followed, s.t + wall), s) for s in samples]
-                kept = [(t, s) for t, s in placed if t is not None]
-                if kept:
-                    times = [t for t, _ in kept]
-                    self.plots.add_memory(times, [s.gpu_used_mb[0] or math.nan for _, s in kept])
-                    self.plots.add_use(
-                        times,
-                        [_first(s.gpu_utilization) for _, s in kept],
-                        [_first(s.gpu_power) for _, s in kept],
-                    )
+                self.plots.add_gpu_samples([(t, s) for t, s in placed if t is not None])
         self.plots.redraw()
 
     def _on_trial_selected(self, row: TrialRow) -> None:
@@ -798,8 +789,3 @@ def _card_name(started: api.TrialStarted) -> str:
     device = started.spec.device
     where = f" on {device}" if device.startswith("gpu:") else ""
     return f"#{started.number}{where}: {started.spec.setup.label}"
-
-
-def _first(values: tuple[float | None, ...]) -> float:
-    """The first GPU's reading, NaN where there is none (a gap in its curve)."""
-    return values[0] if values and values[0] is not None else math.nan

@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QGridLayout, QWidget
 
+from app.sampler import Sample
 from tuner.api import POLICIES, Hazard, StepMessage
 
 POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
@@ -74,6 +75,11 @@ class PowersOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untype
 #: The use plot's curves: utilisation (a GPU's, or a CPU worker's share of the cores), power.
 USE_COLOUR = "#16a34a"
 POWER_COLOUR = "#f97316"
+
+
+def _first(values: tuple[float | None, ...]) -> float:
+    """The first GPU's reading, NaN where there is none (a gap in its curve)."""
+    return values[0] if values and values[0] is not None else math.nan
 
 
 def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> pg.PlotWidget:
@@ -268,6 +274,19 @@ class QtLivePlots(QWidget):
             self._power.extend(times, power)
         self._dirty.add("use")
 
+    def add_gpu_samples(self, placed: list[tuple[float, Sample]]) -> None:
+        """The sampler's readings of the first GPU at their session times: its memory, and its
+        utilisation and power beside it (a reading NVML could not give is a gap, not a 0)."""
+        if not placed:
+            return
+        times = [t for t, _ in placed]
+        self.add_memory(times, [_first(s.gpu_used_mb) for _, s in placed])
+        self.add_use(
+            times,
+            [_first(s.gpu_utilization) for _, s in placed],
+            [_first(s.gpu_power) for _, s in placed],
+        )
+
     def name_use(self, on_gpu: bool) -> None:
         """What the memory plot's right axis shows, named in its legend (short: the legend's
         row sets the plot's least width): a GPU's utilisation (``GPU %``) and power drawn of its
@@ -280,7 +299,6 @@ class QtLivePlots(QWidget):
             legend.addItem(self.power_curve, "power %")
         else:
             legend.addItem(self.utilization_curve, "CPU %")
-        self.use_on_gpu = on_gpu
 
     def _fit_use_view(self) -> None:
         memory = self.memory.getPlotItem()

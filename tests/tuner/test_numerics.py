@@ -27,6 +27,9 @@ pytestmark = pytest.mark.slow  # imports TensorFlow
 
 keras = pytest.importorskip("keras")
 
+# The models both the probe's tests and its per-backend cases use, written once.
+from probe_cases import LENGTH, VOCAB, TokenEmbedding, small_mlp, tiny_loss  # noqa: E402
+
 from tuner import workloads  # noqa: E402
 from tuner.worker import checks, loading, probe, probe_pass  # noqa: E402
 
@@ -77,19 +80,6 @@ def only(report: probe.ProbeReport, kind: str) -> Hazard:
 
 
 # -- integer-valued data through a low-precision cast ------------------------------------------
-
-VOCAB, LENGTH = 5000, 12
-
-
-class TokenEmbedding(keras.layers.Layer):
-    """The published pattern: a custom layer around an Embedding, fed a float32 Input."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.tokens = keras.layers.Embedding(VOCAB, 8)
-
-    def call(self, ids: Any) -> Any:
-        return self.tokens(ids)
 
 
 class TakeRows(keras.layers.Layer):
@@ -289,17 +279,6 @@ def test_overflow_names_the_first_layer_past_float16s_range() -> None:
 
 
 # -- underflow ----------------------------------------------------------------------------------
-
-
-def tiny_loss(y_true: Any, y_pred: Any) -> Any:
-    return 1e-6 * keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
-
-
-def small_mlp() -> Any:
-    inputs = keras.Input((16,))
-    x = keras.layers.Dense(32, activation="relu")(inputs)
-    x = keras.layers.Dense(32, activation="relu")(x)
-    return keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(x))
 
 
 def test_underflow_without_loss_scaling_and_none_with_it() -> None:
