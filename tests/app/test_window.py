@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import subprocess
 import sys
 import threading
@@ -526,14 +525,11 @@ def test_a_gpu_that_waits_for_its_input_shows_in_the_use_plot(make_window, qtbot
     finally:
         sampler.stop()
     samples = sampler.history_since(0)[: 4 * len(FAKE_UTILIZATION)]
-    times = [2.0 * i for i in range(len(samples))]  # as if sampled every 2 s of a trial
-    window.plots.add_memory(times, [40_000.0 + 300 * (i % 7) for i in range(len(samples))])
-    window.plots.add_use(
-        times,
-        [s.gpu_utilization[0] or math.nan for s in samples],
-        [s.gpu_power[0] or math.nan for s in samples],
-    )
+    # Placed as if sampled every 2 s of a trial, as the window places the followed trial's.
+    window.plots.add_gpu_samples([(2.0 * i, s) for i, s in enumerate(samples)])
     window.plots.redraw(everything=True)
+    memory = list(window.plots.memory_curve.yData)
+    assert memory == [s.gpu_used_mb[0] for s in samples]
     utilization = list(window.plots.utilization_curve.yData)
     assert min(utilization) == min(FAKE_UTILIZATION) and max(utilization) == max(FAKE_UTILIZATION)
     shoot(window, "gpu-use")
