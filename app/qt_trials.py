@@ -29,7 +29,7 @@ COLUMNS = (
     "loss scale",
     "knobs",
     "samples/s",
-    "input/s",
+    "device/s",
     "p50 ms",
     "peak MB",
     "skipped",
@@ -44,10 +44,10 @@ _TIPS = {
     "skipped": TOOLTIPS["skipped"],
     "loss gap": TOOLTIPS["loss_gap"],
     "p50 ms": "The median step time of the measured steps, in milliseconds.",
-    "samples/s": "What fit can reach: the lower of what the device trains at (from batches in "
-    "memory) and what your input delivers, fed as fit feeds it.",
-    "input/s": "What your input delivers alone, fed as fit feeds it (your make_dataset, or "
-    "arrays through Keras' data adapter). Marked when it holds fit below the device's rate.",
+    "samples/s": "The setup's one figure: what fit's own loop trains on your input (your "
+    "make_dataset, or arrays through Keras' data adapter), less the steps a loss scale skipped.",
+    "device/s": "What the device trains from batches already in memory, beside fit's figure. "
+    "Shown, marked, once your input holds fit under 90% of it.",
 }
 #: No column wider than this (a long loss scale or status is elided; its tooltip has it whole),
 #: so that the table fits beside the settings at 1280 pixels once knobs show; only the status
@@ -132,9 +132,9 @@ class TrialsModel(QAbstractTableModel):
             return setup_tooltip(row.result.spec.setup)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("stage", "loss scale"):
             return self._text(column, value)
-        if column == "input/s" and role == Qt.ItemDataRole.ForegroundRole:
+        if column == "device/s" and role == Qt.ItemDataRole.ForegroundRole:
             return QColor(INPUT_BOUND_COLOUR) if row.result.input_bound else None
-        if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "input/s"):
+        if role == Qt.ItemDataRole.ToolTipRole and column in ("samples/s", "device/s"):
             return _rates_tooltip(row.result)
         if role == Qt.ItemDataRole.ToolTipRole and column == "loss gap":
             gap = self.loss_gaps.get(row.number)
@@ -165,7 +165,7 @@ class TrialsModel(QAbstractTableModel):
             "loss scale": str(setup.loss_scale),
             "knobs": " ".join(setup.knobs),
             "samples/s": r.trained_samples_per_second,
-            "input/s": r.input.samples_per_second if r.input else None,
+            "device/s": r.device_samples_per_second if r.input else None,
             "p50 ms": r.step_time_ms.get("p50"),
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
@@ -177,7 +177,7 @@ class TrialsModel(QAbstractTableModel):
     def _text(column: str, value: Any) -> str:
         if value is None:
             return ""
-        if column in ("samples/s", "input/s"):
+        if column in ("samples/s", "device/s"):
             return f"{value:,.0f}"
         if column in ("p50 ms",):
             return f"{value:.2f}"
@@ -326,9 +326,9 @@ class QtTrialsTable(QTableView):
         self.setColumnHidden(
             COLUMNS.index("knobs"), not any(r.result.spec.setup.knobs for r in rows)
         )
-        # The input's own rate shows once it holds a trial back; the samples/s tooltip has both
-        # figures always.
-        fed = COLUMNS.index("input/s")
+        # The device's own rate shows once the input holds a trial back; the samples/s tooltip
+        # has it always.
+        fed = COLUMNS.index("device/s")
         self.setColumnHidden(fed, not any(r.result.input_bound for r in rows))
         # Skipped steps show once a trial skipped one (float16's dynamic loss scale, on an
         # overflow); until then the column would be zeros, and the loss-scale plot marks them.
@@ -385,6 +385,11 @@ def _rates_tooltip(result: api.TrialResult) -> str | None:
         if result.input_bound
         else "the input keeps up"
     )
+    if fed.fit_loop:  # one figure: fit's loop gave the row's samples/s
+        return (
+            f"fit's own loop on {fed.fed_by}; device {device:,.0f} samples/s from batches in "
+            f"memory: {verdict}"
+        )
     return (
         f"device {device:,.0f} samples/s from batches in memory; input "
         f"{fed.samples_per_second:,.0f} samples/s from {fed.fed_by}: {verdict}"

@@ -1,10 +1,14 @@
-"""Run ``model.fit`` on one setup and print its throughput as JSON (used by bench_fit.py).
+"""Run a plain ``model.fit`` on one setup and print its throughput as JSON (bench_fit.py).
 
 The model, its data, the policy and compile arguments come from the same code a trial uses
-(tuner.workloads, tuner.worker.loading, tuner.keras_setup), so the only difference from a trial
-is how the steps are driven: ``fit`` over a ``tf.data`` dataset, timed by wall clock per epoch.
+(tuner.workloads, tuner.worker.loading, tuner.keras_setup); the data is fed as a user's script
+feeds it: a built-in workload's arrays as ``fit(x, y, batch_size=...)`` (shuffled, Keras'
+default; its pool repeated to an epoch of 64 batches, as a trial gives them to fit), a model
+file's ``make_dataset(batch_size)`` as it returns it. Epoch after epoch, no callback on its
+batches; the first epoch traces and compiles and is not timed; fit stops at the end of the
+epoch in which ``SECONDS`` of timed epochs have passed. The backend is ``KERAS_BACKEND``'s.
 
-    python bench/_fit_run.py MODEL SETUP_JSON STEPS EPOCHS
+    python bench/_fit_run.py MODEL SETUP_JSON SECONDS
 """
 
 from __future__ import annotations
@@ -18,24 +22,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main() -> int:
-    model_spec, setup_json, steps, epochs = (
-        sys.argv[1],
-        sys.argv[2],
-        int(sys.argv[3]),
-        int(sys.argv[4]),
-    )
+    model_spec, setup_json, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     import keras
-    import tensorflow as tf
 
     from tuner import keras_setup, workloads
     from tuner.setup import Setup
     from tuner.trials.models import parse_model_spec
-    from tuner.worker import loading
+    from tuner.worker import feeding, loading
 
     setup = Setup.from_dict(json.loads(setup_json))
     source = parse_model_spec(model_spec)
     keras.utils.set_random_seed(0)
     keras_setup.apply_policy(setup)
+    kwargs: dict[str, object] = {}
     if source.kind == "builtin":
         model = workloads.build(source.name, source.params)
         optimizer, loss = None, workloads.LOSS
@@ -43,33 +42,35 @@ def main() -> int:
             workloads.sample_bytes(source.name, source.params), setup.batch_size
         )
         batches = workloads.make_batches(source.name, source.params, setup.batch_size, pool, 0)
-        dataset = tf.data.Dataset.from_tensors(tuple(batches[0]))
-        for batch in batches[1:]:
-            dataset = dataset.concatenate(tf.data.Dataset.from_tensors(tuple(batch)))
+        # One epoch of arrays as a trial gives fit (its pool repeated to 64 batches).
+        x, y = feeding.epoch_arrays(batches)
+        kwargs = {"x": x, "y": y, "batch_size": setup.batch_size}
+        per_epoch = len(x)
     else:
         loaded = loading.load_user_model(source, setup.policy.name)
         model, optimizer, loss = loaded.model, loaded.optimizer, loaded.loss
-        dataset = loaded.module.make_dataset(setup.batch_size)
+        data = loaded.module.make_dataset(setup.batch_size)
+        kwargs = {"x": data}
+        per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
     keras_setup.compile_model(model, setup, optimizer, loss)
-    dataset = dataset.repeat().prefetch(tf.data.AUTOTUNE)
 
-    class Clock(keras.callbacks.Callback):
+    class EpochClock(keras.callbacks.Callback):
+        """Epoch ends only: fit dispatches its batches as it would without it."""
+
         def __init__(self) -> None:
             super().__init__()
-            self.epochs: list[float] = []
-
-        def on_epoch_begin(self, epoch: int, logs: object = None) -> None:
-            self.t = time.perf_counter()
+            self.ends: list[float] = []
 
         def on_epoch_end(self, epoch: int, logs: object = None) -> None:
-            self.epochs.append(time.perf_counter() - self.t)
+            self.ends.append(time.perf_counter())
+            if self.ends[-1] - self.ends[0] >= seconds:
+                self.model.stop_training = True
 
-    clock = Clock()
-    # The first epoch traces and compiles (the trial's warm-up); the rest are timed.
-    model.fit(dataset, epochs=epochs + 1, steps_per_epoch=steps, verbose=0, callbacks=[clock])
-    timed = clock.epochs[1:]
-    samples = setup.batch_size * steps * len(timed)
-    print(json.dumps({"samples_per_second": samples / sum(timed), "epochs_s": timed}))
+    clock = EpochClock()
+    model.fit(epochs=10**6, verbose=0, callbacks=[clock], **kwargs)  # type: ignore[arg-type]
+    end = time.perf_counter()
+    epochs = len(clock.ends) - 1
+    print(json.dumps({"samples_per_second": per_epoch * epochs / (end - clock.ends[0])}))
     return 0
 
 

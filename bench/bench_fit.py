@@ -1,25 +1,27 @@
-"""Does a trial's figure predict ``model.fit``? And what does each knob do to throughput?
+"""Is the figure a trial ranks by the one ``model.fit`` gives? (issue 35)
 
-For each setup (built-in models and a model file with ``make_dataset``, with and without the
-execution knobs) this runs, side by side and interleaved over ``--rounds`` rounds:
+For each backend, each kind of input (NumPy arrays through Keras' data adapter, a ``tf.data``
+dataset from ``make_dataset``, and a ``make_dataset`` slowed on purpose) and two batch sizes,
+this runs side by side, interleaved over ``--rounds`` rounds (every other round in reverse):
 
-* a trial (``mptune trial``'s engine): the batch size over the median step time, and the
-  wall-clock throughput of its measured window;
-* ``model.fit`` on the same model, data and compile arguments (bench/_fit_run.py), timed by
-  wall clock per epoch after a first epoch that traces and compiles.
+* a trial (``mptune trial``'s engine, its worker process): the figure it ranks by (fit's own
+  loop on the input, :mod:`tuner.worker.feeding`), and the device's rate from batches in
+  memory beside it;
+* a plain ``model.fit`` of the same model, data and compile arguments (bench/_fit_run.py), in a
+  process of its own, timed by wall clock over whole epochs after a first that compiles.
 
-It reports each figure as a ratio to fit's, how well each ranks the setups of a model the way fit
-ranks them (Kendall's tau, pairs within 3% counted as ties), what each knob does against the
-model's base setup, and the share of a trial's wall time that is measured steps.
+It reports each figure as a ratio to fit's (medians over the rounds, with the rounds' range),
+whether the trial ranks each model's two batch sizes as fit does, and whether it said
+input-bound. Where a GPU is asked for (``--device gpu``) the rows without TensorFlow run.
 
-    python bench/bench_fit.py [--rounds 5] [--write]
+    python bench/bench_fit.py [--rounds 5] [--backends tensorflow,jax,torch] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,180 +36,185 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _report import machine_line, write_section
 
 HERE = Path(__file__).resolve().parent
-TEXT_MODEL = str(HERE / "models" / "text_dataset.py")
-SLOW_MODEL = str(HERE / "models" / "slow_input.py")
-MEASURE_S = 1.5
+#: (model, the input it gives fit, in words)
+INPUTS = (
+    ("builtin:mlp", "NumPy arrays"),
+    (str(HERE / "models" / "text_dataset.py"), "tf.data"),
+    (str(HERE / "models" / "slow_input.py"), "tf.data, 5 ms a batch"),
+)
+BATCH_SIZES = (64, 256)
+#: the trial's measured window; fit's timed epochs run at least twice as long
+MEASURE_S = 3.0
+FIT_S = 4.0
+#: within this of fit's figure; two setups within TIE of each other rank as a tie
+WITHIN = 0.10
 TIE = 0.03
 
 
-def setups() -> list[tuple[str, Setup, str]]:
-    """(model, setup, what it shows)."""
-    rows = []
-    for model in ("builtin:mlp", "builtin:cnn", TEXT_MODEL):
-        base = Setup("float32", 64)
-        rows += [
-            (model, base, "base"),
-            (model, base.replace(batch_size=256), "batch 256"),
-            (model, base.replace(xla=True), "XLA"),
-            (model, base.replace(steps_per_execution=8), "8 steps per execution"),
-        ]
-    # An input slowed on purpose: the trial must say input-bound and predict fit by the input.
-    base = Setup("float32", 64)
-    rows += [(SLOW_MODEL, base, "base"), (SLOW_MODEL, base.replace(batch_size=256), "batch 256")]
-    return rows
-
-
-def trial(model: str, setup: Setup) -> api.TrialResult:
+def trial(model: str, setup: Setup, device: str) -> api.TrialResult:
     spec = api.TrialSpec(
         model=model,
         setup=setup,
         measure_seconds=MEASURE_S,
         min_steps=16,
         probe=False,
-        device="cpu",
+        device=device,
     )
     return api.run_trial(spec)
 
 
-def fit(model: str, setup: Setup, step_ms: float) -> float:
-    multiple = setup.steps_per_execution
-    steps = max(multiple, round(MEASURE_S * 1000 / max(step_ms, 0.1) / multiple) * multiple)
+def fit(model: str, setup: Setup, device: str) -> float:
+    env = {**os.environ, "KERAS_BACKEND": setup.backend}
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+        env["JAX_PLATFORMS"] = "cpu"
     out = subprocess.run(
         [
             sys.executable,
             str(HERE / "_fit_run.py"),
             model,
             json.dumps(setup.to_dict()),
-            str(steps),
-            "2",
+            str(FIT_S),
         ],
         capture_output=True,
         text=True,
         check=True,
-        env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "-1"},
+        env=env,
     )
     return float(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_second"])
 
 
-def kendall(a: list[float], b: list[float]) -> float:
-    """Kendall's tau-b of two figures over the same items; near-equal pairs count as ties."""
-    concordant = discordant = ties_a = ties_b = 0
-    for i, j in itertools.combinations(range(len(a)), 2):
-        da = 0 if abs(a[i] - a[j]) <= TIE * max(a[i], a[j]) else (1 if a[i] > a[j] else -1)
-        db = 0 if abs(b[i] - b[j]) <= TIE * max(b[i], b[j]) else (1 if b[i] > b[j] else -1)
-        if da == 0 and db == 0:
-            continue
-        if da == 0:
-            ties_a += 1
-        elif db == 0:
-            ties_b += 1
-        elif da == db:
-            concordant += 1
-        else:
-            discordant += 1
-    n0 = concordant + discordant
-    denom = ((n0 + ties_a) * (n0 + ties_b)) ** 0.5
-    return (concordant - discordant) / denom if denom else 1.0
+def order(a: float, b: float) -> int:
+    """-1, 0 (within :data:`TIE`) or 1."""
+    if abs(a - b) <= TIE * max(a, b):
+        return 0
+    return 1 if a > b else -1
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--backends", default="tensorflow,jax,torch")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or gpu")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="a model spec to run instead of the built-in list (repeatable): on a GPU, a model "
+        "of ResNet50's size",
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
-    rows = setups()
+    backends = args.backends.split(",")
+    if args.model:
+        inputs = [(spec, "as the model gives it") for spec in args.model]
+    else:  # on a GPU machine without TensorFlow only the arrays
+        inputs = [i for i in INPUTS if args.device == "cpu" or i[0].startswith("builtin:")]
+    rows = [
+        (backend, model, what, Setup("float32", b, backend=backend))
+        for backend in backends
+        for model, what in inputs
+        for b in BATCH_SIZES
+    ]
     figures: dict[int, dict[str, list[float]]] = {
-        i: {"median": [], "wall": [], "device": [], "bound": [], "fit": [], "share": []}
-        for i in range(len(rows))
+        i: {"trial": [], "device": [], "fit": [], "bound": []} for i in range(len(rows))
     }
     t0 = time.monotonic()
     for r in range(args.rounds):
-        order = list(range(len(rows)))
+        sequence = list(range(len(rows)))
         if r % 2:
-            order.reverse()  # interleaved, and neither end always first
-        for i in order:
-            model, setup, _ = rows[i]
-            result = trial(model, setup)
+            sequence.reverse()  # interleaved, and neither end always first
+        for i in sequence:
+            backend, model, _, setup = rows[i]
+            result = trial(model, setup, args.device)
             if not result.ok or not result.samples_per_second:
                 print(f"round {r + 1}: {setup.label} on {model}: {result.status}", flush=True)
                 continue
             f = figures[i]
-            f["median"].append(result.median_samples_per_second or 0.0)
-            f["wall"].append(result.samples_per_second)
+            f["trial"].append(result.samples_per_second)
             f["device"].append(result.device_samples_per_second or result.samples_per_second)
             f["bound"].append(1.0 if result.input_bound else 0.0)
-            f["share"].append(result.timings.measured_share or 0.0)
-            f["fit"].append(fit(model, setup, result.step_time_ms["p50"]))
+            f["fit"].append(fit(model, setup, args.device))
             print(
-                f"round {r + 1}: {Path(model).name:16s} {setup.label:28s} "
-                f"median {f['median'][-1]:9.0f} device {f['device'][-1]:9.0f} "
-                f"reach {f['wall'][-1]:9.0f} fit {f['fit'][-1]:9.0f}",
+                f"round {r + 1}: {backend:10s} {Path(model).name:16s} {setup.label:24s} "
+                f"trial {f['trial'][-1]:9.0f} device {f['device'][-1]:9.0f} "
+                f"fit {f['fit'][-1]:9.0f}  {f['trial'][-1] / f['fit'][-1]:.2f}",
                 flush=True,
             )
     minutes = (time.monotonic() - t0) / 60
+    print(report(rows, figures, args, minutes))
+    if args.write:
+        name = "fit" if args.device == "cpu" else "fit-gpu"
+        write_section(name, report(rows, figures, args, minutes))
+    return 0
 
+
+def report(
+    rows: list[tuple[str, str, str, Setup]],
+    figures: dict[int, dict[str, list[float]]],
+    args: argparse.Namespace,
+    minutes: float,
+) -> str:
     med = {
         i: {k: statistics.median(v) if v else 0.0 for k, v in f.items()} for i, f in figures.items()
     }
     lines = [
-        "| model | setup | median / fit | device / fit | reach / fit | input-bound "
-        "| vs base (fit) | vs base (trial, reach) | measured share |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|",
+        "| backend | input | setup | trial / fit | rounds' range | device / fit | input-bound "
+        "| trial | fit |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|",
     ]
-    taus: dict[str, dict[str, float]] = {}
-    errors: dict[str, list[float]] = {"median": [], "wall": []}
-    for model in dict.fromkeys(m for m, _, _ in rows):
-        idx = [i for i, (m, _, _) in enumerate(rows) if m == model and med[i]["fit"]]
-        base = next(i for i in idx if rows[i][2] == "base")
-        for i in idx:
-            m = med[i]
-            for k in errors:
-                errors[k].append(abs(m[k] / m["fit"] - 1))
-            bound = figures[i]["bound"]
-            lines.append(
-                f"| {Path(model).name} | {rows[i][2]} (`{rows[i][1].label}`) | "
-                f"{m['median'] / m['fit']:.2f} | {m['device'] / m['fit']:.2f} | "
-                f"{m['wall'] / m['fit']:.2f} | {int(sum(bound))} of {len(bound)} | "
-                f"{m['fit'] / med[base]['fit']:.2f}x | {m['wall'] / med[base]['wall']:.2f}x | "
-                f"{m['share']:.0%} |"
-            )
-        taus[model] = {
-            k: kendall([med[i][k] for i in idx], [med[i]["fit"] for i in idx])
-            for k in ("median", "wall")
-        }
-    tau_lines = [
-        f"| {Path(m).name} | {t['median']:.2f} | {t['wall']:.2f} |" for m, t in taus.items()
-    ]
-    body = f"""## A trial's figure against `model.fit`, and what each knob does
+    within = ranked = 0
+    pairs: dict[tuple[str, str], list[int]] = {}
+    for i, (backend, model, what, setup) in enumerate(rows):
+        m, f = med[i], figures[i]
+        if not m["fit"]:
+            continue
+        pairs.setdefault((backend, model), []).append(i)
+        ratios = [t / x for t, x in zip(f["trial"], f["fit"], strict=True)]
+        within += abs(m["trial"] / m["fit"] - 1) <= WITHIN
+        lines.append(
+            f"| {backend} | {what} (`{Path(model).name}`) | `{setup.label}` | "
+            f"{m['trial'] / m['fit']:.2f} | {min(ratios):.2f}-{max(ratios):.2f} | "
+            f"{m['device'] / m['fit']:.2f} | {int(sum(f['bound']))} of {len(f['bound'])} | "
+            f"{m['trial']:,.0f} | {m['fit']:,.0f} |"
+        )
+    rank_lines = []
+    for (backend, model), idx in pairs.items():
+        a, b = idx[0], idx[-1]
+        by_trial = order(med[a]["trial"], med[b]["trial"])
+        by_fit = order(med[a]["fit"], med[b]["fit"])
+        by_device = order(med[a]["device"], med[b]["device"])
+        ranked += by_trial == by_fit
+        word = {1: "first faster", -1: "second faster", 0: "a tie"}
+        rank_lines.append(
+            f"| {backend} | `{Path(model).name}` | {word[by_fit]} | {word[by_trial]} | "
+            f"{word[by_device]} |"
+        )
+    measured = sum(1 for i in med if med[i]["fit"])
+    models = "".join(f" --model {m}" for m in args.model)
+    return f"""## A trial's figure against a plain `model.fit`
 
-`python bench/bench_fit.py --rounds {args.rounds} --write`, {date.today().isoformat()}, on
-{machine_line()}. Each setup ran as a trial ({MEASURE_S:g} s measured) and as `model.fit` (same
-model, data and compile arguments; epochs of about {MEASURE_S:g} s after one that traces), side
-by side, interleaved over {args.rounds} rounds ({minutes:.0f} min); figures are medians over the
-rounds. "median" is the batch size over the median step time; "device" is the measured
-window's samples over its wall time, from batches in memory; "reach" is what the trial reports
-as fit's rate: the device's, or lower where the user's input (timed alone, fed as fit feeds it)
-cannot keep up. "input-bound" counts the rounds whose trial said so. `slow_input.py` waits 5 ms
-a batch in its `make_dataset` on purpose. The knob columns compare a setup with its model's
-float32 batch-64 base, by fit and by the trial's reach figure. "measured share" is the trial's
-measured steps as a share of its wall time (start-up included).
+`python bench/bench_fit.py --rounds {args.rounds} --backends {args.backends} --device
+{args.device}{models} --write`, {date.today().isoformat()}, on {machine_line()}. Each setup ran
+as a trial ({MEASURE_S:g} s measured on batches in memory, then as long in fit's own loop on
+the input) and as a plain `model.fit` in a process of its own (same model, data and compile
+arguments; the input as a script gives it; whole epochs for at least {FIT_S:g} s after one that
+compiles), side by side, interleaved over {args.rounds} rounds ({minutes:.0f} min); figures are
+medians over the rounds, the range is the rounds' own trial/fit ratios. "trial" is the figure a
+trial ranks by: fit's own loop on the input (issue 35); "device" is its rate from batches in
+memory, shown beside it. `slow_input.py` waits 5 ms a batch in its `make_dataset` on purpose.
 
-{chr(10).join(lines)}
+| {"|".join(lines[0].split("|")[1:-1])} |
+{chr(10).join(lines[1:])}
 
-Rank agreement with `fit` over each model's setups (Kendall's tau-b, pairs within 3% as ties;
-1 is the same order):
+**{within} of {measured} rows within {WITHIN:.0%} of fit's figure.** Ranking of each model's
+two batch sizes ({", ".join(f"b{b}" for b in BATCH_SIZES)}; within {TIE:.0%} is a tie):
+**{ranked} of {len(pairs)} the same as fit's.**
 
-| model | median | reach |
-|---|---:|---:|
-{chr(10).join(tau_lines)}
-
-Mean distance from fit's figure over all setups: median {statistics.fmean(errors["median"]):.1%},
-reach {statistics.fmean(errors["wall"]):.1%}.
+| backend | model | fit | trial | device |
+|---|---|---|---|---|
+{chr(10).join(rank_lines)}
 """
-    print(body)
-    if args.write:
-        write_section("fit", body)
-    return 0
 
 
 if __name__ == "__main__":

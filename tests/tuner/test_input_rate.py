@@ -1,7 +1,8 @@
-"""The input counted (issue 25, item 4): a trial times the user's input as ``fit`` feeds it, on
-each backend, beside the device's rate from batches in memory; what ``fit`` can reach is the
-lower; a setup held back by its input is marked input-bound and told what to do, in the trial's
-report, the recommendation's evidence and the exported config."""
+"""The figure fit gives (issue 35, item 1; first issue 25, item 4): after its measured steps a
+trial runs ``fit``'s own loop on the user's input, fed as fit feeds itself, on each backend;
+that rate is the trial's figure, the device's rate from batches in memory stays beside it, and a
+setup held back by its input is marked input-bound and told what to do, in the trial's report,
+the recommendation's evidence and the exported config."""
 
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def make_dataset(batch_size):
     return data.apply(testing.sleep(20_000))
 """
 
-#: A model the CPU trains a few thousand samples a second, fed arrays, which Keras' adapter
-#: slices far faster than that on every backend.
+#: A model the CPU trains a few thousand samples a second, fed arrays of 64 batches an epoch,
+#: which Keras' adapter slices far faster than that on every backend. (An epoch of 8 batches
+#: does not keep up: fit's work between epochs - a new iterator, a shuffle, on JAX the state
+#: written back - took fit's loop to 71-87% of the device's rate on a 2-core CPU.)
 FAST_ARRAYS = """
 import keras
 import numpy as np
@@ -68,16 +71,53 @@ def build_model():
 
 def make_dataset(batch_size):
     rng = np.random.default_rng(0)
-    n = batch_size * 8
+    n = batch_size * 64
     x = rng.standard_normal((n, 256)).astype("float32")
     return x, rng.integers(0, 3, size=n).astype("int32")
 """
 
+#: make_dataset as a keras.utils.PyDataset and as a generator: fit takes both as they are.
+OTHER_INPUTS = """
+import keras
+import numpy as np
 
-def _trial(path: Path, backend: str, **kwargs: object) -> TrialResult:
+KIND = "{kind}"
+
+
+def build_model():
+    inputs = keras.Input((16,))
+    x = keras.layers.Dense(32, activation="relu")(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(x))
+    model.compile("adam", "sparse_categorical_crossentropy")
+    return model
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, batch_size):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        rng = np.random.default_rng(index)
+        x = rng.standard_normal((self.batch_size, 16)).astype("float32")
+        return x, rng.integers(0, 3, size=self.batch_size).astype("int32")
+
+
+def make_dataset(batch_size):
+    data = Batches(batch_size)
+    if KIND == "generator":
+        return (data[i % len(data)] for i in range(10**9))
+    return data
+"""
+
+
+def _trial(path: Path, backend: str, batch_size: int = 32, **kwargs: object) -> TrialResult:
     spec = TrialSpec(
         model=str(path),
-        setup=Setup("float32", 32, backend=backend),
+        setup=Setup("float32", batch_size, backend=backend),
         device="cpu",
         **{"measure_seconds": 0.4, "warmup_steps": 1, "min_steps": 8, **kwargs},  # type: ignore[arg-type]
     )
@@ -93,41 +133,43 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     assert result.status is TrialStatus.OK, result.error
     fed, device = result.input, result.device_samples_per_second
     assert fed is not None and device is not None, result.warnings
-    assert fed.kind == "tf_data" and "make_dataset(32)" in fed.fed_by
-    # 20 ms a batch of 32: at most 1,600 samples/s, whatever the machine.
+    assert fed.kind == "tf_data" and "make_dataset(32)" in fed.fed_by and fed.fit_loop
+    # 20 ms a batch of 32 in fit's own loop: at most 1,600 samples/s, whatever the machine.
     assert fed.samples_per_second < 1600
     assert fed.samples_per_second < 0.5 * device
     assert result.input_bound
-    # What fit can reach: the input's rate where fit makes the next batch while the device
-    # trains; where it makes each batch between steps (JAX and PyTorch on a CPU) the two add up,
-    # which with the input at most half the device's rate (above) is at least 2/3 of the
-    # input's. PyTorch's measured 0.87-0.93 on an idle 2-core AMD EPYC (2026-11-26) and 0.70
-    # with the machine's two cores busy with another job: the device's rate is the machine's.
-    assert result.samples_per_second is not None
-    low = 0.9 if fed.overlapped else 2 / 3
-    assert low * fed.samples_per_second <= result.samples_per_second <= fed.samples_per_second
-    assert result.timings.input_s is not None and result.timings.input_s >= 0.4
+    # The figure is fit's own, not a formula over the device's rate and the input's.
+    assert result.samples_per_second == fed.samples_per_second
+    # fit's loop ran as long as the measured window, over whole batches of 32.
+    t = result.timings
+    assert t.input_s is not None and t.measure_s is not None and t.input_s >= t.measure_s
+    assert fed.batches >= 3 and fed.samples_per_second == pytest.approx(
+        fed.batches * 32 / fed.seconds
+    )
     report = console.render_trial(result)
     assert "input-bound" in report and "prefetch(tf.data.AUTOTUNE)" in report
+    assert "in fit's own loop" in report and "from batches in memory" in report
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_an_input_that_keeps_up_leaves_the_device_figure(backend: str, tmp_path: Path) -> None:
+def test_fit_on_an_input_that_keeps_up_is_near_the_device(backend: str, tmp_path: Path) -> None:
     path = tmp_path / "fast.py"
     path.write_text(FAST_ARRAYS)
-    result = _trial(path, backend)
+    result = _trial(path, backend, batch_size=128, measure_seconds=1.0)
     assert result.status is TrialStatus.OK, result.error
     assert result.input is not None and result.input.kind == "arrays"
-    assert not result.input_bound
-    # Only where fit overlaps the input with training is the figure the device's own; on a
-    # CPU, JAX and PyTorch make each batch between steps, which costs a little.
+    assert result.input.fit_loop
+    # Keras' slicing of the arrays and fit's own work between steps cost little beside steps
+    # of 10-30 ms: in one process fit's loop ran at 1.0-1.3x a loop over batches in memory
+    # (TensorFlow, 2-core AMD EPYC). Two 1 s windows a few seconds apart, in two trials' worth of
+    # this machine's noise, are held to less than the verdict's 90%: its threshold is tested
+    # on figures given (test_fit_loops_figure_is_the_setups_one_in_the_evidence).
     assert result.samples_per_second is not None and result.device_samples_per_second
-    if result.input.overlapped:
-        assert result.samples_per_second == result.device_samples_per_second
-    assert result.samples_per_second >= 0.9 * result.device_samples_per_second
-    # It stopped as soon as the input was clearly faster than the device: no second wasted.
-    assert result.timings.input_s is not None and result.timings.input_s < 0.4
+    assert result.samples_per_second == result.input.samples_per_second
+    assert result.samples_per_second >= 0.75 * result.device_samples_per_second, (
+        console.render_trial(result)
+    )
 
 
 @pytest.mark.slow
@@ -150,6 +192,23 @@ def test_a_builtin_and_a_model_without_make_dataset_say_what_fed_them(tmp_path: 
     assert "define make_dataset(batch_size)" in result.input.fed_by
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "words"), [("py_dataset", "PyDataset"), ("generator", "generator")]
+)
+def test_a_py_dataset_and_a_generator_feed_fit_as_they_are(
+    kind: str, words: str, tmp_path: Path
+) -> None:
+    path = tmp_path / f"{kind}.py"
+    path.write_text(OTHER_INPUTS.replace("{kind}", kind))
+    result = _trial(path, "tensorflow")
+    assert result.status is TrialStatus.OK, result.error
+    fed = result.input
+    assert fed is not None, result.warnings
+    assert fed.kind == kind and words in fed.fed_by and fed.fit_loop
+    assert result.samples_per_second == fed.samples_per_second
+
+
 def _result(device: float, fed: float | None) -> TrialResult:
     spec = TrialSpec(model="builtin:mlp", setup=Setup("float32", 64))
     return TrialResult(
@@ -168,17 +227,24 @@ def test_a_result_keeps_both_figures_through_storage() -> None:
     assert again.device_samples_per_second == 10_000.0
     assert again.input_bound
     assert not _result(10_000.0, 9_800.0).input_bound  # within 5%: not the bound
+    fit = TrialResult.from_dict(
+        {**result.to_dict(), "input": {**result.to_dict()["input"], "fit_loop": True}}
+    )
+    assert fit.input is not None and fit.input.fit_loop
+    assert TrialResult.from_dict(fit.to_dict()).input == fit.input
+    assert not result.input.fit_loop  # stored before issue 35: the input timed alone
     old = result.to_dict()
     del old["input"], old["device_samples_per_second"]  # stored before the input was counted
     assert TrialResult.from_dict(old).input is None
     assert not TrialResult.from_dict(old).input_bound
 
 
-def _recommendation(device: float, fed: float) -> Recommendation:
+def _recommendation(device: float, fed: float, fit_loop: bool = False) -> Recommendation:
+    figure = fed if fit_loop else min(device, fed)
     return Recommendation(
         setup=Setup("mixed_bfloat16", 64),
-        samples_per_second=min(device, fed),
-        samples_per_second_spread=(min(device, fed), min(device, fed)),
+        samples_per_second=figure,
+        samples_per_second_spread=(figure, figure),
         baseline_samples_per_second=None,
         float32_samples_per_second=None,
         speedup_vs_float32=None,
@@ -192,7 +258,7 @@ def _recommendation(device: float, fed: float) -> Recommendation:
         trials=(1,),
         objective="speed",
         device_samples_per_second=device,
-        input=InputRate(fed, "tf_data", "make_dataset(64), a tf.data.Dataset"),
+        input=InputRate(fed, "tf_data", "make_dataset(64), a tf.data.Dataset", fit_loop=fit_loop),
     )
 
 
@@ -206,6 +272,21 @@ def test_the_evidence_says_input_bound_and_what_to_do() -> None:
     assert rows["Input"].endswith("the input keeps up") and "Input advice" not in rows
     again = Recommendation.from_dict(rec.to_dict())
     assert again.input == rec.input and again.input_bound
+
+
+def test_fit_loops_figure_is_the_setups_one_in_the_evidence() -> None:
+    """Where fit's own loop gave the figure, the evidence shows no second rate for the setup:
+    the share of the device's it reaches, and the device's own (labelled)."""
+    rec = _recommendation(10_000.0, 2_500.0, fit_loop=True)
+    rows = dict(evidence_rows(rec))
+    assert "fit's own loop" in rows["Input"] and "25% of the device's" in rows["Input"]
+    assert (
+        "2,500" not in rows["Input"] and "10,000 samples/s from batches in memory" in rows["Input"]
+    )
+    assert rec.input_bound and "prefetch" in rows["Input advice"]
+    assert not _recommendation(10_000.0, 9_500.0, fit_loop=True).input_bound
+    # fit's loop may beat the batches in memory (noise, or its own overlap): its figure stands.
+    assert _recommendation(10_000.0, 11_000.0, fit_loop=True).samples_per_second == 11_000.0
 
 
 @pytest.mark.slow

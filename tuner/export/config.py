@@ -80,8 +80,8 @@ class Evidence:
     skipped_steps: int = 0
     reason: str = ""
     trials: tuple[int, ...] = ()
-    #: the device's rate from batches in memory and the input's, fed as fit feeds it
-    #: (``samples_per_second`` is the lower): None where the input was not timed
+    #: the device's rate from batches in memory, and fit's own loop's on the user's input
+    #: (issue 35; before it, the input timed alone): None where the input was not timed
     device_samples_per_second: float | None = None
     input_samples_per_second: float | None = None
     input_fed_by: str | None = None

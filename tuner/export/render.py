@@ -178,8 +178,10 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         and evidence.input_samples_per_second is not None
     ):
         summary.append(
-            f"input-bound: your input feeds {evidence.input_samples_per_second:,.0f} "
-            f"samples/s where the device trains {evidence.device_samples_per_second:,.0f}"
+            f"input-bound: fit on your input reaches "
+            f"{evidence.input_samples_per_second / evidence.device_samples_per_second:.0%} of "
+            f"the {evidence.device_samples_per_second:,.0f} samples/s the device trains from "
+            "batches in memory"
         )
     if evidence.loss_gap is not None:
         summary.append(f"loss gap {evidence.loss_gap:.2%} to float32")

@@ -239,9 +239,9 @@ class Recommendation:
     reference: str = "float32"
     reference_samples_per_second: float | None = None
     speedup_vs_reference: float | None = None
-    #: what the device trains the setup at from batches in memory, and what the user's input
-    #: delivers fed as ``fit`` feeds it: :attr:`samples_per_second` is the lower of the two
-    #: (None: the input was not timed, as in recommendations stored before it was)
+    #: what the device trains the setup at from batches in memory, and fit's own loop on the
+    #: user's input (issue 35; before it the input timed alone, :attr:`samples_per_second` the
+    #: lower of the two); None: not timed, as in recommendations stored before it was
     device_samples_per_second: float | None = None
     input: InputRate | None = None
     #: what :attr:`speedup_vs_float32` is against: the float32 setup, the trials whose median

@@ -476,17 +476,27 @@ def input_rows(rec: Recommendation) -> list[tuple[str, str]]:
     fed = rec.input
     if fed is None or rec.device_samples_per_second is None:
         return []
-    figures = (
-        f"{fed.samples_per_second:,.0f} samples/s from {fed.fed_by}; the device trains "
-        f"{rec.device_samples_per_second:,.0f} samples/s from batches in memory"
-    )
+    device = rec.device_samples_per_second
+    if fed.fit_loop:
+        # One figure (issue 35): fit's own loop gave the setup's rate; the device's is beside it.
+        figures = (
+            f"timed in fit's own loop on {fed.fed_by}; the device trains {device:,.0f} "
+            "samples/s from batches in memory"
+        )
+        share = rec.samples_per_second / device
+    else:  # stored before issue 35: the input timed alone
+        figures = (
+            f"{fed.samples_per_second:,.0f} samples/s from {fed.fed_by}; the device trains "
+            f"{device:,.0f} samples/s from batches in memory"
+        )
+        share = fed.samples_per_second / device
     if not rec.input_bound:
         return [("Input", f"{figures}: the input keeps up")]
     return [
         (
             "Input",
-            f"{figures}: input-bound, fit is held to the input's rate "
-            f"({fed.samples_per_second / rec.device_samples_per_second:.0%} of the device's)",
+            f"{figures}: input-bound, fit is held to the input's rate ({share:.0%} of the "
+            "device's)",
         ),
         ("Input advice", fed.advice(rec.setup.backend)),
     ]

@@ -49,7 +49,7 @@ PHASES = {
     "probe": "probing numerics against float32",
     "warmup": "warming up",
     "measure": "measuring",
-    "input": "timing the input as fit feeds it",
+    "input": "timing fit's own loop on the input",
 }
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,8 @@ class Timings:
     first trial of each in a search); ``compile_s`` the step compiled ahead of its first run to
     predict its memory (JAX; the warm-up then skips that compile); ``warmup_s`` the untimed
     first steps (tracing, autotuning);
-    ``measure_s`` the timed steps; ``input_s`` timing the user's input alone; ``total_s``
+    ``measure_s`` the timed steps; ``input_s`` fit's own loop on the user's input, timed
+    (before issue 35: the input timed alone); ``total_s``
     everything, as the parent saw it.
     """
 
@@ -60,10 +61,11 @@ class Timings:
 
     @property
     def measured_share(self) -> float | None:
-        """Measured steps as a share of the trial's wall time."""
+        """Measuring as a share of the trial's wall time: the measured steps and fit's own
+        loop on the input (the figure that ranks)."""
         if not self.measure_s or not self.total_s:
             return None
-        return self.measure_s / self.total_s
+        return (self.measure_s + (self.input_s or 0.0)) / self.total_s
 
 
 #: The worker's phase before its ``started`` message: the interpreter's start, the framework's
@@ -150,10 +152,11 @@ INPUT_BOUND = 0.9
 
 
 def reachable(device: float, fed: InputRate) -> float:
-    """What ``fit`` can reach, from the device's rate and the input's, each timed alone: the
-    lower of the two where fit makes the next batch while the device trains (tf.data's own
-    threads; any backend on a GPU), else one after the other (JAX and PyTorch on a CPU make each
-    batch between steps)."""
+    """What ``fit`` can reach: fit's own rate on the input where its loop was timed
+    (``fit_loop``, issue 35). Trials stored before it timed the input alone: the lower of the
+    device's rate and the input's where fit overlaps them, else the two one after the other."""
+    if fed.fit_loop:
+        return fed.samples_per_second
     if fed.overlapped:
         return min(device, fed.samples_per_second)
     return 1 / (1 / device + 1 / fed.samples_per_second)
@@ -171,19 +174,23 @@ def input_bound(device: float | None, fed: InputRate | None) -> bool:
 
 @dataclass(frozen=True)
 class InputRate:
-    """How fast the user's input reached the device, fed the way ``fit`` feeds it, timed
-    alone after the measured steps (:mod:`tuner.worker.feeding`)."""
+    """``fit``'s own loop on the user's input, timed after the measured steps
+    (:mod:`tuner.worker.feeding`): the rate fit trains at, fed as it feeds itself. Trials stored
+    before issue 35 (``fit_loop`` false) timed the input alone, without training."""
 
     samples_per_second: float
-    #: ``tf_data`` (the user's ``make_dataset`` dataset), ``arrays`` (arrays through Keras'
-    #: data adapter: the user's, or a built-in workload's) or ``synthetic`` (mptune's own
-    #: arrays: the user's input is not known)
+    #: ``tf_data`` (the user's ``make_dataset`` dataset), ``py_dataset`` (their
+    #: ``keras.utils.PyDataset``), ``generator``, ``arrays`` (arrays through Keras' data
+    #: adapter: the user's, or a built-in workload's) or ``synthetic`` (mptune's own arrays: the
+    #: user's input is not known)
     kind: str
     fed_by: str  #: in words, e.g. "make_dataset(64), a tf.data.Dataset, as fit iterates it"
     batches: int = 0
     seconds: float = 0.0
-    #: fit makes the next batch while the device trains (see :func:`reachable`)
+    #: (input timed alone) fit makes the next batch while the device trains
     overlapped: bool = True
+    #: the rate is fit's own loop training on the input (see :func:`reachable`)
+    fit_loop: bool = False
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
@@ -215,6 +222,7 @@ class InputRate:
             batches=int(data.get("batches") or 0),
             seconds=float(data.get("seconds") or 0.0),
             overlapped=bool(data.get("overlapped", True)),
+            fit_loop=bool(data.get("fit_loop", False)),
         )
 
 
@@ -263,8 +271,8 @@ class TrialResult:
     median_samples_per_second: float | None = None
     #: ``train_function`` calls in the measured window (steps / steps per execution)
     executions: int | None = None
-    #: what the device trained at, from batches already in memory (on the device); where the
-    #: input was timed, :attr:`samples_per_second` is the lower of this and the input's rate.
+    #: what the device trained at, from batches already in memory (on the device); where fit's
+    #: loop ran on the input, :attr:`samples_per_second` is its rate (see :func:`reachable`).
     #: None for trials stored before the input was counted (their figure is the device's)
     device_samples_per_second: float | None = None
     #: the input's own rate, fed as ``fit`` feeds it (None: not timed)

@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import os
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,31 +120,6 @@ class Backend:
     def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
         return TensorFlowSteps(model, batches)
 
-    def overlaps_input(self, on_gpu: bool) -> bool:
-        """Whether ``fit`` makes the next batch while the device trains on the last: tf.data
-        prefetches on threads of its own; JAX and PyTorch overlap only on a GPU (the steps run
-        asynchronously there), and on a CPU make each batch between steps."""
-        return True
-
-    def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
-        """A Keras data adapter's epochs, as this backend's ``fit`` iterates them: each call
-        starts one (TensorFlow builds the dataset once and iterates it each epoch)."""
-        dataset = adapter.get_tf_dataset()
-        return lambda: iter(dataset)
-
-    def deliver(self, batch: Any, on_gpu: bool) -> Any:
-        """``batch`` where the step reads it, ready (``fit``'s step copies a host batch to the
-        GPU: here it is copied, as the step would)."""
-        if not on_gpu:
-            return batch
-        import tensorflow as tf
-        from tensorflow.python.eager import context
-
-        with tf.device("/GPU:0"):
-            on_device = tf.nest.map_structure(tf.identity, batch)
-        context.async_wait()  # as Keras' TFEpochIterator waits
-        return on_device
-
 
 class JaxBackend(Backend):
     name = JAX
@@ -222,21 +197,6 @@ class JaxBackend(Backend):
     def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
         return JaxSteps(model, batches)
 
-    def overlaps_input(self, on_gpu: bool) -> bool:
-        return on_gpu  # Keras' JAX fit puts batches one ahead on an accelerator only
-
-    def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
-        return lambda: iter(adapter.get_jax_iterator())
-
-    def deliver(self, batch: Any, on_gpu: bool) -> Any:
-        """``jax.device_put``, as JAX's ``fit`` puts each batch (one batch ahead on a GPU),
-        waited for."""
-        import jax
-
-        return jax.block_until_ready(  # type: ignore[no-untyped-call]
-            jax.tree_util.tree_map(jax.device_put, batch)
-        )
-
 
 class TorchBackend(Backend):
     name = TORCH
@@ -299,22 +259,6 @@ class TorchBackend(Backend):
 
     def steps(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> Steps:
         return TorchSteps(model, batches)
-
-    def overlaps_input(self, on_gpu: bool) -> bool:
-        return on_gpu  # CUDA runs the step while the DataLoader makes the next batch
-
-    def fit_epochs(self, adapter: Any) -> Callable[[], Iterator[Any]]:
-        return lambda: iter(adapter.get_torch_dataloader())
-
-    def deliver(self, batch: Any, on_gpu: bool) -> Any:
-        """Converted to tensors on the model's device, as the step converts its data."""
-        import keras
-        import torch
-
-        on_device = keras.tree.map_structure(keras.ops.convert_to_tensor, batch)
-        if on_gpu:
-            torch.cuda.synchronize()
-        return on_device
 
 
 _BACKENDS: dict[str, type[Backend]] = {

@@ -6,6 +6,7 @@ import collections
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -163,7 +164,24 @@ def _batches_from_user_data(
     data: Any, batch_size: int, n_batches: int, source: ModelSource
 ) -> list[Batch]:
     what = f"make_dataset({batch_size}) in {source.spec}"
-    if _is_tf_dataset(data):
+    kind = input_kind(data)
+    if kind in ("py_dataset", "generator"):
+        # A PyDataset's batches by index, a generator's in turn: what fit's adapter reads.
+        elements = (data[i] for i in range(len(data))) if kind == "py_dataset" else data
+        batches = []
+        for _ in range(n_batches):
+            try:
+                element = call_user(lambda: next(elements), what, source.path, source.spec)
+            except UserCodeError as exc:
+                if isinstance(exc.__cause__, StopIteration):
+                    break
+                raise
+            batches.append(_as_batch(element, what))
+        if not batches:
+            raise UserCodeError(f"{what} returned an input that yields no batches")
+        _check_batch_size(batches[0], batch_size, what)
+        return batches
+    if kind == "tf_data":
         # On every backend: a tf.data.Dataset's elements as NumPy arrays (its own
         # as_numpy_iterator), which Keras takes on JAX and PyTorch as it takes arrays.
         batches = []
@@ -202,9 +220,22 @@ def _batches_from_user_data(
             for i in range(count)
         ]
     raise UserCodeError(
-        f"{what} returned {type(data).__name__}: return a tf.data.Dataset of "
-        "(x, y) batches or a tuple (x, y) of arrays"
+        f"{what} returned {type(data).__name__}: return a tf.data.Dataset, a "
+        "keras.utils.PyDataset or a generator of (x, y) batches, or a tuple (x, y) of arrays"
     )
+
+
+def input_kind(data: Any) -> str:
+    """What the user's ``make_dataset`` returned, as ``fit`` takes it: ``tf_data``,
+    ``py_dataset`` (a ``keras.utils.PyDataset``), ``generator`` (an iterator of batches) or
+    ``arrays`` (a tuple ``(x, y)``, checked where it is read)."""
+    if _is_tf_dataset(data):
+        return "tf_data"
+    if isinstance(data, keras.utils.PyDataset):
+        return "py_dataset"
+    if isinstance(data, Iterator):
+        return "generator"
+    return "arrays"
 
 
 def _is_tf_dataset(data: Any) -> bool:

@@ -1,6 +1,6 @@
 """A trial's measuring, once its model is compiled: the step's memory predicted (and a setup
-that cannot fit refused), the warm-up, the measured steps, the input timed alone, and the
-``result`` event. :mod:`tuner.worker.main` calls it for fresh and warm trials alike."""
+that cannot fit refused), the warm-up, the measured steps, fit's own loop on the user's input,
+and the ``result`` event. :mod:`tuner.worker.main` calls it for fresh and warm trials alike."""
 
 from __future__ import annotations
 
@@ -67,8 +67,9 @@ def measure(
     # time. The median-based one stays beside it, robust to a stray slow step.
     device_rate = spec.batch_size * len(log.times_s) / window if window > 0 else None
 
-    # A setup that cannot lead (pruned) is not worth its input's timing.
-    fed = None if log.pruned else _time_input(spec, channel, phase, feed, device_rate, on_cpu)
+    # A setup that cannot lead (pruned: even its device's rate is under the leader's) is not
+    # worth fit's loop.
+    fed = None if log.pruned else _time_fit(spec, channel, phase, runner, feed, window)
     channel.emit(
         "result",
         samples_per_second=device_rate,
@@ -165,25 +166,33 @@ def refuse_if_over(prediction: dict[str, Any]) -> None:
     )
 
 
-def _time_input(
+def _time_fit(
     spec: TrialSpec,
     channel: Channel,
     phase: list[str],
+    runner: Any,
     feed: Callable[[], Any],
-    device_rate: float | None,
-    on_cpu: bool,
+    window_s: float,
 ) -> Any:
-    """The ``input`` phase: the user's input timed alone (feeding.measure), or None with a
-    warning that says why not."""
-    from tuner.worker import feeding
+    """The ``input`` phase: ``fit``'s own loop on the user's input for as long as the measured
+    window (:func:`tuner.worker.feeding.measure`), its figures or None with a warning that says
+    why not. A CPU trial's memory limit holds here as in the steps."""
+    from tuner.worker import backends, feeding, training
 
     phase[0] = "input"
     channel.emit("phase", phase="input")
+    seconds = max(window_s, 0.05)
     fed, why_not = feeding.measure(
-        feed, spec.batch_size, spec.measure_seconds, device_rate, not on_cpu
+        runner.model, feed, spec.batch_size, seconds, backends.current().is_oom
     )
     if why_not:
         channel.emit("warning", code="input_not_timed", message=why_not)
+    limit = runner.cpu_memory_limit_mb
+    if limit is not None and training.peak_rss_mb() > limit:
+        raise training.MemoryLimitExceeded(
+            f"peak resident memory {training.peak_rss_mb():.0f} MB passed the limit of "
+            f"{limit:.0f} MB in fit's loop"
+        )
     return fed
 
 

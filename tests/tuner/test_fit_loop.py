@@ -1,0 +1,105 @@
+"""Fit's own loop, timed (issue 35, item 1): the callback that times ``model.fit`` changes how
+Keras dispatches nothing, counts every step it times and no other, and runs at least as long as
+asked; arrays of mptune's own reach fit as a real epoch would, not the trial's 8-batch pool."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from tuner.worker import feeding
+from tuner.worker.usercode import UserCodeError
+
+
+def _model(steps_per_execution: int = 1) -> keras.Model:
+    inputs = keras.Input((8,))
+    outputs = keras.layers.Dense(2, activation="softmax")(keras.layers.Dense(16)(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "sparse_categorical_crossentropy", steps_per_execution=steps_per_execution)
+    return model
+
+
+def _arrays(batches: int, batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    n = batches * batch_size
+    return rng.standard_normal((n, 8)).astype("float32"), rng.integers(0, 2, n).astype("int32")
+
+
+def test_the_clock_leaves_fits_dispatch_as_it_was() -> None:
+    """A callback with batch hooks would make Keras run every batch's callbacks on the main
+    thread, converting the logs (a sync each step); the clock says it is safe off it."""
+    plain = keras.callbacks.CallbackList([keras.callbacks.History()])
+    timed = keras.callbacks.CallbackList([feeding.FitClock(1.0)])
+    assert timed._async_train == plain._async_train
+
+    class Hooked(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+            pass
+
+    if plain._async_train:  # on a backend whose callbacks may run off the main thread
+        assert not keras.callbacks.CallbackList([Hooked()])._async_train
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+def test_fit_rate_counts_the_steps_it_timed(steps_per_execution: int) -> None:
+    model = _model(steps_per_execution)
+    x, y = _arrays(12)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # built and traced
+    before = int(model.optimizer.iterations.numpy())
+    fed = feeding.fit_rate(model, feeding.Feed(x, y, "arrays", "arrays"), 16, 0.3)
+    steps = int(model.optimizer.iterations.numpy()) - before
+    # Every step fit ran, less the warm executions before the clock started, is counted.
+    assert fed["batches"] == steps - feeding.WARM_EXECUTIONS * steps_per_execution
+    assert fed["batches"] >= feeding.MIN_EXECUTIONS * steps_per_execution
+    assert fed["seconds"] >= 0.3
+    assert fed["samples_per_second"] == pytest.approx(fed["batches"] * 16 / fed["seconds"])
+    assert fed["fit_loop"] and fed["kind"] == "arrays"
+    # It went on over epochs (12 batches each) as fit does, until its clock stopped it.
+    assert not model.stop_training or steps > 12
+
+
+def test_a_dataset_is_given_to_fit_as_it_is() -> None:
+    """A batched input (tf.data here) is not rebatched: fit is given no batch_size."""
+    tf = pytest.importorskip("tensorflow")
+    model = _model()
+    x, y = _arrays(6)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    feed = feeding.Feed(data, None, "tf_data", "make_dataset(16)")
+    assert feed.batched
+    fed = feeding.fit_rate(model, feed, 16, 0.2)
+    assert fed["kind"] == "tf_data" and fed["samples_per_second"] > 0
+
+
+def test_an_empty_input_is_said_in_words() -> None:
+    tf = pytest.importorskip("tensorflow")
+    model = _model()
+    x, y = _arrays(0)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    with pytest.raises(UserCodeError, match="no batches"):
+        feeding.fit_rate(model, feeding.Feed(data, None, "tf_data", ""), 16, 0.2)
+
+
+def test_mptunes_own_arrays_make_an_epoch_of_64_batches() -> None:
+    x, y = _arrays(8)
+    batches = [(x[i * 16 : (i + 1) * 16], y[i * 16 : (i + 1) * 16]) for i in range(8)]
+    ex, ey = feeding.epoch_arrays(batches)
+    assert len(ex) == len(ey) == 64 * 16
+    np.testing.assert_array_equal(ex[: 8 * 16], x)
+    np.testing.assert_array_equal(ex[8 * 16 : 16 * 16], x)  # the pool again
+    # Structures (two inputs) keep their shape.
+    two = [((bx, bx), by) for bx, by in batches[:2]]
+    (a, b), _ = feeding.epoch_arrays(two)
+    assert len(a) == len(b) == 64 * 16
+
+
+def test_the_epoch_stays_within_its_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = _arrays(8)
+    batches = [(x[i * 16 : (i + 1) * 16], y[i * 16 : (i + 1) * 16]) for i in range(8)]
+    pool = x.nbytes + y.nbytes
+    monkeypatch.setattr(feeding, "EPOCH_BYTES", 3 * pool)
+    ex, _ = feeding.epoch_arrays(batches)
+    assert len(ex) == 3 * len(x)
+    monkeypatch.setattr(feeding, "EPOCH_BYTES", pool // 2)
+    ex, _ = feeding.epoch_arrays(batches)
+    assert len(ex) == len(x)  # never less than the pool itself
