@@ -227,3 +227,43 @@ def test_the_architecture_page_draws_the_real_imports() -> None:
         if a != b and _imports(graph, a, b) and (a, b) not in drawn
     ]
     assert undrawn == [], f"imported but not drawn: {undrawn}"
+
+
+def _defined_names(root: Path, name: str) -> list[str]:
+    """Where ``name`` is defined (a class, a function, or a name assigned at module level) in
+    the Python files under ``root``."""
+    places = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            targets: list[Any] = []
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                targets = [node]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                targets = [t for t in targets if isinstance(t, ast.Name)]
+            for target in targets:
+                if getattr(target, "name", getattr(target, "id", None)) == name:
+                    places.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return places
+
+
+def test_what_runs_a_trial_is_declared_once(tmp_path: Path) -> None:
+    """Issue 36: one ``TrialRunner`` protocol, which api re-exports and the search, the fleet
+    and the replay take; no restated ``Callable[..., TrialResult]`` beside it."""
+    from tuner import api
+    from tuner.trials import protocol
+
+    places = _defined_names(ROOT / "tuner", "TrialRunner")
+    assert [place.split(":")[0] for place in places] == ["tuner/trials/protocol.py"]
+    assert api.TrialRunner is protocol.TrialRunner
+    restated = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tuner").rglob("*.py"))
+        if "Callable[..., TrialResult]" in path.read_text(encoding="utf-8")
+    ]
+    assert restated == []
+    # The scan finds what it is for.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("TrialRunner = object\nclass TrialRunner: ...\n")
+    assert _defined_names(tmp_path / "pkg", "TrialRunner") == ["pkg/a.py:1", "pkg/a.py:2"]

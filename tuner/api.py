@@ -77,6 +77,7 @@ from tuner.trials.messages import (
 )
 from tuner.trials.models import BUILTINS, ModelSource
 from tuner.trials.process import TrialCancelled
+from tuner.trials.protocol import TrialRunner
 from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
@@ -405,8 +406,6 @@ def kill_all_workers() -> int:
 
 
 # -- searches and sessions ------------------------------------------------------------------
-#: Runs one trial as a search calls it: ``runner(spec, on_event, cancel=..., source=...)``.
-TrialRunner = Callable[..., TrialResult]
 
 
 def tune(

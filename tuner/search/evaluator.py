@@ -34,6 +34,7 @@ from tuner.search.stage import Stage
 from tuner.setup import Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.process import TrialCancelled
+from tuner.trials.protocol import TrialRunner
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
@@ -41,7 +42,6 @@ from tuner.trials.spec import TrialSpec
 if TYPE_CHECKING:
     import optuna
 
-TrialRunner = Callable[..., TrialResult]
 #: Starts the fresh workers of some trials ahead, side by side (WorkerPool.start_ahead).
 StartAhead = Callable[[Sequence[TrialSpec], threading.Event | None], None]
 

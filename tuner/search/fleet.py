@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from tuner.errors import MptuneError
 from tuner.hardware.profile import HardwareProfile
-from tuner.search.evaluator import TrialRunner
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
 from tuner.search.session import (
@@ -40,8 +39,10 @@ from tuner.search.session import (
     same_hardware,
     storage_errors,
 )
+from tuner.trials.messages import WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.process import TrialCancelled
+from tuner.trials.protocol import TrialRunner
 from tuner.trials.runner import WorkerPool
 from tuner.trials.spec import TrialSpec
 
@@ -187,9 +188,13 @@ def _run_one(
     mine = threading.Event()
     beat.track(trial._trial_id, mine, stop)  # claim() recorded its first heartbeat
     try:
+
+        def heard(message: WorkerMessage) -> None:
+            emit(WorkerReported(number, message))
+
         result = run(
             spec,
-            lambda e, n=number: emit(WorkerReported(n, e)),
+            heard,
             cancel=mine,
             source=parse_model_spec(spec.model),
         )

@@ -15,7 +15,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.advice import advise
 from tuner.hardware.gpu_use import unused_gpu
 from tuner.hardware.profile import CpuInfo, HardwareProfile
-from tuner.search.evaluator import Evaluator, Slot, StartAhead, TrialRunner
+from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
@@ -31,6 +31,7 @@ from tuner.search.session import (
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Search
 from tuner.trials.models import ModelSource, parse_model_spec
+from tuner.trials.protocol import TrialRunner
 from tuner.trials.runner import WorkerPool, run_trial
 
 

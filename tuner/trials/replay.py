@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.trials.messages import WorkerMessage
+from tuner.trials.protocol import TrialRunner
 from tuner.trials.result import TrialResult
 from tuner.trials.spec import TrialSpec
-
-#: A runner as the search calls it: ``runner(spec, on_event, cancel=..., source=...)``.
-Runner = Callable[..., TrialResult]
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,7 @@ class Recorder:
     """A runner that runs each trial with ``runner`` and records it in :attr:`trials`, in the
     order the search asked for them (one slot: the search runs one trial at a time)."""
 
-    def __init__(self, runner: Runner, start_ahead: Callable[..., None] | None = None) -> None:
+    def __init__(self, runner: TrialRunner, start_ahead: Callable[..., None] | None = None) -> None:
         self.runner = runner
         self.trials: list[RecordedTrial] = []
         self._start_ahead = start_ahead

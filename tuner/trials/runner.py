@@ -18,7 +18,7 @@ import selectors
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from tuner.trials.process import (
     kill_group,
 )
 from tuner.trials.process import kill_all_workers as kill_all_workers
+from tuner.trials.protocol import EventCallback as EventCallback
 from tuner.trials.result import (
     START_PHASE,
     InputRate,
@@ -63,9 +64,6 @@ from tuner.trials.result import (
 from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
-
-#: A listener of a trial's worker: it gets each message as a typed record, on the runner's thread.
-EventCallback = Callable[[WorkerMessage], None]
 
 
 def run_trial(
