@@ -267,3 +267,55 @@ def test_what_runs_a_trial_is_declared_once(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "a.py").write_text("TrialRunner = object\nclass TrialRunner: ...\n")
     assert _defined_names(tmp_path / "pkg", "TrialRunner") == ["pkg/a.py:1", "pkg/a.py:2"]
+
+
+#: Engine files that may name a trial's status as a value: the one place that decides it, and
+#: the GPU simulator, which plays back the statuses a real GPU's table recorded.
+STATUS_MAKERS = ("tuner/trials/outcome.py", "tuner/trials/lookup.py")
+
+
+def _statuses_made(root: Path) -> list[str]:
+    """Where a ``TrialStatus.X`` is handed on as a value (a call's argument, a returned value,
+    a tuple's item): a status made, not one compared or listed in a set."""
+    places = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        compared = {
+            id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in n.comparators
+        }
+        for node in ast.walk(tree):
+            values: list[Any] = []
+            if id(node) in compared:
+                continue  # ``status in (TrialStatus.A, TrialStatus.B)``: read, not made
+            if isinstance(node, ast.Call):
+                values = [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, ast.Return) and node.value is not None:
+                values = [node.value]
+            elif isinstance(node, ast.Tuple):
+                values = list(node.elts)
+            for value in values:
+                if (
+                    isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id == "TrialStatus"
+                    and value.attr.isupper()
+                ):
+                    places.append(f"{path.relative_to(root.parent).as_posix()}:{value.lineno}")
+    return sorted(set(places))
+
+
+def test_a_status_is_decided_in_one_place(tmp_path: Path) -> None:
+    """Issue 36: ``outcome.classify`` (with ``outcome.lost``, a worker lost without a word)
+    makes every trial's status; the search, the session and the faces only read one."""
+    made = _statuses_made(ROOT / "tuner") + _statuses_made(ROOT / "app")
+    assert [p for p in made if not p.startswith(STATUS_MAKERS)] == []
+    assert any(p.startswith("tuner/trials/outcome.py") for p in made)
+    # The scan finds what it is for, and leaves comparisons alone.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "def f(spec):\n"
+        "    if spec.status is TrialStatus.OK or spec.status in (TrialStatus.OOM,):\n"
+        "        return TrialResult(spec, TrialStatus.CRASHED)\n"
+        "    return TrialStatus.OOM, None\n"
+    )
+    assert _statuses_made(tmp_path / "pkg") == ["pkg/a.py:3", "pkg/a.py:4"]

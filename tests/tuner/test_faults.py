@@ -33,6 +33,7 @@ from tuner.search.space import WORKER_START_S, SearchSettings, SearchSpace
 from tuner.search.tune import refuse_unfit_batches, tune
 from tuner.setup import Setup
 from tuner.trials import process
+from tuner.trials.messages import ResultMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
@@ -445,14 +446,15 @@ def test_a_forged_result_is_ignored_and_the_real_one_kept(tmp_path: Path) -> Non
 
 
 def test_a_result_contradicting_its_step_events_is_not_trusted() -> None:
-    result = {"samples_per_second": 1e12, "losses": [1.0, 1.0], "weights_finite": True}
+    wire = {"samples_per_second": 1e12, "losses": [1.0, 1.0], "weights_finite": True}
+    result = ResultMessage.from_dict(wire)
     facts = WorkerFacts(result, None, True, batch_size=8, measured_step_ms=(10.0, 10.0))
     status, error = classify(facts)
     assert status is TrialStatus.CRASHED and "step times imply 800" in error.message
     facts = WorkerFacts(result, None, True, batch_size=8, measured_step_ms=(10.0,))
     status, error = classify(facts)
     assert status is TrialStatus.CRASHED and "2 measured steps" in error.message
-    honest = {**result, "samples_per_second": 800.0}
+    honest = ResultMessage.from_dict({**wire, "samples_per_second": 800.0})
     facts = WorkerFacts(honest, None, True, batch_size=8, measured_step_ms=(10.0, 10.0))
     assert classify(facts)[0] is TrialStatus.OK
 

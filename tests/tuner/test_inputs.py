@@ -11,6 +11,7 @@ import pytest
 from test_backends import BACKENDS
 
 from tuner.setup import Setup
+from tuner.trials.messages import ErrorMessage
 from tuner.trials.outcome import WorkerFacts, classify
 from tuner.trials.result import TrialStatus
 from tuner.trials.runner import run_trial
@@ -186,12 +187,18 @@ def test_internal_error_is_crashed_even_for_a_users_model() -> None:
         "internal": True,
         "traceback": "Traceback ...",
     }
-    status, reason = classify(WorkerFacts(result=None, error=error, user_model=True))
+    status, reason = classify(
+        WorkerFacts(result=None, error=ErrorMessage.from_dict(error), user_model=True)
+    )
     assert status is TrialStatus.CRASHED
     assert reason is not None and "a bug in mptune" in reason.message
     assert reason.traceback == "Traceback ..."
     status, _ = classify(
-        WorkerFacts(result=None, error={**error, "internal": False}, user_model=True)
+        WorkerFacts(
+            result=None,
+            error=ErrorMessage.from_dict({**error, "internal": False}),
+            user_model=True,
+        )
     )
     assert status is TrialStatus.USER_ERROR
 

@@ -1,18 +1,29 @@
-"""The status decision, on scripted facts (no worker, no TensorFlow)."""
+"""The status decision, on scripted facts (no worker, no TensorFlow): the worker's messages
+written as their wire form and read as the runner reads them (typed records)."""
 
 from __future__ import annotations
 
 import math
 import signal
 
-from tuner.trials.outcome import WorkerFacts, classify
+from tuner.trials.messages import ErrorMessage, ResultMessage
+from tuner.trials.outcome import WorkerFacts, classify, lost
 from tuner.trials.result import TrialStatus
 
 
 def facts(**kwargs) -> WorkerFacts:
     values = {"result": None, "error": None, "user_model": False}
     values.update(kwargs)
+    if isinstance(values["result"], dict):
+        values["result"] = ResultMessage.from_dict(values["result"])
+    if isinstance(values["error"], dict):
+        values["error"] = ErrorMessage.from_dict(values["error"])
     return WorkerFacts(**values)
+
+
+def test_a_lost_worker_is_a_crash_with_its_reason() -> None:
+    status, error = lost("no heartbeat for 60 s")
+    assert status is TrialStatus.CRASHED and error.message == "no heartbeat for 60 s"
 
 
 def ok_result(**kwargs) -> dict:

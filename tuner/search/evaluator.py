@@ -33,9 +33,10 @@ from tuner.search.space import SearchSettings
 from tuner.search.stage import Stage
 from tuner.setup import Setup
 from tuner.trials.models import ModelSource
+from tuner.trials.outcome import lost
 from tuner.trials.process import TrialCancelled
 from tuner.trials.protocol import TrialRunner
-from tuner.trials.result import TrialError, TrialResult, TrialStatus
+from tuner.trials.result import TrialResult
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
 
@@ -360,14 +361,11 @@ class Evaluator:
                 result = stored_result(now, spec)
                 return self._record(setup, Measured(now.number, result, stage), self.clock() - t0)
             if self.session.stale(trial_id):
-                result = TrialResult(
-                    spec,
-                    TrialStatus.CRASHED,
-                    error=TrialError(
-                        f"the mptune worker running it (pid {attrs.get('pid')} on "
-                        f"{attrs.get('host')}) sent no heartbeat for {GRACE_S} s"
-                    ),
+                status, error = lost(
+                    f"the mptune worker running it (pid {attrs.get('pid')} on "
+                    f"{attrs.get('host')}) sent no heartbeat for {GRACE_S} s"
                 )
+                result = TrialResult(spec, status, error=error)
                 if self.session.fail_stale(trial_id, result):
                     return self._record(
                         setup, Measured(now.number, result, stage), self.clock() - t0

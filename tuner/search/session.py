@@ -36,7 +36,8 @@ from tuner.policies import POLICIES
 from tuner.search.records import Recommendation, SessionFailure
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
-from tuner.trials.result import TrialError, TrialResult, TrialStatus
+from tuner.trials.outcome import lost
+from tuner.trials.result import TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
 logger = logging.getLogger(__name__)
@@ -575,8 +576,8 @@ def stored_result(trial: StoredTrial, spec: TrialSpec) -> TrialResult:
     search gave it up) as ``crashed``, with the trial's note."""
     if trial.result is not None:
         return trial.result
-    why = trial.note or "it closed without a result"
-    return TrialResult(spec, TrialStatus.CRASHED, error=TrialError(why))
+    status, error = lost(trial.note or "it closed without a result")
+    return TrialResult(spec, status, error=error)
 
 
 def _stored(trial: FrozenTrial) -> StoredTrial:

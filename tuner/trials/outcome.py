@@ -1,8 +1,11 @@
 """The one place that decides how a trial ended.
 
-Like Optuna's ``_run_trial``, the facts are gathered first (what the worker reported, whether
-the parent had to kill it) and a single function maps them to a :class:`TrialStatus`. The
-worker never decides a status: it reports what happened.
+Like Optuna's ``_run_trial``, the facts are gathered first (what the worker reported, as its
+typed messages; whether the parent had to kill it) and a single function maps them to a
+:class:`TrialStatus`. The worker never decides a status: it reports what happened. A trial
+whose worker was lost without a word (a fleet worker's heartbeat stopped; a stored trial closed
+without a result) is decided here too (:func:`lost`): no other engine code makes a status
+(tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ import re
 import signal
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from tuner.trials.events import PHASES
 from tuner.trials.hazards import TITLES, Hazard
+from tuner.trials.messages import ErrorMessage, ResultMessage
 from tuner.trials.result import TrialError, TrialStatus
 
 
@@ -48,8 +51,8 @@ class WorkerFacts:
         model_spec: the model as the user gave it, to name that place (``model.py:12``).
     """
 
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None
+    result: ResultMessage | None
+    error: ErrorMessage | None
     user_model: bool
     timed_out: bool = False
     timeout_s: float | None = None
@@ -117,7 +120,8 @@ def _contradiction(facts: WorkerFacts) -> str | None:
     if facts.measured_step_ms is None or facts.result is None:
         return None
     steps = list(facts.measured_step_ms)
-    claimed_steps = len(facts.result.get("losses") or [])
+    result = facts.result
+    claimed_steps = len(result.losses)
     if claimed_steps != len(steps):
         return (
             f"the result reports {claimed_steps} measured steps, but the worker reported "
@@ -126,12 +130,12 @@ def _contradiction(facts: WorkerFacts) -> str | None:
     # The median figure must be the batch size over the median step time, and the wall figure
     # cannot pass the batch size over the mean step time (the window holds every step and the
     # gaps between them). A result from before the median figure was kept apart had only it.
-    median = facts.result.get("median_samples_per_second", facts.result.get("samples_per_second"))
-    wall = (
-        facts.result.get("samples_per_second")
-        if "median_samples_per_second" in facts.result
-        else None
+    median = (
+        result.median_samples_per_second
+        if result.median_samples_per_second is not None
+        else result.samples_per_second
     )
+    wall = result.samples_per_second if result.median_samples_per_second is not None else None
     if steps and facts.batch_size and isinstance(median, (int, float)):
         p50_s = statistics.median(steps) / 1000
         implied = facts.batch_size / p50_s if p50_s > 0 else math.inf
@@ -151,23 +155,23 @@ def _contradiction(facts: WorkerFacts) -> str | None:
     return None
 
 
-def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatus, TrialError]:
+def _classify_error(error: ErrorMessage, user_model: bool) -> tuple[TrialStatus, TrialError]:
     reason = TrialError(
-        message=str(error.get("message") or error.get("exception") or "unknown error"),
-        location=error.get("location"),
-        exception=error.get("exception"),
-        traceback=error.get("traceback"),
+        message=error.message or error.exception or "unknown error",
+        location=error.location,
+        exception=error.exception,
+        traceback=error.traceback,
     )
-    if error.get("oom"):
+    if error.oom:
         return TrialStatus.OOM, reason
     # The model fails under this policy and float32 runs the same data: not the user's error.
-    if error.get("policy_caused"):
+    if error.policy_caused:
         return TrialStatus.UNSAFE, reason
     # The setup's XLA (say) fails and the same step trains without it: the knob, not the model.
-    if error.get("unsupported"):
+    if error.unsupported:
         return TrialStatus.UNSUPPORTED, reason
     # mptune's own code failed: its bug, whatever model it ran, with the traceback for a report.
-    if error.get("internal"):
+    if error.internal:
         return TrialStatus.CRASHED, TrialError(
             message=f"{reason.message} (a bug in mptune: please report it with the traceback "
             "in this trial's record)",
@@ -177,30 +181,37 @@ def _classify_error(error: dict[str, Any], user_model: bool) -> tuple[TrialStatu
         )
     # A user's model owns every other exception in its trial (shapes, its layers, its data);
     # with a built-in model an exception is mptune's own bug, reported as a crash.
-    if error.get("user_code") or user_model:
+    if error.user_code or user_model:
         return TrialStatus.USER_ERROR, reason
     return TrialStatus.CRASHED, reason
 
 
-def _classify_result(result: dict[str, Any]) -> tuple[TrialStatus, TrialError | None]:
-    losses = [math.nan if v is None else float(v) for v in result.get("losses", [])]
+def _classify_result(result: ResultMessage) -> tuple[TrialStatus, TrialError | None]:
+    losses = [math.nan if v is None else float(v) for v in result.losses]
     if losses and not math.isfinite(losses[-1]):
         return TrialStatus.DIVERGED, TrialError(
-            f"the loss is not finite at the last step ({result.get('nonfinite_steps', 0)} "
+            f"the loss is not finite at the last step ({result.nonfinite_steps or 0} "
             "non-finite steps)"
         )
-    if result.get("weights_finite") is False:
+    if result.weights_finite is False:
         return TrialStatus.DIVERGED, TrialError(
             "weights hold inf/NaN after training: a step overflowed and was applied "
             "(a fixed loss scale never skips such a step)"
         )
-    scales = [s for s in result.get("loss_scales", []) if s is not None]
-    skipped = result.get("skipped_flags", [])
+    scales = [s for s in result.loss_scales if s is not None]
+    skipped = result.skipped_flags
     if scales and scales[-1] <= 1.0 and skipped and skipped[-1]:
         return TrialStatus.DIVERGED, TrialError(
             "the dynamic loss scale collapsed to 1 and steps still overflow"
         )
     return TrialStatus.OK, None
+
+
+def lost(why: str) -> tuple[TrialStatus, TrialError]:
+    """A trial whose worker is gone without a result or an error, as the search finds it
+    (``why``: its heartbeat stopped, its stored trial closed without a result): crashed, for
+    the search to run again."""
+    return TrialStatus.CRASHED, TrialError(why)
 
 
 #: A frame of a stack as Python's faulthandler writes it: ``  File "path", line 12 in name``.

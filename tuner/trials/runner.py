@@ -432,10 +432,9 @@ class _WorkerRun:
         return self._assemble(status, error, total_s), (worker if keep else None)
 
     def _facts(self, returncode: int | None, log_tail: str) -> WorkerFacts:
-        # The classifier reads the messages' wire form (its tests write facts as dicts).
         return WorkerFacts(
-            result=self.result.to_dict() if self.result is not None else None,
-            error=self.error.to_dict() if self.error is not None else None,
+            result=self.result,
+            error=self.error,
             user_model=self.source.is_user_code,
             timed_out=self.timed_out,
             timeout_s=self.spec.timeout_s,
