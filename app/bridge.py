@@ -101,7 +101,7 @@ class EngineBridge(QObject):
     def _run(self, request: api.TuneRequest) -> None:
         try:
             # Through the engine this bridge was given (a test's fake), not tuner.api's own.
-            result = request.run(self._enqueue, self._cancel, via=self._engine.tune)
+            result = self._engine.tune(request, on_event=self._enqueue, cancel=self._cancel)
             outcome = (
                 "done",
                 f"session {result.session}: {trials(result.ran)} run, {result.recalled} recalled",

@@ -26,6 +26,7 @@ from typing import Any
 
 from tuner.hardware import detect
 from tuner.search.events import TrialStarted
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import hardware_prior, tune
@@ -59,12 +60,14 @@ def one_search(model: str, device: str, storage: str, study: str, profile: Any) 
     t0 = time.monotonic()
     policies = hardware_prior(profile)
     result = tune(
-        model,
-        space=SearchSpace(policies=policies),
-        settings=SearchSettings(device=device, max_trials=len(policies)),
-        storage=storage,
-        study=study,
-        profile=profile,
+        TuneRequest(
+            model,
+            space=SearchSpace(policies=policies),
+            settings=SearchSettings(device=device, max_trials=len(policies)),
+            storage=storage,
+            study=study,
+            profile=profile,
+        ),
         on_event=on_event,
     )
     wall = time.monotonic() - t0

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import write_section
 
 from tuner.search.events import TrialFinished, TrialStarted
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
 
@@ -182,11 +183,13 @@ def run_tune(backend: str, name: str, model: str, args: argparse.Namespace, stor
         t0 = time.monotonic()
         try:
             result = tune(
-                model,
-                space=space,
-                settings=settings,
-                storage=storage,
-                study=f"{backend}-{name}",
+                TuneRequest(
+                    model,
+                    space=space,
+                    settings=settings,
+                    storage=storage,
+                    study=f"{backend}-{name}",
+                ),
                 on_event=on_event,
             )
             run.pick = result.recommendation.setup.label
@@ -205,6 +208,7 @@ def forward_flops_per_sample(model: str) -> float | None:
 import jax, keras, numpy as np
 from tuner.trials.models import parse_model_spec
 from tuner import workloads
+from tuner.search.request import TuneRequest
 src = parse_model_spec({model!r})
 m = workloads.build(src.name, src.params)
 x = workloads.make_batches(src.name, src.params, 8, 1, 0)[0][0]

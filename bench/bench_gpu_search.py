@@ -54,6 +54,7 @@ from tuner.search.evaluator import GPU_BUDGET_MAX_S, GPU_BUDGET_MIN_S, GPU_BUDGE
 from tuner.search.events import SearchEvent, TrialStarted
 from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SPE_STEP_MS
@@ -291,14 +292,16 @@ def simulate(
     # its commits do not wait on the disk.
     with tempfile.TemporaryDirectory(dir=RAM_DISK if os.access(RAM_DISK, os.W_OK) else None) as tmp:
         result = tune(
-            "builtin:cnn",  # a name only: the table answers every trial
-            space=gpu_space(profile),
-            settings=SearchSettings(backend="jax", device=DEVICE, budget_minutes=budget),
-            storage=f"sqlite:///{tmp}/gpu-search.db",
-            study="gpu-search",
+            TuneRequest(
+                "builtin:cnn",
+                space=gpu_space(profile),
+                settings=SearchSettings(backend="jax", device=DEVICE, budget_minutes=budget),
+                storage=f"sqlite:///{tmp}/gpu-search.db",
+                study="gpu-search",
+                profile=profile,
+            ),
             on_event=on_event,
             runner=runner,
-            profile=profile,
             clock=clock,
         )
     rec = result.recommendation

@@ -28,6 +28,7 @@ from typing import Any
 
 from tuner.hardware import detect
 from tuner.hardware.nvml import SCENARIOS, FakeNvmlBackend
+from tuner.search.request import TuneRequest
 from tuner.search.tune import tune
 from tuner.trials.result import TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
@@ -88,12 +89,14 @@ def main() -> int:
                 runner = Scripted(args.trial_seconds)
                 t0 = time.monotonic()
                 result = tune(
-                    "builtin:cnn",
-                    storage=f"sqlite:///{Path(tmp) / f'p{n}-{r}.db'}",
-                    study="bench",
+                    TuneRequest(
+                        "builtin:cnn",
+                        storage=f"sqlite:///{Path(tmp) / f'p{n}-{r}.db'}",
+                        study="bench",
+                        profile=profile,
+                        parallel=n,
+                    ),
                     runner=runner,
-                    profile=profile,
-                    parallel=n,
                 )
                 wall[n].append(time.monotonic() - t0)
                 trials[n], picks[n] = runner.calls, result.recommendation.setup.label

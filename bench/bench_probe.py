@@ -152,11 +152,13 @@ def search(model: str, storage: str) -> tuple[dict[str, float], float, int, str]
     """Probe seconds per policy, the search's wall time, its trial count and its pick."""
     t0 = time.monotonic()
     result = api.tune(
-        model,
-        space=api.SearchSpace(policies=POLICIES),
-        settings=api.SearchSettings(device="cpu"),
-        storage=storage,
-        study="probe-bench",
+        api.TuneRequest(
+            model,
+            space=api.SearchSpace(policies=POLICIES),
+            settings=api.SearchSettings(device="cpu"),
+            storage=storage,
+            study="probe-bench",
+        )
     )
     wall = time.monotonic() - t0
     probe: dict[str, float] = {}

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tuner.hardware import detect
 from tuner.hardware.nvml import FakeNvmlBackend
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
 from tuner.setup import TF32
@@ -59,12 +60,14 @@ def replay(table: MachineTable, budget: float | None, seed: int, profile: object
     runner = Lookup(table, clock, noise=NOISE if seed else 0.0, seed=seed)
     with tempfile.TemporaryDirectory() as tmp:
         result = tune(
-            "builtin:cnn",  # a name only: the table answers every trial
-            settings=SearchSettings(backend="jax", device="gpu:0", budget_minutes=budget),
-            storage=f"sqlite:///{tmp}/replay.db",
-            study="replay",
+            TuneRequest(
+                "builtin:cnn",
+                settings=SearchSettings(backend="jax", device="gpu:0", budget_minutes=budget),
+                storage=f"sqlite:///{tmp}/replay.db",
+                study="replay",
+                profile=profile,
+            ),
             runner=runner,
-            profile=profile,  # type: ignore[arg-type]
             clock=clock,
         )
     rec = result.recommendation

@@ -33,6 +33,7 @@ from tuner.hardware import detect
 from tuner.search.evaluator import Evaluator, trial_spec
 from tuner.search.events import TrialStarted
 from tuner.search.measures import Measured
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import hardware_prior, tune
@@ -170,8 +171,17 @@ def main() -> int:
                 first_trial.append(time.monotonic())
 
         t0 = time.monotonic()
-        ours = tune(args.model, space=space, settings=settings, storage=storage,
-                    study=study, profile=profile, on_event=on_event)  # fmt: skip
+        ours = tune(
+            TuneRequest(
+                args.model,
+                space=space,
+                settings=settings,
+                storage=storage,
+                study=study,
+                profile=profile,
+            ),
+            on_event=on_event,
+        )
         ours_s = time.monotonic() - t0
         ahead_s = first_trial[0] - t0 if first_trial else 0.0
         rec = ours.recommendation

@@ -20,6 +20,7 @@ from datetime import date
 from pathlib import Path
 
 from tuner.hardware import detect
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import hardware_prior, tune
 from tuner.trials.replay import Recorder, Recording
@@ -40,13 +41,15 @@ def main() -> None:
     with WorkerPool() as pool, tempfile.TemporaryDirectory() as tmp:
         recorder = Recorder(pool.run, pool.start_ahead)
         result = tune(
-            args.model,
-            space=space,
-            settings=settings,
-            storage=f"sqlite:///{Path(tmp) / 'record.db'}",
-            study="record",
+            TuneRequest(
+                args.model,
+                space=space,
+                settings=settings,
+                storage=f"sqlite:///{Path(tmp) / 'record.db'}",
+                study="record",
+                profile=profile,
+            ),
             runner=recorder,
-            profile=profile,
         )
     recording = Recording(
         model=args.model,

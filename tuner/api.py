@@ -21,13 +21,10 @@ Typical use::
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +41,7 @@ from tuner.search.events import (
     WorkerReported,
 )
 from tuner.search.measures import TrialGap, trial_loss_gaps
+from tuner.search.request import TuneRequest
 from tuner.search.space import (
     DEFAULT_LOSS_SCALES,
     OBJECTIVES,
@@ -93,7 +91,7 @@ if TYPE_CHECKING:
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.records import SessionFailure
     from tuner.search.session import SessionSummary, SessionView, StoredTrial, stored_result
-    from tuner.search.tune import TuneResult
+    from tuner.search.tune import TuneResult, tune
 
 __all__ = [
     "BACKENDS",
@@ -228,6 +226,8 @@ _LAZY = {
     "StoredTrial": "tuner.search.session",
     "stored_result": "tuner.search.session",
     "TuneResult": "tuner.search.tune",
+    # The search itself (issue 36: re-exported, not restated); it takes a TuneRequest.
+    "tune": "tuner.search.tune",
     "WorkDone": "tuner.search.fleet",
 }
 
@@ -406,119 +406,6 @@ def kill_all_workers() -> int:
 
 
 # -- searches and sessions ------------------------------------------------------------------
-
-
-def tune(
-    model: str | None = None,
-    *,
-    space: SearchSpace | None = None,
-    settings: SearchSettings | None = None,
-    storage: str | None = None,
-    study: str | None = None,
-    resume: bool = False,
-    on_event: Callable[[SearchEvent], None] | None = None,
-    cancel: threading.Event | None = None,
-    runner: TrialRunner | None = None,
-    profile: HardwareProfile | None = None,
-    parallel: int | str = 1,
-    workers: bool = False,
-    clock: Callable[[], float] = time.monotonic,
-) -> TuneResult:
-    """Search for the best setup of ``model`` on this machine, storing every trial; see
-    :func:`tuner.search.tune.tune`.
-
-    Args:
-        model: the model spec; ``None`` only to continue a stored session.
-        space: what to try; ``None``: the session's, or the hardware prior's policies.
-        settings: objective, budgets, tolerances; ``None``: the session's, or the defaults.
-        storage: Optuna storage URL; ``None`` for the default SQLite file.
-        study: the session's name; an existing session of that name is continued.
-        resume: the session must exist already.
-        on_event: called with each :data:`SearchEvent`, on this thread.
-        cancel: set it to stop the running trial and end the search.
-        runner: runs one trial (tests pass scripted outcomes); ``None``: worker processes,
-            kept warm per policy.
-        profile: the hardware profile; ``None`` detects it.
-        parallel: how many independent trials run at once, or ``auto``.
-        workers: hand trials out through the store to ``mptune worker`` processes too.
-        clock: the search's clock (a replay of a GPU's measured trials passes a simulated
-            one, :class:`tuner.trials.lookup.SimClock`).
-
-    Raises:
-        MptuneError: bad model spec, unreachable storage, a continued session given another
-            model or space, a session another search holds.
-        NoViableSetup: every setup failed.
-        TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
-    """
-    from tuner.search.tune import tune as _tune
-
-    # The engine's own default runner (a worker pool) where none is given.
-    chosen: dict[str, Any] = {"runner": runner} if runner is not None else {}
-    return _tune(
-        model,
-        space=space,
-        settings=settings,
-        storage=storage,
-        study=study,
-        resume=resume,
-        on_event=on_event,
-        cancel=cancel,
-        profile=profile,
-        parallel=parallel,
-        workers=workers,
-        clock=clock,
-        **chosen,
-    )
-
-
-@dataclass(frozen=True)
-class TuneRequest:
-    """A search as a face asks for it: :func:`tune`'s arguments, less the listener and the
-    cancel flag, which belong to the thread that runs it (see :meth:`run`)."""
-
-    model: str | None = None
-    space: SearchSpace | None = None
-    settings: SearchSettings | None = None
-    storage: str | None = None
-    study: str | None = None
-    resume: bool = False
-    profile: HardwareProfile | None = None
-    parallel: int | str = 1
-    workers: bool = False
-
-    def resumed(self, study: str) -> TuneRequest:
-        """This request continuing the stored session ``study``: the session owns its space
-        and settings, so the continued search uses the stored ones."""
-        return dataclasses.replace(self, study=study, resume=True, space=None, settings=None)
-
-    def run(
-        self,
-        on_event: Callable[[SearchEvent], None] | None = None,
-        cancel: threading.Event | None = None,
-        *,
-        via: Callable[..., TuneResult] | None = None,
-    ) -> TuneResult:
-        """Run the search: :func:`tune` with this request's arguments.
-
-        Args:
-            on_event: called with each :data:`SearchEvent`, on this thread.
-            cancel: set it to stop the search.
-            via: the ``tune`` to call instead of this module's (an engine a face was given,
-                such as a test's fake); it takes :func:`tune`'s arguments.
-        """
-        return (via or tune)(
-            self.model,
-            space=self.space,
-            settings=self.settings,
-            storage=self.storage,
-            study=self.study,
-            resume=self.resume,
-            on_event=on_event,
-            cancel=cancel,
-            profile=self.profile,
-            parallel=self.parallel,
-            workers=self.workers,
-        )
 
 
 def work(

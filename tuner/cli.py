@@ -460,19 +460,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     progress = TuneProgress()
     try:
         with progress:
-            result = api.tune(
+            request = api.TuneRequest(
                 model if stored is None or args.model else None,
                 space=space,
                 settings=settings,
                 storage=args.storage,
                 study=args.resume or args.study,
                 resume=bool(args.resume),
-                on_event=progress.on_event,
                 profile=profile,
-                cancel=_STOP,
                 parallel=args.parallel,
                 workers=args.workers,
             )
+            result = api.tune(request, on_event=progress.on_event, cancel=_STOP)
     except (KeyboardInterrupt, api.TrialCancelled) as stopped:
         stop = _stop_exception(stopped)
         if progress.session:

@@ -33,7 +33,7 @@ class ScriptedEngine:
     def __getattr__(self, name: str):
         return getattr(api, name)
 
-    def tune(self, model=None, *, on_event, cancel, **kwargs):
+    def tune(self, request, *, on_event, cancel):
         ran = 0
         for event in self.scripts.pop(0):
             if event == "wait":

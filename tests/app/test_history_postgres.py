@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from test_search_strategy import FakeProfile, Machine
 
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.tune import tune
 
@@ -14,11 +15,13 @@ def test_the_history_lists_and_opens_sessions_stored_in_postgresql(
     make_window, qtbot, postgres_url: str
 ) -> None:
     result = tune(
-        "builtin:mlp",
-        storage=postgres_url,
-        study="pg-window",
+        TuneRequest(
+            "builtin:mlp",
+            storage=postgres_url,
+            study="pg-window",
+            profile=FakeProfile(cpu_model="Window CPU"),
+        ),
         runner=Machine(speed=SPEEDS),
-        profile=FakeProfile(cpu_model="Window CPU"),
     )
     window = make_window()
     window.setup.storage.setText(postgres_url)

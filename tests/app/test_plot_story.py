@@ -142,7 +142,7 @@ class ReplayedSearch:
     def __getattr__(self, name: str):
         return getattr(api, name)
 
-    def tune(self, model=None, *, on_event, cancel, **kwargs):
+    def tune(self, request, *, on_event, cancel):
         events = self.runs.pop(0)
         for event in events:
             on_event(event)

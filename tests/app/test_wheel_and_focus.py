@@ -33,9 +33,9 @@ class ScriptedEngine:
     def __getattr__(self, name: str):
         return getattr(api, name)
 
-    def tune(self, model=None, *, on_event, cancel, **kwargs):
+    def tune(self, request, *, on_event, cancel):
         self.searches += 1
-        on_event(api.SessionOpened("scripted", model))
+        on_event(api.SessionOpened("scripted", request.model))
         cancel.wait(30)
         raise KeyboardInterrupt
 

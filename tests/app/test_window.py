@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -177,10 +178,10 @@ class FakeEngine:
     def __getattr__(self, name: str):
         return getattr(api, name)
 
-    def tune(self, model=None, *, on_event, cancel, **kwargs):
+    def tune(self, request, *, on_event, cancel):
         """Opens a session, runs until stopped."""
-        self.calls.append({"model": model, **kwargs})
-        on_event(api.SessionOpened(kwargs.get("study") or "first-session", model))
+        self.calls.append({f.name: getattr(request, f.name) for f in dataclasses.fields(request)})
+        on_event(api.SessionOpened(request.study or "first-session", request.model))
         cancel.wait(30)
         raise KeyboardInterrupt
 

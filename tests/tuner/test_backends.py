@@ -14,6 +14,7 @@ import pytest
 
 from tuner.errors import MptuneError
 from tuner.policies import POLICIES
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
@@ -168,7 +169,7 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     # float16 in a warm worker: its loss scale is read from the state JAX trains (the optimizer
     # is built again when a worker stays warm).
     space = SearchSpace(policies=POLICIES, batch_sizes=(8, 16), start_batch=8)
-    result = tune(TINY, space=space, settings=settings, storage=storage, study="b")
+    result = tune(TuneRequest(TINY, space=space, settings=settings, storage=storage, study="b"))
     assert result.recommendation.setup.backend == backend
     trials = TuningSession.load("b", storage).trials()
     assert trials and all(t.result and t.result.spec.setup.backend == backend for t in trials)
@@ -179,7 +180,7 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     # The session was measured on this backend: continuing it on another one is refused.
     other = dataclasses.replace(settings, backend="tensorflow")
     with pytest.raises(MptuneError, match="backend"):
-        tune(TINY, space=space, settings=other, storage=storage, study="b")
+        tune(TuneRequest(TINY, space=space, settings=other, storage=storage, study="b"))
 
 
 def test_a_jax_worker_holds_the_memory_limit_as_a_fraction_of_its_card(

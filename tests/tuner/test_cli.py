@@ -353,8 +353,8 @@ def test_tune_flags_and_the_model_files_batch_size_reach_the_space(
     class Profile:
         advice = tuple(type("A", (), {"policy": p})() for p in ("float32", "mixed_bfloat16"))
 
-    def tune(model: str | None = None, **kwargs: object) -> object:
-        space = kwargs["space"]
+    def tune(request: api.TuneRequest, **kwargs: object) -> object:
+        space = request.space
         assert isinstance(space, api.SearchSpace)
         spaces.append(space)
         raise api.MptuneError("stopped by the test")
@@ -547,9 +547,9 @@ def test_the_backend_reaches_the_search_settings(
     class Profile:
         advice = tuple(type("A", (), {"policy": p})() for p in ("float32", "mixed_bfloat16"))
 
-    def tune(model: str | None = None, **kwargs: object) -> object:
-        assert isinstance(kwargs["settings"], api.SearchSettings)
-        settings.append(kwargs["settings"])
+    def tune(request: api.TuneRequest, **kwargs: object) -> object:
+        assert isinstance(request.settings, api.SearchSettings)
+        settings.append(request.settings)
         raise api.MptuneError("stopped by the test")
 
     monkeypatch.setattr(api, "detect", lambda: Profile())
@@ -596,9 +596,9 @@ def test_a_stored_session_keeps_its_backend(
     real_tune = api.tune
     seen: list[api.SearchSettings] = []
 
-    def tune(model: str | None = None, **kwargs: object) -> object:
-        assert isinstance(kwargs["settings"], api.SearchSettings)
-        seen.append(kwargs["settings"])
+    def tune(request: api.TuneRequest, **kwargs: object) -> object:
+        assert isinstance(request.settings, api.SearchSettings)
+        seen.append(request.settings)
         raise api.MptuneError("stopped by the test")
 
     monkeypatch.setattr(api, "tune", tune)

@@ -16,6 +16,7 @@ import pytest
 from test_search_strategy import FakeGpu, FakeProfile
 
 from tuner.search.evaluator import GPU_BUDGET_MAX_S
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import TuneResult, tune
 from tuner.trials.lookup import Lookup, MachineTable, Measurement, SimClock
@@ -33,12 +34,14 @@ def search(
     clock = SimClock()
     runner = Lookup(table, clock)
     result = tune(
-        "builtin:cnn",
-        settings=SearchSettings(**{"backend": "jax", "device": "gpu:0", **settings}),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="s",
+        TuneRequest(
+            "builtin:cnn",
+            settings=SearchSettings(**{"backend": "jax", "device": "gpu:0", **settings}),
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="s",
+            profile=profile,
+        ),
         runner=runner,
-        profile=profile,
         clock=clock,
     )
     return result, runner

@@ -23,11 +23,12 @@ import optuna
 import psutil
 import pytest
 import sqlalchemy.exc
-from test_search_strategy import FakeGpu, FakeProfile, Machine
+from test_search_strategy import FakeGpu, FakeProfile, Machine, tune_with
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Lease, SessionBusy
 from tuner.search.records import ModelFailed
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession, list_sessions, open_storage
 from tuner.search.space import WORKER_START_S, SearchSettings, SearchSpace
 from tuner.search.tune import refuse_unfit_batches, tune
@@ -323,8 +324,9 @@ def test_the_search_stops_at_a_first_trial_that_failed_in_the_models_build(
     url = f"sqlite:///{tmp_path / 's.db'}"
 
     def search(study: str, phase: str, machine: Machine, **kwargs) -> None:
-        tune(model=kwargs.pop("model", model), storage=url, study=study, profile=FakeProfile(),
-             runner=failing_first(status, phase, machine), **kwargs)  # fmt: skip
+        tune_with(model=kwargs.pop("model", model), storage=url, study=study,
+                  profile=FakeProfile(), runner=failing_first(status, phase, machine),
+                  **kwargs)  # fmt: skip
 
     machine = Machine(speed=SPEEDS)
     with pytest.raises(ModelFailed, match=r"m\.py:5: killed at the time limit of 9 s") as info:
@@ -536,7 +538,7 @@ def run_scripted(machine: Machine, tmp_path: Path, study: str, **kwargs):
     kwargs.setdefault("model", "builtin:mlp")
     kwargs.setdefault("settings", SearchSettings(max_trials=3))
     kwargs.setdefault("profile", FakeProfile())
-    return tune(
+    return tune_with(
         storage=f"sqlite:///{tmp_path / 's.db'}",
         study=study,
         runner=machine,
@@ -806,11 +808,13 @@ def test_a_session_is_never_continued_on_another_kind_of_machine(tmp_path: Path)
     machine = Machine(speed=SPEEDS)
     with pytest.raises(MptuneError, match="session 'hw' was measured on CPU Test CPU") as info:
         tune(
-            storage=f"sqlite:///{tmp_path / 's.db'}",
-            study="hw",
+            TuneRequest(
+                storage=f"sqlite:///{tmp_path / 's.db'}",
+                study="hw",
+                profile=FakeProfile(cpu_model="Other CPU"),
+                settings=SearchSettings(max_trials=6),
+            ),
             runner=machine,
-            profile=FakeProfile(cpu_model="Other CPU"),
-            settings=SearchSettings(max_trials=6),
         )
     assert "CPU Test CPU vs Other CPU" in str(info.value) and "another --study" in str(info.value)
     assert machine.calls == []

@@ -22,6 +22,7 @@ from tuner.policies import FLOAT32
 from tuner.search.measures import Measured
 from tuner.search.recommend import evidence_rows
 from tuner.search.records import Recommendation
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings
 from tuner.search.tune import TuneResult, tune
 from tuner.setup import Setup
@@ -174,12 +175,14 @@ def _search(tmp_path: Path, machine: Machine, **settings: Any) -> tuple[TuneResu
     tmp_path.mkdir(parents=True, exist_ok=True)
     storage = f"sqlite:///{tmp_path / 'figures.db'}"
     result = tune(
-        "builtin:mlp",
-        storage=storage,
-        study="figures",
+        TuneRequest(
+            "builtin:mlp",
+            storage=storage,
+            study="figures",
+            profile=FakeProfile(),
+            settings=SearchSettings(**settings),
+        ),
         runner=machine,
-        profile=FakeProfile(),
-        settings=SearchSettings(**settings),
         clock=lambda: 0.0,
     )
     return result, storage

@@ -22,6 +22,7 @@ from test_search_strategy import FakeProfile, Machine
 
 from tuner.errors import MptuneError
 from tuner.search.fleet import work
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.tune import tune
 from tuner.trials.result import TrialResult
@@ -43,8 +44,15 @@ def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
     """In one process for a scripted search: the search's first trial starts a worker; the
     search's own slot then waits (on its second trial) until the worker has run one of the
     trials the strategy handed out. Together they measure what a search alone measures."""
-    alone = tune("builtin:mlp", storage=f"sqlite:///{tmp_path / 'alone.db'}", study="alone",
-                 runner=Machine(speed=SPEEDS), profile=FakeProfile())  # fmt: skip
+    alone = tune(
+        TuneRequest(
+            "builtin:mlp",
+            storage=f"sqlite:///{tmp_path / 'alone.db'}",
+            study="alone",
+            profile=FakeProfile(),
+        ),
+        runner=Machine(speed=SPEEDS),
+    )
     remote, local = Machine(speed=SPEEDS), Machine(speed=SPEEDS)
     worked = threading.Event()
     done: list[Any] = []
@@ -66,14 +74,23 @@ def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
             assert worked.wait(30), "the worker took no trial"
         return local(spec, *args, **kwargs)
 
-    result = tune("builtin:mlp", storage=postgres_url, study="fleet-1", runner=search_runner,
-                  profile=FakeProfile(), workers=True)  # fmt: skip
+    result = tune(
+        TuneRequest(
+            "builtin:mlp",
+            storage=postgres_url,
+            study="fleet-1",
+            profile=FakeProfile(),
+            workers=True,
+        ),
+        runner=search_runner,
+    )
     worker.join(timeout=30)
     assert not worker.is_alive() and done and done[0].reason == "its search ended"
     assert remote.calls and local.calls
     assert len(done[0].ran) == len(remote.calls)
-    assert measured(postgres_url, "fleet-1") == measured(f"sqlite:///{tmp_path / 'alone.db'}",
-                                                         "alone")  # fmt: skip
+    assert measured(postgres_url, "fleet-1") == measured(
+        f"sqlite:///{tmp_path / 'alone.db'}", "alone"
+    )
     assert result.recommendation.setup == alone.recommendation.setup
     session = TuningSession.load("fleet-1", postgres_url)
     assert not session._running() and not session.waiting()
@@ -83,8 +100,10 @@ def test_workers_need_a_database_server(tmp_path: Path) -> None:
     with pytest.raises(MptuneError, match="SQLite is not safe for several processes"):
         work("s", f"sqlite:///{tmp_path / 's.db'}")
     with pytest.raises(MptuneError, match="SQLite is not safe"):
-        tune("builtin:mlp", storage=None, runner=Machine(speed=SPEEDS), profile=FakeProfile(),
-             workers=True)  # fmt: skip
+        tune(
+            TuneRequest("builtin:mlp", storage=None, profile=FakeProfile(), workers=True),
+            runner=Machine(speed=SPEEDS),
+        )
     proc = cli("worker", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", "s")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
@@ -94,8 +113,10 @@ def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
 ) -> None:
     with pytest.raises(MptuneError, match="no session named 'nowhere'"):
         work("nowhere", postgres_url, profile=FakeProfile())
-    tune("builtin:mlp", storage=postgres_url, study="fleet-kind", runner=Machine(speed=SPEEDS),
-         profile=FakeProfile())  # fmt: skip
+    tune(
+        TuneRequest("builtin:mlp", storage=postgres_url, study="fleet-kind", profile=FakeProfile()),
+        runner=Machine(speed=SPEEDS),
+    )
     other = FakeProfile(cpu_model="Another CPU")
     with pytest.raises(MptuneError, match="measured on"):
         work("fleet-kind", postgres_url, profile=other)
@@ -134,24 +155,55 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
     trial as crashed after the grace period and runs it again; the search ends with every
     trial run by exactly one process, and nothing of the killed worker is left."""
     env = {**os.environ, "MPTUNE_HEARTBEAT_S": "1", "MPTUNE_GRACE_S": "4"}
-    tune_cmd = [sys.executable, "-m", "tuner", "tune", "--workers", "--storage", postgres_url,
-                "--study", "fleet-real", "--model", TINY_MLP, "--batch-sizes", "16,32,64",
-                "--measure-seconds", "0.3", "--max-trials", "14", "--json"]  # fmt: skip
-    search = subprocess.Popen(tune_cmd, cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    tune_cmd = [
+        sys.executable,
+        "-m",
+        "tuner",
+        "tune",
+        "--workers",
+        "--storage",
+        postgres_url,
+        "--study",
+        "fleet-real",
+        "--model",
+        TINY_MLP,
+        "--batch-sizes",
+        "16,32,64",
+        "--measure-seconds",
+        "0.3",
+        "--max-trials",
+        "14",
+        "--json",
+    ]
+    search = subprocess.Popen(
+        tune_cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     procs = [search]
     try:
         # Its first finished trial: the session exists and the search holds it.
         search_lines = _lines(search)
         _first(search_lines, r"^trial #0 ", "the search's first trial")
-        worker_cmd = [sys.executable, "-m", "tuner", "--verbose", "worker", "--storage",
-                      postgres_url, "--study", "fleet-real"]  # fmt: skip
+        worker_cmd = [
+            sys.executable,
+            "-m",
+            "tuner",
+            "--verbose",
+            "worker",
+            "--storage",
+            postgres_url,
+            "--study",
+            "fleet-real",
+        ]
 
         def start_worker() -> subprocess.Popen[str]:
             proc = subprocess.Popen(
-                worker_cmd, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                worker_cmd,
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-            )  # fmt: skip
+            )
             procs.append(proc)
             return proc
 

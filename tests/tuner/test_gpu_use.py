@@ -32,6 +32,7 @@ from tuner.hardware.gpu_use import (
 from tuner.hardware.report import render_text
 from tuner.hardware.software import jax_cuda, read_software, torch_cuda
 from tuner.search.recommend import Recommendation, evidence_rows
+from tuner.search.request import TuneRequest
 from tuner.search.session import list_sessions
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import hardware_prior, tune
@@ -355,11 +356,10 @@ def test_a_new_search_on_the_default_device_is_refused_before_any_trial(tmp_path
     storage = f"sqlite:///{tmp_path / 's.db'}"
     with pytest.raises(MptuneError) as refused:
         tune(
-            "builtin:mlp",
-            storage=storage,
-            study="t",
+            TuneRequest(
+                "builtin:mlp", storage=storage, study="t", profile=machine("hopper_9.0", PLAIN_TF)
+            ),
             runner=cpu_machine,
-            profile=machine("hopper_9.0", PLAIN_TF),
         )
     assert str(refused.value) == (
         "NVML sees 1 NVIDIA GPU (NVIDIA H100 80GB HBM3) but the TensorFlow backend can use none "
@@ -375,13 +375,15 @@ def test_on_the_cpu_as_asked_the_recommendation_says_the_gpu_went_unused(tmp_pat
     cpu_machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     profile = machine("hopper_9.0", PLAIN_TF)
     result = tune(
-        "builtin:mlp",
-        space=SearchSpace(policies=("float32",), batch_sizes=(64,)),
-        settings=SearchSettings(device="cpu", max_trials=2),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="t",
+        TuneRequest(
+            "builtin:mlp",
+            space=SearchSpace(policies=("float32",), batch_sizes=(64,)),
+            settings=SearchSettings(device="cpu", max_trials=2),
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="t",
+            profile=profile,
+        ),
         runner=cpu_machine,
-        profile=profile,
     )
     rec = result.recommendation
     assert cpu_machine.calls and all(spec.device == "cpu" for spec in cpu_machine.calls)
@@ -398,13 +400,15 @@ def test_no_gpu_at_all_tunes_on_the_cpu_as_before(tmp_path: Path) -> None:
     """Where NVML sees no GPU, nothing goes unused: no refusal and no warning."""
     cpu_machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     result = tune(
-        "builtin:mlp",
-        space=SearchSpace(policies=("float32",), batch_sizes=(64,)),
-        settings=SearchSettings(max_trials=1),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="t",
+        TuneRequest(
+            "builtin:mlp",
+            space=SearchSpace(policies=("float32",), batch_sizes=(64,)),
+            settings=SearchSettings(max_trials=1),
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="t",
+            profile=machine("no_driver", PLAIN_TF),
+        ),
         runner=cpu_machine,
-        profile=machine("no_driver", PLAIN_TF),
     )
     assert result.recommendation.unused_gpu is None
     assert evidence_rows(result.recommendation)[0][0] == "Setup"

@@ -14,6 +14,7 @@ from test_backends import BACKENDS
 from tuner import console
 from tuner.export import TunedConfig, render
 from tuner.search.records import Recommendation
+from tuner.search.request import TuneRequest
 from tuner.search.wording import evidence_rows
 from tuner.setup import Setup
 from tuner.trials.result import InputRate, TrialResult, TrialStatus
@@ -309,7 +310,9 @@ def test_a_search_ranks_by_what_fit_reaches_and_the_export_says_so(tmp_path: Pat
         max_trials=4,
     )
     space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(16,), start_batch=16)
-    result = tune(str(path), space=space, settings=settings, storage=storage, study="slow")
+    result = tune(
+        TuneRequest(str(path), space=space, settings=settings, storage=storage, study="slow")
+    )
     rec = result.recommendation
     assert rec.input is not None and rec.input_bound
     assert rec.samples_per_second < 0.5 * (rec.device_samples_per_second or 0)

@@ -12,6 +12,7 @@ from test_search_strategy import Machine
 
 from tuner import api
 from tuner.search.measured import measured_here
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSpace
 from tuner.search.tune import tune
 
@@ -19,12 +20,14 @@ from tuner.search.tune import tune
 def _search_here(storage: str, study: str, speeds: dict[str, float]) -> None:
     """A scripted search with this machine's own profile: stored as measured on it."""
     tune(
-        "builtin:mlp",
-        storage=storage,
-        study=study,
+        TuneRequest(
+            "builtin:mlp",
+            storage=storage,
+            study=study,
+            profile=api.detect(),
+            space=SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16")),
+        ),
         runner=Machine(speed=speeds, knee=64),
-        profile=api.detect(),
-        space=SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16")),
         clock=lambda: 0.0,
     )
 
@@ -67,11 +70,8 @@ def test_sessions_of_another_machine_are_not_its_measurements(tmp_path: Path) ->
 
     storage = f"sqlite:///{tmp_path / 'other.db'}"
     tune(
-        "builtin:mlp",
-        storage=storage,
-        study="elsewhere",
+        TuneRequest("builtin:mlp", storage=storage, study="elsewhere", profile=FakeProfile()),
         runner=Machine(speed={"float32": 1000, "mixed_bfloat16": 2000, "mixed_float16": 10}),
-        profile=FakeProfile(),
         clock=lambda: 0.0,
     )
     assert measured_here(api.detect(), storage) == {}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
@@ -133,8 +134,15 @@ def test_a_search_with_one_peak_per_process_starts_one_worker_per_precision(
         start_batch=16,
     )
     storage = f"sqlite:///{tmp_path}/s.db"
-    tune("builtin:mlp:features=16,width=32,depth=1", space=space, settings=settings,
-         storage=storage, study="s")  # fmt: skip
+    tune(
+        TuneRequest(
+            "builtin:mlp:features=16,width=32,depth=1",
+            space=space,
+            settings=settings,
+            storage=storage,
+            study="s",
+        )
+    )
     workers = len(log.read_text().split()) - before
     results = [t.result for t in TuningSession.load("s", storage).trials() if t.result]
     precisions = {r.spec.setup.precision for r in results}

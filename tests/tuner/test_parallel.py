@@ -14,6 +14,7 @@ from test_search_strategy import FakeGpu, FakeProfile, Machine, run
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Heartbeat
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import parallel_devices, tune
@@ -211,12 +212,14 @@ def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     result = tune(
-        "builtin:mlp",
-        space=SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(32, 64, 128)),
-        settings=SearchSettings(measure_seconds=0.3, warmup_steps=2, max_trials=6),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="real",
-        parallel=2,
+        TuneRequest(
+            "builtin:mlp",
+            space=SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(32, 64, 128)),
+            settings=SearchSettings(measure_seconds=0.3, warmup_steps=2, max_trials=6),
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="real",
+            parallel=2,
+        )
     )
     session = TuningSession.load("real", f"sqlite:///{tmp_path / 's.db'}")
     trials = session.trials()

@@ -13,10 +13,11 @@ from urllib.parse import urlsplit
 
 import pytest
 from test_faults import cli
-from test_search_strategy import FakeProfile, Machine
+from test_search_strategy import FakeProfile, Machine, tune_with
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Lease, SessionBusy
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession, list_sessions, open_storage
 from tuner.search.space import SearchSettings
 from tuner.search.tune import tune
@@ -28,7 +29,7 @@ TINY_MLP = "builtin:mlp:features=8,width=16,depth=1"
 
 def scripted(machine: Machine, url: str, study: str, **kwargs):
     kwargs.setdefault("model", "builtin:mlp")
-    return tune(storage=url, study=study, runner=machine, profile=FakeProfile(), **kwargs)
+    return tune_with(storage=url, study=study, runner=machine, profile=FakeProfile(), **kwargs)
 
 
 def test_a_session_in_postgresql_is_searched_resumed_listed_shown_and_exported(
@@ -117,19 +118,18 @@ def test_two_kinds_of_machine_share_a_store_with_one_recommendation_each(
     speeds = {"pg-epyc": SPEEDS, "pg-xeon": {**SPEEDS, "mixed_bfloat16": 1500}}
     for study, cpu in kinds.items():
         tune(
-            "builtin:mlp",
-            storage=postgres_url,
-            study=study,
+            TuneRequest(
+                "builtin:mlp", storage=postgres_url, study=study, profile=FakeProfile(cpu_model=cpu)
+            ),
             runner=Machine(speed=speeds[study]),
-            profile=FakeProfile(cpu_model=cpu),
         )
     # The same session name from the other kind of machine is refused, saying why.
     with pytest.raises(MptuneError, match=r"measured on CPU AMD EPYC .* Intel Xeon"):
         tune(
-            storage=postgres_url,
-            study="pg-epyc",
+            TuneRequest(
+                storage=postgres_url, study="pg-epyc", profile=FakeProfile(cpu_model="Intel Xeon")
+            ),
             runner=Machine(speed=SPEEDS),
-            profile=FakeProfile(cpu_model="Intel Xeon"),
         )
     listed = cli("sessions", "--storage", postgres_url, "--json")
     assert listed.returncode == 0, listed.stderr

@@ -26,11 +26,12 @@ from typing import Any
 
 import pytest
 from test_figures import check_figures
-from test_search_strategy import FakeGpu, FakeProfile, Machine
+from test_search_strategy import FakeGpu, FakeProfile, Machine, tune_with
 
 from tuner.hardware.profile import HardwareProfile
 from tuner.search.events import SearchEvent, WorkerReported
 from tuner.search.recommend import evidence_rows
+from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import TuneResult, tune
 from tuner.trials.hazards import Hazard
@@ -48,8 +49,8 @@ def _search(
 ) -> tuple[list[dict[str, Any]], TuneResult]:
     events: list[SearchEvent] = []
     storage = f"sqlite:///{tmp_path / 'replay.db'}"
-    result = tune(
-        model,
+    result = tune_with(
+        model=model,
         storage=storage,
         study="replay",
         runner=runner,
@@ -192,12 +193,14 @@ def test_a_resumed_scripted_search_says_and_picks_what_it_did(tmp_path: Path) ->
     machine.interrupt_at = None
     events: list[SearchEvent] = []
     result = tune(
-        None,
-        storage=f"sqlite:///{tmp_path / 'replay.db'}",
-        study="replay",
-        resume=True,
+        TuneRequest(
+            None,
+            storage=f"sqlite:///{tmp_path / 'replay.db'}",
+            study="replay",
+            resume=True,
+            profile=gpu,
+        ),
         runner=machine,
-        profile=gpu,
         on_event=events.append,
         clock=lambda: 0.0,
     )

@@ -14,6 +14,7 @@ import pytest
 from tuner.api import event_from_dict
 from tuner.export import TunedConfig
 from tuner.search.recommend import NoViableSetup
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
@@ -45,13 +46,15 @@ def test_tune_finds_a_setup_with_evidence_on_real_trials(tmp_path: Path) -> None
         policies=("float32", "mixed_bfloat16"), batch_sizes=(8, 16, 32), start_batch=8
     )
     result = tune(
-        TINY,
-        space=space,
-        settings=QUICK,
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="e2e",
+        TuneRequest(
+            TINY,
+            space=space,
+            settings=QUICK,
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="e2e",
+            profile=CpuProfile(),
+        ),
         on_event=events.append,
-        profile=CpuProfile(),
     )
     rec = result.recommendation
     assert rec.setup.policy in ("float32", "mixed_bfloat16")
@@ -143,12 +146,14 @@ def test_guard_rejects_float16_that_breaks_the_numbers(
     storage = f"sqlite:///{tmp_path / 's.db'}"
     with pytest.raises(NoViableSetup, match=message):
         tune(
-            str(model),
-            space=F16_ONLY,
-            storage=storage,
-            study="guard",
-            profile=CpuProfile(),
-            settings=dataclasses.replace(QUICK, guard_steps=40),
+            TuneRequest(
+                str(model),
+                space=F16_ONLY,
+                storage=storage,
+                study="guard",
+                profile=CpuProfile(),
+                settings=dataclasses.replace(QUICK, guard_steps=40),
+            )
         )
     trials = TuningSession.load("guard", storage).trials()
     if "loss gap" in message:  # float32 ran beside it at the same batch size, seed and data

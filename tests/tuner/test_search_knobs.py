@@ -13,6 +13,7 @@ from test_search_strategy import FakeGpu, FakeProfile, Machine, run
 
 from tuner.search.measures import Paired, decide, settled, within
 from tuner.search.recommend import Recommendation, evidence_rows
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS
@@ -396,11 +397,10 @@ def test_tune_takes_the_users_batch_size_from_the_model_file(tmp_path: Path) -> 
     model = tmp_path / "net.py"
     model.write_text("BATCH_SIZE = 32\ndef build_model():\n    raise SystemExit('never run')\n")
     rec = tune(
-        str(model),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="m",
+        TuneRequest(
+            str(model), storage=f"sqlite:///{tmp_path / 's.db'}", study="m", profile=FakeProfile()
+        ),
         runner=float32_only(),
-        profile=FakeProfile(),
     ).recommendation
     assert rec.user_batch == 32 and any("differs from yours (32)" in n for n in rec.notes)
 

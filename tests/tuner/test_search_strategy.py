@@ -15,6 +15,7 @@ import pytest
 from tuner.errors import MptuneError
 from tuner.search.events import StageStarted
 from tuner.search.recommend import NoViableSetup, Recommendation, evidence_rows
+from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import SearchSettings, SearchSpace, parse_batch_sizes
 from tuner.search.tune import tune
@@ -164,12 +165,20 @@ class Machine:
         )
 
 
+def tune_with(**kwargs: Any) -> Any:
+    """``tune`` given its request's fields and its own keywords as one set of keywords, as the
+    scripted searches' helpers pass them."""
+    fields = {f.name for f in dataclasses.fields(TuneRequest)}
+    request = TuneRequest(**{k: v for k, v in kwargs.items() if k in fields})
+    return tune(request, **{k: v for k, v in kwargs.items() if k not in fields})
+
+
 def run(machine: Machine, tmp_path: Path, **kwargs: Any):
     settings = kwargs.pop("settings", SearchSettings())
     space = kwargs.pop("space", None)
     profile = kwargs.pop("profile", FakeProfile())
-    return tune(
-        "builtin:cnn",
+    return tune_with(
+        model="builtin:cnn",
         space=space,
         settings=settings,
         storage=f"sqlite:///{tmp_path / 's.db'}",
@@ -370,12 +379,14 @@ def test_a_relative_model_path_is_stored_absolute(
     monkeypatch.chdir(tmp_path)
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     result = tune(
-        "net.py",
-        settings=SearchSettings(max_trials=2),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-        study="rel",
+        TuneRequest(
+            "net.py",
+            settings=SearchSettings(max_trials=2),
+            storage=f"sqlite:///{tmp_path / 's.db'}",
+            study="rel",
+            profile=FakeProfile(),
+        ),
         runner=machine,
-        profile=FakeProfile(),
     )
     assert all(spec.model == str(tmp_path / "net.py") for spec in machine.calls)
     session = TuningSession.load(result.session, f"sqlite:///{tmp_path / 's.db'}")

@@ -21,6 +21,7 @@ from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.records import ModelFailed
+from tuner.search.request import TuneRequest
 from tuner.search.session import (
     SessionView,
     TuningSession,
@@ -190,47 +191,25 @@ def parallel_devices(
 
 
 def tune(
-    model: str | None = None,
+    request: TuneRequest,
     *,
-    space: SearchSpace | None = None,
-    settings: SearchSettings | None = None,
-    storage: str | None = None,
-    study: str | None = None,
-    resume: bool = False,
     on_event: Callable[[SearchEvent], None] | None = None,
     cancel: threading.Event | None = None,
     runner: TrialRunner = run_trial,
-    profile: HardwareProfile | None = None,
-    parallel: int | str = 1,
-    workers: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneResult:
-    """Search for the best setup of ``model`` on this machine, storing every trial.
-
-    A session owns its model, space and settings: continuing one (``resume``, or a ``study``
-    that exists) uses them. ``None`` means "the session's"; a given model, space or setting that
-    differs from the session's is refused, naming both, except the budgets
-    (:attr:`SearchSettings.BUDGET_FIELDS`), which a continued search may change.
+    """Search for the best setup of ``request.model`` on this machine, storing every trial
+    (:class:`~tuner.search.request.TuneRequest` says what it holds).
 
     Args:
-        model: the model spec (see :mod:`tuner.trials.models`); ``None`` only to continue.
-        space: what to try; ``None``: the session's, or for a new one the hardware prior's
-            policies and the default ladder.
-        settings: objective, budgets, tolerances; ``None``: the session's, or the defaults.
-        storage: Optuna storage URL; ``None`` for the default SQLite file.
-        study: the session name; an existing session of that name is continued.
-        resume: the session must exist already.
+        request: what to search and where.
         on_event: called with each :mod:`~tuner.search.events` record, on this thread.
         cancel: set it to stop the running trial and end the search.
         runner: runs one trial; by default a :class:`~tuner.trials.runner.WorkerPool` (a warm
             worker per policy, the first ones started ahead side by side, all ended with the
             search); a runner with ``start_ahead(specs, cancel)`` is asked to start ahead.
-        profile: the hardware profile; ``None`` detects it.
-        parallel: how many independent trials run at once, each slot with its own worker
-            pool and GPU (:func:`parallel_devices`).
-        workers: hand trials out through the store too, to ``mptune worker`` processes of
-            the same kind of machine (:mod:`tuner.search.fleet`); needs a database server.
-        clock: the search's clock (a replay of a GPU's trials passes a simulated one).
+        clock: the search's clock (a replay of a GPU's trials passes a simulated one,
+            :class:`tuner.trials.lookup.SimClock`).
 
     Raises:
         MptuneError: bad model spec, unreachable storage, a model that fails in its own code,
@@ -238,10 +217,11 @@ def tune(
         NoViableSetup: every setup failed.
         TrialCancelled / KeyboardInterrupt: stopped; finished trials stay stored.
     """
+    storage, study, resume = request.storage, request.study, request.resume
     if resume and not study:
         raise MptuneError("resuming needs the session's name")
-    plan = _resolve(model, space, settings, storage, study, resume, profile, workers)
-    devices, parallel_note = parallel_devices(parallel, plan.profile, plan.settings.device)
+    plan = _resolve(request)
+    devices, parallel_note = parallel_devices(request.parallel, plan.profile, plan.settings.device)
     session, lease = _open(plan, storage, study, resume)
     pools, slots, runner, start_ahead = _slots(runner, devices, len(plan.space.policies) + 1)
     emit = on_event or (lambda event: None)
@@ -258,7 +238,7 @@ def tune(
                 heartbeat=heartbeat,
                 start_ahead=start_ahead,
                 slots=slots,
-                shared=workers,
+                shared=request.workers,
                 clock=clock,
                 on_gpu=plan.device.gpu,
             )
@@ -321,30 +301,22 @@ class _Plan:
         return memory_budget_mb(self.profile, self.settings.device, self.settings.memory_headroom)
 
 
-def _resolve(
-    model: str | None,
-    space: SearchSpace | None,
-    settings: SearchSettings | None,
-    storage: str | None,
-    study: str | None,
-    resume: bool,
-    profile: HardwareProfile | None,
-    workers: bool,
-) -> _Plan:
+def _resolve(request: TuneRequest) -> _Plan:
     """The model, space, settings and hardware of the search: the stored session's when it is
-    continued (refusing others), else the arguments' with the defaults filled in."""
-    stored = stored_session(study, storage)
-    if resume and stored is None:
-        raise MptuneError(f"no session named {study!r} to resume (see mptune sessions)")
-    if stored is not None:
-        model, space, settings = _continue(stored, model, space, settings)
-    if model is None:
-        raise MptuneError("no model given (a new search needs --model)")
-    source = parse_model_spec(model)
-    # A model file is stored by its absolute path: the session, its exports and a resumed search
+    continued (refusing others), else the request's with the defaults filled in. The model
+    spec is parsed once."""
+    stored = stored_session(request.study, request.storage)
+    if request.resume and stored is None:
+        raise MptuneError(f"no session named {request.study!r} to resume (see mptune sessions)")
+    space, settings, profile = request.space, request.settings, request.profile
+    # A model file is known by its absolute path: the session, its exports and a resumed search
     # must find it from any working directory.
-    model = source.path or model
-    source = parse_model_spec(model)
+    given = _absolute(parse_model_spec(request.model)) if request.model is not None else None
+    if stored is not None:
+        given, space, settings = _continue(stored, given, space, settings)
+    if given is None:
+        raise MptuneError("no model given (a new search needs --model)")
+    source, model = given, given.spec
     if profile is None:
         from tuner.hardware import detect
 
@@ -356,8 +328,8 @@ def _resolve(
         # A continued session keeps the device it was measured on; a new one must not start
         # on the CPU by accident.
         refuse_unused_gpu(profile, settings)
-    if workers:
-        needs_server(storage)
+    if request.workers:
+        needs_server(request.storage)
     space = space or SearchSpace(policies=hardware_prior(profile, settings.device))
     # Before any trial: values no trial can work with are refused, not run until they fail.
     try:
@@ -418,22 +390,25 @@ def stored_session(study: str | None, storage: str | None) -> SessionView | None
         return session.view()
 
 
+def _absolute(source: ModelSource) -> ModelSource:
+    """``source`` known by its absolute path, where it is a file."""
+    return dataclasses.replace(source, spec=source.path) if source.path else source
+
+
 def _continue(
     stored: SessionView,
-    model: str | None,
+    given: ModelSource | None,
     space: SearchSpace | None,
     settings: SearchSettings | None,
-) -> tuple[str, SearchSpace, SearchSettings]:
+) -> tuple[ModelSource, SearchSpace, SearchSettings]:
     """The model, space and settings of a continued session; refuses a different one."""
     mine = stored.model
-    if model is not None:
-        source = parse_model_spec(model)
-        if (source.path or model) != mine:
-            raise MptuneError(
-                f"session {stored.name!r} tunes {mine}, not {source.path or model}: one session "
-                "holds one model's trials. Leave out --model to continue it, or give another "
-                "--study to start a new session"
-            )
+    if given is not None and given.spec != mine:
+        raise MptuneError(
+            f"session {stored.name!r} tunes {mine}, not {given.spec}: one session holds one "
+            "model's trials. Leave out --model to continue it, or give another --study to "
+            "start a new session"
+        )
     kept_space = stored.search_space()
     if space is not None and space != kept_space:
         raise MptuneError(
@@ -451,4 +426,4 @@ def _continue(
                 "those flags, or give another --study"
             )
         kept = settings
-    return mine, kept_space, kept
+    return given or _absolute(parse_model_spec(mine)), kept_space, kept

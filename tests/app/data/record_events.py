@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tuner.api import FakeNvmlBackend, SearchSettings, SearchSpace, detect, tune
+from tuner.search.request import TuneRequest
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,17 +23,19 @@ def main() -> None:
     events = []
     with tempfile.TemporaryDirectory() as tmp:
         tune(
-            "builtin:mlp:features=16,width=32,depth=1",
-            space=SearchSpace(
-                policies=("float32", "mixed_bfloat16", "mixed_float16"),
-                batch_sizes=(8, 16, 32),
-                start_batch=8,
+            TuneRequest(
+                "builtin:mlp:features=16,width=32,depth=1",
+                space=SearchSpace(
+                    policies=("float32", "mixed_bfloat16", "mixed_float16"),
+                    batch_sizes=(8, 16, 32),
+                    start_batch=8,
+                ),
+                settings=SearchSettings(measure_seconds=0.3, warmup_steps=2, device="cpu"),
+                storage=f"sqlite:///{tmp}/s.db",
+                study="recorded",
+                profile=detect(FakeNvmlBackend.named("no_driver")),
             ),
-            settings=SearchSettings(measure_seconds=0.3, warmup_steps=2, device="cpu"),
-            storage=f"sqlite:///{tmp}/s.db",
-            study="recorded",
             on_event=events.append,
-            profile=detect(FakeNvmlBackend.named("no_driver")),
         )
     with open(HERE / "search_events.jsonl", "w", encoding="utf-8") as fh:
         for event in events:
