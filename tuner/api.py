@@ -41,7 +41,7 @@ from tuner.search.events import (
     WorkerReported,
 )
 from tuner.search.measures import TrialGap, trial_loss_gaps
-from tuner.search.request import TuneRequest
+from tuner.search.request import JoinRequest, TuneRequest
 from tuner.search.space import (
     DEFAULT_LOSS_SCALES,
     OBJECTIVES,
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
     from tuner.hardware.profile import INSTALL_HINTS as BACKEND_INSTALL_HINTS
     from tuner.hardware.profile import CpuInfo, GpuInfo, SoftwareInfo
-    from tuner.search.fleet import WorkDone
+    from tuner.search.fleet import WorkDone, work
     from tuner.search.measured import PolicyMeasured
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.records import SessionFailure
@@ -119,6 +119,7 @@ __all__ = [
     "HazardMessage",
     "ImportedMessage",
     "InputRate",
+    "JoinRequest",
     "Knob",
     "LossScale",
     "MemoryMessage",
@@ -228,6 +229,7 @@ _LAZY = {
     "TuneResult": "tuner.search.tune",
     # The search itself (issue 36: re-exported, not restated); it takes a TuneRequest.
     "tune": "tuner.search.tune",
+    "work": "tuner.search.fleet",
     "WorkDone": "tuner.search.fleet",
 }
 
@@ -406,47 +408,6 @@ def kill_all_workers() -> int:
 
 
 # -- searches and sessions ------------------------------------------------------------------
-
-
-def work(
-    study: str,
-    storage: str,
-    *,
-    profile: HardwareProfile | None = None,
-    device: str | None = None,
-    cancel: threading.Event | None = None,
-    on_event: Callable[[SearchEvent], None] | None = None,
-    runner: TrialRunner | None = None,
-) -> WorkDone:
-    """Join the running search of session ``study`` and take trials from it until it ends; see
-    :func:`tuner.search.fleet.work`.
-
-    Args:
-        study: the session's name.
-        storage: the database server's URL (not SQLite).
-        profile: this machine's hardware profile; ``None`` detects it.
-        device: run the trials here (``cpu``, ``gpu:N``); ``None``: as the search asks.
-        cancel: set it to stop; the running trial is closed, and the search runs it again.
-        on_event: called with the :class:`TrialStarted`, :class:`WorkerReported` and
-            :class:`TrialFinished` of the trials run here.
-        runner: runs one trial; ``None``: worker processes, kept warm.
-
-    Raises:
-        MptuneError: SQLite, no such session, or this machine is another kind than the one the
-            session was measured on.
-        TrialCancelled: stopped by ``cancel``.
-    """
-    from tuner.search.fleet import work as _work
-
-    return _work(
-        study,
-        storage,
-        profile=profile,
-        device=device,
-        cancel=cancel,
-        on_event=on_event,
-        runner=runner,
-    )
 
 
 def default_storage_url() -> str:

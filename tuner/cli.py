@@ -606,9 +606,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     try:
         with progress:
             done = api.work(
-                args.study,
-                args.storage,
-                device=args.device,
+                api.JoinRequest(args.study, args.storage, device=args.device),
                 cancel=_STOP,
                 on_event=progress.on_event,
             )

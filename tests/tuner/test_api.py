@@ -24,8 +24,12 @@ def test_the_search_is_re_exported_not_restated() -> None:
     assert list(_parameters(api.tune)) == ["request", "on_event", "cancel", "runner", "clock"]
 
 
-def test_work_takes_the_engines_keywords_by_name() -> None:
-    assert _parameters(api.work) == _parameters(fleet.work)
+def test_joining_a_search_is_re_exported_not_restated() -> None:
+    from tuner.search import request
+
+    assert api.work is fleet.work
+    assert api.JoinRequest is request.JoinRequest
+    assert list(_parameters(api.work)) == ["request", "cancel", "on_event", "runner"]
 
 
 def test_a_resumed_request_leaves_the_space_and_settings_to_its_session() -> None:

@@ -22,7 +22,7 @@ from test_search_strategy import FakeProfile, Machine
 
 from tuner.errors import MptuneError
 from tuner.search.fleet import work
-from tuner.search.request import TuneRequest
+from tuner.search.request import JoinRequest, TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.tune import tune
 from tuner.trials.result import TrialResult
@@ -63,7 +63,9 @@ def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
         return result
 
     def join() -> None:
-        done.append(work("fleet-1", postgres_url, profile=FakeProfile(), runner=worker_runner))
+        done.append(
+            work(JoinRequest("fleet-1", postgres_url, profile=FakeProfile()), runner=worker_runner)
+        )
 
     worker = threading.Thread(target=join)
 
@@ -98,7 +100,7 @@ def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
 
 def test_workers_need_a_database_server(tmp_path: Path) -> None:
     with pytest.raises(MptuneError, match="SQLite is not safe for several processes"):
-        work("s", f"sqlite:///{tmp_path / 's.db'}")
+        work(JoinRequest("s", f"sqlite:///{tmp_path / 's.db'}"))
     with pytest.raises(MptuneError, match="SQLite is not safe"):
         tune(
             TuneRequest("builtin:mlp", storage=None, profile=FakeProfile(), workers=True),
@@ -112,14 +114,14 @@ def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
     postgres_url: str,
 ) -> None:
     with pytest.raises(MptuneError, match="no session named 'nowhere'"):
-        work("nowhere", postgres_url, profile=FakeProfile())
+        work(JoinRequest("nowhere", postgres_url, profile=FakeProfile()))
     tune(
         TuneRequest("builtin:mlp", storage=postgres_url, study="fleet-kind", profile=FakeProfile()),
         runner=Machine(speed=SPEEDS),
     )
     other = FakeProfile(cpu_model="Another CPU")
     with pytest.raises(MptuneError, match="measured on"):
-        work("fleet-kind", postgres_url, profile=other)
+        work(JoinRequest("fleet-kind", postgres_url, profile=other))
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:

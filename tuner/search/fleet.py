@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner.errors import MptuneError
-from tuner.hardware.profile import HardwareProfile
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
+from tuner.search.request import JoinRequest
 from tuner.search.session import (
     GRACE_S,
     HEARTBEAT_S,
@@ -65,22 +65,17 @@ class WorkDone:
 
 
 def work(
-    study: str,
-    storage: str,
+    request: JoinRequest,
     *,
-    profile: HardwareProfile | None = None,
-    device: str | None = None,
     cancel: threading.Event | None = None,
     on_event: Callable[[SearchEvent], None] | None = None,
     runner: TrialRunner | None = None,
 ) -> WorkDone:
-    """Take trials from the running search of session ``study`` until it ends.
+    """Take trials from the running search of session ``request.study`` until it ends
+    (:class:`~tuner.search.request.JoinRequest` says what it holds).
 
     Args:
-        study: the session's name.
-        storage: the database server's URL (not SQLite).
-        profile: this machine's hardware profile; ``None`` detects it.
-        device: run the trials here (``cpu``, ``gpu:N``); ``None``: as the search asks.
+        request: which session, where, and on what.
         cancel: set it to stop; the running trial is closed, and the search runs it again.
         on_event: called with :class:`TrialStarted`, :class:`WorkerReported` and
             :class:`TrialFinished` for the trials run here.
@@ -91,6 +86,12 @@ def work(
             session was measured on.
         TrialCancelled: stopped by ``cancel`` (the running trial was closed).
     """
+    study, storage, profile, device = (
+        request.study,
+        request.storage,
+        request.profile,
+        request.device,
+    )
     needs_server(storage)
     emit = on_event or (lambda event: None)
     stop = cancel or threading.Event()

@@ -1,6 +1,7 @@
 """A search as a face asks for it: one :class:`TuneRequest`, which the command line and the
 window build and :func:`tuner.search.tune.tune` takes (issue 36: it was written three times, as
-``api.tune``'s arguments, ``search.tune.tune``'s and a request's). Light to import: a face
+``api.tune``'s arguments, ``search.tune.tune``'s and a request's); and a worker's
+:class:`JoinRequest`, which :func:`tuner.search.fleet.work` takes. Light to import: a face
 builds one before the search (and Optuna) loads."""
 
 from __future__ import annotations
@@ -54,3 +55,21 @@ class TuneRequest:
         """This request continuing the stored session ``study``: the session owns its space
         and settings, so the continued search uses the stored ones."""
         return dataclasses.replace(self, study=study, resume=True, space=None, settings=None)
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """A machine joining a running search (``mptune worker``): which session, where, and on
+    what; the cancel flag, the listener and the trial runner are passed to ``work`` beside it.
+
+    Attributes:
+        study: the session's name.
+        storage: the database server's URL (not SQLite).
+        profile: this machine's hardware profile; ``None`` detects it.
+        device: run the trials here (``cpu``, ``gpu:N``); ``None``: as the search asks.
+    """
+
+    study: str
+    storage: str
+    profile: HardwareProfile | None = None
+    device: str | None = None
