@@ -319,3 +319,35 @@ def test_a_status_is_decided_in_one_place(tmp_path: Path) -> None:
         "    return TrialStatus.OOM, None\n"
     )
     assert _statuses_made(tmp_path / "pkg") == ["pkg/a.py:3", "pkg/a.py:4"]
+
+
+def _methods_planted(root: Path) -> list[str]:
+    """Where a module hands another object one of its own methods as an attribute
+    (``other.hook = self.method``): a callback planted across objects."""
+    places = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+                    and isinstance(node.value, ast.Attribute)
+                    and isinstance(node.value.value, ast.Name)
+                    and node.value.value.id == "self"
+                ):
+                    places.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
+    return places
+
+
+def test_the_search_plants_no_callbacks(tmp_path: Path) -> None:
+    """Issue 36, item 5: the evaluator asks the search it serves through one declared protocol
+    (``Evaluator.serve``), not through methods the search set on it."""
+    assert _methods_planted(ROOT / "tuner" / "search") == []
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "class C:\n    def __init__(self, e):\n        self.x = self.y\n        e.hook = self.f\n"
+    )
+    assert _methods_planted(tmp_path / "pkg") == ["pkg/a.py:4"]

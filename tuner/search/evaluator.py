@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tuner.errors import Terminated
 from tuner.policies import FLOAT32
@@ -45,6 +45,34 @@ if TYPE_CHECKING:
 
 #: Starts the fresh workers of some trials ahead, side by side (WorkerPool.start_ahead).
 StartAhead = Callable[[Sequence[TrialSpec], threading.Event | None], None]
+
+
+class SearchState(Protocol):
+    """What the evaluator asks of the search it serves (issue 36: asked of one declared
+    object, not of callbacks the search planted in it): the rate under which a trial of a setup
+    in a stage stops measuring, how many trials the leader's check against float32 still needs
+    (side stages leave the time and the trials for them, :data:`CHECKS`), and the leader's
+    setup, whose trial prices that check. :class:`~tuner.search.stages.context.SearchContext`
+    is one."""
+
+    def prune_below(self, setup: Setup, stage: str) -> float | None: ...
+
+    def reserved(self) -> int: ...
+
+    def leader_setup(self) -> Setup | None: ...
+
+
+class _NoSearch:
+    """Before a search is served: nothing pruned, nothing reserved, no leader."""
+
+    def prune_below(self, setup: Setup, stage: str) -> float | None:
+        return None
+
+    def reserved(self) -> int:
+        return 0
+
+    def leader_setup(self) -> Setup | None:
+        return None
 
 
 class BudgetExhausted(Exception):
@@ -132,15 +160,11 @@ class Evaluator:
         self.started = clock()
         #: each trial this search ran: its wall seconds and its probe's (0 without one)
         self.trial_seconds: list[tuple[float, float]] = []
-        #: how many trials the leader's checks still need (set by the search): side stages
-        #: leave the time and the trials for them (:data:`CHECKS`)
-        self.reserve: Callable[[], int] = lambda: 0
-        #: the setup whose check they are for (set by the search; None: none)
-        self.reserved_for: Callable[[], Setup | None] = lambda: None
+        #: the search this evaluator serves (:meth:`serve`): its leader, what the leader's
+        #: checks still need, and the rate under which a trial is pruned
+        self.search: SearchState = _NoSearch()
         #: each setup's last trial's wall seconds, its probe taken out
         self.setup_seconds: dict[Setup, float] = {}
-        #: the rate under which a trial of a setup in a stage is pruned (set by the search)
-        self.prune_below: Callable[[Setup, str], float | None] = lambda setup, stage: None
         #: every measurement by setup. Replaced, never changed in place, under the lock, so
         #: that a lane reading it while another adds to it reads a whole one.
         self.known: dict[Setup, list[Measured]] = {}
@@ -260,7 +284,9 @@ class Evaluator:
 
     def _run(self, setup: Setup, stage: str) -> Measured:
         """Run one trial of ``setup`` in the next free slot and store it."""
-        spec = dataclasses.replace(self.spec(setup), prune_below=self.prune_below(setup, stage))
+        spec = dataclasses.replace(
+            self.spec(setup), prune_below=self.search.prune_below(setup, stage)
+        )
         if self.cancel is not None and self.cancel.is_set():
             # Stopped between trials (a signal whose exception Python swallowed, say): no new
             # trial is opened only to be abandoned.
@@ -371,6 +397,11 @@ class Evaluator:
                         setup, Measured(now.number, result, stage), self.clock() - t0
                     )
 
+    def serve(self, search: SearchState) -> None:
+        """Serve ``search``: its leader and pruning decide this evaluator's budget checks and
+        each trial's ``prune_below`` from now on."""
+        self.search = search
+
     def cost(self, probe: bool = False) -> float:
         """What the next trial is expected to take, in seconds: the median of the trials this
         search ran, their probes taken out, and the median probe again when it will probe
@@ -384,7 +415,7 @@ class Evaluator:
     def check_cost(self) -> float:
         """What a trial reserved for the leader's check is expected to take: the median trial,
         or the leader's own trial where that cost more."""
-        leader = self.reserved_for()
+        leader = self.search.leader_setup()
         return max(self.cost(), self.setup_seconds.get(leader, 0.0) if leader else 0.0)
 
     def budget_s(self) -> float | None:
@@ -422,7 +453,7 @@ class Evaluator:
         # The leader's checks keep their trials and time from every other stage: each priced as
         # the leader's own trial where it cost more than the median (a check at a large batch
         # compiles as long as the leader did: on a GPU the median trial left it too little).
-        reserved = 0 if stage in CHECKS else self.reserve()
+        reserved = 0 if stage in CHECKS else self.search.reserved()
         kept = " (the rest is kept for the leading setup's check)" if reserved else ""
         # Trials running in other slots count: together they never pass the budget.
         running = self.closed_trials + len(self._inflight)

@@ -150,9 +150,7 @@ class SearchContext:
         self.failed_above: dict[str, int] = {}
         #: precision -> the rung its ladder leapt to first (:func:`ladder.scout`)
         self.leaps: dict[str, int] = {}
-        evaluator.prune_below = self.prune_below
-        evaluator.reserve = self.reserved
-        evaluator.reserved_for = self.leader_setup
+        evaluator.serve(self)
 
     def prune_below(self, setup: Setup, stage: str) -> float | None:
         """The rate under which a trial of ``setup`` in ``stage`` stops measuring: a share
