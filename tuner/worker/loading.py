@@ -168,23 +168,10 @@ def _batches_from_user_data(
     if kind in ("py_dataset", "generator"):
         # A PyDataset's batches by index, a generator's in turn: what fit's adapter reads.
         elements = (data[i] for i in range(len(data))) if kind == "py_dataset" else data
-        batches = []
-        for _ in range(n_batches):
-            try:
-                element = call_user(lambda: next(elements), what, source.path, source.spec)
-            except UserCodeError as exc:
-                if isinstance(exc.__cause__, StopIteration):
-                    break
-                raise
-            batches.append(_as_batch(element, what))
-        if not batches:
-            raise UserCodeError(f"{what} returned an input that yields no batches")
-        _check_batch_size(batches[0], batch_size, what)
-        return batches
+        return _first_batches(elements, n_batches, batch_size, what, source, "an input")
     if kind == "tf_data":
         # On every backend: a tf.data.Dataset's elements as NumPy arrays (its own
         # as_numpy_iterator), which Keras takes on JAX and PyTorch as it takes arrays.
-        batches = []
         try:
             iterator = data.as_numpy_iterator()
         except (TypeError, ValueError) as exc:
@@ -193,18 +180,7 @@ def _batches_from_user_data(
                 f"cannot feed the {os.environ.get('KERAS_BACKEND', 'tensorflow')} backend: "
                 f"{first_line(exc)}; return a tuple (x, y) of arrays instead"
             ) from exc
-        for _ in range(n_batches):
-            try:
-                element = call_user(lambda: next(iterator), what, source.path, source.spec)
-            except UserCodeError as exc:
-                if isinstance(exc.__cause__, StopIteration):
-                    break
-                raise
-            batches.append(_as_batch(element, what))
-        if not batches:
-            raise UserCodeError(f"{what} returned an empty dataset")
-        _check_batch_size(batches[0], batch_size, what)
-        return batches
+        return _first_batches(iterator, n_batches, batch_size, what, source, "a dataset")
     if isinstance(data, (tuple, list)) and len(data) in (2, 3):
         x, y = data[0], data[1]
         n = _leading_dim(x)
@@ -223,6 +199,32 @@ def _batches_from_user_data(
         f"{what} returned {type(data).__name__}: return a tf.data.Dataset, a "
         "keras.utils.PyDataset or a generator of (x, y) batches, or a tuple (x, y) of arrays"
     )
+
+
+def _first_batches(
+    elements: Iterator[Any],
+    n_batches: int,
+    batch_size: int,
+    what: str,
+    source: ModelSource,
+    called: str,
+) -> list[Batch]:
+    """The first ``n_batches`` (x, y) batches of the user's input (fewer where it ends), each
+    drawn as the user's code (its errors theirs); ``called``: the input in words, for one that
+    yields none."""
+    batches = []
+    for _ in range(n_batches):
+        try:
+            element = call_user(lambda: next(elements), what, source.path, source.spec)
+        except UserCodeError as exc:
+            if isinstance(exc.__cause__, StopIteration):
+                break
+            raise
+        batches.append(_as_batch(element, what))
+    if not batches:
+        raise UserCodeError(f"{what} returned {called} that yields no batches")
+    _check_batch_size(batches[0], batch_size, what)
+    return batches
 
 
 def input_kind(data: Any) -> str:
