@@ -304,4 +304,4 @@ def test_the_runner_hands_its_listener_typed_messages_and_reads_the_result_from_
     assert trial.hazards == (UNDERFLOW,) and trial.numerics == {"t": 0.3, "probe_s": 0.25}
     assert trial.timings.build_s == result.build_s
     facts = run._facts(0, "")
-    assert facts.measured_step_ms == (8.0, 8.0) and facts.result == result.to_dict()
+    assert facts.measured_step_ms == (8.0, 8.0) and facts.result == result  # typed, as sent
