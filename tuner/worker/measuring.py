@@ -177,7 +177,7 @@ def _time_fit(
     """The ``input`` phase: ``fit``'s own loop on the user's input for as long as the measured
     window (:func:`tuner.worker.feeding.measure`), its figures or None with a warning that says
     why not. A CPU trial's memory limit holds here as in the steps."""
-    from tuner.worker import backends, feeding, training
+    from tuner.worker import backends, feeding
 
     phase[0] = "input"
     channel.emit("phase", phase="input")
@@ -187,12 +187,7 @@ def _time_fit(
     )
     if why_not:
         channel.emit("warning", code="input_not_timed", message=why_not)
-    limit = runner.cpu_memory_limit_mb
-    if limit is not None and training.peak_rss_mb() > limit:
-        raise training.MemoryLimitExceeded(
-            f"peak resident memory {training.peak_rss_mb():.0f} MB passed the limit of "
-            f"{limit:.0f} MB in fit's loop"
-        )
+    runner.check_memory(" in fit's loop")
     return fed
 
 

@@ -379,10 +379,15 @@ class StepRunner:
                     nonfinite=nonfinite,
                     time_ms=round(dt / self.spe * 1000, 3),
                 )
+        self.check_memory()
+
+    def check_memory(self, where: str = "") -> None:
+        """Raise :class:`MemoryLimitExceeded` where the worker's peak resident memory passed a
+        CPU trial's limit (``where``: in words, after the figures)."""
         if self.cpu_memory_limit_mb is not None and peak_rss_mb() > self.cpu_memory_limit_mb:
             raise MemoryLimitExceeded(
                 f"peak resident memory {peak_rss_mb():.0f} MB passed the limit of "
-                f"{self.cpu_memory_limit_mb:.0f} MB"
+                f"{self.cpu_memory_limit_mb:.0f} MB{where}"
             )
 
     def _read_applied(self) -> int | None:
