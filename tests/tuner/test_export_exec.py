@@ -166,8 +166,37 @@ def test_script_for_a_builtin_model(tmp_path: Path) -> None:
     assert "after 3 steps (mixed_float16, batch 16, loss scale dynamic)" in out
 
 
-@pytest.mark.parametrize("with_dataset", [True, False])
-def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
+#: make_dataset as a tf.data dataset, as a keras.utils.PyDataset (two batches, fewer than the
+#: script's steps: its epoch is its batches), or none at all.
+DATASETS = {
+    "tf_data": """
+        def make_dataset(batch_size):
+            x = np.ones((64, 6), np.float32)
+            y = np.zeros((64,), np.int32)
+            return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+    """,
+    "py_dataset": """
+        class Batches(keras.utils.PyDataset):
+            def __init__(self, batch_size):
+                super().__init__()
+                self.batch_size = batch_size
+
+            def __len__(self):
+                return 2
+
+            def __getitem__(self, index):
+                n = self.batch_size
+                return np.ones((n, 6), np.float32), np.zeros((n,), np.int32)
+
+        def make_dataset(batch_size):
+            return Batches(batch_size)
+    """,
+    "none": "",
+}
+
+
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_script_for_a_model_file(tmp_path: Path, dataset: str) -> None:
     model = tmp_path / "my model's file.py"  # a path that needs escaping
     model.write_text(
         textwrap.dedent("""
@@ -183,21 +212,26 @@ def test_script_for_a_model_file(tmp_path: Path, with_dataset: bool) -> None:
                           loss="sparse_categorical_crossentropy")
             return model
     """)
-        + (
-            textwrap.dedent("""
-        def make_dataset(batch_size):
-            x = np.ones((64, 6), np.float32)
-            y = np.zeros((64,), np.int32)
-            return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-    """)
-            if with_dataset
-            else ""
-        )
+        + textwrap.dedent(DATASETS[dataset])
     )
-    run_script(
-        make_config(model=str(model), policy="mixed_float16", loss_scale="fixed:128", batch_size=8),
-        tmp_path,
+    config = make_config(
+        model=str(model), policy="mixed_float16", loss_scale="fixed:128", batch_size=8
     )
+    if dataset != "py_dataset":
+        run_script(config, tmp_path)
+        return
+    # Three steps asked, two batches in the PyDataset's epoch: the script trains its epoch.
+    script = tmp_path / "train_tuned.py"
+    script.write_text(render(config, "script"), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--max-steps", "3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^final loss \S+ after 2 steps", proc.stdout, re.MULTILINE), proc.stdout
 
 
 @pytest.mark.parametrize(

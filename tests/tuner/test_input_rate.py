@@ -208,6 +208,7 @@ def test_a_py_dataset_and_a_generator_feed_fit_as_they_are(
     assert fed is not None, result.warnings
     assert fed.kind == kind and words in fed.fed_by and fed.fit_loop
     assert result.samples_per_second == fed.samples_per_second
+    assert "workers=N" in fed.advice("tensorflow") and "arrays" not in fed.advice("tensorflow")
 
 
 def _result(device: float, fed: float | None) -> TrialResult:

@@ -200,6 +200,14 @@ class InputRate:
                 "does not change between epochs (before random augmentation), and end with "
                 ".prefetch(tf.data.AUTOTUNE); a faster input gains more here than any precision"
             )
+        if self.kind in ("py_dataset", "generator"):
+            return (
+                f"your {'PyDataset' if self.kind == 'py_dataset' else 'generator'} makes each "
+                "batch in fit's own thread: give a keras.utils.PyDataset workers=N (and "
+                "use_multiprocessing=True for Python-heavy batches), or move the work into a "
+                "tf.data pipeline that maps in parallel and prefetches; a faster input gains more "
+                "here than any precision"
+            )
         pipeline = (
             "a torch DataLoader with num_workers and pin_memory=True"
             if backend == "torch"
