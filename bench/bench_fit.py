@@ -2,7 +2,8 @@
 
 For each backend, each kind of input (NumPy arrays through Keras' data adapter, a ``tf.data``
 dataset from ``make_dataset``, and a ``make_dataset`` slowed on purpose) and two batch sizes,
-this runs side by side, interleaved over ``--rounds`` rounds (every other round in reverse):
+this runs side by side, interleaved over ``--rounds`` rounds (every other round in reverse, and
+with fit before the trial):
 
 * a trial (``mptune trial``'s engine, its worker process): the figure it ranks by (fit's own
   loop on the input, :mod:`tuner.worker.feeding`), and the device's rate from batches in
@@ -126,6 +127,9 @@ def main() -> int:
             sequence.reverse()  # interleaved, and neither end always first
         for i in sequence:
             backend, model, _, setup = rows[i]
+            # Within a row too, neither way always first: a machine that speeds up or slows
+            # down over a minute favours neither.
+            fit_first = fit(model, setup, args.device) if r % 2 else None
             result = trial(model, setup, args.device)
             if not result.ok or not result.samples_per_second:
                 print(f"round {r + 1}: {setup.label} on {model}: {result.status}", flush=True)
@@ -134,7 +138,7 @@ def main() -> int:
             f["trial"].append(result.samples_per_second)
             f["device"].append(result.device_samples_per_second or result.samples_per_second)
             f["bound"].append(1.0 if result.input_bound else 0.0)
-            f["fit"].append(fit(model, setup, args.device))
+            f["fit"].append(fit_first if fit_first is not None else fit(model, setup, args.device))
             print(
                 f"round {r + 1}: {backend:10s} {Path(model).name:16s} {setup.label:24s} "
                 f"trial {f['trial'][-1]:9.0f} device {f['device'][-1]:9.0f} "
@@ -170,12 +174,16 @@ def report(
         if not m["fit"]:
             continue
         pairs.setdefault((backend, model), []).append(i)
+        # Each round's trial against the fit run beside it, then the median over the rounds:
+        # a round the machine ran slow in weighs on both figures of its pair alike.
         ratios = [t / x for t, x in zip(f["trial"], f["fit"], strict=True)]
-        within += abs(m["trial"] / m["fit"] - 1) <= WITHIN
+        device = [d / x for d, x in zip(f["device"], f["fit"], strict=True)]
+        ratio = statistics.median(ratios)
+        within += abs(ratio - 1) <= WITHIN
         lines.append(
             f"| {backend} | {what} (`{Path(model).name}`) | `{setup.label}` | "
-            f"{m['trial'] / m['fit']:.2f} | {min(ratios):.2f}-{max(ratios):.2f} | "
-            f"{m['device'] / m['fit']:.2f} | {int(sum(f['bound']))} of {len(f['bound'])} | "
+            f"{ratio:.2f} | {min(ratios):.2f}-{max(ratios):.2f} | "
+            f"{statistics.median(device):.2f} | {int(sum(f['bound']))} of {len(f['bound'])} | "
             f"{m['trial']:,.0f} | {m['fit']:,.0f} |"
         )
     rank_lines = []
@@ -199,8 +207,10 @@ def report(
 as a trial ({MEASURE_S:g} s measured on batches in memory, then as long in fit's own loop on
 the input) and as a plain `model.fit` in a process of its own (same model, data and compile
 arguments; the input as a script gives it; whole epochs for at least {FIT_S:g} s after one that
-compiles), side by side, interleaved over {args.rounds} rounds ({minutes:.0f} min); figures are
-medians over the rounds, the range is the rounds' own trial/fit ratios. "trial" is the figure a
+compiles), side by side, interleaved over {args.rounds} rounds ({minutes:.0f} min; every other
+round in reverse, and with fit before the trial); a ratio is the median of the rounds' own
+ratios (each trial against the fit run beside it), the range is theirs, "trial" and "fit" are
+medians over the rounds. "trial" is the figure a
 trial ranks by: fit's own loop on the input (issue 35); "device" is its rate from batches in
 memory, shown beside it. `slow_input.py` waits 5 ms a batch in its `make_dataset` on purpose.
 
