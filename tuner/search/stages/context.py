@@ -26,7 +26,7 @@ from tuner.search.measures import (
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
+from tuner.search.stage import AFTER_STANDING, KNOB_STAGES, LATE_STAGES, Stage
 from tuner.search.wording import where
 from tuner.setup import TF32, Setup
 from tuner.trials.result import START_PHASE, TrialStatus
@@ -62,8 +62,7 @@ EXPLORING = frozenset(
         Stage.BATCH,
         Stage.REFINE,
         Stage.LOSS_SCALE,
-        Stage.XLA,
-        Stage.STEPS_PER_EXECUTION,
+        *KNOB_STAGES,
         Stage.NEIGHBOURHOOD,
     }
 )

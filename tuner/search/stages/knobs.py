@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
-from tuner.search.stage import Stage
+from tuner.search.stage import Stage, knob_stage
 from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext
-from tuner.setup import Setup
+from tuner.setup import KNOBS, Setup
 from tuner.trials.result import TrialStatus
 
 
@@ -23,8 +23,8 @@ def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
         return base
     setup = base.result.spec.setup
     tried = setup.replace(xla=True)
-    ctx.announce(Stage.XLA, f"XLA for {precision} at batch size {setup.batch_size}")
-    m = ctx.measure(tried, Stage.XLA)
+    ctx.announce(knob_stage("xla"), f"XLA for {precision} at batch size {setup.batch_size}")
+    m = ctx.measure(tried, knob_stage("xla"))
     found = _record_try(ctx, precision, "xla", setup, tried, base, m)
     if found.status != "ok":
         why, message = _failure_words(ctx, m)
@@ -73,7 +73,7 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
         )
         return current
     ctx.announce(
-        Stage.STEPS_PER_EXECUTION,
+        knob_stage("steps_per_execution"),
         f"steps per execution for {precision} (median step {p50:.1f} ms)",
     )
     for steps in SPE_LADDER:
@@ -81,7 +81,7 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
         if steps <= setup.steps_per_execution:
             continue
         tried = setup.replace(steps_per_execution=steps)
-        m = ctx.measure(tried, Stage.STEPS_PER_EXECUTION)
+        m = ctx.measure(tried, knob_stage("steps_per_execution"))
         found = _record_try(ctx, precision, "steps_per_execution", setup, tried, current, m)
         if found.status != "ok":
             why, message = _failure_words(ctx, m)
@@ -155,9 +155,16 @@ def _record_try(
     return found
 
 
-#: The knob stages, in the order they run on a precision's pick, each from the pick the one
-#: before it left: a new knob's stage is added here (docs/architecture.md, "Adding a knob").
-STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = (
-    try_xla,
-    try_steps_per_execution,
+#: What each knob's stage runs (by the knob's name): given the context, a precision and its
+#: pick so far, the pick it leaves (the same one where the knob did not pay).
+TRIES: dict[str, Callable[[SearchContext, str, Measured], Measured]] = {
+    "xla": try_xla,
+    "steps_per_execution": try_steps_per_execution,
+}
+
+#: The knob stages, in the order they run on a precision's pick (the order of
+#: :data:`~tuner.setup.KNOBS`), each from the pick the one before it left: every knob declared
+#: with a ``stage`` (docs/architecture.md, "Adding a knob").
+STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = tuple(
+    TRIES[knob.name] for knob in KNOBS if knob.stage
 )
