@@ -466,6 +466,9 @@ class Knob:
             (its function is in :data:`tuner.search.stages.knobs.TRIES`); None where another
             stage decides it (TF32: the policies; accumulation: the ladder).
         keras2: the export can write it for ``tf_keras`` (Keras 2) too.
+        fits: it changes which batch sizes fit in memory (a batch size that ran out of memory
+            without it may fit with it), so the search holds a batch size that did not fit
+            against setups with the same value only.
         short: its word in a setup's label (``spe8``), None at the default.
         say: its words for people (``8 steps per execution``), None at the default or where
             the precision says it already (TF32).
@@ -493,6 +496,7 @@ class Knob:
     on_backend: Callable[[Any, str], Any] | None = None
     stage: str | None = None
     keras2: bool = True
+    fits: bool = False
     phrase: Callable[[Setup], str | None] | None = None
 
     def phrase_of(self, setup: Setup) -> str | None:
@@ -616,6 +620,13 @@ KNOBS: tuple[Knob, ...] = (
         setting=lambda s: str(s.global_batch),
     ),
 )
+
+
+def same_memory(a: Setup, b: Setup) -> bool:
+    """Whether ``a`` and ``b`` hold the same memory per sample at a batch size as far as the
+    knobs go: the same value of every knob that changes what fits (:attr:`Knob.fits`)."""
+    return all(getattr(a, k.name) == getattr(b, k.name) for k in KNOBS if k.fits)
+
 
 #: The execution knobs' field names.
 KNOB_NAMES: frozenset[str] = frozenset(knob.name for knob in KNOBS)
