@@ -28,7 +28,7 @@ from tuner.search.measures import (
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import AFTER_STANDING, KNOB_STAGES, LATE_STAGES, Stage
 from tuner.search.wording import where
-from tuner.setup import TF32, Setup
+from tuner.setup import KNOBS, TF32, Setup
 from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
@@ -91,9 +91,10 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
 
 
 def plain(setup: Setup) -> bool:
-    """At the default knobs a batch-size ladder measures: no XLA, one step per execution
-    (TF32 is a precision of its own, accumulation follows the batch size)."""
-    return not setup.xla and setup.steps_per_execution == 1
+    """At the default knobs a batch-size ladder measures: every knob with a stage of its own
+    at its default (no XLA, one step per execution; TF32 is a precision of its own,
+    accumulation follows the batch size)."""
+    return all(getattr(setup, k.name) == k.default for k in KNOBS if k.stage)
 
 
 def multiple_of_8(value: int) -> int:
