@@ -1,5 +1,6 @@
 """What mptune tunes: a :class:`Setup` of a :class:`Policy`, a batch size, a :class:`LossScale`
-and the execution knobs (XLA, steps per execution, TF32, gradient accumulation).
+and the execution knobs (XLA, steps per execution, TF32, gradient accumulation,
+rematerialisation).
 
 This is the ground floor most of the engine stands on. A setup crosses threads, processes and
 storage, so every class here is a frozen, hashable value with one written form and a
@@ -241,6 +242,9 @@ class Setup:
         gradient_accumulation_steps: micro-batches averaged per optimizer update (Keras 3
             optimizers' ``gradient_accumulation_steps``); the update sees
             ``batch_size * gradient_accumulation_steps`` samples (:attr:`global_batch`).
+        remat: rematerialisation (``keras.RematScope(mode="full")`` around the model's
+            build): each layer's activations are recomputed in the backward pass instead of
+            kept, for less memory and more compute, so that a larger batch fits.
         backend: the Keras 3 backend the steps run on (``KERAS_BACKEND``): ``tensorflow``,
             ``jax`` or ``torch``. On JAX the step is always compiled by XLA (Keras' JAX
             trainer jits it; ``jit_compile=False`` there runs it op by op, which nobody trains
@@ -256,6 +260,7 @@ class Setup:
     steps_per_execution: int
     tf32: bool
     gradient_accumulation_steps: int
+    remat: bool
     backend: str
 
     def __init__(
@@ -618,6 +623,25 @@ KNOBS: tuple[Knob, ...] = (
         ),
         aliases=lambda s: ("accumulat", f"acc{s.gradient_accumulation_steps}"),
         setting=lambda s: str(s.global_batch),
+    ),
+    Knob(
+        name="remat",
+        default=False,
+        kind=bool,
+        rank=60,
+        label="Rematerialisation",
+        evidence="remat",
+        warm=False,  # the layers take it when they are built
+        flag="--remat",
+        help="rematerialise: recompute each layer's activations in the backward pass "
+        "(keras.RematScope), less memory for more compute",
+        stage="remat",
+        keras2=False,
+        fits=True,
+        short=lambda s: "remat" if s.remat else None,
+        say=lambda s: "rematerialisation" if s.remat else None,
+        aliases=lambda s: ("remat",),
+        setting=lambda s: _on(s.remat),
     ),
 )
 
