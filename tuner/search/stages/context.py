@@ -232,6 +232,51 @@ class SearchContext:
         """Keep a knob stage's finding (a lane's own, merged in order)."""
         getattr(self._lane, "knobs", self.knobs).append(found)
 
+    # What the stages find is kept through the methods below, here and nowhere else
+    # (tests/test_architecture.py): a stage reads the context's attributes and changes them
+    # by saying what it found.
+
+    def set_baseline(self, m: Measured) -> None:
+        """float32 at the start, as it fitted: what the policies are compared with."""
+        self.baseline = m
+
+    def abandon(self, policy: str, why: str, unsafe: Measured | None = None) -> None:
+        """Drop ``policy`` from the search, and why; ``unsafe``: the trial that found the model
+        unsafe under it."""
+        self.abandoned[policy] = why
+        if unsafe is not None:
+            self.unsafe[policy] = unsafe
+
+    def skip_knob(self, knob: str, why: str) -> None:
+        """No precision tries ``knob`` (a knob's name), and why."""
+        self.knobs_skipped[knob] = why
+
+    def adopt(self, precision: str, base: Setup, current: Measured) -> None:
+        """``precision``'s knob stages and the search around its pick left ``current`` where
+        they started from ``base``."""
+        self.adopted[precision] = (base, current)
+
+    def leap(self, precision: str, batch_size: int) -> None:
+        """``precision``'s ladder leapt to ``batch_size`` first."""
+        self.leaps[precision] = batch_size
+
+    def did_not_fit(self, precision: str, batch_size: int) -> None:
+        """A per-step ``batch_size`` above ``precision``'s fit did not fit (the smallest such
+        is the last one said, as the ladder comes down)."""
+        self.failed_above[precision] = batch_size
+
+    def move(self, precision: str, center: Measured, gain: float) -> None:
+        """``precision``'s neighbourhood moved away from ``center``, gaining ``gain``."""
+        self.moved_from[precision] = (center, gain)
+
+    def run_off(self, setups: Iterable[Setup]) -> None:
+        """``setups`` are measured in a runoff."""
+        self.ran_off.update(setups)
+
+    def pair(self, stage: str, precision: str, paired: Paired) -> None:
+        """The setups measured back to back in ``stage`` for ``precision`` (``""``: all)."""
+        self.paired[(stage, precision)] = paired
+
     def concurrently(self, items: Iterable[T], work: Callable[[T], R]) -> list[R]:
         """``work`` on each item, each in a lane of its own when the evaluator has several
         slots (``--parallel``), else one after the other; the results in the items' order.

@@ -32,8 +32,8 @@ def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
         why, message = _failure_words(ctx, m)
         detail = f" ({message})" if message else ""
         if m.result.status is TrialStatus.UNSUPPORTED:
-            ctx.knobs_skipped["xla"] = (
-                f"the model does not compile under XLA (trial #{m.number}{detail})"
+            ctx.skip_knob(
+                "xla", f"the model does not compile under XLA (trial #{m.number}{detail})"
             )
             ctx.note(
                 f"XLA: {precision} at batch size {setup.batch_size} is unsupported"

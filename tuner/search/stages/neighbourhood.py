@@ -108,6 +108,6 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
                 "ok",
             )
         )
-        ctx.moved_from[precision] = (center, best_speed / speed)  # one lane a precision
+        ctx.move(precision, center, best_speed / speed)  # one lane a precision
         center, speed, behind = best, best_speed, best_behind
     return center
