@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tuner import api
+
 TOOLTIPS = {
     "policy": (
         "A precision policy says which dtype layers compute in. float32: everything in "
@@ -76,12 +78,7 @@ TOOLTIPS = {
         "matmuls (NVIDIA compute capability 8.0 and newer): Tensor Core matmuls with "
         "float32's range and float16's 10-bit mantissa, nothing else in the model changes."
     ),
-    "knobs": (
-        "Execution knobs that differ from Keras' defaults: xla (compiled with XLA), speN "
-        "(N steps per train_function call: steps_per_execution), accN (gradients "
-        "accumulated over N batches before each update, so the global batch is N x batch), "
-        "and jax or torch: the Keras backend, when it is not TensorFlow."
-    ),
+    "knobs": "",  # from the knobs' declarations: _knobs_tip()
     "unsupported": (
         "The model cannot run this setup's knob (XLA could not compile it, for example) "
         "while the same setup without it trains: the search drops the knob for this "
@@ -93,3 +90,23 @@ TOOLTIPS = {
         "again if the search still needs it."
     ),
 }
+
+
+def _knobs_tip() -> str:
+    """The trial tables' knobs column, from the knobs' declarations (``api.KNOBS``): each
+    knob's word in a label, set to an example value, and the same in words."""
+    parts = []
+    for knob in api.KNOBS:
+        value = (not knob.default) if knob.kind is bool else min(4, knob.most)
+        setup = api.Setup("float32", 64, **{knob.name: value})
+        word = knob.short(setup)
+        if word is not None:  # TF32 is said by the precision (float32+tf32)
+            parts.append(f"{word}: {knob.say(setup)}")
+    return (
+        "Execution knobs that differ from Keras' defaults: "
+        + "; ".join(parts)
+        + "; and jax or torch: the Keras backend, when it is not TensorFlow."
+    )
+
+
+TOOLTIPS["knobs"] = _knobs_tip()

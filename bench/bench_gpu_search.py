@@ -59,6 +59,7 @@ from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SPE_STEP_MS
 from tuner.search.tune import hardware_prior, tune
+from tuner.setup import KNOBS
 from tuner.trials.lookup import (
     PARTS,
     POOL_BYTES,
@@ -101,8 +102,7 @@ STAGES: tuple[tuple[str, frozenset[str]], ...] = (
     ("policies", frozenset({Stage.BASELINE, Stage.POLICIES})),
     ("ladders", frozenset({Stage.BATCH, Stage.REFINE})),
     ("loss scales", frozenset({Stage.LOSS_SCALE})),
-    ("XLA", frozenset({Stage.XLA})),
-    ("steps per execution", frozenset({Stage.STEPS_PER_EXECUTION})),
+    *((knob.label, frozenset({knob.stage})) for knob in KNOBS if knob.stage),
     ("leader confirmed", frozenset({Stage.REMEASURE})),
     ("neighbourhood", frozenset({Stage.NEIGHBOURHOOD})),
     ("runoff", frozenset({Stage.RUNOFF})),

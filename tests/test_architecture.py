@@ -351,3 +351,88 @@ def test_the_search_plants_no_callbacks(tmp_path: Path) -> None:
         "class C:\n    def __init__(self, e):\n        self.x = self.y\n        e.hook = self.f\n"
     )
     assert _methods_planted(tmp_path / "pkg") == ["pkg/a.py:4"]
+
+
+#: What a method call changes in place.
+_MUTATORS = frozenset(
+    {"append", "add", "update", "pop", "setdefault", "clear", "extend", "remove", "insert"}
+)
+
+
+def _state_of(path: Path, cls: str) -> set[str]:
+    """The attributes ``cls`` sets on itself in its ``__init__`` (its state)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    init = next(
+        f
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name == cls
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    )
+    return {
+        t.attr
+        for node in ast.walk(init)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    }
+
+
+def _state_written(root: Path, state: set[str], owner: Path) -> list[str]:
+    """Where a module other than ``owner`` changes one of ``state``'s attributes of another
+    object: assigns it (``ctx.baseline = m``, ``ctx.leaps[p] = b``) or changes it in place
+    (``ctx.notes.append(t)``)."""
+
+    def foreign(node: ast.expr) -> bool:
+        """``node`` is ``x.attr`` (or ``x.attr[k]``) with attr in state and x not ``self``."""
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr in state
+            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+        )
+
+    places = []
+    for path in sorted(root.rglob("*.py")):
+        if path == owner:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATORS
+            ):
+                targets = [node.func.value]
+            if any(foreign(t) for t in targets):
+                places.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
+    return places
+
+
+def test_the_search_state_changes_in_its_own_module(tmp_path: Path) -> None:
+    """Issue 36, item 5: what ``SearchContext`` holds that the stages change is changed through
+    its own methods, in ``stages/context.py``; the stages say what they found
+    (``ctx.abandon(policy, why)``), they do not write the context's attributes."""
+    context = ROOT / "tuner" / "search" / "stages" / "context.py"
+    state = _state_of(context, "SearchContext")
+    assert {"abandoned", "notes", "baseline", "paired", "leaps"} <= state
+    assert _state_written(ROOT / "tuner" / "search", state, context) == []
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "def f(ctx, self):\n"
+        "    ctx.notes.append(1)\n"
+        "    ctx.leaps['a'] = 2\n"
+        "    ctx.baseline = 3\n"
+        "    self.notes.append(4)\n"
+        "    x = ctx.notes\n"
+    )
+    assert _state_written(tmp_path / "pkg", state, tmp_path / "none.py") == [
+        "pkg/a.py:2",
+        "pkg/a.py:3",
+        "pkg/a.py:4",
+    ]

@@ -150,6 +150,25 @@ _DETECT_ARGUMENTS: tuple[Argument, ...] = (
     _arg("--json", action="store_true", help="print a JSON object instead"),
 )
 
+# fmt: on
+
+
+def _knob_argument(knob: api.Knob) -> Argument:
+    """An execution knob's ``mptune trial`` flag, as its row of :data:`api.KNOBS` declares it
+    (a switch for a yes-or-no knob, a whole number for the others)."""
+    if knob.kind is bool:
+        return _arg(knob.flag, dest=knob.name, action="store_true", help=knob.help)
+    return _arg(
+        knob.flag,
+        dest=knob.name,
+        type=_positive_int,
+        default=knob.default,
+        metavar="N",
+        help=knob.help,
+    )
+
+
+# fmt: off
 _TRIAL_ARGUMENTS: tuple[Argument, ...] = (
     _arg("--model", required=True, metavar="SPEC", help=_MODEL_HELP),
     _arg("--policy", required=True, choices=api.POLICIES),
@@ -160,15 +179,7 @@ _TRIAL_ARGUMENTS: tuple[Argument, ...] = (
     _arg("--loss-scale", metavar="S", type=_loss_scale,
          help="none | dynamic | dynamic:INITIAL[:GROWTH_STEPS] | fixed:N "
          "(default: dynamic for mixed_float16, none otherwise)"),
-    _arg("--xla", action="store_true",
-         help="compile the training step with XLA (jit_compile=True); on torch this is "
-         "torch.compile, and jax always compiles with XLA"),
-    _arg("--steps-per-execution", type=_positive_int, default=1, metavar="N",
-         help="training steps per train_function call (default 1; torch runs 1 only)"),
-    _arg("--tf32", action="store_true",
-         help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)"),
-    _arg("--accumulate", type=_positive_int, default=1, metavar="N",
-         help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)"),
+    *(_knob_argument(knob) for knob in api.KNOBS),
     _arg("--steps", type=_positive_int, metavar="N",
          help="measured steps (default: measure for --measure-seconds)"),
     _arg("--measure-seconds", type=_positive_float, default=5.0, metavar="S",
@@ -399,11 +410,8 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             args.policy,
             args.batch_size,
             args.loss_scale,
-            xla=args.xla,
-            steps_per_execution=args.steps_per_execution,
-            tf32=args.tf32,
-            gradient_accumulation_steps=args.accumulate,
             backend=backend,
+            **{knob.name: getattr(args, knob.name) for knob in api.KNOBS},
         )
         spec = api.TrialSpec(
             model=args.model,

@@ -1,5 +1,6 @@
-"""Where a :class:`~tuner.setup.Setup` meets Keras 3: the policy and TF32, the loss scaling and
-gradient accumulation on the optimizer, and compile() (XLA, steps per execution).
+"""Where a :class:`~tuner.setup.Setup` meets Keras 3: the policy, TF32 and rematerialisation
+before the model is built, the loss scaling and gradient accumulation on the optimizer, and
+compile() (XLA, steps per execution).
 
 The trial worker and :func:`tuner.apply_config` (in the user's training process) both go
 through these functions, so a setup trains the same way in a trial and in the user's script.
@@ -36,11 +37,32 @@ def apply_policy(policy: Policy | Setup) -> None:
     For a float32 setup this also sets TF32 as the setup says (on for ``tf32``, off for plain
     float32, which then means IEEE float32 on every GPU); mixed policies leave TensorFlow's TF32
     setting alone. TF32 exists only on the TensorFlow backend, and changes nothing on a CPU.
+    A setup's rematerialisation applies to the layers built after this too (:func:`set_remat`).
     """
     chosen = policy.policy if isinstance(policy, Setup) else policy
     keras.mixed_precision.set_global_policy(chosen.name)
-    if isinstance(policy, Setup) and not chosen.is_mixed:
-        set_tf32(policy.tf32)
+    if isinstance(policy, Setup):
+        if not chosen.is_mixed:
+            set_tf32(policy.tf32)
+        set_remat(policy.remat)
+
+
+#: The rematerialisation scope :func:`set_remat` entered, while it is.
+_REMAT: list[Any] = []
+
+
+def set_remat(enabled: bool) -> None:
+    """Rematerialise the layers built from now on (``keras.RematScope(mode="full")``: each
+    layer recomputes its activations in the backward pass instead of keeping them), or stop.
+    The scope is entered for the rest of the process, as the global policy is set: Keras
+    reads it when a layer is built, on every backend (``jax.checkpoint``,
+    ``tf.recompute_grad``, ``torch.utils.checkpoint``)."""
+    while _REMAT:
+        _REMAT.pop().__exit__(None, None, None)
+    if enabled:
+        scope = keras.RematScope(mode="full")
+        scope.__enter__()
+        _REMAT.append(scope)
 
 
 def set_seed(seed: int) -> None:

@@ -1,5 +1,6 @@
 """What mptune tunes: a :class:`Setup` of a :class:`Policy`, a batch size, a :class:`LossScale`
-and the execution knobs (XLA, steps per execution, TF32, gradient accumulation).
+and the execution knobs (XLA, steps per execution, TF32, gradient accumulation,
+rematerialisation).
 
 This is the ground floor most of the engine stands on. A setup crosses threads, processes and
 storage, so every class here is a frozen, hashable value with one written form and a
@@ -241,6 +242,9 @@ class Setup:
         gradient_accumulation_steps: micro-batches averaged per optimizer update (Keras 3
             optimizers' ``gradient_accumulation_steps``); the update sees
             ``batch_size * gradient_accumulation_steps`` samples (:attr:`global_batch`).
+        remat: rematerialisation (``keras.RematScope(mode="full")`` around the model's
+            build): each layer's activations are recomputed in the backward pass instead of
+            kept, for less memory and more compute, so that a larger batch fits.
         backend: the Keras 3 backend the steps run on (``KERAS_BACKEND``): ``tensorflow``,
             ``jax`` or ``torch``. On JAX the step is always compiled by XLA (Keras' JAX
             trainer jits it; ``jit_compile=False`` there runs it op by op, which nobody trains
@@ -256,6 +260,7 @@ class Setup:
     steps_per_execution: int
     tf32: bool
     gradient_accumulation_steps: int
+    remat: bool
     backend: str
 
     def __init__(
@@ -264,12 +269,11 @@ class Setup:
         batch_size: int,
         loss_scale: LossScale | str | None = None,
         *,
-        xla: bool = False,
-        steps_per_execution: int = 1,
-        tf32: bool = False,
-        gradient_accumulation_steps: int = 1,
         backend: str = TENSORFLOW,
+        **knobs: Any,
     ) -> None:
+        """``knobs``: an execution knob of :data:`KNOBS` by its name (``xla=True``), each
+        validated as its row says; one left out is at its default."""
         parsed = Policy.parse(policy)
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -285,32 +289,22 @@ class Setup:
             raise ValueError(
                 f"loss scale must be a LossScale or its written form, not {loss_scale!r}"
             )
-        for name, flag in (("xla", xla), ("tf32", tf32)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be true or false, not {flag!r}")
-        _whole(steps_per_execution, "steps per execution", MAX_STEPS_PER_EXECUTION)
-        _whole(gradient_accumulation_steps, "gradient accumulation steps", MAX_ACCUMULATION_STEPS)
-        if tf32 and parsed.name != FLOAT32:
-            raise ValueError(
-                f"TF32 is a variant of float32; {parsed.name} already computes in "
-                f"{parsed.compute_dtype}"
-            )
-        if backend == TORCH and steps_per_execution != 1:
-            raise ValueError(
-                "steps per execution must be 1 on the torch backend (Keras runs one step per "
-                f"call there), not {steps_per_execution}"
-            )
-        if backend == JAX:
-            xla = False  # always compiled: see the class docstring
+        unknown = sorted(set(knobs) - KNOB_NAMES)
+        if unknown:
+            raise TypeError(f"Setup() got an unexpected keyword argument {unknown[0]!r}")
+        values = {knob.name: knob.parse(knobs.get(knob.name, knob.default)) for knob in KNOBS}
+        for knob in KNOBS:
+            refused = knob.refuses(values[knob.name], parsed, backend) if knob.refuses else None
+            if refused:
+                raise ValueError(refused)
+            if knob.on_backend is not None:
+                values[knob.name] = knob.on_backend(values[knob.name], backend)
         # Frozen: the parsed values are set once, here.
         for name, value in (
             ("policy", parsed),
             ("batch_size", batch_size),
             ("loss_scale", scale),
-            ("xla", xla),
-            ("steps_per_execution", steps_per_execution),
-            ("tf32", tf32),
-            ("gradient_accumulation_steps", gradient_accumulation_steps),
+            *values.items(),
             ("backend", backend),
         ):
             object.__setattr__(self, name, value)
@@ -379,17 +373,17 @@ class Setup:
         return f"{precision} at batch size {self.batch_size} ({', '.join(extras)})"
 
     def simplicity(self) -> tuple[int, ...]:
-        """Lower is simpler: float32 over mixed, IEEE over TF32, dynamic over fixed, no XLA,
-        one step per execution, no accumulation, then the smaller batch."""
-        return (
-            self.policy.is_mixed,
-            self.tf32,
-            self.loss_scale.kind == "fixed",
-            self.xla,
-            self.steps_per_execution,
-            self.gradient_accumulation_steps,
-            self.batch_size,
+        """Lower is simpler: float32 over mixed, then each knob at its default over any other
+        value, in the order of the knobs' ``rank`` (IEEE over TF32, dynamic over a fixed loss
+        scale, no XLA, one step per execution, no accumulation, no rematerialisation), then
+        the smaller batch."""
+        ranked = sorted(
+            [
+                (FIXED_SCALE_RANK, int(self.loss_scale.kind == "fixed")),
+                *((knob.rank, int(getattr(self, knob.name))) for knob in KNOBS),
+            ]
         )
+        return (int(self.policy.is_mixed), *(value for _, value in ranked), self.batch_size)
 
     def replace(self, **changes: Any) -> Setup:
         """A copy with ``changes`` (strings parsed as in the constructor). A new policy brings
@@ -448,21 +442,38 @@ class Setup:
         return cls(data["policy"], data["batch_size"], scale, **knobs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Knob:
-    """An execution knob of a :class:`Setup`, declared once in :data:`KNOBS`: the setup's
-    label and words, the fields a stored setup may omit, the recommendation's evidence rows,
-    what a warm worker may change, the export's template context and the window's phrases are
-    all derived from it (docs/architecture.md, "Adding a knob").
+    """An execution knob of a :class:`Setup`, declared once in :data:`KNOBS`. Derived from its
+    row: the setup's constructor argument and its validation, its place in
+    :meth:`Setup.simplicity`, its label and words, the fields a stored setup may omit, the
+    ``mptune trial`` flag, what a warm worker may change, the export's template context (and
+    whether Keras 2 can take it), the search stage's stored name and what the search counts as
+    exploring, the recommendation's evidence row and the window's phrases (docs/architecture.md,
+    "Adding a knob"; tests/tuner/test_knob_registry.py checks every derived place).
 
     Attributes:
-        name: the :class:`Setup` field.
+        name: the :class:`Setup` field (and the constructor's keyword).
         default: its value in a setup that does not set it (and in setups stored before it).
+        kind: ``bool`` or ``int`` (a whole number from 1 to ``most``).
+        most: an ``int`` knob's largest value (a bound that catches a typo).
+        what: the value in words, for a message that refuses one (``steps per execution``).
+        rank: its place in :meth:`Setup.simplicity` (lower weighs first); the loss scale's
+            fixed kind is :data:`FIXED_SCALE_RANK`.
+        refuses: why a value cannot go with a policy and a backend (None where it can).
+        on_backend: the value a backend turns it into (JAX always compiles: ``xla`` False).
         label: its name for people: the row of the recommendation's evidence.
         evidence: the key of that row (``KnobEvidence.knob``).
         warm: a warm worker runs a trial with another value (``compile()`` sets it) without
             building the model again; TF32, a process-wide setting, is not.
-        flag: the ``mptune trial`` flag that sets it.
+        flag: the ``mptune trial`` flag that sets it; ``help`` its help.
+        stage: the stored name of the search stage that tries it on each precision's pick
+            (its function is in :data:`tuner.search.stages.knobs.TRIES`); None where another
+            stage decides it (TF32: the policies; accumulation: the ladder).
+        keras2: the export can write it for ``tf_keras`` (Keras 2) too.
+        fits: it changes which batch sizes fit in memory (a batch size that ran out of memory
+            without it may fit with it), so the search holds a batch size that did not fit
+            against setups with the same value only.
         short: its word in a setup's label (``spe8``), None at the default.
         say: its words for people (``8 steps per execution``), None at the default or where
             the precision says it already (TF32).
@@ -473,45 +484,89 @@ class Knob:
 
     name: str
     default: Any
+    kind: type
+    rank: int
     label: str
     evidence: str
     warm: bool
     flag: str
+    help: str
     short: Callable[[Setup], str | None]
     say: Callable[[Setup], str | None]
     aliases: Callable[[Setup], tuple[str, ...]]
     setting: Callable[[Setup], str]
+    most: int = 1
+    what: str = ""
+    refuses: Callable[[Any, Policy, str], str | None] | None = None
+    on_backend: Callable[[Any, str], Any] | None = None
+    stage: str | None = None
+    keras2: bool = True
+    fits: bool = False
     phrase: Callable[[Setup], str | None] | None = None
 
     def phrase_of(self, setup: Setup) -> str | None:
         return (self.phrase or self.say)(setup)
+
+    def parse(self, value: Any) -> Any:
+        """``value`` checked against the knob's kind.
+
+        Raises:
+            ValueError: naming the knob and what it takes.
+        """
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.name} must be true or false, not {value!r}")
+            return value
+        _whole(value, self.what or self.name, self.most)
+        return value
 
 
 def _on(value: bool) -> str:
     return "on" if value else "off"
 
 
+#: The fixed loss scale's place among the knobs' ranks in :meth:`Setup.simplicity`.
+FIXED_SCALE_RANK = 20
+
 #: The execution knobs, in the order a setup's words and label list them.
 KNOBS: tuple[Knob, ...] = (
     Knob(
-        "xla",
-        False,
-        "XLA",
-        "xla",
+        name="xla",
+        default=False,
+        kind=bool,
+        rank=30,
+        label="XLA",
+        evidence="xla",
         warm=True,
         flag="--xla",
+        help="compile the training step with XLA (jit_compile=True); on torch this is "
+        "torch.compile, and jax always compiles with XLA",
+        stage="xla",
+        on_backend=lambda value, backend: False if backend == JAX else value,
         short=lambda s: "xla" if s.xla else None,
         say=lambda s: ("torch.compile" if s.backend == TORCH else "XLA") if s.xla else None,
         aliases=lambda s: ("xla", "torch.compile"),
         setting=lambda s: _on(s.xla),
     ),
     Knob(
-        "steps_per_execution",
-        1,
-        "Steps per execution",
-        "steps_per_execution",
+        name="steps_per_execution",
+        default=1,
+        kind=int,
+        most=MAX_STEPS_PER_EXECUTION,
+        what="steps per execution",
+        rank=40,
+        label="Steps per execution",
+        evidence="steps_per_execution",
         warm=True,
         flag="--steps-per-execution",
+        help="training steps per train_function call (default 1; torch runs 1 only)",
+        stage="steps-per-execution",
+        refuses=lambda value, policy, backend: (
+            "steps per execution must be 1 on the torch backend (Keras runs one step per "
+            f"call there), not {value}"
+            if backend == TORCH and value != 1
+            else None
+        ),
         short=lambda s: f"spe{s.steps_per_execution}" if s.steps_per_execution > 1 else None,
         say=lambda s: (
             f"{s.steps_per_execution} steps per execution" if s.steps_per_execution > 1 else None
@@ -524,12 +579,21 @@ KNOBS: tuple[Knob, ...] = (
         setting=lambda s: str(s.steps_per_execution),
     ),
     Knob(
-        "tf32",
-        False,
-        "TF32",
-        "tf32",
+        name="tf32",
+        default=False,
+        kind=bool,
+        rank=10,
+        label="TF32",
+        evidence="tf32",
         warm=False,
         flag="--tf32",
+        help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)",
+        refuses=lambda value, policy, backend: (
+            f"TF32 is a variant of float32; {policy.name} already computes in "
+            f"{policy.compute_dtype}"
+            if value and policy.name != FLOAT32
+            else None
+        ),
         short=lambda s: None,  # the precision says it: float32+tf32
         say=lambda s: None,
         aliases=lambda s: ("tf32",),
@@ -537,12 +601,18 @@ KNOBS: tuple[Knob, ...] = (
         phrase=lambda s: "TF32 matmuls" if s.tf32 else None,
     ),
     Knob(
-        "gradient_accumulation_steps",
-        1,
-        "Global batch",
-        "global_batch",
+        name="gradient_accumulation_steps",
+        default=1,
+        kind=int,
+        most=MAX_ACCUMULATION_STEPS,
+        what="gradient accumulation steps",
+        rank=50,
+        label="Global batch",
+        evidence="global_batch",
         warm=True,
         flag="--accumulate",
+        help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)",
+        keras2=False,
         short=lambda s: (
             f"acc{s.gradient_accumulation_steps}" if s.gradient_accumulation_steps > 1 else None
         ),
@@ -554,10 +624,38 @@ KNOBS: tuple[Knob, ...] = (
         aliases=lambda s: ("accumulat", f"acc{s.gradient_accumulation_steps}"),
         setting=lambda s: str(s.global_batch),
     ),
+    Knob(
+        name="remat",
+        default=False,
+        kind=bool,
+        rank=60,
+        label="Rematerialisation",
+        evidence="remat",
+        warm=False,  # the layers take it when they are built
+        flag="--remat",
+        help="rematerialise: recompute each layer's activations in the backward pass "
+        "(keras.RematScope), less memory for more compute",
+        stage="remat",
+        keras2=False,
+        fits=True,
+        short=lambda s: "remat" if s.remat else None,
+        say=lambda s: "rematerialisation" if s.remat else None,
+        aliases=lambda s: ("remat",),
+        setting=lambda s: _on(s.remat),
+    ),
 )
+
+
+def same_memory(a: Setup, b: Setup) -> bool:
+    """Whether ``a`` and ``b`` hold the same memory per sample at a batch size as far as the
+    knobs go: the same value of every knob that changes what fits (:attr:`Knob.fits`)."""
+    return all(getattr(a, k.name) == getattr(b, k.name) for k in KNOBS if k.fits)
+
 
 #: The execution knobs' field names.
 KNOB_NAMES: frozenset[str] = frozenset(knob.name for knob in KNOBS)
+#: The execution knobs by their field names.
+KNOB_BY_NAME: dict[str, Knob] = {knob.name: knob for knob in KNOBS}
 #: The execution knobs and the backend with their defaults (what a setup stored before them
 #: meant).
 KNOB_DEFAULTS: dict[str, Any] = {knob.name: knob.default for knob in KNOBS} | {

@@ -1120,7 +1120,7 @@ def test_keras2_refuses_gradient_accumulation() -> None:
     with pytest.raises(ConfigError) as info:
         render(config, "snippet", "2")
     message = str(info.value)
-    assert "\n" not in message and "--keras 3" in message and "2 steps" in message
+    assert "\n" not in message and "--keras 3" in message and "2 accumulation steps" in message
     assert "tf_keras" in message
     render(config, "snippet", "3")  # Keras 3 can
     assert json.loads(render(config, "json", "2"))["setup"]["gradient_accumulation_steps"] == 2

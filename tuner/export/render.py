@@ -128,8 +128,8 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
     Raises:
         ConfigError: an unknown format or Keras version, or a combination not offered (the
             script for Keras 2; a tf_keras snippet of a setup tuned on JAX or PyTorch, as
-            tf_keras runs on TensorFlow only, or of a setup that accumulates gradients: tf_keras
-            optimizers have no gradient accumulation).
+            tf_keras runs on TensorFlow only, or of a setup with a knob tf_keras cannot take:
+            ``Knob.keras2``, as its optimizers have no gradient accumulation).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -145,12 +145,13 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
             f"this setup was tuned on the {backend} backend ({BACKEND_NAMES[backend]}), and "
             "tf_keras (Keras 2) runs on TensorFlow only; export it for Keras 3 (--keras 3)"
         )
-    steps = config.setup.gradient_accumulation_steps
-    if keras == "2" and steps > 1:
-        raise ConfigError(
-            f"this setup accumulates gradients over {steps} steps, which tf_keras optimizers "
-            "cannot do; export it for Keras 3 (--keras 3)"
-        )
+    setup = config.setup
+    for knob in KNOBS:
+        if keras == "2" and not knob.keras2 and getattr(setup, knob.name) != knob.default:
+            raise ConfigError(
+                f"this setup has {knob.say(setup) or knob.label}, which tf_keras (Keras 2) "
+                "cannot do; export it for Keras 3 (--keras 3)"
+            )
     template = f"snippet_keras{keras}.py.j2" if fmt == "snippet" else "script_keras3.py.j2"
     return _environment().get_template(template).render(**_context(config))
 

@@ -40,7 +40,7 @@ from tuner.search.wording import (
     reason,
     tie_text,
 )
-from tuner.setup import KNOBS, TF32, LossScale, Setup
+from tuner.setup import KNOBS, TF32, Knob, LossScale, Setup
 from tuner.trials.hazards import merge
 
 
@@ -285,7 +285,10 @@ def _knob_evidence(
     """The evidence for each knob of the recommended ``setup``, from its precision's knob
     stages, in the order of :data:`~tuner.setup.KNOBS`."""
     found = _Found(setup, outcome, space)
-    return tuple(EVIDENCE[knob.name](found) for knob in KNOBS)
+    return tuple(
+        EVIDENCE[knob.name](found) if knob.name in EVIDENCE else _tried_evidence(knob, found)
+        for knob in KNOBS
+    )
 
 
 @dataclass(frozen=True)
@@ -321,14 +324,19 @@ def _xla_evidence(found: _Found) -> KnobEvidence:
     return KnobEvidence("xla", setting, f"{setting}: not tried ({why})")
 
 
-def _steps_per_execution_evidence(found: _Found) -> KnobEvidence:
+def _tried_evidence(knob: Knob, found: _Found) -> KnobEvidence:
+    """A knob's evidence from its own stage's tries (steps per execution's ladder, and any
+    knob declared with a ``stage`` and no entry in :data:`EVIDENCE`): how the recommended
+    setup came by its value (a move around the pick, its tries on this precision's pick), or
+    why it was not tried."""
     setup = found.setup
-    spe = [k for k in found.mine if k.knob == "steps_per_execution"]
-    setting = str(setup.steps_per_execution)
-    tried = [k for k in spe if k.tried is not None]
-    moved = _moved(found.moves, lambda s: s.steps_per_execution, setup.steps_per_execution)
+    mine = [k for k in found.mine if k.knob == knob.name]
+    setting = knob.setting(setup)
+    tried = [k for k in mine if k.tried is not None]
+    value = getattr(setup, knob.name)
+    moved = _moved(found.moves, lambda s: getattr(s, knob.name), value)
     if moved is not None:
-        return moved_evidence("steps_per_execution", setting, moved, tried)
+        return moved_evidence(knob.evidence, setting, moved, tried)
     if tried:
         adopted = [k for k in tried if k.adopted]
         gain = (
@@ -338,14 +346,18 @@ def _steps_per_execution_evidence(found: _Found) -> KnobEvidence:
         )
         numbers = tuple(sorted({n for k in tried for n in k.trials}))
         return KnobEvidence(
-            "steps_per_execution",
+            knob.evidence,
             setting,
             f"{setting}: " + "; ".join(knob_line(k) for k in tried),
             gain,
             numbers,
         )
-    why = spe[-1].reason if spe and spe[-1].reason else "the search ended before this stage"
-    return KnobEvidence("steps_per_execution", setting, f"{setting}: not tried ({why})")
+    why = (
+        found.outcome.knobs_skipped.get(knob.name)
+        or (mine[-1].reason if mine and mine[-1].reason else None)
+        or "the search ended before this stage"
+    )
+    return KnobEvidence(knob.evidence, setting, f"{setting}: not tried ({why})")
 
 
 def _tf32_evidence(found: _Found) -> KnobEvidence:
@@ -387,11 +399,12 @@ def _global_batch_evidence(found: _Found) -> KnobEvidence:
     return KnobEvidence("global_batch", str(setup.global_batch), detail)
 
 
-#: The evidence of each knob (:data:`~tuner.setup.KNOBS`, by name): what its stage found for
-#: the recommended setup. A knob without an entry fails tests/tuner/test_knob_registry.py.
+#: The evidence of the knobs (:data:`~tuner.setup.KNOBS`, by name) that another stage decides
+#: (TF32, the global batch) or that words its stage's one try apart (XLA): what the search
+#: found for the recommended setup. Every other knob's is its own stage's tries
+#: (:func:`_tried_evidence`).
 EVIDENCE: dict[str, Callable[[_Found], KnobEvidence]] = {
     "xla": _xla_evidence,
-    "steps_per_execution": _steps_per_execution_evidence,
     "tf32": _tf32_evidence,
     "gradient_accumulation_steps": _global_batch_evidence,
 }

@@ -2,12 +2,16 @@
 search's decisions read those names (a resumed search recalls the stored trials with them).
 
 A :class:`Stage` is its stored name (``Stage.RUNOFF == "runoff"``), so names stored by any
-earlier version compare equal to the members, and a stage prints as its name.
+earlier version compare equal to the members, and a stage prints as its name. An execution
+knob's stage (XLA's ``xla``, steps per execution's ``steps-per-execution``) is named by its
+row of :data:`tuner.setup.KNOBS` (``Knob.stage``), not here: :data:`KNOB_STAGES`.
 """
 
 from __future__ import annotations
 
 import enum
+
+from tuner.setup import KNOB_BY_NAME, KNOBS
 
 
 class Stage(str, enum.Enum):
@@ -23,10 +27,7 @@ class Stage(str, enum.Enum):
     REFINE = "refine"
     #: mixed_float16's loss scales at its pick's batch size
     LOSS_SCALE = "loss-scale"
-    #: XLA on a precision's pick
-    XLA = "xla"
-    #: steps per execution on a precision's pick
-    STEPS_PER_EXECUTION = "steps-per-execution"
+    #: (then each execution knob on a precision's pick: :data:`KNOB_STAGES`)
     #: the leader's confirming run, and the leading candidate's re-measurement
     REMEASURE = "remeasure"
     #: every knob combination and the next batch size each way around a leading pick
@@ -56,3 +57,18 @@ LATE_STAGES = frozenset(
 #: it, and a resumed search, which knows them from the start, must take those decisions as the
 #: search did.
 AFTER_STANDING = frozenset({Stage.RUNOFF, Stage.GUARD, Stage.FINAL})
+#: The execution knobs' stages, by their stored names, in the order they run on a precision's
+#: pick (each knob's ``stage``; :data:`tuner.search.stages.knobs.TRIES` holds what each runs).
+KNOB_STAGES: tuple[str, ...] = tuple(knob.stage for knob in KNOBS if knob.stage)
+
+
+def knob_stage(knob: str) -> str:
+    """The stored name of the stage that tries the execution knob named ``knob``.
+
+    Raises:
+        ValueError: the knob has no stage of its own.
+    """
+    stage = KNOB_BY_NAME[knob].stage
+    if stage is None:
+        raise ValueError(f"the knob {knob} has no stage of its own")
+    return stage

@@ -69,6 +69,11 @@ class Search:
     ) -> None:
         self.ctx = SearchContext(evaluator, space, settings, device)
 
+    def note(self, text: str) -> None:
+        """Keep ``text`` for the recommendation's notes (the session's own, said before the
+        search begins)."""
+        self.ctx.note(text)
+
     @property
     def notes(self) -> list[str]:
         """What the search found worth telling, in the order it found it."""
@@ -83,14 +88,14 @@ class Search:
             self._search()
         except BudgetExhausted as exc:
             stopped = str(exc)
-            ctx.notes.append(f"stopped early: {exc}; the recommendation uses the trials so far")
+            ctx.note(f"stopped early: {exc}; the recommendation uses the trials so far")
         candidates = guard.finalists(ctx, allow_new_trials=stopped is None)
         if stopped is None:
             try:
                 final.run(ctx, candidates)
             except BudgetExhausted as exc:
                 stopped = str(exc)
-                ctx.notes.append(f"stopped before re-measuring: {exc}")
+                ctx.note(f"stopped before re-measuring: {exc}")
         return SearchOutcome(
             candidates,
             ctx.baseline,
@@ -136,7 +141,7 @@ class Search:
         baseline = ladder.shrink_to_fit(
             ctx, policies.fitting_baseline(ctx, first, start), Stage.BASELINE
         )
-        ctx.baseline = baseline
+        ctx.set_baseline(baseline)
         if ctx.space.global_batch is None and ctx.fits(baseline):
             start = baseline.result.spec.batch_size  # halved where the start did not fit
 
@@ -187,7 +192,7 @@ class Search:
         ctx = self.ctx
         skipped = ctx.xla_skipped()
         if skipped:
-            ctx.knobs_skipped["xla"] = skipped
+            ctx.skip_knob("xla", skipped)
 
         def tried(precision: str) -> tuple[Measured, Measured] | None:
             base = ctx.base_pick(precision)
@@ -210,6 +215,6 @@ class Search:
                 current = neighbourhood.explore(ctx, precision, current)
                 current = runoff.run(ctx, precision, current)
             if current is not base:
-                ctx.adopted[precision] = (base.result.spec.setup, current)
+                ctx.adopt(precision, base.result.spec.setup, current)
 
         ctx.concurrently(list(picks), around)

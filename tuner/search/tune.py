@@ -264,7 +264,7 @@ def _search(
     evaluator.on_event(SessionOpened(session.name, plan.model, resumed=bool(session.trials())))
     search = Search(evaluator, plan.space, plan.settings, device=plan.device)
     if note:
-        search.notes.append(note)
+        search.note(note)
     try:
         outcome = search.run()
     except ModelFailed as failed:

@@ -25,7 +25,7 @@ from tuner.search.measures import (
 from tuner.search.records import Alternative, Recommendation, plain_knobs
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.stage import Stage
-from tuner.setup import BACKEND_NAMES, LossScale, Setup
+from tuner.setup import BACKEND_NAMES, KNOB_BY_NAME, LossScale, Setup
 
 
 def and_join(items: list[str]) -> str:
@@ -90,8 +90,8 @@ def knob_line(k: KnobTrial, adoption: bool = True) -> str:
     trials #5, #9), adopted``; without ``adoption``, how it compared only (``slower``): for a
     stage's finding that later measurements outweighed."""
     assert k.tried is not None
-    what = "XLA" if k.knob == "xla" else f"{k.tried.steps_per_execution} steps per execution"
-    where = f"{what} at batch size {k.base.batch_size}"
+    what = KNOB_BY_NAME[k.knob].say(k.tried) or k.knob
+    where = f"{what} at batch size {k.tried.batch_size}"
     numbers = ", ".join(f"#{n}" for n in k.trials)
     if k.speed is None:
         return (

@@ -26,9 +26,9 @@ from tuner.search.measures import (
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.stage import AFTER_STANDING, LATE_STAGES, Stage
+from tuner.search.stage import AFTER_STANDING, KNOB_STAGES, LATE_STAGES, Stage
 from tuner.search.wording import where
-from tuner.setup import TF32, Setup
+from tuner.setup import KNOBS, TF32, Setup
 from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
@@ -62,8 +62,7 @@ EXPLORING = frozenset(
         Stage.BATCH,
         Stage.REFINE,
         Stage.LOSS_SCALE,
-        Stage.XLA,
-        Stage.STEPS_PER_EXECUTION,
+        *KNOB_STAGES,
         Stage.NEIGHBOURHOOD,
     }
 )
@@ -92,9 +91,10 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
 
 
 def plain(setup: Setup) -> bool:
-    """At the default knobs a batch-size ladder measures: no XLA, one step per execution
-    (TF32 is a precision of its own, accumulation follows the batch size)."""
-    return not setup.xla and setup.steps_per_execution == 1
+    """At the default knobs a batch-size ladder measures: every knob with a stage of its own
+    at its default (no XLA, one step per execution; TF32 is a precision of its own,
+    accumulation follows the batch size)."""
+    return all(getattr(setup, k.name) == k.default for k in KNOBS if k.stage)
 
 
 def multiple_of_8(value: int) -> int:
@@ -231,6 +231,51 @@ class SearchContext:
     def record_knob(self, found: KnobTrial) -> None:
         """Keep a knob stage's finding (a lane's own, merged in order)."""
         getattr(self._lane, "knobs", self.knobs).append(found)
+
+    # What the stages find is kept through the methods below, here and nowhere else
+    # (tests/test_architecture.py): a stage reads the context's attributes and changes them
+    # by saying what it found.
+
+    def set_baseline(self, m: Measured) -> None:
+        """float32 at the start, as it fitted: what the policies are compared with."""
+        self.baseline = m
+
+    def abandon(self, policy: str, why: str, unsafe: Measured | None = None) -> None:
+        """Drop ``policy`` from the search, and why; ``unsafe``: the trial that found the model
+        unsafe under it."""
+        self.abandoned[policy] = why
+        if unsafe is not None:
+            self.unsafe[policy] = unsafe
+
+    def skip_knob(self, knob: str, why: str) -> None:
+        """No precision tries ``knob`` (a knob's name), and why."""
+        self.knobs_skipped[knob] = why
+
+    def adopt(self, precision: str, base: Setup, current: Measured) -> None:
+        """``precision``'s knob stages and the search around its pick left ``current`` where
+        they started from ``base``."""
+        self.adopted[precision] = (base, current)
+
+    def leap(self, precision: str, batch_size: int) -> None:
+        """``precision``'s ladder leapt to ``batch_size`` first."""
+        self.leaps[precision] = batch_size
+
+    def did_not_fit(self, precision: str, batch_size: int) -> None:
+        """A per-step ``batch_size`` above ``precision``'s fit did not fit (the smallest such
+        is the last one said, as the ladder comes down)."""
+        self.failed_above[precision] = batch_size
+
+    def move(self, precision: str, center: Measured, gain: float) -> None:
+        """``precision``'s neighbourhood moved away from ``center``, gaining ``gain``."""
+        self.moved_from[precision] = (center, gain)
+
+    def run_off(self, setups: Iterable[Setup]) -> None:
+        """``setups`` are measured in a runoff."""
+        self.ran_off.update(setups)
+
+    def pair(self, stage: str, precision: str, paired: Paired) -> None:
+        """The setups measured back to back in ``stage`` for ``precision`` (``""``: all)."""
+        self.paired[(stage, precision)] = paired
 
     def concurrently(self, items: Iterable[T], work: Callable[[T], R]) -> list[R]:
         """``work`` on each item, each in a lane of its own when the evaluator has several

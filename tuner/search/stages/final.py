@@ -47,7 +47,7 @@ def run(ctx: SearchContext, candidates: list[Candidate]) -> None:
     paired = back_to_back(
         ctx, [c.setup for c in contenders], Stage.FINAL, RUNOFF_RUNS, ctx.settings.noise_floor
     )
-    ctx.paired[(Stage.FINAL, "")] = paired
+    ctx.pair(Stage.FINAL, "", paired)
     for cand in contenders:
         numbers = paired.numbers(cand.setup)
         runs = [r for r in ctx.evaluator.known[cand.setup] if r.number in numbers]

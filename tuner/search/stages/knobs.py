@@ -1,17 +1,19 @@
 """The execution knobs on a precision's pick, each adopted only when it pays beyond the noise
 floor: XLA, then steps per execution where the step is short enough for the host's per-call
-overhead to show; and the confirming run of the leading pick.
+overhead to show, then rematerialisation where a batch size ran out of memory (or the objective
+weighs memory); and the confirming run of the leading pick.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
-from tuner.search.stage import Stage
+from tuner.search.stage import Stage, knob_stage
 from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext
-from tuner.setup import Setup
+from tuner.setup import KNOBS, Setup, same_memory
 from tuner.trials.result import TrialStatus
 
 
@@ -23,15 +25,15 @@ def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
         return base
     setup = base.result.spec.setup
     tried = setup.replace(xla=True)
-    ctx.announce(Stage.XLA, f"XLA for {precision} at batch size {setup.batch_size}")
-    m = ctx.measure(tried, Stage.XLA)
+    ctx.announce(knob_stage("xla"), f"XLA for {precision} at batch size {setup.batch_size}")
+    m = ctx.measure(tried, knob_stage("xla"))
     found = _record_try(ctx, precision, "xla", setup, tried, base, m)
     if found.status != "ok":
         why, message = _failure_words(ctx, m)
         detail = f" ({message})" if message else ""
         if m.result.status is TrialStatus.UNSUPPORTED:
-            ctx.knobs_skipped["xla"] = (
-                f"the model does not compile under XLA (trial #{m.number}{detail})"
+            ctx.skip_knob(
+                "xla", f"the model does not compile under XLA (trial #{m.number}{detail})"
             )
             ctx.note(
                 f"XLA: {precision} at batch size {setup.batch_size} is unsupported"
@@ -73,7 +75,7 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
         )
         return current
     ctx.announce(
-        Stage.STEPS_PER_EXECUTION,
+        knob_stage("steps_per_execution"),
         f"steps per execution for {precision} (median step {p50:.1f} ms)",
     )
     for steps in SPE_LADDER:
@@ -81,7 +83,7 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
         if steps <= setup.steps_per_execution:
             continue
         tried = setup.replace(steps_per_execution=steps)
-        m = ctx.measure(tried, Stage.STEPS_PER_EXECUTION)
+        m = ctx.measure(tried, knob_stage("steps_per_execution"))
         found = _record_try(ctx, precision, "steps_per_execution", setup, tried, current, m)
         if found.status != "ok":
             why, message = _failure_words(ctx, m)
@@ -94,6 +96,75 @@ def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measure
             break
         current = m
     return current
+
+
+def try_remat(ctx: SearchContext, precision: str, current: Measured) -> Measured:
+    """Rematerialisation, where it can pay: at the smallest batch size of ``precision`` that
+    ran out of memory (or over the memory budget) up to the one the user trains with (it may
+    fit with the activations recomputed), adopted when faster than the pick beyond the noise
+    floor; under ``--objective memory``/``balanced`` at the pick's own batch size, adopted when
+    it needs less memory per sample beyond the noise floor at the objective's throughput
+    floor. Elsewhere it costs compute and saves memory nobody needs: not tried, and why."""
+    setup = current.result.spec.setup
+    target, reason = _remat_target(ctx, precision, setup)
+    if target is None:
+        found = KnobTrial(precision, "remat", setup, None, current.speed, trials=(current.number,))
+        ctx.record_knob(dataclasses.replace(found, reason=reason))
+        return current
+    tried = target.replace(remat=True)
+    stage = knob_stage("remat")
+    ctx.announce(stage, f"rematerialisation for {precision} at batch size {tried.batch_size}")
+    m = ctx.measure(tried, stage)
+    found = _record_try(ctx, precision, "remat", setup, tried, current, m, _remat_pays(ctx))
+    if found.status != "ok":
+        why, message = _failure_words(ctx, m)
+        ctx.note(
+            f"{precision} with rematerialisation at batch size {tried.batch_size}: {why}"
+            + (f" ({message})" if message else "")
+        )
+        return current
+    return m if found.adopted else current
+
+
+def _remat_target(ctx: SearchContext, precision: str, setup: Setup) -> tuple[Setup | None, str]:
+    """Where :func:`try_remat` tries rematerialisation (None, and why not, where it cannot pay)."""
+    objective = ctx.settings.objective
+    if setup.remat:
+        return None, "the pick rematerialises already"
+    if objective != "speed":
+        return setup, ""
+    asked = ctx.space.user_batch
+    too_big = sorted(
+        s.batch_size
+        for s, runs in ctx.evaluator.known.items()
+        if s.precision == precision
+        and same_memory(s, setup)
+        and runs
+        and s.batch_size > setup.batch_size
+        and ctx.too_big(runs[-1])
+    )
+    within = [b for b in too_big if asked is not None and b <= asked]
+    if within:
+        return ctx.at_batch(setup, within[0]), ""
+    yours = f" up to yours ({asked})" if asked is not None else " of yours"
+    return None, (
+        f"it trades speed for memory: the objective is speed, and no batch size{yours} ran "
+        "out of memory"
+    )
+
+
+def _remat_pays(ctx: SearchContext) -> Callable[[Measured, Measured], bool]:
+    """Whether rematerialisation's run beats the pick's for the objective: faster beyond the
+    noise floor (speed), or less memory per sample beyond it at the objective's throughput
+    floor (memory, balanced)."""
+    settings = ctx.settings
+    if settings.objective == "speed":
+        return lambda base, m: m.speed > base.speed * (1 + settings.noise_floor)
+    floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
+    return lambda base, m: (
+        m.speed >= floor * base.speed
+        and m.memory_per_sample < base.memory_per_sample * (1 - settings.noise_floor)
+    )
 
 
 def confirm_leader(ctx: SearchContext, picks: dict[str, tuple[Measured, Measured]]) -> None:
@@ -130,10 +201,11 @@ def _record_try(
     tried: Setup,
     base: Measured,
     m: Measured,
+    pays: Callable[[Measured, Measured], bool] | None = None,
 ) -> KnobTrial:
     """Record a knob's try ``m`` of ``tried`` against ``base`` (at ``setup``): adopted when
-    it fits and is faster beyond the noise floor; failed (its status, and why) when it does
-    not fit."""
+    it fits and ``pays`` (faster beyond the noise floor where None); failed (its status, and
+    why) when it does not fit."""
     trials = (base.number, m.number)
     if not ctx.fits(m):
         why, message = _failure_words(ctx, m)
@@ -149,15 +221,23 @@ def _record_try(
             reason=message or why,
         )
     else:
-        adopted = m.speed > base.speed * (1 + ctx.settings.noise_floor)
+        adopted = pays(base, m) if pays else m.speed > base.speed * (1 + ctx.settings.noise_floor)
         found = KnobTrial(precision, knob, setup, tried, base.speed, m.speed, trials, adopted, "ok")
     ctx.record_knob(found)
     return found
 
 
-#: The knob stages, in the order they run on a precision's pick, each from the pick the one
-#: before it left: a new knob's stage is added here (docs/architecture.md, "Adding a knob").
-STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = (
-    try_xla,
-    try_steps_per_execution,
+#: What each knob's stage runs (by the knob's name): given the context, a precision and its
+#: pick so far, the pick it leaves (the same one where the knob did not pay).
+TRIES: dict[str, Callable[[SearchContext, str, Measured], Measured]] = {
+    "xla": try_xla,
+    "steps_per_execution": try_steps_per_execution,
+    "remat": try_remat,
+}
+
+#: The knob stages, in the order they run on a precision's pick (the order of
+#: :data:`~tuner.setup.KNOBS`), each from the pick the one before it left: every knob declared
+#: with a ``stage`` (docs/architecture.md, "Adding a knob").
+STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = tuple(
+    TRIES[knob.name] for knob in KNOBS if knob.stage
 )

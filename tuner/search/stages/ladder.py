@@ -95,7 +95,7 @@ def scout(ctx: SearchContext, precision: str, first: Measured) -> None:
         return
     target = leap_target(ctx, base, base.batch_size)
     if target is not None:
-        ctx.leaps[precision] = target
+        ctx.leap(precision, target)
         ctx.measure(ctx.at_batch(base, target), Stage.BATCH)
 
 
@@ -303,7 +303,7 @@ def shrink_to_fit(ctx: SearchContext, m: Measured, stage: str) -> Measured:
     setup = m.result.spec.setup
     while ctx.too_big(m):
         b = m.result.spec.batch_size
-        ctx.failed_above[setup.precision] = b
+        ctx.did_not_fit(setup.precision, b)
         why = "over the memory budget" if m.result.ok else ctx.failure(m)
         lower = ctx.rung_below(b)
         if lower is None:

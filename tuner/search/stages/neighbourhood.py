@@ -12,7 +12,7 @@ from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext, multiple_of_8
-from tuner.setup import Setup
+from tuner.setup import Setup, same_memory
 
 #: How many times the search moves to a better neighbour of a pick (the next batch size each
 #: way, every XLA x steps-per-execution combination); each move costs at most seven trials,
@@ -36,6 +36,8 @@ def neighbours(ctx: SearchContext, precision: str, center: Measured) -> list[Set
     ceiling: float = math.inf
     for s, runs in ctx.evaluator.known.items():
         if s.precision != precision or not runs or s.batch_size <= setup.batch_size:
+            continue
+        if not same_memory(s, setup):  # another knob's run did not fit: not this one's limit
             continue
         if ctx.too_big(runs[-1]):
             ceiling = min(ceiling, s.batch_size)
@@ -106,6 +108,6 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
                 "ok",
             )
         )
-        ctx.moved_from[precision] = (center, best_speed / speed)  # one lane a precision
+        ctx.move(precision, center, best_speed / speed)  # one lane a precision
         center, speed, behind = best, best_speed, best_behind
     return center

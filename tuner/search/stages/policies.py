@@ -73,13 +73,13 @@ def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
     usable = {p: m for p, m in at_start.items() if m.result.ok}
     for policy, m in at_start.items():
         if m.result.status is TrialStatus.UNSAFE:
-            ctx.unsafe[policy] = m
-            ctx.abandoned[policy] = unsafe_text(m, ctx.baseline)
+            ctx.abandon(policy, unsafe_text(m, ctx.baseline), unsafe=m)
         elif not m.result.ok:
-            ctx.abandoned[policy] = (
+            ctx.abandon(
+                policy,
                 f"{ctx.failure(m)} at batch size "
                 f"{m.result.spec.batch_size}: "
-                f"{m.result.error.message if m.result.error else ''}"
+                f"{m.result.error.message if m.result.error else ''}",
             )
     if not usable:
         return
@@ -97,8 +97,9 @@ def abandon_laggards(ctx: SearchContext, at_start: dict[str, Measured]) -> None:
             else True
         )
         if slower and (no_memory_gain or ctx.settings.objective == "speed"):
-            ctx.abandoned[policy] = (
+            ctx.abandon(
+                policy,
                 f"clearly behind at batch size {m.result.spec.batch_size}: "
                 f"{times(m.speed / fastest)} the fastest policy's throughput"
-                + ("" if not no_memory_gain else " and no memory saving")
+                + ("" if not no_memory_gain else " and no memory saving"),
             )

@@ -67,9 +67,9 @@ def run(ctx: SearchContext, precision: str, center: Measured) -> Measured:
         f"{precision}: {and_join([s.label for s in setups])} measured within "
         f"{floor:.0%} of each other; {RUNOFF_RUNS} turns back to back",
     )
-    ctx.ran_off.update(setups)
+    ctx.run_off(setups)
     paired = back_to_back(ctx, setups, Stage.RUNOFF, RUNOFF_RUNS, RUNOFF_MARGIN)
-    ctx.paired[(Stage.RUNOFF, precision)] = paired
+    ctx.pair(Stage.RUNOFF, precision, paired)
     ratios = {s: paired.ratio(here, s) for s in setups}  # ``here`` itself: 1.0
     valid = {s: r for s, r in ratios.items() if r is not None}
     if len(valid) < 2:

@@ -1,0 +1,152 @@
+"""Rematerialisation (``keras.RematScope``), the knob added through the recipe of
+docs/architecture.md ("Adding a knob"): a real trial builds its layers under the scope on every
+backend and trains as the plain one does, the exported code enters it, and the search tries it
+where it can pay (a batch size up to the user's that ran out of memory, or an objective that
+weighs memory) and says why not elsewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_backends import BACKENDS
+from test_search_knobs import float32_only, rows
+from test_search_strategy import Machine, run
+
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.setup import Setup
+from tuner.trials.result import TrialResult, TrialStatus
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
+
+#: A model file that fails unless its layers are built under a rematerialisation scope: a
+#: trial of it passes only where the worker entered one before building.
+CHECKED = textwrap.dedent(
+    """
+    import keras
+    from keras.src.backend.common.remat import get_current_remat_mode
+
+
+    def build_model():
+        mode = get_current_remat_mode()
+        if mode is None or mode.mode != "full":
+            raise RuntimeError(f"built without rematerialisation ({mode})")
+        inputs = keras.Input((16,))
+        hidden = keras.layers.Dense(32, activation="relu")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    """
+)
+
+
+def _trial(model: str, backend: str, remat: bool) -> TrialResult:
+    spec = TrialSpec(
+        model=model,
+        setup=Setup("float32", 16, backend=backend, remat=remat),
+        device="cpu",
+        steps=6,
+        warmup_steps=1,
+        probe=False,
+    )
+    return run_trial(spec)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rematerialised_trial_builds_under_the_scope_and_trains_alike(
+    backend: str, tmp_path: Path
+) -> None:
+    checked = tmp_path / "checked.py"
+    checked.write_text(CHECKED)
+    on = _trial(str(checked), backend, remat=True)
+    assert on.status is TrialStatus.OK, on.error
+    assert on.spec.setup.remat and "remat" in on.spec.setup.label
+    off = _trial(str(checked), backend, remat=False)
+    assert off.status is not TrialStatus.OK and "without rematerialisation" in str(off.error)
+    # Recomputing the activations changes the memory, not the arithmetic.
+    tiny = "builtin:mlp:features=16,width=32,depth=1"
+    plain, remat = _trial(tiny, backend, remat=False), _trial(tiny, backend, remat=True)
+    assert plain.ok and remat.ok, (plain.error, remat.error)
+    assert remat.losses == pytest.approx(plain.losses, rel=1e-4)
+
+
+@dataclasses.dataclass
+class RematMachine(Machine):
+    """A scripted machine on which rematerialisation fits batches ``room`` times larger, runs
+    at ``pace`` of the plain speed and needs ``memory`` of the plain peak."""
+
+    room: int = 4
+    pace: float = 0.9
+    memory: float = 0.5
+
+    def __call__(self, spec: TrialSpec, on_event: Any = None, **kwargs: Any) -> TrialResult:
+        if not spec.setup.remat:
+            return super().__call__(spec, on_event, **kwargs)
+        limits = self.oom_at
+        self.oom_at = {policy: size * self.room for policy, size in limits.items()}
+        try:
+            plain = dataclasses.replace(spec, setup=spec.setup.replace(remat=False))
+            result = super().__call__(plain, on_event, **kwargs)
+        finally:
+            self.oom_at = limits
+        self.calls[-1] = spec
+        if not result.ok:
+            return dataclasses.replace(result, spec=spec)
+        return dataclasses.replace(
+            result,
+            spec=spec,
+            samples_per_second=(result.samples_per_second or 0) * self.pace,
+            peak_memory_mb=(result.peak_memory_mb or 0) * self.memory,
+        )
+
+
+def remat_trials(machine: Machine) -> list[Setup]:
+    return [s.setup for s in machine.calls if s.setup.remat]
+
+
+def test_remat_is_tried_where_the_users_batch_ran_out_of_memory(tmp_path: Path) -> None:
+    # float32 stops growing at 256 (the knee) and runs out of memory from 128: the user's 256
+    # fits rematerialised, and pays (larger batches run faster up to the knee).
+    machine = RematMachine(
+        speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300},
+        oom_at={"float32": 128},
+        growth=0.5,
+        pace=0.95,
+    )
+    rec = run(machine, tmp_path, space=SearchSpace(user_batch=256)).recommendation
+    tried = remat_trials(machine)
+    assert tried and tried[0].batch_size == 128 and tried[0].policy == "float32"
+    assert rec.setup.remat and rec.setup.batch_size >= 128
+    row = rows(rec)["Rematerialisation"]
+    assert row.startswith("on: rematerialisation at batch size 128") and "adopted" in row
+
+
+def test_remat_is_not_tried_where_nothing_ran_out_of_memory(tmp_path: Path) -> None:
+    machine = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
+    rec = run(machine, tmp_path, space=SearchSpace(user_batch=64)).recommendation
+    assert not remat_trials(machine) and not rec.setup.remat
+    row = rows(rec)["Rematerialisation"]
+    assert row.startswith("off: not tried (it trades speed for memory") and "(64)" in row
+
+
+def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
+    # Half the memory at 90% of the speed: within the memory objective's throughput floor.
+    machine = RematMachine(
+        speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300}, pace=0.9
+    )
+    result = run(machine, tmp_path, settings=SearchSettings(objective="memory"))
+    rec = result.recommendation
+    assert remat_trials(machine) and rec.setup.remat
+    # Too slow for it: tried, not adopted.
+    slow = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
+    slow.pace = 0.3
+    rec = run(slow, tmp_path, settings=SearchSettings(objective="memory"), study="slow")
+    assert remat_trials(slow) and not rec.setup.remat
+
+
+def test_a_plain_search_never_runs_remat(tmp_path: Path) -> None:
+    machine = float32_only()
+    rec = run(machine, tmp_path).recommendation
+    assert not any(s.setup.remat for s in machine.calls) and not rec.setup.remat
