@@ -393,7 +393,7 @@ def _state_written(root: Path, state: set[str], owner: Path) -> list[str]:
             and not (isinstance(node.value, ast.Name) and node.value.id == "self")
         )
 
-    places = []
+    places: list[tuple[str, int]] = []
     for path in sorted(root.rglob("*.py")):
         if path == owner:
             continue
@@ -410,8 +410,8 @@ def _state_written(root: Path, state: set[str], owner: Path) -> list[str]:
             ):
                 targets = [node.func.value]
             if any(foreign(t) for t in targets):
-                places.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
-    return places
+                places.append((path.relative_to(root.parent).as_posix(), node.lineno))
+    return [f"{name}:{line}" for name, line in sorted(places)]
 
 
 def test_the_search_state_changes_in_its_own_module(tmp_path: Path) -> None:

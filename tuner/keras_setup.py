@@ -51,16 +51,26 @@ def apply_policy(policy: Policy | Setup) -> None:
 _REMAT: list[Any] = []
 
 
+def remat_mode(backend: str) -> str:
+    """The ``keras.RematScope`` mode rematerialisation means on ``backend``: ``full`` (every
+    layer recomputes its outputs in the backward pass: ``jax.checkpoint``,
+    ``torch.utils.checkpoint``), and on TensorFlow ``activations`` (the layers' activation
+    functions only): TensorFlow's ``tf.recompute_grad`` takes no keyword argument inside a
+    ``tf.function`` (Keras 3.15: "The custom_gradient decorator currently supports keywords
+    arguments only when eager execution is enabled"), and a functional model, a ``Dropout`` or
+    a ``BatchNormalization`` is called with ``training=``, so ``full`` fails there."""
+    return "activations" if backend == "tensorflow" else "full"
+
+
 def set_remat(enabled: bool) -> None:
-    """Rematerialise the layers built from now on (``keras.RematScope(mode="full")``: each
-    layer recomputes its activations in the backward pass instead of keeping them), or stop.
-    The scope is entered for the rest of the process, as the global policy is set: Keras
-    reads it when a layer is built, on every backend (``jax.checkpoint``,
-    ``tf.recompute_grad``, ``torch.utils.checkpoint``)."""
+    """Rematerialise the layers built from now on (``keras.RematScope`` in the backend's
+    :func:`remat_mode`: they recompute their activations in the backward pass instead of
+    keeping them), or stop. The scope is entered for the rest of the process, as the global
+    policy is set: Keras reads it when a layer is built."""
     while _REMAT:
         _REMAT.pop().__exit__(None, None, None)
     if enabled:
-        scope = keras.RematScope(mode="full")
+        scope = keras.RematScope(mode=remat_mode(keras.backend.backend()))
         scope.__enter__()
         _REMAT.append(scope)
 

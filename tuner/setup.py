@@ -242,9 +242,9 @@ class Setup:
         gradient_accumulation_steps: micro-batches averaged per optimizer update (Keras 3
             optimizers' ``gradient_accumulation_steps``); the update sees
             ``batch_size * gradient_accumulation_steps`` samples (:attr:`global_batch`).
-        remat: rematerialisation (``keras.RematScope(mode="full")`` around the model's
-            build): each layer's activations are recomputed in the backward pass instead of
-            kept, for less memory and more compute, so that a larger batch fits.
+        remat: rematerialisation (a ``keras.RematScope`` around the model's build,
+            :func:`tuner.keras_setup.remat_mode`): activations are recomputed in the backward
+            pass instead of kept, for less memory and more compute, so that a larger batch fits.
         backend: the Keras 3 backend the steps run on (``KERAS_BACKEND``): ``tensorflow``,
             ``jax`` or ``torch``. On JAX the step is always compiled by XLA (Keras' JAX
             trainer jits it; ``jit_compile=False`` there runs it op by op, which nobody trains

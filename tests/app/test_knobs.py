@@ -184,7 +184,7 @@ def test_a_trial_row_shows_its_knobs(qtbot) -> None:
     assert cell(model, 1, "precision", tooltip) == KNOBBED.describe()
     # The headers explain the columns.
     header_tip = model.headerData(knobs_at, Qt.Orientation.Horizontal, tooltip)
-    assert "steps_per_execution" in header_tip and "accumulated" in header_tip
+    assert "steps per execution" in header_tip and "accumulation steps" in header_tip
     precision_at = COLUMNS.index("precision")
     assert "float32+tf32" in model.headerData(precision_at, Qt.Orientation.Horizontal, tooltip)
 

@@ -50,6 +50,7 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,
+        "remat": False,
         "backend": "tensorflow",
     }
     assert [p.name for p in tmp_path.iterdir()] == ["tuned.json"]  # no temp file left

@@ -704,6 +704,7 @@ def test_keras3_snippets_train_on_other_backends(tmp_path: Path, backend: str) -
         ("float32", "none", {"gradient_accumulation_steps": 2}),
         ("mixed_float16", "dynamic:1024:500", {}),
         ("mixed_bfloat16", "none", {"gradient_accumulation_steps": 2}),
+        ("float32", "none", {"remat": True}),
     ):
         config = knob_config(policy, scale, backend=backend, **knobs)
         setup = config.setup
@@ -731,6 +732,7 @@ def test_keras3_snippets_train_on_other_backends(tmp_path: Path, backend: str) -
             history = model.fit(np.ones((32, 4), "float32"), np.ones((32, 1), "float32"),
                                 batch_size=BATCH_SIZE, epochs=1, verbose=0)
             assert model.dtype_policy.name == {policy!r}
+            assert (model.layers[1]._remat_mode is not None) is {setup.remat!r}
             assert bool(model.jit_compile) is {backend == "jax"!r}, model.jit_compile
             opt = model.optimizer
             inner = getattr(opt, "inner_optimizer", opt)

@@ -115,13 +115,18 @@ def applied(setup: Setup) -> dict[str, Any]:
     model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(3)(inputs)))
     keras_setup.compile_model(model, setup, keras.optimizers.Adam(1e-3), "mse")
     optimizer = model.optimizer
+
+    def config(of: Any) -> dict[str, Any]:
+        """An optimizer's configuration, less its generated name."""
+        return {k: v for k, v in of.get_config().items() if k != "name"} if of else {}
+
     return {
         "policy": keras.mixed_precision.global_policy().name,
         "tf32": tf.config.experimental.tensor_float_32_execution_enabled(),
         "jit_compile": model.jit_compile,
         "steps_per_execution": model.steps_per_execution,
-        "optimizer": (type(optimizer).__name__, optimizer.get_config()),
-        "inner": getattr(getattr(optimizer, "inner_optimizer", None), "get_config", dict)(),
+        "optimizer": (type(optimizer).__name__, config(optimizer)),
+        "inner": config(getattr(optimizer, "inner_optimizer", None)),
         "remat": [str(getattr(layer, "_remat_mode", None)) for layer in model.layers],
     }
 

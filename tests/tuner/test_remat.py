@@ -7,6 +7,9 @@ weighs memory) and says why not elsewhere."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,10 @@ import pytest
 from test_backends import BACKENDS
 from test_search_knobs import float32_only, rows
 from test_search_strategy import Machine, run
+from tests_support import make_config
 
+from tuner.export.render import render
+from tuner.keras_setup import remat_mode
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
 from tuner.trials.result import TrialResult, TrialStatus
@@ -32,7 +38,8 @@ CHECKED = textwrap.dedent(
 
     def build_model():
         mode = get_current_remat_mode()
-        if mode is None or mode.mode != "full":
+        expected = "activations" if keras.backend.backend() == "tensorflow" else "full"
+        if mode is None or mode.mode != expected:
             raise RuntimeError(f"built without rematerialisation ({mode})")
         inputs = keras.Input((16,))
         hidden = keras.layers.Dense(32, activation="relu")(inputs)
@@ -142,7 +149,9 @@ def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
     # Too slow for it: tried, not adopted.
     slow = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     slow.pace = 0.3
-    rec = run(slow, tmp_path, settings=SearchSettings(objective="memory"), study="slow")
+    rec = run(
+        slow, tmp_path, settings=SearchSettings(objective="memory"), study="slow"
+    ).recommendation
     assert remat_trials(slow) and not rec.setup.remat
 
 
@@ -150,3 +159,32 @@ def test_a_plain_search_never_runs_remat(tmp_path: Path) -> None:
     machine = float32_only()
     rec = run(machine, tmp_path).recommendation
     assert not any(s.setup.remat for s in machine.calls) and not rec.setup.remat
+
+
+@pytest.mark.slow
+def test_the_exported_tensorflow_snippet_rematerialises_the_activations(tmp_path: Path) -> None:
+    """The Keras 3 snippet of a TensorFlow setup with rematerialisation, run as a script:
+    layers built after it carry the scope in the mode keras_setup uses there, and train."""
+    config = dataclasses.replace(make_config(), setup=Setup("float32", 8, remat=True))
+    script = tmp_path / "train.py"
+    script.write_text(
+        render(config, "snippet")
+        + textwrap.dedent(
+            """
+            import numpy as np
+            inputs = keras.Input((4,))
+            hidden = keras.layers.Dense(8, activation="relu")(inputs)
+            model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+            model.compile(optimizer="adam", loss="mse", **COMPILE_KWARGS)
+            model.fit(np.ones((32, 4), "float32"), np.ones((32, 1), "float32"),
+                      batch_size=BATCH_SIZE, epochs=1, verbose=0)
+            print("remat", model.layers[1]._remat_mode.mode)
+            """
+        )
+    )
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"remat {remat_mode('tensorflow')}" in proc.stdout

@@ -248,6 +248,7 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,
+        "remat": False,
         "backend": "tensorflow",
     }
     assert Setup("float32", 8, xla=True).to_dict() == {
@@ -256,7 +257,11 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
         "loss_scale": "none",
         "xla": True,
     }
-    assert KNOBBED.to_dict(explicit=True) == {**KNOBBED.to_dict(), "backend": "tensorflow"}
+    assert KNOBBED.to_dict(explicit=True) == {
+        **KNOBBED.to_dict(),
+        "remat": False,
+        "backend": "tensorflow",
+    }
     assert KNOBBED.to_dict() == {
         "policy": "float32",
         "batch_size": 64,
