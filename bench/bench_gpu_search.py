@@ -102,7 +102,11 @@ STAGES: tuple[tuple[str, frozenset[str]], ...] = (
     ("policies", frozenset({Stage.BASELINE, Stage.POLICIES})),
     ("ladders", frozenset({Stage.BATCH, Stage.REFINE})),
     ("loss scales", frozenset({Stage.LOSS_SCALE})),
-    *((knob.label, frozenset({knob.stage})) for knob in KNOBS if knob.stage),
+    *(
+        (knob.label if knob.label.isupper() else knob.label.lower(), frozenset({knob.stage}))
+        for knob in KNOBS
+        if knob.stage
+    ),
     ("leader confirmed", frozenset({Stage.REMEASURE})),
     ("neighbourhood", frozenset({Stage.NEIGHBOURHOOD})),
     ("runoff", frozenset({Stage.RUNOFF})),
