@@ -146,6 +146,7 @@ def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
     result = run(machine, tmp_path, settings=SearchSettings(objective="memory"))
     rec = result.recommendation
     assert remat_trials(machine) and rec.setup.remat
+    assert "adopted by the memory objective: " in rows(rec)["Rematerialisation"]
     # Too slow for it: tried, not adopted.
     slow = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     slow.pace = 0.3
@@ -153,6 +154,8 @@ def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
         slow, tmp_path, settings=SearchSettings(objective="memory"), study="slow"
     ).recommendation
     assert remat_trials(slow) and not rec.setup.remat
+    row = rows(rec)["Rematerialisation"]
+    assert "not adopted by the memory objective: " in row and "under 80% of its speed" in row
 
 
 def test_a_plain_search_never_runs_remat(tmp_path: Path) -> None:

@@ -100,7 +100,10 @@ def knob_line(k: KnobTrial, adoption: bool = True) -> str:
             + (f" (trial {numbers})" if numbers else "")
         )
     gain = k.gain or 0.0
-    if not adoption:
+    if k.reason:  # judged by another measure than its speed (the memory objective)
+        said = ("adopted" if k.adopted else "not adopted") if adoption else "judged"
+        verdict = f"{said} by {k.reason}"
+    elif not adoption:
         verdict = "faster" if k.adopted else "within the noise floor" if gain >= 1 else "slower"
     else:
         verdict = (

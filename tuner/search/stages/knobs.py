@@ -153,18 +153,26 @@ def _remat_target(ctx: SearchContext, precision: str, setup: Setup) -> tuple[Set
     )
 
 
-def _remat_pays(ctx: SearchContext) -> Callable[[Measured, Measured], bool]:
-    """Whether rematerialisation's run beats the pick's for the objective: faster beyond the
-    noise floor (speed), or less memory per sample beyond it at the objective's throughput
-    floor (memory, balanced)."""
+def _remat_pays(ctx: SearchContext) -> Callable[[Measured, Measured], tuple[bool, str]]:
+    """Whether rematerialisation's run beats the pick's for the objective, and what it was
+    judged by: faster beyond the noise floor (speed), or less memory per sample beyond it at
+    the objective's throughput floor (memory, balanced)."""
     settings = ctx.settings
     if settings.objective == "speed":
-        return lambda base, m: m.speed > base.speed * (1 + settings.noise_floor)
+        return lambda base, m: (m.speed > base.speed * (1 + settings.noise_floor), "")
     floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
-    return lambda base, m: (
-        m.speed >= floor * base.speed
-        and m.memory_per_sample < base.memory_per_sample * (1 - settings.noise_floor)
-    )
+
+    def pays(base: Measured, m: Measured) -> tuple[bool, str]:
+        leaner = m.memory_per_sample < base.memory_per_sample * (1 - settings.noise_floor)
+        fast = m.speed >= floor * base.speed
+        judged = (
+            f"the {settings.objective} objective: {m.memory_per_sample:.3g} vs "
+            f"{base.memory_per_sample:.3g} MB per sample"
+            + ("" if fast else f", under {floor:.0%} of its speed")
+        )
+        return leaner and fast, judged
+
+    return pays
 
 
 def confirm_leader(ctx: SearchContext, picks: dict[str, tuple[Measured, Measured]]) -> None:
@@ -201,10 +209,11 @@ def _record_try(
     tried: Setup,
     base: Measured,
     m: Measured,
-    pays: Callable[[Measured, Measured], bool] | None = None,
+    pays: Callable[[Measured, Measured], tuple[bool, str]] | None = None,
 ) -> KnobTrial:
     """Record a knob's try ``m`` of ``tried`` against ``base`` (at ``setup``): adopted when
-    it fits and ``pays`` (faster beyond the noise floor where None); failed (its status, and
+    it fits and ``pays`` (which also says what it judged by, where not by speed; faster beyond
+    the noise floor where None); failed (its status, and
     why) when it does not fit."""
     trials = (base.number, m.number)
     if not ctx.fits(m):
@@ -221,8 +230,11 @@ def _record_try(
             reason=message or why,
         )
     else:
-        adopted = pays(base, m) if pays else m.speed > base.speed * (1 + ctx.settings.noise_floor)
+        adopted, judged = (
+            pays(base, m) if pays else (m.speed > base.speed * (1 + ctx.settings.noise_floor), "")
+        )
         found = KnobTrial(precision, knob, setup, tried, base.speed, m.speed, trials, adopted, "ok")
+        found = dataclasses.replace(found, reason=judged or None)
     ctx.record_knob(found)
     return found
 
