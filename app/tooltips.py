@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tuner import api
 
 TOOLTIPS = {
@@ -99,8 +97,7 @@ def _knobs_tip() -> str:
     knob's word in a label, set to an example value, and the same in words."""
     parts = []
     for knob in api.KNOBS:
-        value: Any = (not knob.default) if knob.kind is bool else min(4, knob.most)
-        setup = api.Setup("float32", 64, **{knob.name: value})
+        setup = api.Setup("float32", 64, **{knob.name: knob.example()})
         word = knob.short(setup)
         if word is not None:  # TF32 is said by the precision (float32+tf32)
             parts.append(f"{word}: {knob.say(setup)}")

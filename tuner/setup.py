@@ -507,6 +507,11 @@ class Knob:
     def phrase_of(self, setup: Setup) -> str | None:
         return (self.phrase or self.say)(setup)
 
+    def example(self) -> Any:
+        """A value away from the default, to show or test the knob with: the other one of a
+        ``bool``, 4 (or ``most``) of an ``int``."""
+        return (not self.default) if self.kind is bool else min(4, self.most)
+
     def parse(self, value: Any) -> Any:
         """``value`` checked against the knob's kind.
 

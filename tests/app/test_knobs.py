@@ -416,8 +416,7 @@ def test_the_first_backend_is_keras_backend_from_the_environment(
 def test_the_knobs_column_explains_every_knob_in_a_label(knob: api.Knob) -> None:
     """The tables' knobs column tooltip is derived from the knobs' declarations: a knob added
     to ``api.KNOBS`` is explained there with nothing more to write."""
-    value = (not knob.default) if knob.kind is bool else min(4, knob.most)
-    setup = api.Setup("float32", 64, **{knob.name: value})
+    setup = api.Setup("float32", 64, **{knob.name: knob.example()})
     word = knob.short(setup)
     if word is None:  # said by the precision: float32+tf32
         assert knob.name not in TOOLTIPS["knobs"]

@@ -141,12 +141,10 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
     assert proc.stdout.count("ok ") == 2
 
 
-def run_script(config, tmp_path: Path) -> str:
-    """Run the script for ``config``, with the awkward hazards, for three steps."""
-    config = dataclasses.replace(config, hazards=AWKWARD_HAZARDS)
+def script_run(config, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Write the script for ``config`` and run it for three steps; it must end well."""
     script = tmp_path / "train_tuned.py"
     script.write_text(render(config, "script"), encoding="utf-8")
-    assert "os.system('exit 3')" in script.read_text(encoding="utf-8")  # in a comment
     proc = subprocess.run(
         [sys.executable, str(script), "--max-steps", "3"],
         cwd=tmp_path,
@@ -155,6 +153,14 @@ def run_script(config, tmp_path: Path) -> str:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def run_script(config, tmp_path: Path) -> str:
+    """Run the script for ``config``, with the awkward hazards, for three steps."""
+    config = dataclasses.replace(config, hazards=AWKWARD_HAZARDS)
+    proc = script_run(config, tmp_path)
+    assert "os.system('exit 3')" in (tmp_path / "train_tuned.py").read_text(encoding="utf-8")
     found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
     assert found, proc.stdout[-2000:]
     assert math.isfinite(float(found.group(1)))
@@ -221,16 +227,7 @@ def test_script_for_a_model_file(tmp_path: Path, dataset: str) -> None:
         run_script(config, tmp_path)
         return
     # Three steps asked, two batches in the PyDataset's epoch: the script trains its epoch.
-    script = tmp_path / "train_tuned.py"
-    script.write_text(render(config, "script"), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, str(script), "--max-steps", "3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = script_run(config, tmp_path)
     assert re.search(r"^final loss \S+ after 2 steps", proc.stdout, re.MULTILINE), proc.stdout
 
 
@@ -258,16 +255,7 @@ def test_script_for_a_model_with_two_inputs(tmp_path: Path, inputs: str) -> None
     """)
     )
     config = dataclasses.replace(make_config(model=str(model), batch_size=8), hazards=())
-    script = tmp_path / "train_tuned.py"
-    script.write_text(render(config, "script"), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, str(script), "--max-steps", "3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = script_run(config, tmp_path)
     assert "after 3 steps" in proc.stdout
     assert "doesn't match the expected structure" not in proc.stderr
 

@@ -26,22 +26,17 @@ from tuner.search.space import SearchSpace
 from tuner.search.stage import KNOB_STAGES, knob_stage
 from tuner.search.stages import knobs as knob_stages
 from tuner.search.stages.context import EXPLORING
-from tuner.setup import KNOB_DEFAULTS, KNOBS, Knob, Setup
+from tuner.setup import KNOB_DEFAULTS, KNOBS, Setup
 from tuner.trials.runner import WARM_VARIES
 
 NAMES = [knob.name for knob in KNOBS]
 BY_NAME = {knob.name: knob for knob in KNOBS}
 
 
-def other_value(knob: Knob) -> Any:
-    """A value of ``knob`` away from its default, derived from its kind."""
-    return (not knob.default) if knob.kind is bool else min(knob.default + 3, knob.most)
-
-
 def knobbed(name: str) -> Setup:
     """A float32 TensorFlow setup with the knob ``name`` away from its default (every knob
     takes float32 on TensorFlow)."""
-    return Setup("float32", 64, **{name: other_value(BY_NAME[name])})
+    return Setup("float32", 64, **{name: BY_NAME[name].example()})
 
 
 def test_the_setup_has_one_field_a_knob() -> None:
@@ -55,7 +50,7 @@ def test_the_setup_has_one_field_a_knob() -> None:
 def test_the_setup_takes_validates_stores_and_ranks_the_knob(name: str) -> None:
     knob, plain, setup = BY_NAME[name], Setup("float32", 64), knobbed(name)
     assert getattr(plain, name) == knob.default == KNOB_DEFAULTS[name]
-    assert getattr(setup, name) == other_value(knob)
+    assert getattr(setup, name) == knob.example()
     assert Setup.from_dict(setup.to_dict()) == setup != plain  # stored and read back
     assert name not in plain.to_dict() and name in setup.to_dict()
     assert plain.replace(**{name: getattr(setup, name)}) == setup
@@ -82,7 +77,7 @@ def test_the_knob_is_said_wherever_the_setup_is(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_mptune_trial_sets_the_knob_with_its_flag(name: str) -> None:
     knob = BY_NAME[name]
-    value = other_value(knob)
+    value = knob.example()
     given = [knob.flag] if knob.kind is bool else [knob.flag, str(value)]
     base = ["trial", "--model", "builtin:mlp", "--policy", "float32", "--batch-size", "8"]
     args = build_parser().parse_args([*base, *given])
