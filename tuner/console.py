@@ -165,6 +165,13 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+def _over_epochs(epochs: int) -> str:
+    """How fit's loop was timed, where it held whole epochs."""
+    if not epochs:
+        return ""
+    return f" over {epochs} whole epoch{'s' if epochs > 1 else ''}"
+
+
 def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
     """What fit can reach; where the input was timed, the device's figure and the input's
     apart, and what to do when the input is the bound."""
@@ -181,7 +188,8 @@ def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
         rows = [
             (
                 "throughput",
-                f"{result.samples_per_second:,.1f} samples/s in fit's own loop{held}",
+                f"{result.samples_per_second:,.1f} samples/s in fit's own loop"
+                f"{_over_epochs(fed.epochs)}{held}",
             ),
             ("fed by", fed.fed_by),
             ("device", _throughput(result, device) + ", from batches in memory"),

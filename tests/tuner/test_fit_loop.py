@@ -4,6 +4,8 @@ asked; arrays of mptune's own reach fit as a real epoch would, not the trial's 8
 
 from __future__ import annotations
 
+import time
+
 import keras
 import numpy as np
 import pytest
@@ -42,21 +44,66 @@ def test_the_clock_leaves_fits_dispatch_as_it_was() -> None:
 
 
 @pytest.mark.parametrize("steps_per_execution", [1, 2])
-def test_fit_rate_counts_the_steps_it_timed(steps_per_execution: int) -> None:
+def test_fit_rate_times_whole_epochs_where_they_are_short(steps_per_execution: int) -> None:
+    """Epochs of 12 batches, far shorter than the window: it runs from an epoch's end to
+    another's, so the work between epochs weighs once an epoch as in the user's fit."""
     model = _model(steps_per_execution)
     x, y = _arrays(12)
     model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # built and traced
     before = int(model.optimizer.iterations.numpy())
     fed = feeding.fit_rate(model, feeding.Feed(x, y, "arrays", "arrays"), 16, 0.3)
     steps = int(model.optimizer.iterations.numpy()) - before
-    # Every step fit ran, less the warm executions before the clock started, is counted.
-    assert fed["batches"] == steps - feeding.WARM_EXECUTIONS * steps_per_execution
-    assert fed["batches"] >= feeding.MIN_EXECUTIONS * steps_per_execution
-    assert fed["seconds"] >= 0.3
+    assert fed["epochs"] >= 1
+    # Every step of the whole epochs timed, and no other: the epochs before are not counted.
+    assert fed["batches"] == 12 * fed["epochs"]
+    assert steps % 12 == 0 and steps > fed["batches"]
+    # The epoch end nearest the window: at least half of it, less than one epoch over.
+    assert fed["seconds"] >= 0.15
     assert fed["samples_per_second"] == pytest.approx(fed["batches"] * 16 / fed["seconds"])
     assert fed["fit_loop"] and fed["kind"] == "arrays"
-    # It went on over epochs (12 batches each) as fit does, until its clock stopped it.
-    assert not model.stop_training or steps > 12
+
+
+def test_fit_rate_times_within_an_epoch_longer_than_its_window() -> None:
+    """An epoch of 400 batches outlasts a 0.1 s window: timed from the warm executions' end,
+    stopped within the epoch, every step it began counted."""
+    model = _model()
+    x, y = _arrays(400)
+    model.fit(x[:160], y[:160], batch_size=16, epochs=1, verbose=0)  # built and traced
+    before = int(model.optimizer.iterations.numpy())
+    fed = feeding.fit_rate(model, feeding.Feed(x, y, "arrays", "arrays"), 16, 0.1)
+    steps = int(model.optimizer.iterations.numpy()) - before
+    assert fed["epochs"] == 0
+    assert steps < 400  # stopped within the first epoch
+    assert fed["batches"] == steps - feeding.WARM_EXECUTIONS
+    assert fed["batches"] >= feeding.MIN_EXECUTIONS
+    assert fed["seconds"] >= 0.1
+
+
+def test_the_clock_counts_each_epochs_start_as_fit_does() -> None:
+    """An input whose every epoch begins slowly (a PyDataset that makes its first batch of an
+    epoch in 30 ms, the rest at once): the timed window holds one slow start an epoch, so its
+    rate is an epoch's batches over at least their epochs' starts."""
+
+    class SlowStart(keras.utils.PyDataset):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.x, self.y = _arrays(4)
+
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+            if i == 0:
+                time.sleep(0.03)  # the cost of an epoch's start, not a synchronisation
+            return self.x[i * 16 : (i + 1) * 16], self.y[i * 16 : (i + 1) * 16]
+
+    model = _model()
+    data = SlowStart()
+    model.fit(data, epochs=1, verbose=0)  # built and traced
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.5)
+    assert fed["epochs"] >= 2
+    assert fed["batches"] == 4 * fed["epochs"]
+    assert fed["seconds"] >= 0.03 * fed["epochs"]
 
 
 def test_a_dataset_is_given_to_fit_as_it_is() -> None:

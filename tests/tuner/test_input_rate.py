@@ -141,9 +141,11 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     assert result.input_bound
     # The figure is fit's own, not a formula over the device's rate and the input's.
     assert result.samples_per_second == fed.samples_per_second
-    # fit's loop ran as long as the measured window, over whole batches of 32.
+    # fit's loop ran about as long as the measured window (whole epochs to the end nearest
+    # it, or at least as long within an epoch), over whole batches of 32.
     t = result.timings
-    assert t.input_s is not None and t.measure_s is not None and t.input_s >= t.measure_s
+    assert t.input_s is not None and t.measure_s is not None
+    assert t.input_s >= (0.5 if fed.epochs else 1.0) * t.measure_s
     assert fed.batches >= 3 and fed.samples_per_second == pytest.approx(
         fed.batches * 32 / fed.seconds
     )

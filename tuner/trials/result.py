@@ -191,6 +191,9 @@ class InputRate:
     overlapped: bool = True
     #: the rate is fit's own loop training on the input (see :func:`reachable`)
     fit_loop: bool = False
+    #: whole epochs the window held (the work between epochs counted as fit counts it); 0: a
+    #: window within epochs longer than it (:class:`tuner.worker.feeding.FitClock`)
+    epochs: int = 0
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
@@ -231,6 +234,7 @@ class InputRate:
             seconds=float(data.get("seconds") or 0.0),
             overlapped=bool(data.get("overlapped", True)),
             fit_loop=bool(data.get("fit_loop", False)),
+            epochs=int(data.get("epochs") or 0),
         )
 
 

@@ -10,11 +10,13 @@ backend's epoch iterator (tf.data's prefetching threads; JAX's one batch ahead o
 device's and the input's rates timed apart nor their sum is what it reaches (on an H200, JAX
 b1024: fit 307 ms a step where the device took 140 and the input 259).
 
-So after the measured steps a trial runs ``model.fit`` itself on that input, for as long as its
-measured window, and times it with a callback that reads no log (Keras then dispatches batch
-callbacks as it would without it, off the main thread where the backend allows), from the end
-of its first :data:`WARM_EXECUTIONS` executions (which start the pipeline and trace the step for
-the input's signature) to ``fit``'s return (which waits for the last step). That rate is the
+So after the measured steps a trial runs ``model.fit`` itself on that input, for about as long
+as its measured window, and times it with a callback that reads no log (Keras then dispatches
+batch callbacks as it would without it, off the main thread where the backend allows), after
+its first :data:`WARM_EXECUTIONS` executions (which start the pipeline and trace the step for
+the input's signature): over whole epochs where they are shorter than the window, so that the
+work between epochs weighs as in the user's fit, else within one, to ``fit``'s return (which
+waits for the last step) (:class:`FitClock`). That rate is the
 trial's figure; the device's rate from batches in memory stays beside it, and the input holds
 training back where fit's rate is under :data:`~tuner.trials.result.INPUT_BOUND` of it.
 """
@@ -47,6 +49,9 @@ MIN_EXECUTIONS = 3
 STALL_FACTOR = 20.0
 #: Epochs without a finished step that make an input empty.
 EMPTY_EPOCHS = 3
+#: A window of fit's loop lasts at most this many times the seconds asked for (whole epochs
+#: a little longer than it, cut within the last).
+LONGEST = 2.0
 #: Epochs fit is asked for: its clock stops it (``stop_training``) long before.
 EPOCHS = 1_000_000
 #: Arrays of mptune's own (a built-in workload's, or synthetic) reach fit as an epoch of at
@@ -125,10 +130,20 @@ def epoch_arrays(batches: list[Any]) -> tuple[Any, Any]:
 class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
     """Times ``fit``'s loop without changing it: it reads no log, and says it is safe to call
     off the main thread (``async_safe``), so Keras dispatches the batch callbacks as it would
-    without it. The clock starts when the first ``warm`` executions have finished (Keras calls
-    ``on_train_batch_end`` once the execution's logs are ready) and stops fit
-    (``stop_training``) once ``seconds`` have passed and at least ``least`` more executions
-    began."""
+    without it.
+
+    Its window holds the work between epochs as often as fit's own does. Where an epoch ends
+    after the first ``warm`` executions (Keras calls ``on_epoch_end`` once the epoch's logs are
+    ready), the window runs from that end over whole epochs, to the end nearest ``seconds``
+    later: a new iterator, the pipeline filling again and fit's epoch-end work weigh once an
+    epoch, as in the user's run. A window of fit's loop that began after the warm executions
+    and stopped at any step counted them once per window instead: on a 16-batch ``tf.data``
+    epoch (bench/models/text_dataset.py, b256, about 2 s an epoch) a 3 s window held one such
+    start where fit pays one every epoch. Where epochs are longer than the window, it runs
+    from the end of the warm executions (Keras calls ``on_train_batch_end`` once the
+    execution's logs are ready) for ``seconds`` and at least ``least`` executions, stopping
+    fit (``stop_training``) within the epoch, where one epoch's start weighs little; and never
+    longer than :data:`LONGEST` times ``seconds``."""
 
     def __init__(self, seconds: float, warm: int = WARM_EXECUTIONS, least: int = MIN_EXECUTIONS):
         super().__init__()
@@ -138,8 +153,20 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         self.begun = self.done = 0
         self.started: float | None = None  #: when fit began
         self.start: float | None = None  #: when the warm executions had finished
+        #: when the first epoch after the warm executions ended, and executions begun by then
+        self.epoch_start: float | None = None
+        self.begun_at_epoch_start = 0
+        self.epochs = 0  #: whole epochs timed since ``epoch_start``
+        self._epoch_end: float | None = None
         self.stalled = False  #: the warm executions took too long (fit was stopped)
         self.empty = False  #: the input gave no batch (fit was stopped)
+
+    def window(self, end: float) -> tuple[int, float]:
+        """Executions timed and the seconds they took, for fit having returned at ``end``."""
+        if self.epoch_start is not None and self.epochs:
+            return self.begun - self.begun_at_epoch_start, end - self.epoch_start
+        assert self.start is not None
+        return self.begun - self.warm, end - self.start
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.started = time.perf_counter()
@@ -151,7 +178,12 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
             if self.started is not None and now - self.started > STALL_FACTOR * self.seconds + 5:
                 self.stalled = True
                 self.model.stop_training = True
-        elif self.begun - self.warm > self.least and now - self.start >= self.seconds:
+        elif self.begun - self.warm > self.least and (
+            # no epoch ended within the window: epochs longer than it, timed within one
+            (self.epoch_start is None and now - self.start >= self.seconds)
+            or now - self.start >= LONGEST * self.seconds
+        ):
+            self.epochs = 0
             self.model.stop_training = True
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
@@ -161,12 +193,24 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
                 self.start = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        now = time.perf_counter()
         # An empty input: epoch after epoch, no step ever finishes (Keras begins one, and finds
         # the input exhausted); a few epochs, so that a step's callbacks run late off the main
         # thread is not taken for it.
         if self.done == 0 and epoch >= EMPTY_EPOCHS:
             self.empty = True
             self.model.stop_training = True
+        if self.start is None or self.model.stop_training:
+            return
+        if self.epoch_start is None:
+            self.epoch_start, self.begun_at_epoch_start = now, self.begun
+        else:
+            self.epochs += 1
+            last = now - (self._epoch_end or self.epoch_start)
+            # The epoch end nearest the window's length: whole epochs, about ``seconds``.
+            if now - self.epoch_start + last / 2 >= self.seconds:
+                self.model.stop_training = True
+        self._epoch_end = now
 
 
 def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[str, Any]:
@@ -189,8 +233,7 @@ def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[st
             f"fit's first {clock.warm} steps on the input took over "
             f"{STALL_FACTOR * seconds + 5:.0f} s"
         )
-    executions = clock.begun - clock.warm
-    elapsed = end - clock.start
+    executions, elapsed = clock.window(end)
     samples = executions * spe * batch_size
     return {
         "samples_per_second": samples / elapsed if elapsed > 0 else None,
@@ -198,6 +241,7 @@ def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[st
         "fed_by": feed.fed_by,
         "batches": executions * spe,
         "seconds": elapsed,
+        "epochs": clock.epochs,
         "fit_loop": True,
     }
 
