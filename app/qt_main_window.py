@@ -731,10 +731,10 @@ class QtMainWindow(QMainWindow):
             text += "Resume to continue it."
             if view.failure is not None:
                 # Resume cannot help until the model file is fixed: say what failed first.
-                n = view.failure.trial
+                n, failed = view.failure.trial, window_words(view.failure.message)
                 text = (
                     "This session's search failed: the model fails in its own code"
-                    f"{f' (trial #{n})' if n is not None else ''}: {view.failure.message}. Fix "
+                    f"{f' (trial #{n})' if n is not None else ''}: {failed}. Fix "
                     "the model file, then press Resume: the failed trial runs again with the "
                     "fixed file."
                 )

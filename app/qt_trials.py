@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 
 from app.tooltips import TOOLTIPS
+from app.words import window_words
 from tuner import api
 
 COLUMNS = (
@@ -215,7 +216,7 @@ def status_text(result: api.TrialResult, stopped: bool = False) -> str:
     """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``ok, pruned``, ``unsafe ⚠ 2 hazards: why``,
     ``oom: why``, ``unsupported: why``, ``stopped: why``."""
     if stopped:
-        why = result.error.message if result.error else ""
+        why = window_words(result.error.message) if result.error else ""
         return why if why.startswith("stopped") else "stopped" + (f": {why}" if why else "")
     text = result.status.value
     if result.pruned:
@@ -224,7 +225,7 @@ def status_text(result: api.TrialResult, stopped: bool = False) -> str:
         n = len(result.hazards)
         text += f" \u26a0 {n} hazard{'s' if n > 1 else ''}"
     if not result.ok:
-        text += f": {result.error.message if result.error else ''}"
+        text += f": {window_words(result.error.message) if result.error else ''}"
     return text
 
 
@@ -273,7 +274,7 @@ def status_tooltip(result: api.TrialResult, stopped: bool = False) -> str | None
     if result.pruned:
         parts.append(f"<p>{html.escape(result.pruned_words, quote=False)}</p>")
     if result.error is not None:
-        parts.append(f"<p>{html.escape(result.error.message, quote=False)}</p>")
+        parts.append(f"<p>{html.escape(window_words(result.error.message), quote=False)}</p>")
     if result.status is api.TrialStatus.UNSUPPORTED:
         parts.append(f"<p>{html.escape(TOOLTIPS['unsupported'], quote=False)}</p>")
     if result.hazards:

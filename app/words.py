@@ -1,64 +1,63 @@
-"""The window's words for what the engine says in the command line's words.
+"""The window's words for the settings the engine names (issue 36, item 4).
 
-The engine words its findings once, for its first face, the command line: "--xla auto tries
-XLA on a GPU only". A window user has a combo box, not a flag, so every engine text the window
-shows passes through :func:`window_words`, which names the control instead ("XLA: auto in the
-Search panel"). The table below is the window face's one wording layer; the CLI keeps its own
-words. tests/app/test_words.py checks that no flag is left in any text a recorded search makes.
+The engine does not word a setting in any face's terms: it writes it into its text as data
+(:mod:`tuner.said`, ``[[xla auto]]``), and each face says it its own way. The command line says
+a flag (``--xla auto``); a window user has a combo box, so every engine text the window shows
+passes through :func:`window_words`, which names the control that sets it instead ("XLA: auto in
+the Search panel"), by the labels of the Search panel's rows (app/qt_setup.py) and the
+toolbar's buttons. tests/app/test_words.py checks that every setting a recorded search names
+has its words here, and that no text the window shows keeps one unworded.
 """
 
 from __future__ import annotations
 
-import re
+from tuner import api
 
-#: (the command line's words, the window's), most specific first. The window's names are the
-#: labels of its controls (app/qt_setup.py's form rows, the toolbar's buttons).
-_CONTROLS: tuple[tuple[str, str], ...] = (
-    (r"`?mptune tune --resume [\w.-]+`? runs that check", "Resume runs that check"),
-    (r"\(continue with mptune tune --resume [\w.-]+\)", "(press Resume to continue it)"),
-    (r"finish it with mptune tune --resume [\w.-]+", "finish it with Resume"),
-    (r"`?mptune tune --resume [\w.-]+`?", "Resume"),
-    (r"--xla auto tries XLA", "XLA: auto in the Search panel tries XLA"),
-    (r"--xla off", "XLA: off in the Search panel"),
-    (r"--xla\b", "XLA in the Search panel"),
-    (r"--policies or the hardware prior", "the Policies boxes or the hardware's advice"),
-    (r"--policies\b", "Policies in the Search panel"),
-    (r"search with --global-batch (\d+)", r"search with Global batch \1"),
-    (r"\(--global-batch\)", "(Global batch in the Search panel)"),
-    (r"--global-batch\b", "Global batch"),
-    (r"--budget-minutes sets another", "Time budget in the Search panel sets another"),
-    (r"--budget-minutes\b", "Time budget"),
-    (r"--max-trials\b", "Max trials"),
-    (r"--measure-seconds\b", "Trial length"),
-    (r"--parallel auto\b", "Trials at once: auto"),
-    (r"--parallel\b", "Trials at once"),
-    (r"--storage postgresql://\.\.\.", "Storage: postgresql://..."),
-    (r"--storage\b", "Storage"),
-    (r"--format snippet --keras 2", "Snippet with Keras 2"),
-    (r"\(--keras 3\)", "(Keras 3)"),
-    (r"--keras (\d)", r"Keras \1"),
-    (r"mptune tune --backend (\w+)", r"choose Backend \1 and search again"),
-    (r"--backend\b", "Backend"),
-    (
-        r"Leave out --model to continue it, or give another --study to start a new session",
-        "Open that session from History to continue it, or choose another model",
-    ),
-    (r"Give another --study for this machine", "Start a new search on this machine"),
-    (r"--model\b", "Model"),
-    (r"--timeout\b", "the trial time limit"),
-)
-_COMPILED = tuple((re.compile(pattern), window) for pattern, window in _CONTROLS)
-#: A name said twice in a row, the first time as a heading ("XLA: XLA: auto in the Search
-#: panel ..."). The engine words a finding as "what: why" ("XLA: --xla auto tries XLA ..."),
-#: and a why that starts with the knob's flag reads well on the command line; the window
-#: names the flag's control, whose name is the knob's, so the heading said it first.
-_SAID_TWICE = re.compile(r"\b([A-Z][A-Za-z]*(?: [a-z]+)*): (?=\1\b)")
-#: A command-line flag, for tests and for a text the table does not know yet.
-FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
+Setting = api.said.Setting
+
+#: Each setting the engine names: the control that sets it, and where the control is (empty for
+#: a button or a setting the window sets itself).
+CONTROLS: dict[str, tuple[str, str]] = {
+    "backend": ("Backend", " in the Search panel"),
+    "budget_minutes": ("Time budget", " in the Search panel"),
+    "device": ("the device", ""),  # the window tunes on GPU 0, else the CPU
+    "format": ("the format", " in the Export panel"),
+    "global_batch": ("Global batch", " in the Search panel"),
+    "keras": ("Keras", ""),
+    "max_trials": ("Max trials", " in the Search panel"),
+    "measure_seconds": ("Trial length", " in the Search panel"),
+    "memory_limit": ("the memory limit", ""),
+    "model": ("Model", " in the Search panel"),
+    "parallel": ("Trials at once", " in the Search panel"),
+    "policies": ("the Policies boxes", " in the Search panel"),
+    "resume": ("Resume", ""),
+    "storage": ("Storage", " in the Search panel"),
+    "study": ("session name", ""),
+    "timeout": ("the trial time limit", ""),
+    "workers": ("workers (mptune worker)", ""),
+    "xla": ("XLA", " in the Search panel"),
+}
+
+
+def control_words(setting: Setting) -> str:
+    """One setting as the window says it: the control, the value it would be set to, and where
+    the control is. ``resume`` is the toolbar's button, whatever session it names (the one the
+    window shows); an export's format and Keras are what the Export panel offers."""
+    label, where = CONTROLS[setting.name]
+    if setting.value is None or setting.name == "resume":
+        return f"{label}{where}"
+    if setting.name == "keras":
+        return f"Keras {setting.value}"
+    if setting.name == "format":
+        return setting.value.capitalize()
+    return f"{label}: {setting.value}{where}"
 
 
 def window_words(text: str) -> str:
-    """``text`` with each command-line flag it names replaced by the window's control."""
-    for pattern, window in _COMPILED:
-        text = pattern.sub(window, text)
-    return _SAID_TWICE.sub("", text)
+    """``text`` with each setting it names as the control that sets it, and a name not said
+    twice: the engine words a finding as "what: why", and a why that begins with the knob's own
+    setting would read "XLA: XLA: auto in the Search panel ..." in the window."""
+    worded = api.said.render(text, control_words)
+    for label, _where in CONTROLS.values():
+        worded = worded.replace(f"{label}: {label}", label)
+    return worded

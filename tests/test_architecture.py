@@ -212,8 +212,9 @@ def test_the_architecture_page_draws_the_real_imports() -> None:
     assert drawn, "no arrows block in docs/architecture.md"
     missing = [f"{a} -> {b}" for a, b in drawn if not _imports(graph, a, b)]
     assert missing == [], f"drawn but not imported: {missing}"
-    floors = ["cli", "console", "api", "export", "search", "worker", "workloads", "trials",
-              "hardware", "keras_setup", "resources", "setup", "policies", "errors"]  # fmt: skip
+    floors = ["cli", "console", "cli_arguments", "api", "export", "search", "worker",
+              "workloads", "trials", "hardware", "keras_setup", "resources", "setup", "policies",
+              "errors", "said"]  # fmt: skip
     search = sorted(
         m.removeprefix("tuner.")
         for m in graph.modules
@@ -436,3 +437,66 @@ def test_the_search_state_changes_in_its_own_module(tmp_path: Path) -> None:
         "pkg/a.py:3",
         "pkg/a.py:4",
     ]
+
+
+#: The modules of the command-line face: the only ones that word a setting as its flag.
+FLAG_SPEAKERS = ("tuner/cli.py", "tuner/cli_arguments.py", "tuner/console.py")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of a module, its classes and functions."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _flags_written(root: Path, flags: set[str]) -> list[str]:
+    """Where a string in code (not a docstring, not a comment) holds one of ``flags`` as a
+    word: ``--xla`` in "--xla off", not in "--xla_gpu_autotune_level"."""
+    places = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root.parent).as_posix()
+        if where.startswith(FLAG_SPEAKERS):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in docs:
+                continue
+            text = node.value
+            for flag in flags:
+                at = text.find(flag)
+                while at >= 0:
+                    after = text[at + len(flag) : at + len(flag) + 1]
+                    if not after or not (after.isalnum() or after in "-_"):
+                        places.append(f"{where}:{node.lineno} {flag}")
+                        break
+                    at = text.find(flag, at + 1)
+    return sorted(set(places))
+
+
+def test_no_engine_text_words_a_flag(tmp_path: Path) -> None:
+    """Issue 36: the engine names a setting as data (tuner.said), each face words it; the
+    command line's flags are written only by the command line's own modules."""
+    sys.path.insert(0, str(ROOT))
+    from tuner.cli_arguments import FLAGS
+
+    flags = set(FLAGS.values()) | {"--verbose", "--version", "--help"}
+    assert "--budget-minutes" in flags and "--accumulate" in flags  # the parser's own
+    assert _flags_written(ROOT / "tuner", flags) == []
+    # The scan finds what it is for, and leaves docstrings and other programs' flags alone.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        '"""Run ``mptune tune --xla off``."""\n'
+        "def f(n):\n"
+        '    """--xla in a docstring"""\n'
+        '    env = "--xla_gpu_autotune_level=0"  # --xla in a comment\n'
+        '    return f"raise --timeout to {n}" + "--xla"\n'
+    )
+    assert _flags_written(tmp_path / "pkg", flags) == ["pkg/a.py:5 --timeout", "pkg/a.py:5 --xla"]

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuner import said
 from tuner.errors import MptuneError
 from tuner.policies import BACKENDS, FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES, TENSORFLOW
 from tuner.search.events import (
@@ -192,6 +193,7 @@ __all__ = [
     "render_config",
     "render_hardware",
     "run_trial",
+    "said",
     "save_export",
     "session_config",
     "stored_result",
@@ -334,7 +336,7 @@ def backend_from_env(environ: dict[str, str] | None = None) -> str:
     if value not in BACKENDS:
         raise MptuneError(
             f"KERAS_BACKEND={value!r} (from the environment) is not a backend mptune tunes "
-            f"({', '.join(BACKENDS)}): give --backend, or unset KERAS_BACKEND"
+            f"({', '.join(BACKENDS)}): give {said.setting('backend')}, or unset KERAS_BACKEND"
         )
     return value
 

@@ -12,9 +12,10 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
@@ -25,6 +26,34 @@ from rich.text import Text
 
 from tuner import api
 from tuner.api import TrialResult, TrialSpec, WorkerMessage
+from tuner.cli_arguments import flag_words
+
+
+class _Worded:
+    """A stream of the command line's: what is written to it has each setting the engine names
+    (:mod:`tuner.said`) in the command line's words, the flag that sets it."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(api.said.render(text, flag_words))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def worded_streams() -> Iterator[None]:
+    """Everything the command line prints (tables, progress, JSON, its errors) in its own
+    words: one place, so that no text of the engine's reaches a terminal unworded."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Worded(out), _Worded(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 class TrialProgress:
@@ -473,8 +502,8 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
             table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)
         else:
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for row in rows:
-        table.add_row(*(row[name] for name, _ in shown))
+    for row in rows:  # worded before rich lays the cells out (the stream's words come after)
+        table.add_row(*(api.said.render(row[name], flag_words) for name, _ in shown))
     return table
 
 

@@ -466,7 +466,8 @@ class Knob:
         evidence: the key of that row (``KnobEvidence.knob``).
         warm: a warm worker runs a trial with another value (``compile()`` sets it) without
             building the model again; TF32, a process-wide setting, is not.
-        flag: the ``mptune trial`` flag that sets it; ``help`` its help.
+        option: the word of its ``mptune trial`` flag (the CLI puts ``--`` before it); ``help``
+            its help.
         stage: the stored name of the search stage that tries it on each precision's pick
             (its function is in :data:`tuner.search.stages.knobs.TRIES`); None where another
             stage decides it (TF32: the policies; accumulation: the ladder).
@@ -489,7 +490,7 @@ class Knob:
     label: str
     evidence: str
     warm: bool
-    flag: str
+    option: str
     help: str
     short: Callable[[Setup], str | None]
     say: Callable[[Setup], str | None]
@@ -543,7 +544,7 @@ KNOBS: tuple[Knob, ...] = (
         label="XLA",
         evidence="xla",
         warm=True,
-        flag="--xla",
+        option="xla",
         help="compile the training step with XLA (jit_compile=True); on torch this is "
         "torch.compile, and jax always compiles with XLA",
         stage="xla",
@@ -563,7 +564,7 @@ KNOBS: tuple[Knob, ...] = (
         label="Steps per execution",
         evidence="steps_per_execution",
         warm=True,
-        flag="--steps-per-execution",
+        option="steps-per-execution",
         help="training steps per train_function call (default 1; torch runs 1 only)",
         stage="steps-per-execution",
         refuses=lambda value, policy, backend: (
@@ -591,7 +592,7 @@ KNOBS: tuple[Knob, ...] = (
         label="TF32",
         evidence="tf32",
         warm=False,
-        flag="--tf32",
+        option="tf32",
         help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)",
         refuses=lambda value, policy, backend: (
             f"TF32 is a variant of float32; {policy.name} already computes in "
@@ -615,8 +616,8 @@ KNOBS: tuple[Knob, ...] = (
         label="Global batch",
         evidence="global_batch",
         warm=True,
-        flag="--accumulate",
-        help="gradient accumulation steps: each update sees N x --batch-size samples (default 1)",
+        option="accumulate",
+        help="gradient accumulation steps: each update sees N x the batch size samples (default 1)",
         keras2=False,
         short=lambda s: (
             f"acc{s.gradient_accumulation_steps}" if s.gradient_accumulation_steps > 1 else None
@@ -637,7 +638,7 @@ KNOBS: tuple[Knob, ...] = (
         label="Rematerialisation",
         evidence="remat",
         warm=False,  # the layers take it when they are built
-        flag="--remat",
+        option="remat",
         help="rematerialise: recompute each layer's activations in the backward pass "
         "(keras.RematScope), less memory for more compute",
         stage="remat",

@@ -1,17 +1,21 @@
-"""Window words for window users: no engine text the window shows names a command-line flag
-(issue 27). The CLI keeps its own words: the engine's texts are unchanged."""
+"""Each face words the settings the engine names in its own terms (issues 27 and 36): the engine
+writes a setting as data (``[[xla auto]]``, :mod:`tuner.said`), the window says the control that
+sets it, the command line its flag; no engine text the window shows names a flag or keeps a
+setting unworded."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from app.words import FLAG, window_words
+from app.words import CONTROLS, control_words, window_words
+from tuner import api
+from tuner.cli_arguments import FLAGS, flag_words
 
 SEARCHES = Path(__file__).resolve().parents[1] / "tuner" / "data" / "searches"
+S = api.said.setting
 
 
 def engine_texts() -> list[str]:
@@ -24,52 +28,91 @@ def engine_texts() -> list[str]:
     return texts
 
 
-def test_recorded_searches_say_flags_the_window_renames() -> None:
+def _names_a_flag(text: str) -> bool:
+    return any(f"{flag} " in f"{text} " or f"{flag})" in text for flag in FLAGS.values())
+
+
+def test_recorded_searches_name_settings_each_face_words() -> None:
     texts = engine_texts()
-    flagged = [t for t in texts if FLAG.search(t)]
-    assert flagged, "the recorded searches name no flag: this test checks nothing"
-    for text in flagged:
+    named = [t for t in texts if api.said.names(t)]
+    assert named, "the recorded searches name no setting: this test checks nothing"
+    for text in texts:
+        assert not _names_a_flag(text), f"the engine words a flag itself: {text}"
+    for text in named:
         shown = window_words(text)
-        assert not FLAG.search(shown), shown
+        assert "[[" not in shown and not _names_a_flag(shown), shown
+        said = api.said.render(text, flag_words)
+        assert "[[" not in said and _names_a_flag(said), said
+
+
+def test_every_setting_the_engine_may_name_has_words_in_each_face() -> None:
+    for name in api.said.SETTINGS:
+        assert name in CONTROLS, f"the window has no words for {name}"
+        assert name in FLAGS, f"the command line has no flag for {name}"
+        for value in (None, "2"):
+            setting = api.said.Setting(name, value)
+            assert control_words(setting) and flag_words(setting).startswith(("--", "mptune"))
 
 
 @pytest.mark.parametrize(
-    "cli, window",
+    "engine, window, cli",
     [
         (
-            "not tried (--xla auto tries XLA on a GPU only, and the trials ran on the CPU)",
+            f"not tried ({S('xla', 'auto')} tries XLA on a GPU only, and the trials ran on the "
+            "CPU)",
             "not tried (XLA: auto in the Search panel tries XLA on a GPU only, and the trials "
             "ran on the CPU)",
+            "not tried (--xla auto tries XLA on a GPU only, and the trials ran on the CPU)",
         ),
         (
             "not compared with float32 at batch size 64 (the budget ended first); "
-            "`mptune tune --resume my-run` runs that check",
+            f"{S('resume', 'my-run')} runs that check",
             "not compared with float32 at batch size 64 (the budget ended first); Resume runs "
             "that check",
+            "not compared with float32 at batch size 64 (the budget ended first); mptune tune "
+            "--resume my-run runs that check",
         ),
         (
-            "the default time budget on a GPU (20 min, about 48 trials; --budget-minutes sets "
+            f"the default time budget on a GPU (20 min; {S('budget_minutes')} sets another)",
+            "the default time budget on a GPU (20 min; Time budget in the Search panel sets "
             "another)",
-            "the default time budget on a GPU (20 min, about 48 trials; Time budget in the "
-            "Search panel sets another)",
+            "the default time budget on a GPU (20 min; --budget-minutes sets another)",
         ),
         (
-            "the script export is Keras 3 only; use --format snippet --keras 2",
-            "the script export is Keras 3 only; use Snippet with Keras 2",
+            f"the script export is Keras 3 only; use {S('keras', 2)} with {S('format', 'snippet')}",
+            "the script export is Keras 3 only; use Keras 2 with Snippet",
+            "the script export is Keras 3 only; use --keras 2 with --format snippet",
         ),
         (  # issue 33: the knob is named once, not "XLA: XLA: auto ..."
-            "XLA: --xla auto tries XLA on a GPU only, and the trials ran on the CPU",
-            "XLA: auto in the Search panel tries XLA on a GPU only, and the trials ran on the CPU",
+            f"XLA: {S('xla', 'auto')} tries XLA on a GPU only",
+            "XLA: auto in the Search panel tries XLA on a GPU only",
+            "XLA: --xla auto tries XLA on a GPU only",
         ),
         (
-            "64, kept (--global-batch): batch size 32",
+            f"64, kept ({S('global_batch')}): batch size 32",
             "64, kept (Global batch in the Search panel): batch size 32",
+            "64, kept (--global-batch): batch size 32",
+        ),
+        (  # brackets that hold no setting are the text's own
+            "expected shape [[1, 2]] and [[xla_flags]]",
+            "expected shape [[1, 2]] and [[xla_flags]]",
+            "expected shape [[1, 2]] and [[xla_flags]]",
         ),
     ],
 )
-def test_each_flag_becomes_the_control_that_sets_it(cli: str, window: str) -> None:
-    assert window_words(cli) == window
+def test_each_face_words_a_setting_its_own_way(engine: str, window: str, cli: str) -> None:
+    assert window_words(engine) == window
+    assert api.said.render(engine, flag_words) == cli
     assert window_words(window) == window  # window words stay as they are
+
+
+def test_a_setting_is_data() -> None:
+    text = f"search with {S('global_batch', 256)} to keep your batch"
+    assert api.said.names(text) == [api.said.Setting("global_batch", "256")]
+    with pytest.raises(ValueError, match="unknown setting"):
+        S("learning_rate")
+    with pytest.raises(ValueError, match="cannot be empty"):
+        S("study", " ")
 
 
 def search_panel_names(qtbot, tmp_path: Path) -> list[str]:
@@ -92,9 +135,18 @@ def search_panel_names(qtbot, tmp_path: Path) -> list[str]:
     return names
 
 
+def test_the_window_names_controls_it_has(qtbot, tmp_path: Path) -> None:
+    """A setting said to be in the Search panel is one of its rows, by that row's label."""
+    names = search_panel_names(qtbot, tmp_path)
+    panel = [label for label, where in CONTROLS.values() if where == " in the Search panel"]
+    assert panel
+    for label in panel:
+        assert label in names or label.removeprefix("the ").removesuffix(" boxes") in names, label
+
+
 def test_no_control_is_named_twice_in_a_row(qtbot, tmp_path: Path) -> None:
     """Issue 33: "Not tried: XLA: XLA: auto in the Search panel ...". The engine says what was
-    not tried, then why, and the why began with the flag of the same knob; renamed to its
+    not tried, then why, and the why began with the setting of the same knob; renamed to its
     control, the knob was named twice."""
     names = search_panel_names(qtbot, tmp_path)
     assert "XLA" in names and "Global batch" in names
@@ -105,7 +157,6 @@ def test_no_control_is_named_twice_in_a_row(qtbot, tmp_path: Path) -> None:
     for text in texts:
         shown = window_words(text)
         for name in names:
-            twice = re.search(rf"\b{re.escape(name)}\W+{re.escape(name)}\b", shown)
-            assert twice is None, shown
+            assert f"{name}: {name}" not in shown and f"{name} {name}" not in shown, shown
             checked += name in shown
     assert checked, "no recorded text names a control: this test checks nothing"

@@ -630,7 +630,7 @@ def test_a_stored_session_keeps_its_backend(
         "session 'on-torch' was measured with other settings (backend 'torch' -> 'jax'): its "
         "trials would not compare."
     ), message
-    assert "give another --study" in message
+    assert "give another [[study]]" in message  # the engine names the setting
 
 
 def test_detect_lists_the_backends_and_how_to_install_the_missing_ones() -> None:

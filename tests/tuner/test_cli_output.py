@@ -301,7 +301,7 @@ def test_a_failed_session_says_so_and_a_fixed_model_resumes_it(tmp_path: Path) -
     with pytest.raises(MptuneError, match="fails in its own code") as info:
         run(broken, tmp_path, study="broken")
     # The error says how to go on: fix the file, then resume.
-    assert "mptune tune --resume broken" in str(info.value)
+    assert "[[resume broken]]" in str(info.value)  # the CLI says: mptune tune --resume broken
     (summary,) = list_sessions(storage)
     assert summary.outcome == "failed: model error"
 

@@ -65,7 +65,7 @@ def test_tune_refuses_in_one_line_before_any_trial(tmp_path: Path) -> None:
     assert proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"mptune: error: {HEADLINE} (TensorFlow 2.21.0 is a CUDA 12 build")
-    assert line.endswith(f": fix it with {FIX}, or pass --device cpu to tune on the CPU anyway")
+    assert line.endswith(f": fix it with {FIX}, or tune on the CPU anyway with --device cpu")
     # No trial ran: nothing was stored.
     listed = mptune("sessions", "--storage", storage)
     assert listed.returncode == 0 and "no stored sessions" in listed.stdout

@@ -1121,7 +1121,7 @@ def test_keras2_refuses_gradient_accumulation() -> None:
     with pytest.raises(ConfigError) as info:
         render(config, "snippet", "2")
     message = str(info.value)
-    assert "\n" not in message and "--keras 3" in message and "2 accumulation steps" in message
+    assert "\n" not in message and "[[keras 3]]" in message and "2 accumulation steps" in message
     assert "tf_keras" in message
     render(config, "snippet", "3")  # Keras 3 can
     assert json.loads(render(config, "json", "2"))["setup"]["gradient_accumulation_steps"] == 2
@@ -1213,7 +1213,7 @@ def test_keras2_refuses_other_backends_on_one_line(tmp_path: Path, backend: str,
         render(config, "snippet", "2")
     assert str(info.value) == (
         f"this setup was tuned on the {backend} backend ({name}), and tf_keras (Keras 2) runs on "
-        "TensorFlow only; export it for Keras 3 (--keras 3)"
+        "TensorFlow only; export it for Keras 3 ([[keras 3]])"
     )
     path = tmp_path / "tuned.json"
     config.save(path)

@@ -851,7 +851,7 @@ def test_apply_config_checks_the_backend(tmp_path: Path, backend: str) -> None:
             assert str(exc) == (
                 "this config was tuned on the TensorFlow backend (tensorflow), but Keras runs "
                 "on {backend} in this process: set KERAS_BACKEND=tensorflow before Keras is "
-                "first imported (or tune again on {backend}: mptune tune --backend {backend})"
+                "first imported (or tune it again with the {backend} backend)"
             ), str(exc)
         else:
             raise AssertionError("a TensorFlow config was applied on {backend}")

@@ -365,7 +365,7 @@ def test_a_new_search_on_the_default_device_is_refused_before_any_trial(tmp_path
         "NVML sees 1 NVIDIA GPU (NVIDIA H100 80GB HBM3) but the TensorFlow backend can use none "
         "(TensorFlow 2.21.0 is a CUDA 12 build, but its CUDA libraries are not installed: "
         "libcudart.so.12, libcublas.so.12, libcudnn.so.9 not found): fix it with pip install "
-        "'tensorflow[and-cuda]', or pass --device cpu to tune on the CPU anyway"
+        "'tensorflow[and-cuda]', or tune on the CPU anyway with [[device cpu]]"
     )
     assert refused.value.exit_code == 2
     assert cpu_machine.calls == [] and list_sessions(storage) == []

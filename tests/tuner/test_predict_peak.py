@@ -58,7 +58,7 @@ def test_on_a_gpu_the_step_is_xlas_own_figures_against_the_allocators_limit(gpu:
     assert (found["limit_mb"], found["limit_source"]) == (8000.0, "the allocator's limit")
     assert "scratch" not in found["method"]
     # --memory-limit wins over the allocator's.
-    assert predict(steps, on_cpu=False, limit=1500.0)["limit_source"] == "--memory-limit"
+    assert predict(steps, on_cpu=False, limit=1500.0)["limit_source"] == "[[memory_limit]]"
 
 
 def test_on_a_cpu_the_temporary_bytes_carry_the_kernels_scratch(

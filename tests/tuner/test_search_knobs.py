@@ -86,9 +86,9 @@ def test_the_xla_stage_runs_only_where_it_should(
         assert row.startswith("off: not tried")
         why = {item["what"]: item["why"] for item in rec.not_tried}["XLA"]
         assert why == (
-            "--xla off"
+            "[[xla off]]"
             if mode == "off"
-            else "--xla auto tries XLA on a GPU only, and the trials ran on the CPU"
+            else "[[xla auto]] tries XLA on a GPU only, and the trials ran on the CPU"
         )
     assert round_trips(rec)
 
@@ -314,7 +314,7 @@ def test_the_global_batch_is_fixed_over_every_trial(tmp_path: Path) -> None:
     assert {960, 480, 320, 240} <= f32
     assert rec.setup.global_batch == 960 and rec.global_batch == 960
     assert any(n.startswith("the global batch 960 is kept") for n in rec.notes)
-    assert rows(rec)["Global batch"].startswith("960, kept (--global-batch)")
+    assert rows(rec)["Global batch"].startswith("960, kept ([[global_batch]])")
     assert round_trips(rec)
 
 
@@ -380,7 +380,7 @@ def test_a_batch_size_unlike_the_users_says_what_it_means_for_the_learning_rate(
     assert rec.setup.batch_size == 256 and rec.user_batch == 32
     (note,) = [n for n in rec.notes if "differs from yours" in n]
     assert "the recommended batch size 256 differs from yours (32)" in note
-    assert "256/32 = 8" in note and "Goyal et al. 2017" in note and "--global-batch 32" in note
+    assert "256/32 = 8" in note and "Goyal et al. 2017" in note and "[[global_batch 32]]" in note
     assert "yours is 32" in rows(rec)["Global batch"]
     assert round_trips(rec)
 

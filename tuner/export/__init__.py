@@ -19,6 +19,7 @@ from tuner.export.config import (
     TunedConfig,
 )
 from tuner.export.render import FORMATS, render
+from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.hazards import Hazard
 
@@ -75,12 +76,12 @@ def config_from_session(session: SessionView) -> TunedConfig:
         raise ConfigError(
             f"session {session.name} has no recommendation: its search failed in the model's "
             f"own code ({session.failure.message}); fix the model, then continue with "
-            f"mptune tune --resume {session.name}"
+            f"{setting('resume', session.name)}"
         )
     if rec is None:
         raise ConfigError(
             f"session {session.name} has no recommendation yet: finish it with "
-            f"mptune tune --resume {session.name}"
+            f"{setting('resume', session.name)}"
         )
     profile = HardwareProfile.from_dict(session.hardware)
     return TunedConfig(

@@ -151,7 +151,7 @@ def _check_backend(config: TunedConfig, running: str) -> None:
     raise BackendMismatchError(
         f"this config was tuned on the {BACKEND_NAMES[tuned]} backend ({tuned}), but Keras runs "
         f"on {running} in this process: set KERAS_BACKEND={tuned} before Keras is first imported "
-        f"(or tune again on {running}: mptune tune --backend {running})"
+        f"(or tune it again with the {running} backend)"
     )
 
 

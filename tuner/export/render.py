@@ -24,6 +24,7 @@ from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
 from tuner.policies import JAX, TENSORFLOW
 from tuner.resources import templates_dir
+from tuner.said import setting
 from tuner.setup import BACKEND_NAMES, KNOBS
 from tuner.trials.models import parse_model_spec
 
@@ -138,19 +139,23 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
     if fmt == "json":
         return config.to_json()
     if fmt == "script" and keras == "2":
-        raise ConfigError("the script export is Keras 3 only; use --format snippet --keras 2")
+        raise ConfigError(
+            f"the script export is Keras 3 only; use {setting('keras', 2)} with "
+            f"{setting('format', 'snippet')}"
+        )
     backend = config.setup.backend
     if keras == "2" and backend != TENSORFLOW:
         raise ConfigError(
             f"this setup was tuned on the {backend} backend ({BACKEND_NAMES[backend]}), and "
-            "tf_keras (Keras 2) runs on TensorFlow only; export it for Keras 3 (--keras 3)"
+            "tf_keras (Keras 2) runs on TensorFlow only; export it for Keras 3 "
+            f"({setting('keras', 3)})"
         )
     setup = config.setup
     for knob in KNOBS:
         if keras == "2" and not knob.keras2 and getattr(setup, knob.name) != knob.default:
             raise ConfigError(
                 f"this setup has {knob.say(setup) or knob.label}, which tf_keras (Keras 2) "
-                "cannot do; export it for Keras 3 (--keras 3)"
+                f"cannot do; export it for Keras 3 ({setting('keras', 3)})"
             )
     template = f"snippet_keras{keras}.py.j2" if fmt == "snippet" else "script_keras3.py.j2"
     return _environment().get_template(template).render(**_context(config))

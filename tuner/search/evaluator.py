@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tuner.errors import Terminated
 from tuner.policies import FLOAT32
+from tuner.said import setting
 from tuner.search.events import (
     SearchEvent,
     StageStarted,
@@ -440,7 +441,7 @@ class Evaluator:
             return f"the time budget of {s.budget_minutes:g} min"
         return (
             f"the default time budget on a GPU ({budget / 60:.0f} min, about "
-            f"{GPU_BUDGET_TRIALS} trials; --budget-minutes sets another)"
+            f"{GPU_BUDGET_TRIALS} trials; {setting('budget_minutes')} sets another)"
         )
 
     def seconds_left(self) -> float | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuner.errors import MptuneError
+from tuner.said import setting
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
 from tuner.search.request import JoinRequest
@@ -100,7 +101,8 @@ def work(
         if session is None:
             raise MptuneError(
                 f"no session named {study!r} in {redact_url(storage)}: start its search "
-                "first (mptune tune --workers --study NAME --storage URL)"
+                f"first (with {setting('workers')} {setting('study', study)} "
+                f"{setting('storage', 'URL')})"
             )
         view = session.view()
     if profile is None:

@@ -30,6 +30,7 @@ import psutil
 from optuna.study import StudyDirection
 
 from tuner.errors import MptuneError
+from tuner.said import setting
 from tuner.search.session import GRACE_S, HEARTBEAT_S, LOCK_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def _busy_message(session: str, holder: dict[str, Any]) -> str:
         f"session {session!r} is already being searched by pid {holder.get('pid')} on "
         f"{holder.get('host')} (since {holder.get('since')}): two searches of one session would "
         "run every trial twice, each under the other's load. Wait for it, stop it, or use "
-        "another --study"
+        f"another {setting('study')}"
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from tuner.hardware.gpu_use import unused_in_search
 from tuner.policies import FLOAT32, POLICIES
+from tuner.said import setting
 from tuner.search.measures import (
     Candidate,
     KnobTrial,
@@ -388,7 +389,7 @@ def _global_batch_evidence(found: _Found) -> KnobEvidence:
         else (f"batch size {setup.batch_size}, no gradient accumulation")
     )
     if space.global_batch is not None:
-        detail = f"{setup.global_batch}, kept (--global-batch): {steps}"
+        detail = f"{setup.global_batch}, kept ({setting('global_batch')}): {steps}"
     elif space.user_batch is not None and space.user_batch != setup.global_batch:
         detail = (
             f"{setup.global_batch} ({steps}); yours is {space.user_batch}: see the note on the "
@@ -471,11 +472,8 @@ def _best_float32(outcome: SearchOutcome) -> Candidate | None:
 
 
 def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str]]:
-    items = [
-        {"what": policy, "why": "not in the search space (--policies or the hardware prior)"}
-        for policy in POLICIES
-        if policy not in space.policies
-    ]
+    why = f"not in the search space ({setting('policies')} or the hardware prior)"
+    items = [{"what": policy, "why": why} for policy in POLICIES if policy not in space.policies]
     first = (
         "its first batch size that fits the global batch"
         if space.global_batch is not None

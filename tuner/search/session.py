@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint, device_of, session_fingerprint
 from tuner.policies import POLICIES
+from tuner.said import setting
 from tuner.search.records import Recommendation, SessionFailure
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.setup import Setup
@@ -769,15 +770,13 @@ def _hardware_kind(attrs: dict[str, Any]) -> str | None:
 
 
 def needs_server(url: str | None) -> None:
-    """Refuse a store that several processes cannot write at once.
-
-    Raises:
-        MptuneError: ``url`` is SQLite (or the default SQLite file).
-    """
+    """Refuse (MptuneError) a store that several processes cannot write at once: SQLite, or the
+    default SQLite file."""
     if url is None or url.startswith("sqlite"):
+        server = setting("storage", "postgresql://...")
         raise MptuneError(
-            "workers share a search through a database server (--storage postgresql://... or "
-            "mysql://...): SQLite is not safe for several processes writing at once"
+            f"workers share a search through a database server ({server}): SQLite "
+            "is not safe for several processes writing at once"
         )
 
 
@@ -796,5 +795,5 @@ def same_hardware(stored: SessionView, profile: Any, device: str) -> None:
         raise MptuneError(
             f"session {stored.name!r} was measured on {theirs.kind}, and this machine is "
             f"{mine.kind} ({differences}): measurements of different hardware never mix in one "
-            "session. Give another --study for this machine"
+            f"session. Give another {setting('study')} for this machine"
         )

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from tuner.hardware.advice import default_float32
 from tuner.policies import BACKENDS, POLICIES, TENSORFLOW
+from tuner.said import setting
 from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
@@ -107,11 +108,14 @@ class SearchSpace:
         if self.batch_sizes[0] < 1:
             raise ValueError("batch sizes must be at least 1")
         if self.xla not in XLA_MODES:
-            raise ValueError(f"unknown --xla {self.xla!r}: choose one of {', '.join(XLA_MODES)}")
+            raise ValueError(
+                f"unknown {setting('xla')} {self.xla!r}: choose one of {', '.join(XLA_MODES)}"
+            )
         if self.global_batch is not None:
             if not 1 <= self.global_batch <= MAX_BATCH_SIZE:
                 raise ValueError(
-                    f"--global-batch must be from 1 to {MAX_BATCH_SIZE}, not {self.global_batch}"
+                    f"{setting('global_batch')} must be from 1 to {MAX_BATCH_SIZE}, "
+                    f"not {self.global_batch}"
                 )
             # Per-step batch sizes that divide the global batch, with few enough micro-batches.
             divisors = tuple(
@@ -299,9 +303,11 @@ class SearchSettings:
                 f"unknown objective {self.objective!r}: choose one of " + ", ".join(OBJECTIVES)
             )
         if self.max_trials is not None and self.max_trials < 1:
-            raise ValueError(f"--max-trials must be at least 1, not {self.max_trials}")
+            raise ValueError(f"{setting('max_trials')} must be at least 1, not {self.max_trials}")
         if self.budget_minutes is not None and not self.budget_minutes > 0:
-            raise ValueError(f"--budget-minutes must be positive, not {self.budget_minutes}")
+            raise ValueError(
+                f"{setting('budget_minutes')} must be positive, not {self.budget_minutes}"
+            )
         if not self.loss_tolerance >= 0:
             raise ValueError("the loss tolerance must be 0 or more")
         if not 0 <= self.memory_headroom < 1:
@@ -309,9 +315,13 @@ class SearchSettings:
         if not _DEVICE_RE.match(self.device):
             raise ValueError(f"unknown device {self.device!r}: write auto, cpu or gpu:N")
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"--timeout must be a positive number, not {self.timeout_s}")
+            raise ValueError(
+                f"{setting('timeout')} must be a positive number, not {self.timeout_s}"
+            )
         if not (math.isfinite(self.measure_seconds) and self.measure_seconds > 0):
-            raise ValueError(f"--measure-seconds must be positive, not {self.measure_seconds}")
+            raise ValueError(
+                f"{setting('measure_seconds')} must be positive, not {self.measure_seconds}"
+            )
 
     def check_workable(self) -> None:
         """Refuse a limit that no trial fits in: a ``--timeout`` or a ``--budget-minutes`` under
@@ -328,14 +338,15 @@ class SearchSettings:
         )
         if self.timeout_s < WORKER_START_S:
             raise ValueError(
-                f"--timeout {self.timeout_s:g} cannot work: {needs}; the smallest --timeout "
-                f"that can work is {WORKER_START_S:g}"
+                f"{setting('timeout', f'{self.timeout_s:g}')} cannot work: {needs}; the smallest "
+                f"{setting('timeout')} that can work is {WORKER_START_S:g}"
             )
         if self.budget_minutes is not None and self.budget_minutes * 60 < WORKER_START_S:
             least = math.ceil(WORKER_START_S / 60 * 100) / 100  # in hundredths of a minute
             raise ValueError(
-                f"--budget-minutes {self.budget_minutes:g} cannot work: it holds no trial, and "
-                f"{needs}; the smallest --budget-minutes that can work is {least:g}"
+                f"{setting('budget_minutes', f'{self.budget_minutes:g}')} cannot work: it holds no "
+                f"trial, and {needs}; the smallest {setting('budget_minutes')} that can work is "
+                f"{least:g}"
             )
 
     #: Fields a resumed search may change: they limit how much more is run, not what is measured.

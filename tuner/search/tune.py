@@ -15,6 +15,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.advice import advise
 from tuner.hardware.gpu_use import unused_gpu
 from tuner.hardware.profile import CpuInfo, HardwareProfile
+from tuner.said import setting
 from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
@@ -80,7 +81,9 @@ def refuse_unused_gpu(profile: Any, settings: SearchSettings) -> None:
         return
     why = f" ({unused.reason})" if unused.reason else ""
     fix = f": fix it with {unused.fix}," if unused.fix else ";"
-    raise MptuneError(f"{unused.headline}{why}{fix} or pass --device cpu to tune on the CPU anyway")
+    raise MptuneError(
+        f"{unused.headline}{why}{fix} or tune on the CPU anyway with {setting('device', 'cpu')}"
+    )
 
 
 def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None:
@@ -152,7 +155,7 @@ def parallel_devices(
         MptuneError: ``parallel`` is not ``auto`` or a whole number of at least 1, or more than
             one trial at once is asked for with every trial pinned to one GPU.
     """
-    wrong = f"--parallel takes a whole number of 1 or more, or auto; got {parallel!r}"
+    wrong = f"{setting('parallel')} takes a whole number of 1 or more, or auto; got {parallel!r}"
     if isinstance(parallel, str) and parallel != "auto":
         if not parallel.strip().isdigit():
             raise MptuneError(wrong)
@@ -166,13 +169,14 @@ def parallel_devices(
         return [None] * int(parallel), (
             f"{parallel} trials ran at once on the CPU, sharing its cores: each one's figures "
             "are slowed by the others, so they check the search, not measure it "
-            "(--parallel auto runs one at a time on a CPU)"
+            f"({setting('parallel', 'auto')} runs one at a time on a CPU)"
         )
     if device.startswith("gpu:"):
         if parallel not in ("auto", 1):
             raise MptuneError(
-                f"--parallel {parallel} runs one trial a GPU, and --device {device} pins every "
-                "trial to one: leave out --device to use each GPU of its model"
+                f"{setting('parallel', parallel)} runs one trial a GPU, and "
+                f"{setting('device', device)} pins every trial to one: leave out "
+                f"{setting('device')} to use each GPU of its model"
             )
         return [None], None
     model = gpus[0].name
@@ -181,7 +185,7 @@ def parallel_devices(
     note = None
     if parallel != "auto" and int(parallel) > len(same):
         note = (
-            f"--parallel {parallel}: this machine has {len(same)} {model} GPU"
+            f"{setting('parallel', parallel)}: this machine has {len(same)} {model} GPU"
             f"{'s' if len(same) > 1 else ''}, and trials compare only on one model: ran {n} at "
             "once"
         )
@@ -271,7 +275,7 @@ def _search(
         session.set_attr("failure", failed.failure.to_dict())
         raise ModelFailed(
             f"{failed}; the session {session.name} keeps its trials: fix the model, then "
-            f"continue with mptune tune --resume {session.name}",
+            f"continue with {setting('resume', session.name)}",
             failed.failure,
         ) from None
     rec = recommend(outcome, plan.space, plan.settings, plan.profile.to_dict())
@@ -315,7 +319,7 @@ def _resolve(request: TuneRequest) -> _Plan:
     if stored is not None:
         given, space, settings = _continue(stored, given, space, settings)
     if given is None:
-        raise MptuneError("no model given (a new search needs --model)")
+        raise MptuneError(f"no model given (a new search needs {setting('model')})")
     source, model = given, given.spec
     if profile is None:
         from tuner.hardware import detect
@@ -406,15 +410,15 @@ def _continue(
     if given is not None and given.spec != mine:
         raise MptuneError(
             f"session {stored.name!r} tunes {mine}, not {given.spec}: one session holds one "
-            "model's trials. Leave out --model to continue it, or give another --study to "
-            "start a new session"
+            f"model's trials. Leave out {setting('model')} to continue it, or give another "
+            f"{setting('study')} to start a new session"
         )
     kept_space = stored.search_space()
     if space is not None and space != kept_space:
         raise MptuneError(
             f"session {stored.name!r} was searched over another space "
-            f"({'; '.join(kept_space.differences(space))}): continue it without those flags, "
-            "or give another --study"
+            f"({'; '.join(kept_space.differences(space))}): continue it without those settings, "
+            f"or give another {setting('study')}"
         )
     kept = stored.search_settings()
     if settings is not None:
@@ -423,7 +427,7 @@ def _continue(
             raise MptuneError(
                 f"session {stored.name!r} was measured with other settings "
                 f"({'; '.join(changed)}): its trials would not compare. Continue it without "
-                "those flags, or give another --study"
+                f"those settings, or give another {setting('study')}"
             )
         kept = settings
     return given or _absolute(parse_model_spec(mine)), kept_space, kept

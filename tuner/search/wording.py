@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from tuner.policies import FLOAT32, TENSORFLOW
+from tuner.said import setting
 from tuner.search.measures import (
     Candidate,
     KnobTrial,
@@ -68,7 +69,7 @@ def batch_note(setup: Setup, space: SearchSpace) -> str | None:
             else f"batch size {setup.batch_size}, no gradient accumulation"
         )
         return (
-            f"the global batch {space.global_batch} is kept (--global-batch): {how}, "
+            f"the global batch {space.global_batch} is kept ({setting('global_batch')}): {how}, "
             f"{setup.global_batch} samples per optimizer update, so a learning rate tuned for "
             f"{space.global_batch} still applies"
         )
@@ -80,7 +81,8 @@ def batch_note(setup: Setup, space: SearchSpace) -> str | None:
         f"update averages {mine} samples instead of {theirs}, so a learning rate tuned for "
         f"{theirs} may no longer fit. Scale it by {mine}/{theirs} = {mine / theirs:.3g} (the "
         'linear scaling rule, Goyal et al. 2017, "Accurate, Large Minibatch SGD", with a '
-        f"warm-up for a large factor) or tune it again; or search with --global-batch {theirs} "
+        f"warm-up for a large factor) or tune it again; or search with "
+        f"{setting('global_batch', theirs)} "
         "to keep your batch"
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import keras
 
+from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.spec import PRUNE_AFTER
 
@@ -137,7 +138,7 @@ def predict_peak(steps: Any, on_cpu: bool, memory_limit_mb: float | None) -> dic
         memory["temp"] * scratch + max(0, memory["output"] - memory["alias"]) + memory["code"]
     ) / 2**20
     limit_mb = memory_limit_mb
-    limit_source = "--memory-limit" if limit_mb is not None else None
+    limit_source = setting("memory_limit") if limit_mb is not None else None
     if limit_mb is None and not on_cpu:
         limit_mb = backend.gpu_limit_mb()
         limit_source = "the allocator's limit" if limit_mb is not None else None

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16
+from tuner.said import setting
 from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
 from tuner.search.events import PlanUpdated, StageStarted
 from tuner.search.measures import (
@@ -486,9 +487,11 @@ class SearchContext:
         if self.settings.backend == JAX:
             return "JAX compiles every training step with XLA already"
         if self.space.xla == "off":
-            return "--xla off"
+            return setting("xla", "off")
         if self.space.xla == "auto" and not self.device.gpu:
-            return "--xla auto tries XLA on a GPU only, and the trials ran on the CPU"
+            return (
+                f"{setting('xla', 'auto')} tries XLA on a GPU only, and the trials ran on the CPU"
+            )
         return None
 
     def start_setup(self, precision: str, batch_size: int) -> Setup:

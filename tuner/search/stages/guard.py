@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from tuner.policies import FLOAT32
+from tuner.said import setting
 from tuner.search.measures import (
     Candidate,
     Measured,
@@ -87,7 +88,7 @@ def lacking(ctx: SearchContext, setup: Setup) -> str:
     and how to finish it."""
     return (
         f"not compared with float32 at batch size {setup.batch_size} (the budget ended "
-        f"first); `mptune tune --resume {ctx.evaluator.session.name}` runs that check"
+        f"first); {setting('resume', ctx.evaluator.session.name)} runs that check"
     )
 
 

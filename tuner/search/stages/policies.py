@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from tuner.policies import FLOAT32
+from tuner.said import setting
 from tuner.search.measures import Measured
 from tuner.search.records import MODEL_ERROR, ModelFailed, SessionFailure
 from tuner.search.stage import Stage
@@ -37,7 +38,7 @@ def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
         what = f"{where}{err.message if err else 'unknown error'}"
         if m.result.status is TrialStatus.TIMEOUT:
             # Where it hung is the location (the stack it dumped is in the trial's record).
-            what += " (raise --timeout if building it only needs longer)"
+            what += f" (raise {setting('timeout')} if building it only needs longer)"
         raise ModelFailed(
             f"the model fails in its own code, so no search can run: {what}",
             SessionFailure(MODEL_ERROR, what, m.number),
