@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.qt_loss_scales import LossScalesEditor
 from app.qt_wheel import guard_wheels
 from app.tooltips import TOOLTIPS
 from app.words import window_words
@@ -129,12 +130,9 @@ class QtSetupPanel(QWidget):
         batch_row.addWidget(self.batch_max)
         form.addRow("Batch sizes", batches)
 
-        self.loss_scales = QLineEdit(",".join(api.DEFAULT_LOSS_SCALES))
-        self.loss_scales.setToolTip(TOOLTIPS["loss_scale"])
-        self.loss_scales.textChanged.connect(self._revalidate)
-        # A field longer than its box shows its start (Qt leaves the cursor, and the view, at
-        # the end of a text set in code).
-        self.loss_scales.setCursorPosition(0)
+        # float16's loss-scale candidates: ticked in a list, added from a row (issue 36).
+        self.loss_scales = LossScalesEditor()
+        self.loss_scales.changed.connect(self._revalidate)
         form.addRow("Loss scales", self.loss_scales)
 
         self.xla = QComboBox()
@@ -337,10 +335,13 @@ class QtSetupPanel(QWidget):
         checked += [
             p for p in api.POLICIES if self.policy_boxes[p].isChecked() and p not in checked
         ]
+        scales = self.loss_scales.candidates()
+        if api.MIXED_FLOAT16 in checked and not scales:
+            raise ValueError("tick at least one loss scale for mixed_float16")
         return api.SearchSpace(
             policies=tuple(checked),
             batch_sizes=self.engine.ladder_range(self.batch_min.value(), self.batch_max.value()),
-            loss_scales=self.engine.parse_loss_scales(self.loss_scales.text()),
+            loss_scales=scales or api.SearchSpace().loss_scales,  # unused without float16
             xla=self.xla.currentText(),
             global_batch=self.global_batch.value() if self.keep_global_batch.isChecked() else None,
         )
@@ -382,7 +383,8 @@ class QtSetupPanel(QWidget):
         s.setValue("policies", ",".join(p for p, b in self.policy_boxes.items() if b.isChecked()))
         s.setValue("batch_min", self.batch_min.value())
         s.setValue("batch_max", self.batch_max.value())
-        s.setValue("loss_scales", self.loss_scales.text())
+        s.setValue("loss_scales", ",".join(str(c) for c in self.loss_scales.candidates()))
+        s.setValue("loss_scale_candidates", ",".join(self.loss_scales.written()))
         s.setValue("xla", self.xla.currentText())
         s.setValue("keep_global_batch", self.keep_global_batch.isChecked())
         s.setValue("global_batch", self.global_batch.value())
@@ -392,6 +394,18 @@ class QtSetupPanel(QWidget):
         s.setValue("max_trials", self.max_trials.value())
         s.setValue("storage", self.storage.text())
         s.setValue("parallel", self.parallel.currentText())
+
+    def _load_loss_scales(self) -> None:
+        """The candidates listed and ticked when the window was last closed (a version that
+        kept only the ticked ones as text: those, with the defaults listed beside them)."""
+        s, default = self.settings, ",".join(api.DEFAULT_LOSS_SCALES)
+        defaults = _stored_scales(self.engine, default)
+        stored = str(s.value("loss_scales", default) or "")
+        ticked = _stored_scales(self.engine, stored)
+        if stored.strip() and not ticked:  # not as the engine writes them: the defaults
+            ticked = defaults
+        listed = _stored_scales(self.engine, str(s.value("loss_scale_candidates", "") or ""))
+        self.loss_scales.set_candidates((listed or defaults) + ticked, ticked)
 
     def _load(self) -> None:
         s = self.settings
@@ -413,8 +427,7 @@ class QtSetupPanel(QWidget):
                 box.setChecked(policy in chosen)
         self.batch_min.setValue(int(str(s.value("batch_min", 8))))
         self.batch_max.setValue(int(str(s.value("batch_max", 1024))))
-        self.loss_scales.setText(str(s.value("loss_scales", ",".join(api.DEFAULT_LOSS_SCALES))))
-        self.loss_scales.setCursorPosition(0)
+        self._load_loss_scales()
         xla = str(s.value("xla", "auto"))
         self.xla.setCurrentText(xla if xla in api.XLA_MODES else "auto")
         # A stored global batch that is not a whole number reads as 0: kept, it is reported.
@@ -428,6 +441,15 @@ class QtSetupPanel(QWidget):
         self.storage.setText(str(s.value("storage", "") or ""))
         parallel = str(s.value("parallel", "1"))
         self.parallel.setCurrentText(parallel if parallel in PARALLEL_CHOICES else "1")
+
+
+def _stored_scales(engine: Any, text: str) -> tuple[api.LossScale, ...]:
+    """Loss scales kept as the engine writes them; none where the text is not (a setting
+    written by hand), so that the defaults stand in."""
+    try:
+        return tuple(engine.parse_loss_scales(text)) if text.strip() else ()
+    except ValueError:
+        return ()
 
 
 def _whole(value: object) -> int:

@@ -14,9 +14,10 @@ TOOLTIPS = {
     "loss_scale": (
         "Loss scaling multiplies the loss before backpropagation so that small float16 "
         "gradients do not underflow to zero, then divides the gradients again. "
-        "dynamic: Keras' LossScaleOptimizer halves the scale and skips the step when "
-        "gradients overflow, and grows it after GROWTH_STEPS good steps. fixed:N: a "
-        "constant scale that never skips a step (an overflow becomes NaN)."
+        "Dynamic: Keras' LossScaleOptimizer halves the scale and skips the step when "
+        "gradients overflow, and doubles it after a number of clean steps. Fixed: a "
+        "constant scale that never skips a step (an overflow becomes NaN). A float16 search "
+        "tries each ticked candidate; add your own from its kind and numbers."
     ),
     "batch_size": (
         "Samples per training step. Larger batches usually raise throughput until "
