@@ -112,3 +112,25 @@ def test_device_cpu_tunes_on_the_cpu_and_says_the_gpu_went_unused(tmp_path: Path
     after = shown.stdout[shown.stdout.index("Recommendation:") :].splitlines()[1:]
     assert after[0].startswith("unused gpu") and "this setup is for the CPU. NVML sees" in after[0]
     assert any(line.startswith("setup ") for line in after[1:])
+
+
+def test_a_gpu_the_machine_lacks_is_refused_before_any_trial(tmp_path: Path) -> None:
+    """``--device gpu:1`` where NVML sees one GPU (and ``gpu:0`` where it sees none) is the
+    user's device, not the model: refused in one line, no session made, nothing run (it once
+    ran a trial that failed "in the model's own code")."""
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    cases = (("hopper_9.0", "gpu:1", "NVML sees 1 GPU"), ("no_driver", "gpu:0", "NVML sees no GPU"))
+    for scenario, device, seen in cases:
+        run = mptune(
+            "tune", "--model", TINY_MLP, "--device", device, "--storage", storage,
+            scenario=scenario,
+        )  # fmt: skip
+        assert run.returncode == 2, run.stderr
+        line = run.stderr.strip()
+        assert line == (
+            f"mptune: error: --device {device} asks for a GPU this machine does not have "
+            f"({seen} here): leave out --device or tune on the CPU with --device cpu"
+        ), line
+        assert "trial #" not in run.stdout + run.stderr
+    listed = mptune("sessions", "--storage", storage)
+    assert "no stored sessions" in listed.stdout, listed.stdout

@@ -71,9 +71,20 @@ def refuse_unused_gpu(profile: Any, settings: SearchSettings) -> None:
     plain ``pip install tensorflow`` has no CUDA libraries). ``gpu:N`` is taken at its word:
     should the packages be misread, it is the way past this check.
 
+    A GPU asked for by number that NVML does not see is refused too, before a trial fails
+    on it in the model's stead.
+
     Raises:
         MptuneError: one line: what is unused, why, the fix, and ``--device cpu``.
     """
+    gpus = len(getattr(profile, "gpus", ()) or ())
+    if settings.device.startswith("gpu:") and int(settings.device.split(":")[1]) >= gpus:
+        seen = f"NVML sees {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "NVML sees no GPU"
+        raise MptuneError(
+            f"{setting('device', settings.device)} asks for a GPU this machine does not have "
+            f"({seen} here): leave out {setting('device')} or tune on the CPU with "
+            f"{setting('device', 'cpu')}"
+        )
     if settings.device != "auto":
         return
     unused = unused_gpu(profile, settings.backend)
