@@ -248,18 +248,22 @@ def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[st
 
 @contextlib.contextmanager
 def _collected_as_a_script_is() -> Iterator[None]:
-    """Python's collector on while fit runs, as in the user's own process in its steady state:
-    collecting what fit's loop makes, without a full collection of everything the process holds.
+    """Python's collector as in the user's own process while fit runs: on, over every object,
+    and settled, as after the script's own first full collection.
 
     A worker keeps the collector off between its own collections, and freezes what lives on
-    (:func:`tuner.worker.main._between_trials`). Unfrozen here, that heap (380,000 objects with
-    TensorFlow and a small transformer loaded; a full collection of it took 0.28 s on a 2-core
-    CPU) came back as long-lived objects the collector had not counted, so a full collection
-    fell within the timed window: up to a tenth of a 3 s window, and a trial's rate swinging
-    below its own device rate. A user's long run pays such a collection rarely (Python waits
-    until a quarter as many new long-lived objects as it holds have come), so it stays frozen:
-    the young generations are collected as in the script, the old heap is not scanned."""
+    (:func:`tuner.worker.main._between_trials`), which the user's script does not. Unfrozen,
+    that heap (380,000 objects with TensorFlow and a small transformer loaded) comes back as
+    long-lived objects the collector has not counted, so its first full collection (0.28 s
+    on a 2-core CPU) came soon after, within the timed window: a tenth of a 3 s window. So
+    it is collected here, before fit, off the clock. Left frozen instead, fit's loop ran
+    twice as fast as a plain fit on the built-in MLP's arrays (bench_fit, TensorFlow b64):
+    the script's full collections, of everything it holds, are part of what fit reaches.
+    Left unfrozen after: the worker's next collection between trials freezes what lives on
+    again."""
     was = gc.isenabled()
+    gc.unfreeze()
+    gc.collect()
     gc.enable()
     try:
         yield
