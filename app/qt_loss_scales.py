@@ -33,18 +33,30 @@ _ROLE = Qt.ItemDataRole.UserRole
 
 
 def scale_words(scale: api.LossScale) -> str:
-    """A loss scale in words, as the list shows it."""
+    """A loss scale in a few words, as the list shows it (:func:`scale_sentence` in full)."""
     if scale.kind == "fixed":
         return f"fixed at {scale.value:g}"
     if scale.kind == "none":
-        return "none (no loss scaling)"
-    start = f"{scale.effective_initial_scale:g}"
+        return "none"
     if scale.initial_scale is None and scale.growth_steps is None:
-        return (
-            f"dynamic (Keras' default: from {start}, doubling after "
-            f"{scale.effective_growth_steps} clean steps)"
-        )
-    return f"dynamic, from {start}, doubling after {scale.effective_growth_steps} clean steps"
+        return "dynamic (Keras' default)"
+    return (
+        f"dynamic from {scale.effective_initial_scale:g}, "
+        f"\u00d72 every {scale.effective_growth_steps} steps"
+    )
+
+
+def scale_sentence(scale: api.LossScale) -> str:
+    """A loss scale in full, for its tooltip."""
+    if scale.kind == "fixed":
+        return f"fixed at {scale.value:g}: a constant scale, never a skipped step"
+    if scale.kind == "none":
+        return "no loss scaling"
+    default = " (Keras' default)" if scale.initial_scale is None else ""
+    return (
+        f"dynamic{default}: starts at {scale.effective_initial_scale:g}, halves and skips the "
+        f"step on an overflow, doubles after {scale.effective_growth_steps} clean steps"
+    )
 
 
 class LossScalesEditor(QWidget):
@@ -88,9 +100,15 @@ class LossScalesEditor(QWidget):
         self.remove.setToolTip("remove the selected candidate")
         self.remove.setEnabled(False)
         self.remove.clicked.connect(self._remove_current)
-        for widget in (self.kind, self.scale, self.growth, self.add, self.remove):
+        # Two short lines: the Search panel is narrow.
+        for widget in (self.kind, self.scale):
             row.addWidget(widget)
+        second = QHBoxLayout()
+        second.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.growth, self.add, self.remove):
+            second.addWidget(widget)
         layout.addLayout(row)
+        layout.addLayout(second)
 
     # -- what it holds ---------------------------------------------------------------------
     def set_candidates(self, listed: Iterable[api.LossScale], ticked: Iterable[Any]) -> None:
@@ -134,7 +152,7 @@ class LossScalesEditor(QWidget):
     def _append(self, scale: api.LossScale, ticked: bool) -> None:
         item = QListWidgetItem(scale_words(scale))
         item.setData(_ROLE, scale)
-        item.setToolTip(f"{scale_words(scale)} ({TOOLTIPS['loss_scale']})")
+        item.setToolTip(scale_sentence(scale))
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked if ticked else Qt.CheckState.Unchecked)
         self.list.addItem(item)

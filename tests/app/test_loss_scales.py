@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from app.qt_loss_scales import LossScalesEditor, scale_words
+from app.qt_loss_scales import LossScalesEditor, scale_sentence, scale_words
 from app.qt_setup import QtSetupPanel
 from tuner import api
 
@@ -38,7 +38,8 @@ def test_the_defaults_are_listed_ticked_in_words(qtbot, tmp_path: Path) -> None:
     assert editor.listed() == DEFAULTS and editor.candidates() == DEFAULTS
     assert panel.search_space(list(api.POLICIES)).loss_scales == DEFAULTS
     shown = [editor.list.item(i).text() for i in range(editor.list.count())]
-    assert shown[1] == "dynamic, from 1024, doubling after 500 clean steps"
+    assert shown[0] == "dynamic (Keras' default)"
+    assert shown[1] == "dynamic from 1024, \u00d72 every 500 steps"
     assert shown[2] == "fixed at 1024"
     assert not any("dynamic:" in text or "fixed:" in text for text in shown)  # words, not syntax
 
@@ -126,6 +127,9 @@ def test_a_setting_an_earlier_version_kept_as_text_still_reads(qtbot, tmp_path: 
 
 
 def test_scales_in_words() -> None:
-    assert scale_words(api.LossScale("dynamic")).startswith("dynamic (Keras' default: from 32768")
+    assert scale_sentence(api.LossScale("dynamic")) == (
+        "dynamic (Keras' default): starts at 32768, halves and skips the step on an overflow, "
+        "doubles after 2000 clean steps"
+    )
     assert scale_words(api.LossScale("fixed", value=128.0)) == "fixed at 128"
-    assert scale_words(api.LossScale("none")) == "none (no loss scaling)"
+    assert scale_words(api.LossScale("none")) == "none"
