@@ -1,7 +1,7 @@
 """The Search panel's loss scales: a list of candidates to tick, and a row to add one.
 
 A float16 search tries each ticked loss scale (``SearchSpace.loss_scales``). The window shows
-them as candidates in words ("dynamic, from 1024, doubling after 500 clean steps"), each with a
+them as candidates in words ("dynamic from 1024, times 2 every 500 steps"), each with a
 tick; a new one is made from its kind and numbers (never typed as ``dynamic:1024:500``, the
 command line's syntax), and one the user added can be removed. What is ticked, and what is
 listed, is kept between runs as the engine writes loss scales (``str(LossScale)``).
