@@ -105,8 +105,8 @@ class LossScalesEditor(QWidget):
             row.addWidget(widget)
         second = QHBoxLayout()
         second.setContentsMargins(0, 0, 0, 0)
-        for widget in (self.growth, self.add, self.remove):
-            second.addWidget(widget)
+        for control in (self.growth, self.add, self.remove):
+            second.addWidget(control)
         layout.addLayout(row)
         layout.addLayout(second)
 
