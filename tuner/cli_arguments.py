@@ -40,14 +40,19 @@ def _loss_scales(text: str) -> tuple[api.LossScale, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str, least: int, words: str) -> int:
+    """A whole number of at least ``least`` (``words`` says so when it is not)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {words}, not {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1, "at least 1")
 
 
 def _parallel(text: str) -> int | str:
@@ -62,13 +67,7 @@ def _parallel(text: str) -> int | str:
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+    return _whole(text, 0, "0 or more")
 
 
 def _positive_float(text: str) -> float:
