@@ -145,6 +145,7 @@ def test_a_wheel_over_the_search_panel_scrolls_it_and_changes_nothing(
         wheel_down(control)
         assert value(control) != before, f"{control!r} with the keyboard ignored the wheel"
         assert bar.value() == 0
+        turnable(control)  # back as it was: one control may enable another (a loss scale's kind)
 
 
 # -- the keyboard after a dialog -----------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_a_budget_that_ends_leaves_the_leader_recommendable(minutes: int, tmp_pa
     fastest, setup = max(measured, key=lambda pair: pair[0])
     if rec.samples_per_second < fastest * (1 - SearchSettings().noise_floor):
         lacking = [a for a in rec.alternatives if a.setup == setup]
-        assert lacking and "--resume s" in (lacking[0].rejected or ""), rec.alternatives
+        assert lacking and "[[resume s]]" in (lacking[0].rejected or ""), rec.alternatives
 
 
 def test_the_check_it_lacks_is_named_with_the_command(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_the_check_it_lacks_is_named_with_the_command(tmp_path: Path) -> None:
     texts = [(a.setup.label, a.rejected or "") for a in result.recommendation.alternatives]
     lacking = [t for label, t in texts if label.startswith("mixed_float16 b512")]
     assert lacking and "not compared with float32 at batch size 512" in lacking[0], texts
-    assert "`mptune tune --resume s` runs that check" in lacking[0]
+    assert "[[resume s]] runs that check" in lacking[0]  # the CLI: mptune tune --resume s
 
 
 def test_the_ladder_leaps_to_the_predicted_batch_and_bisects_after_an_oom(

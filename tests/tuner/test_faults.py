@@ -333,7 +333,7 @@ def test_the_search_stops_at_a_first_trial_that_failed_in_the_models_build(
         search("b", "build", machine)
     assert machine.calls == []  # no retry, no other setup
     assert TuningSession.load("b", url).view().failure is not None
-    assert ("raise --timeout" in str(info.value)) is (status is TrialStatus.TIMEOUT)
+    assert ("raise [[timeout]]" in str(info.value)) is (status is TrialStatus.TIMEOUT)
     for study, phase, kwargs in [
         ("p", "prepare", {}),
         ("i", "import", {"settings": SearchSettings(max_trials=4)}),
@@ -816,5 +816,5 @@ def test_a_session_is_never_continued_on_another_kind_of_machine(tmp_path: Path)
             ),
             runner=machine,
         )
-    assert "CPU Test CPU vs Other CPU" in str(info.value) and "another --study" in str(info.value)
+    assert "CPU Test CPU vs Other CPU" in str(info.value) and "another [[study]]" in str(info.value)
     assert machine.calls == []

@@ -4,6 +4,7 @@ once for real, with CPU workers, for correctness."""
 from __future__ import annotations
 
 import collections
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,9 @@ def test_parallel_devices(parallel: Any, gpus: Any, device: str, expected: list[
 
 @pytest.mark.parametrize("wrong", ["0", "-2", "two", 0])
 def test_parallel_takes_a_whole_number_or_auto(wrong: Any) -> None:
-    with pytest.raises(MptuneError, match="--parallel takes a whole number of 1 or more"):
+    with pytest.raises(
+        MptuneError, match=re.escape("[[parallel]] takes a whole number of 1 or more")
+    ):
         parallel_devices(wrong, FakeProfile(), "auto")
 
 
