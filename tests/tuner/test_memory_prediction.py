@@ -30,8 +30,10 @@ pytestmark = [
 #: A step whose temporary buffers grow with the batch (219 MB at batch 256 on XLA's CPU),
 #: against a worker that holds 300-400 MB before its first step.
 CNN = "builtin:cnn"
-#: Between what a JAX worker holds before its first step and what batch 1024 needs (~1.2 GB).
-LIMIT_MB = 700.0
+#: Between what a JAX worker's batch 128 reaches (627 MB measured, 672 predicted; it once passed
+#: 700 MB under the CI's two test processes) and what batch 1024 needs (1,547 measured, 1,767
+#: predicted, 2026-11-27).
+LIMIT_MB = 900.0
 
 
 def spec(batch_size: int, **kwargs: object) -> TrialSpec:
