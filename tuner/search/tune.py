@@ -71,20 +71,9 @@ def refuse_unused_gpu(profile: Any, settings: SearchSettings) -> None:
     plain ``pip install tensorflow`` has no CUDA libraries). ``gpu:N`` is taken at its word:
     should the packages be misread, it is the way past this check.
 
-    A GPU asked for by number that NVML does not see is refused too, before a trial fails
-    on it in the model's stead.
-
     Raises:
         MptuneError: one line: what is unused, why, the fix, and ``--device cpu``.
     """
-    gpus = len(getattr(profile, "gpus", ()) or ())
-    if settings.device.startswith("gpu:") and int(settings.device.split(":")[1]) >= gpus:
-        seen = f"NVML sees {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "NVML sees no GPU"
-        raise MptuneError(
-            f"{setting('device', settings.device)} asks for a GPU this machine does not have "
-            f"({seen} here): leave out {setting('device')} or tune on the CPU with "
-            f"{setting('device', 'cpu')}"
-        )
     if settings.device != "auto":
         return
     unused = unused_gpu(profile, settings.backend)
@@ -95,6 +84,19 @@ def refuse_unused_gpu(profile: Any, settings: SearchSettings) -> None:
     raise MptuneError(
         f"{unused.headline}{why}{fix} or tune on the CPU anyway with {setting('device', 'cpu')}"
     )
+
+
+def refuse_absent_gpu(profile: Any, device: str) -> None:
+    """Refuse a GPU asked for by number (``gpu:N``) that NVML does not see, before any trial:
+    its trial would fail in the model's stead."""
+    gpus = len(getattr(profile, "gpus", ()) or ())
+    if device.startswith("gpu:") and int(device.split(":")[1]) >= gpus:
+        seen = f"NVML sees {gpus} GPU{'s' if gpus != 1 else ''}" if gpus else "NVML sees no GPU"
+        raise MptuneError(
+            f"{setting('device', device)} asks for a GPU this machine does not have "
+            f"({seen} here): leave out {setting('device')} or tune on the CPU with "
+            f"{setting('device', 'cpu')}"
+        )
 
 
 def memory_budget_mb(profile: Any, device: str, headroom: float) -> float | None:
@@ -342,6 +344,7 @@ def _resolve(request: TuneRequest) -> _Plan:
     else:
         # A continued session keeps the device it was measured on; a new one must not start
         # on the CPU by accident.
+        refuse_absent_gpu(profile, settings.device)
         refuse_unused_gpu(profile, settings)
     if request.workers:
         needs_server(request.storage)
