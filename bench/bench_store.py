@@ -46,7 +46,7 @@ def a_result(number: int) -> TrialResult:
         memory_kind="cpu_rss",
         losses=tuple(1.0 / (i + 1) for i in range(200)),
         steps_completed=200,
-        timings=Timings(4.0, 0.3, None, 0.2, 2.0, 6.6),
+        timings=Timings(startup_s=4.0, build_s=0.3, warmup_s=0.2, measure_s=2.0, total_s=6.6),
         device="cpu",
     )
 

@@ -211,11 +211,25 @@ def test_worker_reported_round_trips_its_typed_message() -> None:
 
 def _emitted_fields() -> dict[str, set[str]]:
     """The message types the worker's code emits and the keywords it gives each, read from
-    its calls ``<something>.emit("type", field=...)`` (``**`` spreads are not counted)."""
+    its calls ``<something>.emit("type", field=...)`` (``**`` spreads are not counted), and
+    those it sends as records, ``<something>.send(XMessage(...))`` (the record is the
+    declaration: what it sends, the parent reads)."""
     found: dict[str, set[str]] = {}
+    records = {type(m).__name__: type(m).type for m in EVERY_MESSAGE}
     for path in sorted((ROOT / "tuner" / "worker").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "send"
+                and node.args
+                and isinstance(node.args[0], ast.Call)
+                and isinstance(node.args[0].func, ast.Name)
+                and node.args[0].func.id in records
+            ):
+                keywords = {k.arg for k in node.args[0].keywords if k.arg is not None}
+                found.setdefault(records[node.args[0].func.id], set()).update(keywords)
+            elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "emit"

@@ -22,40 +22,22 @@ waits for its next trial). The parent adds :class:`MemoryMessage` samples of the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Union, get_args
 
 from tuner.trials.events import as_float, encode_floats
 from tuner.trials.hazards import Hazard
+from tuner.trials.record import from_data, to_data
+from tuner.trials.result import InputRate, Measured, StageTimes
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _float(value: Any) -> float | None:
     """A number the wire carries (``"nan"`` and ``"inf"`` included), or None."""
     return None if value is None else as_float(value)
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _input(value: Any) -> dict[str, Any] | None:
-    """The input's figures, kept only with a finite rate."""
-    if not isinstance(value, dict):
-        return None
-    rate = _float(value.get("samples_per_second"))
-    if rate is None or not math.isfinite(rate) or rate <= 0:
-        return None
-    return {**value, "samples_per_second": rate}
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _floats(values: Any) -> tuple[float | None, ...]:
-    return tuple(_float(v) for v in values or ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +54,17 @@ class _Message:
         return data
 
     def _fields(self) -> dict[str, Any]:
-        return {}
+        """The message's own fields, as they are declared (:mod:`tuner.trials.record`)."""
+        return to_data(self, exclude=("t",))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The record of its wire form; a missing field takes its default.
+
+        Raises:
+            TypeError, ValueError: a field that is not what its record declares.
+        """
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,10 +72,6 @@ class ImportedMessage(_Message):
     """A worker started ahead has imported its frameworks and waits for a trial."""
 
     type: ClassVar[str] = "imported"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ImportedMessage:
-        return cls(t=_float(data.get("t")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,24 +85,6 @@ class StartedMessage(_Message):
     versions: dict[str, str] = field(default_factory=dict)
     warm: bool = False
 
-    def _fields(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "device": self.device,
-            "versions": dict(self.versions),
-            "warm": self.warm,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StartedMessage:
-        return cls(
-            t=_float(data.get("t")),
-            pid=_int(data.get("pid")),
-            device=_str(data.get("device")),
-            versions={str(k): str(v) for k, v in (data.get("versions") or {}).items()},
-            warm=bool(data.get("warm", False)),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseMessage(_Message):
@@ -123,13 +93,6 @@ class PhaseMessage(_Message):
 
     type: ClassVar[str] = "phase"
     phase: str = ""
-
-    def _fields(self) -> dict[str, Any]:
-        return {"phase": self.phase}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PhaseMessage:
-        return cls(t=_float(data.get("t")), phase=str(data.get("phase") or ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,17 +160,6 @@ class WarningMessage(_Message):
     code: str = ""
     message: str = ""
 
-    def _fields(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WarningMessage:
-        return cls(
-            t=_float(data.get("t")),
-            code=str(data.get("code") or ""),
-            message=str(data.get("message") or ""),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class StepMessage(_Message):
@@ -224,123 +176,24 @@ class StepMessage(_Message):
     nonfinite: bool = False
     time_ms: float | None = None
 
-    def _fields(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "step": self.step,
-            "loss": self.loss,
-            "loss_scale": self.loss_scale,
-            "skipped": self.skipped,
-            "nonfinite": self.nonfinite,
-            "time_ms": self.time_ms,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepMessage:
-        return cls(
-            t=_float(data.get("t")),
-            phase=str(data.get("phase") or ""),
-            step=_int(data.get("step")),
-            loss=_float(data.get("loss")),
-            loss_scale=_float(data.get("loss_scale")),
-            skipped=bool(data.get("skipped", False)),
-            nonfinite=bool(data.get("nonfinite", False)),
-            time_ms=_float(data.get("time_ms")),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class ResultMessage(_Message):
-    """The trial's measured figures (:mod:`tuner.trials.runner` makes the
-    :class:`~tuner.trials.result.TrialResult` of them). A figure the worker did not send is
-    None, and the runner falls back on what it saw itself."""
+class ResultMessage(_Message, Measured, StageTimes):
+    """The trial's measured figures: its :class:`~tuner.trials.result.Measured` record and
+    :class:`~tuner.trials.result.StageTimes`, which the trial's
+    :class:`~tuner.trials.result.TrialResult` keeps as they are (:mod:`tuner.trials.runner`),
+    and what only the verdict (:func:`tuner.trials.outcome.classify`) reads."""
 
     type: ClassVar[str] = "result"
+    #: what the device trained at, from batches already in memory: the trial's
+    #: ``device_samples_per_second`` (its ``samples_per_second`` is what fit reaches)
     samples_per_second: float | None = None
-    median_samples_per_second: float | None = None
-    step_time_ms: dict[str, float] = field(default_factory=dict)
-    peak_memory_mb: float | None = None
-    memory_kind: str | None = None
-    memory_method: str | None = None
-    losses: tuple[float | None, ...] = ()
-    loss_scales: tuple[float | None, ...] = ()
-    skipped_flags: tuple[bool, ...] = ()
-    skipped_steps: int | None = None
-    #: steps a dynamic loss scale skipped while it came down, before the measured steps
-    calibration_steps: int | None = None
-    #: updates applied before the measured steps (warm-up and calibration, less their skips)
-    warmup_updates: int | None = None
-    nonfinite_steps: int | None = None
-    weights_finite: bool | None = None
-    build_s: float | None = None
-    probe_s: float | None = None
-    compile_s: float | None = None
-    warmup_s: float | None = None
-    measure_s: float | None = None
-    executions: int | None = None
-    #: the measuring stopped early: the rate fell under the spec's ``prune_below``
-    pruned: bool = False
-    #: the input's rate, as :class:`~tuner.trials.result.InputRate`'s dict (None: not timed)
-    input: dict[str, Any] | None = None
-
-    def _fields(self) -> dict[str, Any]:
-        return {
-            "samples_per_second": self.samples_per_second,
-            "median_samples_per_second": self.median_samples_per_second,
-            "step_time_ms": dict(self.step_time_ms),
-            "peak_memory_mb": self.peak_memory_mb,
-            "memory_kind": self.memory_kind,
-            "memory_method": self.memory_method,
-            "losses": list(self.losses),
-            "loss_scales": list(self.loss_scales),
-            "skipped_flags": list(self.skipped_flags),
-            "skipped_steps": self.skipped_steps,
-            "calibration_steps": self.calibration_steps,
-            "warmup_updates": self.warmup_updates,
-            "nonfinite_steps": self.nonfinite_steps,
-            "weights_finite": self.weights_finite,
-            "build_s": self.build_s,
-            "probe_s": self.probe_s,
-            "compile_s": self.compile_s,
-            "warmup_s": self.warmup_s,
-            "measure_s": self.measure_s,
-            "executions": self.executions,
-            "pruned": self.pruned,
-            "input": dict(self.input) if self.input else None,
-        }
+    skipped_flags: tuple[bool, ...] = ()  #: which measured steps the loss scale skipped
+    weights_finite: bool | None = None  #: the weights after training hold no inf/NaN
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResultMessage:
-        weights_finite = data.get("weights_finite")
-        return cls(
-            t=_float(data.get("t")),
-            samples_per_second=_float(data.get("samples_per_second")),
-            median_samples_per_second=_float(data.get("median_samples_per_second")),
-            step_time_ms={
-                str(k): float(v)
-                for k, v in (data.get("step_time_ms") or {}).items()
-                if v is not None
-            },
-            peak_memory_mb=_float(data.get("peak_memory_mb")),
-            memory_kind=_str(data.get("memory_kind")),
-            memory_method=_str(data.get("memory_method")),
-            losses=_floats(data.get("losses")),
-            loss_scales=_floats(data.get("loss_scales")),
-            skipped_flags=tuple(bool(v) for v in data.get("skipped_flags") or ()),
-            skipped_steps=_int(data.get("skipped_steps")),
-            calibration_steps=_int(data.get("calibration_steps")),
-            warmup_updates=_int(data.get("warmup_updates")),
-            nonfinite_steps=_int(data.get("nonfinite_steps")),
-            weights_finite=None if weights_finite is None else bool(weights_finite),
-            build_s=_float(data.get("build_s")),
-            probe_s=_float(data.get("probe_s")),
-            compile_s=_float(data.get("compile_s")),
-            warmup_s=_float(data.get("warmup_s")),
-            measure_s=_float(data.get("measure_s")),
-            executions=_int(data.get("executions")),
-            pruned=bool(data.get("pruned", False)),
-            input=_input(data.get("input")),
-        )
+        return from_data(cls, data, input=InputRate.read(data.get("input")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,38 +229,6 @@ class ErrorMessage(_Message):
     predicted: bool = False
     traceback: str | None = None
 
-    def _fields(self) -> dict[str, Any]:
-        return {
-            "exception": self.exception,
-            "message": self.message,
-            "location": self.location,
-            "phase": self.phase,
-            "oom": self.oom,
-            "user_code": self.user_code,
-            "internal": self.internal,
-            "policy_caused": self.policy_caused,
-            "unsupported": self.unsupported,
-            "predicted": self.predicted,
-            "traceback": self.traceback,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ErrorMessage:
-        return cls(
-            t=_float(data.get("t")),
-            exception=_str(data.get("exception")),
-            message=str(data.get("message") or ""),
-            location=_str(data.get("location")),
-            phase=str(data.get("phase") or ""),
-            oom=bool(data.get("oom", False)),
-            user_code=bool(data.get("user_code", False)),
-            internal=bool(data.get("internal", False)),
-            policy_caused=bool(data.get("policy_caused", False)),
-            unsupported=bool(data.get("unsupported", False)),
-            predicted=bool(data.get("predicted", False)),
-            traceback=_str(data.get("traceback")),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
 class ReadyMessage(_Message):
@@ -415,10 +236,6 @@ class ReadyMessage(_Message):
     listeners never get it)."""
 
     type: ClassVar[str] = "ready"
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ReadyMessage:
-        return cls(t=_float(data.get("t")))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -429,17 +246,6 @@ class MemoryMessage(_Message):
     type: ClassVar[str] = "memory"
     rss_mb: float | None = None
     cpu_percent: float | None = None
-
-    def _fields(self) -> dict[str, Any]:
-        return {"rss_mb": self.rss_mb, "cpu_percent": self.cpu_percent}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MemoryMessage:
-        return cls(
-            t=_float(data.get("t")),
-            rss_mb=_float(data.get("rss_mb")),
-            cpu_percent=_float(data.get("cpu_percent")),
-        )
 
 
 @dataclass(frozen=True)

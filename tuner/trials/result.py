@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.trials.hazards import Hazard
+from tuner.trials.record import added, from_data, to_data
 from tuner.trials.spec import TrialSpec
 
 
@@ -36,28 +36,36 @@ class TrialStatus(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class Timings:
-    """Where a trial's wall time went, in seconds.
+@dataclass(frozen=True, kw_only=True)
+class StageTimes:
+    """The seconds of a trial's stages as its worker timed them, in the worker's ``result``
+    message and (with the parent's own) in :class:`Timings`.
 
-    ``startup_s`` is process start and the TensorFlow import; ``build_s`` loading the model,
-    making the data and compiling; ``probe_s`` the numerics probe (low-precision policies, the
-    first trial of each in a search); ``compile_s`` the step compiled ahead of its first run to
-    predict its memory (JAX; the warm-up then skips that compile); ``warmup_s`` the untimed
-    first steps (tracing, autotuning);
-    ``measure_s`` the timed steps; ``input_s`` fit's own loop on the user's input, timed
-    (before issue 35: the input timed alone); ``total_s``
-    everything, as the parent saw it.
+    ``build_s`` loading the model, making the data and compiling; ``probe_s`` the numerics
+    probe (low-precision policies, the first trial of each in a search); ``compile_s`` the step
+    compiled ahead of its first run to predict its memory (JAX; the warm-up then skips that
+    compile); ``warmup_s`` the untimed first steps (tracing, autotuning); ``measure_s`` the
+    timed steps.
     """
 
-    startup_s: float | None = None
     build_s: float | None = None
     probe_s: float | None = None
     warmup_s: float | None = None
     measure_s: float | None = None
+    compile_s: float | None = added(None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timings(StageTimes):
+    """Where a trial's wall time went, in seconds: the worker's :class:`StageTimes`, and
+    ``startup_s`` (process start and the framework's import), ``input_s`` (fit's own loop on
+    the user's input, timed; before issue 35 the input timed alone) and ``total_s`` (everything,
+    as the parent saw it).
+    """
+
+    startup_s: float | None = None
     total_s: float | None = None
     input_s: float | None = None
-    compile_s: float | None = None
 
     @property
     def measured_share(self) -> float | None:
@@ -66,6 +74,13 @@ class Timings:
         if not self.measure_s or not self.total_s:
             return None
         return (self.measure_s + (self.input_s or 0.0)) / self.total_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**to_data(self), "measured_share": self.measured_share}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timings:
+        return from_data(cls, data)
 
 
 #: The worker's phase before its ``started`` message: the interpreter's start, the framework's
@@ -90,13 +105,14 @@ class TrialError:
     #: the worker's phase when it was killed at a limit or died without a word (``import``,
     #: ``build``, ``prepare``, ``probe``, ...: :data:`tuner.trials.events.PHASES`); None for
     #: an error the worker reported itself, and in trials stored before it was kept
-    phase: str | None = None
+    phase: str | None = added(None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if self.phase is None:
-            del data["phase"]  # left out: errors stored before it match
-        return data
+        return to_data(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialError:
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True)
@@ -135,15 +151,11 @@ class MemoryPrediction:
         return self.limit_mb is not None and self.peak_mb > self.limit_mb
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryPrediction:
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in data.items() if k in names}
-        known["peak_mb"] = float(known["peak_mb"])
-        known["parts_mb"] = {str(k): float(v) for k, v in (known.get("parts_mb") or {}).items()}
-        return cls(**known)
+        return from_data(cls, data)
 
 
 #: A setup is input-bound when what fit can reach with its input is under this share of the
@@ -222,36 +234,42 @@ class InputRate:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> InputRate:
-        return cls(
-            samples_per_second=float(data["samples_per_second"]),
-            kind=str(data.get("kind", "")),
-            fed_by=str(data.get("fed_by", "")),
-            batches=int(data.get("batches") or 0),
-            seconds=float(data.get("seconds") or 0.0),
-            overlapped=bool(data.get("overlapped", True)),
-            fit_loop=bool(data.get("fit_loop", False)),
-            epochs=int(data.get("epochs") or 0),
-        )
+        return from_data(cls, data)
+
+    @classmethod
+    def read(cls, data: Any) -> InputRate | None:
+        """The input's figures as a worker sent them, kept only with a finite rate over 0."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            rate = float(data.get("samples_per_second"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None
+        if not math.isfinite(rate) or rate <= 0:
+            return None
+        return cls.from_dict({**data, "samples_per_second": rate})
 
 
-@dataclass(frozen=True)
-class TrialResult:
-    """Everything one trial measured. Frozen: it crosses threads and goes into storage.
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What a trial's worker measured: one frozen record, declared once (issue 36). The worker
+    sends it in its ``result`` message (:class:`~tuner.trials.messages.ResultMessage` is one,
+    with what only the verdict reads) and the trial's :class:`TrialResult` is one, with what
+    the parent adds; :func:`tuner.trials.record.part` carries it from one to the other.
 
     ``losses`` and ``loss_scales`` hold the measured steps only (warm-up excluded);
     ``loss_scales`` entries are ``None`` when no loss scaling was applied.
     """
 
-    spec: TrialSpec
-    status: TrialStatus
-    #: the measured window's samples over its wall time, as ``fit`` spends it (every slow step
-    #: counted): the figure the search ranks by, since it ranks setups as ``fit`` does
-    #: (bench/bench_fit.py). Trials stored before it existed hold the median-based figure here.
-    samples_per_second: float | None = None
+    #: the batch size over the median step time (robust to a stray slow step); None for trials
+    #: stored before it was kept apart
+    median_samples_per_second: float | None = None
+    #: ``train_function`` calls in the measured window (steps / steps per execution)
+    executions: int | None = None
     step_time_ms: dict[str, float] = field(default_factory=dict)  #: p50, p90, mean
     peak_memory_mb: float | None = None
     memory_kind: str | None = None  #: "gpu" (the backend's allocator peak) or "cpu_rss"
@@ -261,6 +279,36 @@ class TrialResult:
     loss_scales: tuple[float | None, ...] = ()
     skipped_steps: int = 0
     nonfinite_steps: int = 0
+    #: steps a dynamic loss scale skipped while it came down from its initial value, before
+    #: the measured steps (issue 35): calibration, which a real run pays once; not in
+    #: :attr:`skipped_steps`, which counts the measured steps' skips against the setup
+    calibration_steps: int = added(0)
+    #: updates applied before the measured steps (the warm-up and calibration steps less the
+    #: skipped ones); None for trials stored before it (their warm-up's steps, all applied as
+    #: far as is known): the guard compares losses after the same number of updates
+    warmup_updates: int | None = added(None)
+    #: stopped measuring early: its rate fell under ``spec.prune_below`` (its figure is kept,
+    #: from the steps it ran; its loss window is short)
+    pruned: bool = added(False)
+    #: fit's own loop on the user's input (None: not timed)
+    input: InputRate | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult(Measured):
+    """Everything one trial measured (its :class:`Measured` figures) and how it ended. Frozen:
+    it crosses threads and goes into storage."""
+
+    spec: TrialSpec
+    status: TrialStatus
+    #: what ``fit`` reaches: fit's own loop on the input where it was timed, else the
+    #: device's rate (see :func:`reachable`): the figure the search ranks by, since it ranks
+    #: setups as ``fit`` does (bench/bench_fit.py). Trials stored before it existed hold the
+    #: median-based figure here.
+    samples_per_second: float | None = None
+    #: what the device trained at, from batches already in memory (on the device). None for
+    #: trials stored before the input was counted (their figure is the device's)
+    device_samples_per_second: float | None = None
     steps_completed: int = 0  #: measured steps that finished
     timings: Timings = field(default_factory=Timings)
     error: TrialError | None = None
@@ -278,31 +326,9 @@ class TrialResult:
     #: ``layer_errors`` (relative error against float32, per layer in call order); empty when no
     #: probe ran
     numerics: dict[str, Any] = field(default_factory=dict)
-    #: the batch size over the median step time (robust to a stray slow step); None for trials
-    #: stored before it was kept apart
-    median_samples_per_second: float | None = None
-    #: ``train_function`` calls in the measured window (steps / steps per execution)
-    executions: int | None = None
-    #: what the device trained at, from batches already in memory (on the device); where fit's
-    #: loop ran on the input, :attr:`samples_per_second` is its rate (see :func:`reachable`).
-    #: None for trials stored before the input was counted (their figure is the device's)
-    device_samples_per_second: float | None = None
-    #: the input's own rate, fed as ``fit`` feeds it (None: not timed)
-    input: InputRate | None = None
-    #: stopped measuring early: its rate fell under ``spec.prune_below`` (its figure is kept,
-    #: from the steps it ran; its loss window is short)
-    pruned: bool = False
     #: the peak predicted before the first step, from the compiled step (JAX); beside
     #: :attr:`peak_memory_mb` it shows the prediction's error. None where none was made
-    memory_prediction: MemoryPrediction | None = None
-    #: steps a dynamic loss scale skipped while it came down from its initial value, before
-    #: the measured steps (issue 35): calibration, which a real run pays once; not in
-    #: :attr:`skipped_steps`, which counts the measured steps' skips against the setup
-    calibration_steps: int = 0
-    #: updates applied before the measured steps (the warm-up and calibration steps less the
-    #: skipped ones); None for trials stored before it (their warm-up's steps, all applied as
-    #: far as is known): the guard compares losses after the same number of updates
-    warmup_updates: int | None = None
+    memory_prediction: MemoryPrediction | None = added(None)
 
     @property
     def trained_samples_per_second(self) -> float | None:
@@ -368,91 +394,13 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data; non-finite floats become ``None`` (JSON has no NaN)."""
-        data = {
-            "status": self.status.value,
-            "samples_per_second": self.samples_per_second,
-            "median_samples_per_second": self.median_samples_per_second,
-            "device_samples_per_second": self.device_samples_per_second,
-            "input": self.input.to_dict() if self.input else None,
-            "executions": self.executions,
-            "step_time_ms": dict(self.step_time_ms),
-            "peak_memory_mb": self.peak_memory_mb,
-            "memory_kind": self.memory_kind,
-            "memory_method": self.memory_method,
-            "losses": list(self.losses),
-            "loss_scales": list(self.loss_scales),
-            "skipped_steps": self.skipped_steps,
-            "nonfinite_steps": self.nonfinite_steps,
-            "steps_completed": self.steps_completed,
-            "timings": {
-                **{
-                    k: v
-                    for k, v in dataclasses.asdict(self.timings).items()
-                    if v is not None or k != "compile_s"  # results stored before it match
-                },
-                "measured_share": self.timings.measured_share,
-            },
-            "error": self.error.to_dict() if self.error else None,
-            "warnings": list(self.warnings),
-            "device": self.device,
-            "versions": dict(self.versions),
-            "background_load": self.background_load,
-            "hazards": [h.to_dict() for h in self.hazards],
-            "numerics": dict(self.numerics),
-            "spec": self.spec.to_dict(),
-        }
-        if self.pruned:
-            data["pruned"] = True  # left out otherwise: results stored before it match
-        if self.memory_prediction is not None:
-            data["memory_prediction"] = self.memory_prediction.to_dict()
-        if self.calibration_steps:  # left out otherwise: results stored before it match
-            data["calibration_steps"] = self.calibration_steps
-        if self.warmup_updates is not None:
-            data["warmup_updates"] = self.warmup_updates
-        safe: dict[str, Any] = _json_safe(data)
+        safe: dict[str, Any] = _json_safe(to_data(self))
         return safe
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
         """Inverse of :meth:`to_dict` (a stored non-finite loss comes back as NaN)."""
-        timings = {k: v for k, v in data.get("timings", {}).items() if k != "measured_share"}
-        error = data.get("error")
-        return cls(
-            spec=TrialSpec.from_dict(data["spec"]),
-            status=TrialStatus(data["status"]),
-            samples_per_second=data.get("samples_per_second"),
-            median_samples_per_second=data.get("median_samples_per_second"),
-            device_samples_per_second=data.get("device_samples_per_second"),
-            input=InputRate.from_dict(data["input"]) if data.get("input") else None,
-            executions=data.get("executions"),
-            step_time_ms=dict(data.get("step_time_ms") or {}),
-            peak_memory_mb=data.get("peak_memory_mb"),
-            memory_kind=data.get("memory_kind"),
-            memory_method=data.get("memory_method"),
-            losses=tuple(math.nan if v is None else float(v) for v in data.get("losses", ())),
-            loss_scales=tuple(data.get("loss_scales", ())),
-            skipped_steps=int(data.get("skipped_steps", 0)),
-            nonfinite_steps=int(data.get("nonfinite_steps", 0)),
-            steps_completed=int(data.get("steps_completed", 0)),
-            timings=Timings(**timings),
-            error=TrialError(**error) if error else None,
-            warnings=tuple(data.get("warnings", ())),
-            device=data.get("device"),
-            versions=dict(data.get("versions") or {}),
-            background_load=data.get("background_load"),
-            hazards=tuple(Hazard.from_dict(h) for h in data.get("hazards") or ()),
-            numerics=dict(data.get("numerics") or {}),
-            pruned=bool(data.get("pruned", False)),
-            memory_prediction=(
-                MemoryPrediction.from_dict(data["memory_prediction"])
-                if data.get("memory_prediction")
-                else None
-            ),
-            calibration_steps=int(data.get("calibration_steps") or 0),
-            warmup_updates=(
-                int(data["warmup_updates"]) if data.get("warmup_updates") is not None else None
-            ),
-        )
+        return from_data(cls, data)
 
 
 def _json_safe(value: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import secrets
 import selectors
@@ -52,10 +53,12 @@ from tuner.trials.process import (
 )
 from tuner.trials.process import kill_all_workers as kill_all_workers
 from tuner.trials.protocol import EventCallback as EventCallback
+from tuner.trials.record import part
 from tuner.trials.result import (
     START_PHASE,
-    InputRate,
+    Measured,
     MemoryPrediction,
+    StageTimes,
     Timings,
     TrialResult,
     TrialStatus,
@@ -556,26 +559,31 @@ class _WorkerRun:
         return False
 
     def _assemble(self, status: Any, error: Any, total_s: float) -> TrialResult:
+        """The trial's result: the worker's :class:`Measured` figures and stage times as it sent
+        them (where it timed out or died, what its steps already told), and the parent's own."""
         res = self.result
-        measured = self._measured()
-        device_rate = res.samples_per_second if res else None
-        fed = InputRate.from_dict(res.input) if res and res.input else None
-        timings = Timings(
-            startup_s=self.started_at,
-            build_s=res.build_s if res else None,
-            probe_s=res.probe_s if res else self.numerics.get("probe_s"),
-            compile_s=res.compile_s if res else self.prediction.get("compile_s"),
-            warmup_s=res.warmup_s if res else None,
-            measure_s=res.measure_s if res else None,
-            total_s=total_s,
-            input_s=fed.seconds if fed else None,
-        )
         if res is not None:
-            losses, scales = res.losses, res.loss_scales
-        else:  # timed out or died: keep what the steps already told us
-            losses = tuple(s.loss for s in measured)
-            scales = tuple(s.loss_scale for s in measured)
+            measured, stages = part(res, Measured), part(res, StageTimes)
+        else:
+            steps = self._measured()
+            measured = part(
+                Measured(
+                    losses=tuple(math.nan if s.loss is None else s.loss for s in steps),
+                    loss_scales=tuple(s.loss_scale for s in steps),
+                    skipped_steps=sum(s.skipped for s in steps),
+                    nonfinite_steps=sum(s.nonfinite for s in steps),
+                    peak_memory_mb=self.peak_rss_mb,
+                    memory_kind="cpu_rss" if self.peak_rss_mb else None,
+                ),
+                Measured,
+            )
+            stages = {
+                "probe_s": self.numerics.get("probe_s"),
+                "compile_s": self.prediction.get("compile_s"),
+            }
+        device_rate, fed = (res.samples_per_second, res.input) if res else (None, None)
         return TrialResult(
+            **measured,
             spec=self.spec,
             status=status,
             # What fit can reach, from what the device trains at and what the input delivers.
@@ -583,34 +591,15 @@ class _WorkerRun:
                 reachable(device_rate, fed) if device_rate and fed is not None else device_rate
             ),
             device_samples_per_second=device_rate,
-            input=fed,
-            median_samples_per_second=res.median_samples_per_second if res else None,
-            executions=res.executions if res else None,
-            pruned=res.pruned if res else False,
-            step_time_ms=dict(res.step_time_ms) if res else {},
-            peak_memory_mb=res.peak_memory_mb if res else self.peak_rss_mb,
-            memory_kind=(res.memory_kind if res else ("cpu_rss" if self.peak_rss_mb else None)),
-            memory_method=res.memory_method if res else None,
-            losses=tuple(v if v is not None else float("nan") for v in losses),
-            loss_scales=scales,
-            skipped_steps=_first(
-                res.skipped_steps if res else None, sum(s.skipped for s in measured)
+            steps_completed=len(measured["losses"]),
+            timings=Timings(
+                **stages,
+                startup_s=self.started_at,
+                total_s=total_s,
+                input_s=fed.seconds if fed else None,
             ),
-            nonfinite_steps=_first(
-                res.nonfinite_steps if res else None, sum(s.nonfinite for s in measured)
-            ),
-            steps_completed=len(losses),
-            timings=timings,
             error=error,
-            warnings=tuple(self.warnings)
-            + (
-                (
-                    f"ignored {self.reader.foreign_lines} line(s) that the model wrote to "
-                    "mptune's event channel",
-                )
-                if self.reader.foreign_lines
-                else ()
-            ),
+            warnings=tuple(self.warnings) + self._foreign_warning(),
             device=self.started.device if self.started else None,
             versions=dict(self.started.versions) if self.started else {},
             background_load=self.background_load,
@@ -619,14 +608,15 @@ class _WorkerRun:
             memory_prediction=(
                 MemoryPrediction.from_dict(self.prediction) if self.prediction else None
             ),
-            calibration_steps=(res.calibration_steps or 0) if res else 0,
-            warmup_updates=res.warmup_updates if res else None,
         )
 
-
-def _first(value: int | None, otherwise: int) -> int:
-    """``value``, or ``otherwise`` where the worker did not send it."""
-    return int(value) if value is not None else int(otherwise)
+    def _foreign_warning(self) -> tuple[str, ...]:
+        if not self.reader.foreign_lines:
+            return ()
+        return (
+            f"ignored {self.reader.foreign_lines} line(s) that the model wrote to mptune's "
+            "event channel",
+        )
 
 
 @dataclass

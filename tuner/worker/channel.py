@@ -40,6 +40,11 @@ class Channel:
             written = os.write(self._fd, view)
             view = view[written:]
 
+    def send(self, message: Any) -> None:
+        """A typed message (:mod:`tuner.trials.messages`), in its wire form, timed now."""
+        fields = {k: v for k, v in message.to_dict().items() if k not in ("type", "t")}
+        self.emit(message.type, **fields)
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

@@ -8,7 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
+from tuner.trials.result import InputRate
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel
 
@@ -70,35 +72,43 @@ def measure(
     # A setup that cannot lead (pruned: even its device's rate is under the leader's) is not
     # worth fit's loop.
     fed = None if log.pruned else _time_fit(spec, channel, phase, runner, feed, window)
-    channel.emit(
-        "result",
-        samples_per_second=device_rate,
-        median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
-        step_time_ms={
-            "p50": p50 * 1000,
-            "p90": float(np.percentile(times, 90)) * 1000,
-            "mean": float(times.mean()) * 1000,
-        },
-        peak_memory_mb=peak,
-        memory_kind=memory_kind,
-        memory_method=memory_method,
-        losses=log.losses,
-        loss_scales=log.loss_scales,
-        skipped_flags=log.skipped,
-        skipped_steps=sum(log.skipped),
-        calibration_steps=sum(before),
-        warmup_updates=len(before) - sum(before),
-        nonfinite_steps=sum(log.nonfinite),
-        weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
-        build_s=build_s,
-        probe_s=probe_s,
-        compile_s=prediction["compile_s"] if prediction else None,
-        warmup_s=warmup_s,
-        measure_s=window,
-        executions=len(log.execution_times_s),
-        pruned=log.pruned,
-        input=fed,
+    channel.send(
+        ResultMessage(
+            samples_per_second=device_rate,
+            median_samples_per_second=spec.batch_size / p50 if p50 > 0 else None,
+            step_time_ms=_step_times(times),
+            peak_memory_mb=peak,
+            memory_kind=memory_kind,
+            memory_method=memory_method,
+            losses=tuple(log.losses),
+            loss_scales=tuple(log.loss_scales),
+            skipped_flags=tuple(log.skipped),
+            skipped_steps=sum(log.skipped),
+            calibration_steps=sum(before),
+            warmup_updates=len(before) - sum(before),
+            nonfinite_steps=sum(log.nonfinite),
+            weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
+            build_s=build_s,
+            probe_s=probe_s,
+            compile_s=prediction["compile_s"] if prediction else None,
+            warmup_s=warmup_s,
+            measure_s=window,
+            executions=len(log.execution_times_s),
+            pruned=log.pruned,
+            input=InputRate.read(fed),
+        )
     )
+
+
+def _step_times(times: Any) -> dict[str, float]:
+    """The measured steps' p50, p90 and mean, in milliseconds."""
+    import numpy as np
+
+    return {
+        "p50": float(np.percentile(times, 50)) * 1000,
+        "p90": float(np.percentile(times, 90)) * 1000,
+        "mean": float(times.mean()) * 1000,
+    }
 
 
 def _warm_up(spec: TrialSpec, runner: Any) -> tuple[float, list[bool]]:
