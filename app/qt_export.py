@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
@@ -76,6 +77,13 @@ class QtExportDialog(QDialog):
         self.setup_line.setWordWrap(True)
         self.setup_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.setup_line)
+        # A training script's own setup: run it with the tuned setup applied, unedited.
+        self.run_line = QLabel(run_command(config))
+        self.run_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.run_line.setWordWrap(True)
+        self.run_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.run_line.setVisible(bool(self.run_line.text()))
+        layout.addWidget(self.run_line)
         self.preview = QPlainTextEdit()
         self.preview.setReadOnly(True)
         self.preview.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
@@ -191,3 +199,22 @@ class QtExportDialog(QDialog):
             lambda exc: QMessageBox.warning(self, "Not saved", f"Could not write {path}: {exc}"),
             name="save-export",
         )
+
+
+def run_command(config: api.TunedConfig) -> str:
+    """For a setup tuned on a training script: the command that runs the script with it
+    applied, unedited (the JSON saved as tuned.json); "" for any other model."""
+    try:
+        command = api.ScriptCommand.parse(config.model)
+    except api.MptuneError:
+        return ""
+    if command is None:
+        return ""
+    words = ["mptune", "run", command.path, "--config", "tuned.json"]
+    if command.fit_call != 1:
+        words += ["--fit-call", str(command.fit_call)]
+    if command.args:
+        words += ["--", *command.args]
+    return (
+        f"Or run your script with it, unedited (save the JSON as tuned.json): {shlex.join(words)}"
+    )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QRect, QSettings, Qt, QTimer
@@ -12,6 +14,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -264,6 +267,9 @@ class QtMainWindow(QMainWindow):
         file_menu = menu.addMenu("&File")
         self.open_action = self._action(
             file_menu, "&Open model...", QKeySequence.StandardKey.Open, self.open_model
+        )
+        self.script_action = self._action(
+            file_menu, "Open training &script...", "Ctrl+Shift+O", self.open_script
         )
         self.history_action = self._action(
             file_menu, "Open &past session...", "Ctrl+H", self.open_history
@@ -672,6 +678,28 @@ class QtMainWindow(QMainWindow):
         )
         if path:
             self.setup.set_model(path)
+
+    def open_script(self) -> None:
+        """A training script as the user runs it (issue 37): the file, then its own arguments
+        on one line as a shell writes them; each trial runs it up to its model.fit."""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a training script", "", "Python scripts (*.py)"
+        )
+        if not path:
+            return
+        line, given = QInputDialog.getText(
+            self,
+            "The script's arguments",
+            f"Run {Path(path).name} with these arguments (as on its command line; empty: none):",
+        )
+        if not given:
+            return
+        try:
+            args = shlex.split(line)
+        except ValueError as exc:
+            QMessageBox.warning(self, "Cannot read the arguments", f"{line!r}: {exc}")
+            return
+        self.setup.set_model(api.ScriptCommand(path, tuple(args)).spec)
 
     def _storage_url(self) -> str | None:
         return self.setup.storage.text().strip() or None

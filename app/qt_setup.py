@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,16 @@ class QtSetupPanel(QWidget):
         """Select ``spec`` (adding a file to the list) and check it."""
         index = self.model.findData(spec)
         if index < 0:
-            self.model.insertItem(self.model.count() - 1, Path(spec).name, spec)
+            try:
+                command = api.ScriptCommand.parse(spec)
+            except api.MptuneError:
+                command = None
+            label = (
+                f"{shlex.join([Path(command.path).name, *command.args])} (script)"
+                if command is not None
+                else Path(spec).name
+            )
+            self.model.insertItem(self.model.count() - 1, label, spec)
             index = self.model.count() - 2
             self.model.setItemData(index, spec, role=3)
         self.model.setCurrentIndex(index)

@@ -4,9 +4,11 @@ The model, its data, the policy and compile arguments come from the same code a 
 (tuner.workloads, tuner.worker.loading, tuner.keras_setup); the data is fed as a user's script
 feeds it: a built-in workload's arrays as ``fit(x, y, batch_size=...)`` (shuffled, Keras'
 default; its pool repeated to an epoch of 64 batches, as a trial gives them to fit), a model
-file's ``make_dataset(batch_size)`` as it returns it. Epoch after epoch, no callback on its
-batches; the first epoch traces and compiles and is not timed; fit stops at the end of the
-epoch in which ``SECONDS`` of timed epochs have passed. The backend is ``KERAS_BACKEND``'s.
+file's ``make_dataset(batch_size)`` as it returns it, a training script's own fit (issue 37: the
+script run up to it, then its fit compiled and fed as ``mptune run`` does). Epoch after epoch,
+no callback on its batches; the first epoch traces and compiles and is not timed; fit stops at
+the end of the epoch in which ``SECONDS`` of timed epochs have passed. The backend is
+``KERAS_BACKEND``'s.
 
     python bench/_fit_run.py MODEL SETUP_JSON SECONDS
 """
@@ -34,6 +36,9 @@ def main() -> int:
     source = parse_model_spec(model_spec)
     keras.utils.set_random_seed(0)
     keras_setup.apply_policy(setup)
+    if source.kind == "script":
+        print(json.dumps({"samples_per_second": script_fit(source, setup, seconds)}))
+        return 0
     kwargs: dict[str, object] = {}
     if source.kind == "builtin":
         model = workloads.build(source.name, source.params)
@@ -49,7 +54,8 @@ def main() -> int:
     else:
         loaded = loading.load_user_model(source, setup.policy.name)
         model, optimizer, loss = loaded.model, loaded.optimizer, loaded.loss
-        data = loaded.module.make_dataset(setup.batch_size)
+        assert loaded.make_dataset is not None
+        data = loaded.make_dataset(setup.batch_size)
         kwargs = {"x": data}
         per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
     keras_setup.compile_model(model, setup, optimizer, loss)
@@ -72,6 +78,41 @@ def main() -> int:
     epochs = len(clock.ends) - 1
     print(json.dumps({"samples_per_second": per_epoch * epochs / (end - clock.ends[0])}))
     return 0
+
+
+def script_fit(source: object, setup: object, seconds: float) -> float:
+    """A training script's own fit, as ``mptune run`` runs it (the script up to its fit, the
+    model compiled for the setup with the script's optimizer, loss and metrics, its data at the
+    setup's batch size), timed over whole epochs as :func:`main` times the others."""
+    import keras
+
+    from tuner import keras_setup
+    from tuner.worker import loading, script
+
+    ends: list[float] = []
+
+    class EpochClock(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: object = None) -> None:
+            ends.append(time.perf_counter())
+            if ends[-1] - ends[0] >= seconds:
+                self.model.stop_training = True
+
+    samples = [0]
+
+    def fit(call: script.FitCall) -> object:
+        optimizer, loss, _ = loading.compiled_with(call.model)
+        extras = loading.compile_extras(call.model)
+        keras_setup.compile_model(call.model, setup, optimizer, loss, **extras)
+        changed = script.fit_arguments_at(call, setup.batch_size)  # type: ignore[attr-defined]
+        data = changed.get("x", call.x)  # a finite input's samples an epoch
+        samples[0] = (
+            len(call.y) if "batch_size" in changed else sum(script.samples_in(b) for b in data)
+        )
+        return call.go_on(epochs=10**6, verbose=0, callbacks=[EpochClock()], **changed)
+
+    script.run_script(source, fit)  # type: ignore[arg-type]
+    end = time.perf_counter()
+    return samples[0] * (len(ends) - 1) / (end - ends[0])
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ whether the trial ranks each model's two batch sizes as fit does, and whether it
 input-bound. Where a GPU is asked for (``--device gpu``) the rows without TensorFlow run.
 
     python bench/bench_fit.py [--rounds 5] [--backends tensorflow,jax,torch] [--write]
+
+``--model SPEC`` (repeatable) runs those instead, e.g. a training script's rows (issue 37:
+``--model script:bench/models/train_script.py``, its plain run being the script's own fit as
+``mptune run`` runs it).
 """
 
 from __future__ import annotations
@@ -149,6 +153,8 @@ def main() -> int:
     print(report(rows, figures, args, minutes))
     if args.write:
         name = "fit" if args.device == "cpu" else "fit-gpu"
+        if args.model and args.device == "cpu":
+            name = "fit-models"  # the built-in list's table stays
         write_section(name, report(rows, figures, args, minutes))
     return 0
 

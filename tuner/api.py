@@ -74,7 +74,12 @@ from tuner.trials.messages import (
     WorkerMessage,
     parse_message,
 )
-from tuner.trials.models import BUILTINS, ModelSource
+from tuner.trials.models import (
+    BUILTINS,
+    RUN_SETUP_VARIABLE,
+    ModelSource,
+    ScriptCommand,
+)
 from tuner.trials.process import TrialCancelled
 from tuner.trials.protocol import TrialRunner
 from tuner.trials.result import InputRate, Timings, TrialResult, TrialStatus
@@ -82,6 +87,7 @@ from tuner.trials.spec import TrialSpec
 
 if TYPE_CHECKING:
     from tuner.export import FORMATS, ConfigError, TunedConfig
+    from tuner.export.apply import config_notes
     from tuner.hardware import HardwareProfile
     from tuner.hardware.gpu_use import UnusedGpu
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
@@ -108,6 +114,7 @@ __all__ = [
     "OBJECTIVES",
     "PHASES",
     "POLICIES",
+    "RUN_SETUP_VARIABLE",
     "XLA_MODES",
     "Alternative",
     "ConfigError",
@@ -138,6 +145,7 @@ __all__ = [
     "Recommendation",
     "Recommended",
     "ResultMessage",
+    "ScriptCommand",
     "SearchEvent",
     "SearchSettings",
     "SearchSpace",
@@ -173,6 +181,7 @@ __all__ = [
     "check_backend",
     "check_gpu_use",
     "check_model",
+    "config_notes",
     "default_storage_url",
     "detect",
     "event_from_dict",
@@ -211,6 +220,7 @@ _LAZY = {
     "FORMATS": "tuner.export",
     "ConfigError": "tuner.export",
     "TunedConfig": "tuner.export",
+    "config_notes": "tuner.export.apply",
     "HardwareProfile": "tuner.hardware",
     "UnusedGpu": "tuner.hardware.gpu_use",
     "CpuInfo": "tuner.hardware.profile",

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "detect": _cmd_detect,
+        "run": _cmd_run,
         "trial": _cmd_trial,
         "tune": _cmd_tune,
         "worker": _cmd_worker,
@@ -79,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                 target = groups[group]
                 options = {k: v for k, v in options.items() if k != "group"}
             target.add_argument(*flags, **options)
-        command.set_defaults(handler=handlers[name])
+        command.set_defaults(handler=handlers[name], script_args=())
     return parser
 
 
@@ -101,6 +103,25 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _model_given(args: argparse.Namespace) -> str | None:
+    """The model the command line names: ``--model``, or ``--script`` with its arguments (after
+    ``--``) as a model spec; None where it names none.
+
+    Raises:
+        MptuneError: arguments or --fit-call without --script.
+    """
+    if args.script:
+        return api.ScriptCommand(args.script, args.script_args, args.fit_call).spec
+    if args.script_args:
+        raise MptuneError(
+            f"{' '.join(args.script_args)!r}: arguments after -- are a training script's; "
+            "give the script with --script PATH"
+        )
+    if args.fit_call != 1:
+        raise MptuneError("--fit-call picks a training script's fit call: give --script PATH")
+    return args.model  # type: ignore[no-any-return]
+
+
 def _cmd_trial(args: argparse.Namespace) -> int:
     from tuner.console import TrialProgress, render_trial
 
@@ -119,8 +140,11 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             backend=backend,
             **{knob.name: getattr(args, knob.name) for knob in api.KNOBS},
         )
+        model = _model_given(args)
+        if model is None:
+            raise MptuneError("give the model to train: --model SPEC or --script PATH")
         spec = api.TrialSpec(
-            model=args.model,
+            model=model,
             setup=setup,
             steps=args.steps,
             measure_seconds=args.measure_seconds,
@@ -160,7 +184,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     stored = api.find_session(name, args.storage) if name else None
     if args.resume and stored is None:
         raise MptuneError(f"no session named {args.resume!r} to resume (see mptune sessions)")
-    model = args.model or (stored.model if stored else DEFAULT_MODEL)
+    given = _model_given(args)
+    model = given or (stored.model if stored else DEFAULT_MODEL)
     source = api.check_model(model)
     profile = api.detect()
     space, settings = _space_and_settings(args, stored, source, profile)
@@ -175,7 +200,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         with progress:
             request = api.TuneRequest(
-                model if stored is None or args.model else None,
+                model if stored is None or given else None,
                 space=space,
                 settings=settings,
                 storage=args.storage,
@@ -411,6 +436,29 @@ def _cmd_export(args: argparse.Namespace) -> int:
 _EXPORT_EXAMPLES = {"json": "tuned.json", "snippet": "tuned_snippet.py", "script": "train_tuned.py"}
 
 
+def _cmd_run(args: argparse.Namespace) -> NoReturn:
+    """Become the user's script with the tuned setup applied (``tuner.worker.apply_script``):
+    this process is replaced, so the script owns the terminal, its signals and its exit
+    status, and nothing of mptune's is left running beside it."""
+    config = api.tuned_config(args.config, args.storage)
+    source = api.check_model(api.ScriptCommand(args.script, args.script_args, args.fit_call).spec)
+    assert source.path is not None
+    backend = config.setup.backend
+    told = os.environ.get("KERAS_BACKEND")
+    if told and told != backend:
+        print(f"mptune: note: the config was tuned on {backend}: KERAS_BACKEND={told} is set "
+              f"to {backend} for the script", file=sys.stderr)  # fmt: skip
+    api.check_backend(backend)
+    for note in api.config_notes(config):
+        print(f"mptune: note: {note}", file=sys.stderr)
+    setup = json.dumps(config.setup.to_dict())
+    env = {**os.environ, "KERAS_BACKEND": backend, api.RUN_SETUP_VARIABLE: setup}
+    command = [sys.executable, "-m", "tuner.worker.apply_script", str(args.fit_call)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [*command, source.path, *args.script_args], env)
+
+
 def _cmd_gui(args: argparse.Namespace) -> int:
     try:
         from app.main import run
@@ -470,7 +518,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # What follows -- is a training script's own command line (tune/trial --script, run): kept
+    # from argparse, which would read it as mptune's.
+    cut = words.index("--") if "--" in words else len(words)
+    args = parser.parse_args(words[:cut])
+    args.script_args = tuple(words[cut + 1 :])
+    if args.script_args and not hasattr(args, "fit_call"):
+        parser.error(f"arguments after -- are a training script's: {args.command} takes none")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="mptune: %(levelname)s: %(message)s",

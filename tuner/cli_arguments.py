@@ -108,6 +108,14 @@ _MODEL_HELP = (
     "builtin:mlp | builtin:cnn | builtin:transformer (optionally builtin:cnn:image_size=64,"
     "filters=64), a .py file with build_model(), or a .keras file"
 )
+_SCRIPT_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("--script", group="model", metavar="PATH",
+         help="a training script, run unmodified up to its model.fit(...): each trial trains "
+         "the model it builds on the data it passes (the script's own arguments go last, "
+         "after --)"),
+    _arg("--fit-call", type=_positive_int, default=1, metavar="N",
+         help="with --script: take over its N-th model.fit call (default: the first)"),
+)  # fmt: skip
 _EXTRAS = "jax and torch are extras: pip install 'mptune[jax]' or 'mptune[torch]'"
 
 # The tables are laid out by hand, one argument a row (the formatter would spread each
@@ -118,6 +126,17 @@ _DETECT_ARGUMENTS: tuple[Argument, ...] = (
          help="the sessions whose measurements on this machine the advice reports (default: "
          "SQLite in the user data directory)"),
     _arg("--json", action="store_true", help="print a JSON object instead"),
+)
+
+_RUN_ARGUMENTS: tuple[Argument, ...] = (
+    _arg("script", metavar="SCRIPT",
+         help="the training script (a .py file that calls fit); its own arguments go last, "
+         "after --"),
+    _arg("--config", required=True, metavar="FILE|SESSION",
+         help="the tuned config: a file mptune export wrote, or a stored session's name"),
+    _arg("--storage", metavar="URL", help="where a session named by --config is stored"),
+    _arg("--fit-call", type=_positive_int, default=1, metavar="N",
+         help="apply the setup at the script's N-th model.fit call (default: the first)"),
 )
 
 # fmt: on
@@ -140,7 +159,8 @@ def _knob_argument(knob: api.Knob) -> Argument:
 
 # fmt: off
 _TRIAL_ARGUMENTS: tuple[Argument, ...] = (
-    _arg("--model", required=True, metavar="SPEC", help=_MODEL_HELP),
+    _arg("--model", group="model", metavar="SPEC", help=_MODEL_HELP),
+    *_SCRIPT_ARGUMENTS,
     _arg("--policy", required=True, choices=api.POLICIES),
     _arg("--backend", choices=api.BACKENDS,
          help="the Keras 3 backend the trial runs on (default: KERAS_BACKEND when set, else "
@@ -169,8 +189,9 @@ _TRIAL_ARGUMENTS: tuple[Argument, ...] = (
 )
 
 _TUNE_ARGUMENTS: tuple[Argument, ...] = (
-    _arg("--model", metavar="SPEC",
+    _arg("--model", group="model", metavar="SPEC",
          help="as for trial (default: the session's when continuing one, else builtin:cnn)"),
+    *_SCRIPT_ARGUMENTS,
     _arg("--backend", choices=api.BACKENDS,
          help="the Keras 3 backend every trial runs on (default: the session's when "
          "continuing one, else KERAS_BACKEND when set, else tensorflow); a session is "
@@ -292,6 +313,15 @@ COMMANDS: dict[str, tuple[dict[str, str], tuple[Argument, ...]]] = {
             "script.",
         ),
         _EXPORT_ARGUMENTS,
+    ),
+    "run": (
+        dict(
+            help="run your training script with a tuned setup applied, unedited",
+            description="Run a training script for real with a tuned config applied: the "
+            "policy set before its first line, and at its model.fit the batch size, loss scale "
+            "and knobs (its other fit arguments as it wrote them). Its arguments go after --.",
+        ),
+        _RUN_ARGUMENTS,
     ),
     "gui": (
         dict(

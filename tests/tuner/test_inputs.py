@@ -148,7 +148,7 @@ def test_an_exception_raised_in_the_engine_is_mptunes(tmp_path: Path) -> None:
     from tuner.worker import loading
 
     try:
-        loading._leading_dim(object.__new__(_Unsized))
+        loading.leading_dim(object.__new__(_Unsized))
     except TypeError as exc:
         assert not raised_by_mptune(exc)  # raised in this file's __getattr__
     try:

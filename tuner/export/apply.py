@@ -155,7 +155,34 @@ def _check_backend(config: TunedConfig, running: str) -> None:
     )
 
 
+def config_notes(config: TunedConfig) -> list[str]:
+    """What applying ``config`` here should say first, without Keras (``mptune run``): the
+    unsafe hazards of its policy (a config edited by hand) and other hardware than it was
+    tuned on."""
+    notes = [f"unsafe: {h.describe()}" for h in config.policy_hazards() if h.unsafe]
+    differences = _hardware_differences(config)
+    if differences:
+        notes.append(_mismatch(differences))
+    return notes
+
+
+def _mismatch(differences: list[str]) -> str:
+    return (
+        "this config was tuned on other hardware ("
+        + "; ".join(differences)
+        + "): its setup may not be the fastest here; run mptune tune on this machine"
+    )
+
+
 def _check_hardware(config: TunedConfig) -> None:
+    differences = _hardware_differences(config)
+    if differences:
+        warnings.warn(_mismatch(differences), HardwareMismatchWarning, stacklevel=3)
+
+
+def _hardware_differences(config: TunedConfig) -> list[str]:
+    """How this machine differs from the one ``config`` was tuned on (empty: it does not, or
+    it cannot be told)."""
     tuned = config.hardware
     try:
         from tuner.hardware import detect
@@ -171,13 +198,5 @@ def _check_hardware(config: TunedConfig) -> None:
             candidates = [HardwareFingerprint.from_profile(profile, tuned.device)]
     except Exception as exc:  # noqa: BLE001 - a failed check must not stop training
         logger.debug("hardware check skipped: %s", exc)
-        return
-    differences = min((tuned.mismatches(here) for here in candidates), key=len)
-    if differences:
-        warnings.warn(
-            "this config was tuned on other hardware ("
-            + "; ".join(differences)
-            + "): its setup may not be the fastest here; run mptune tune on this machine",
-            HardwareMismatchWarning,
-            stacklevel=3,
-        )
+        return []
+    return min((list(tuned.mismatches(here)) for here in candidates), key=len)

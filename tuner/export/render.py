@@ -26,7 +26,7 @@ from tuner.policies import JAX, TENSORFLOW
 from tuner.resources import templates_dir
 from tuner.said import setting
 from tuner.setup import BACKEND_NAMES, KNOBS
-from tuner.trials.models import parse_model_spec
+from tuner.trials.models import ScriptCommand, parse_model_spec
 
 FORMATS = ("json", "snippet", "script")
 KERAS_VERSIONS = ("3", "2")
@@ -138,6 +138,11 @@ def render(config: TunedConfig, fmt: Format, keras: KerasVersion = "3") -> str:
         raise ConfigError(f"unknown Keras version {keras!r}: choose 3 or 2")
     if fmt == "json":
         return config.to_json()
+    if fmt == "script" and ScriptCommand.parse(config.model) is not None:
+        raise ConfigError(
+            "this setup was tuned on your own training script, which is the script to run: "
+            "mptune run applies the setup to it unedited (or take the snippet to edit it in)"
+        )
     if fmt == "script" and keras == "2":
         raise ConfigError(
             f"the script export is Keras 3 only; use {setting('keras', 2)} with "

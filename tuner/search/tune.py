@@ -32,7 +32,7 @@ from tuner.search.session import (
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.strategy import Search
-from tuner.trials.models import ModelSource, parse_model_spec
+from tuner.trials.models import ModelSource, ScriptCommand, parse_model_spec
 from tuner.trials.protocol import TrialRunner
 from tuner.trials.runner import WorkerPool, run_trial
 
@@ -409,7 +409,12 @@ def stored_session(study: str | None, storage: str | None) -> SessionView | None
 
 
 def _absolute(source: ModelSource) -> ModelSource:
-    """``source`` known by its absolute path, where it is a file."""
+    """``source`` known by its absolute path, where it is a file (a script with its
+    arguments)."""
+    if source.kind == "script" and source.path:
+        return dataclasses.replace(
+            source, spec=ScriptCommand(source.path, source.args, source.fit_call).spec
+        )
     return dataclasses.replace(source, spec=source.path) if source.path else source
 
 

@@ -5,7 +5,11 @@ A model spec is one of:
 * ``builtin:NAME`` or ``builtin:NAME:key=value,key=value``: a built-in workload with
   deterministic synthetic data (:data:`BUILTINS` lists them and their size parameters);
 * a ``.py`` file defining ``build_model()`` (and optionally ``make_dataset(batch_size)``);
-* a saved ``.keras`` model, rebuilt under each trial's policy.
+* a saved ``.keras`` model, rebuilt under each trial's policy;
+* ``script:PATH [ARGS...]``: a training script as the user runs it (issue 37), its arguments
+  after its path as a shell writes them (:class:`ScriptCommand`); each trial runs it, unmodified,
+  up to its ``model.fit`` call and trains the model it built on the data it passes
+  (:mod:`tuner.worker.script`).
 
 :func:`parse_model_spec` catches what can be caught before a worker starts (a missing file, a
 syntax error, no ``build_model``, an unknown built-in or parameter) so that bad input costs
@@ -16,14 +20,22 @@ from __future__ import annotations
 
 import ast
 import os
+import shlex
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from tuner.errors import MptuneError
 
-SourceKind = Literal["builtin", "python", "keras"]
+SourceKind = Literal["builtin", "python", "keras", "script"]
+
+#: A training script's model spec starts with this.
+SCRIPT_PREFIX = "script:"
+#: ``mptune run`` hands the tuned setup's JSON to the script's process in this variable
+#: (:mod:`tuner.worker.apply_script` reads it).
+RUN_SETUP_VARIABLE = "MPTUNE_RUN_SETUP"
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,9 @@ class ModelSource:
         has_make_dataset: a Python file defines ``make_dataset``.
         user_batch: the batch size a Python file trains with, from its top-level
             ``BATCH_SIZE = <whole number>`` (read, not run); None when it has none.
+        args: a training script's command-line arguments.
+        fit_call: which of a training script's ``model.fit`` calls a trial takes (1: its
+            first).
     """
 
     spec: str
@@ -89,6 +104,8 @@ class ModelSource:
     params: dict[str, int] = field(default_factory=dict)
     has_make_dataset: bool = False
     user_batch: int | None = None
+    args: tuple[str, ...] = ()
+    fit_call: int = 1
 
     @property
     def is_user_code(self) -> bool:
@@ -124,6 +141,8 @@ def parse_model_spec(spec: str) -> ModelSource:
     spec = spec.strip()
     if spec.startswith("builtin:"):
         return _parse_builtin(spec)
+    if spec.startswith((SCRIPT_PREFIX, "script#")):
+        return _parse_script(spec)
     path = Path(spec).expanduser()
     if not path.exists():
         raise MptuneError(f"model file not found: {spec}")
@@ -180,15 +199,139 @@ def _parse_builtin(spec: str) -> ModelSource:
     return ModelSource(spec, "builtin", name, params=params)
 
 
-def _parse_python(spec: str, path: Path) -> ModelSource:
+@dataclass(frozen=True)
+class ScriptCommand:
+    """A training script as the user runs it (issue 37): its path, its own arguments and which
+    of its ``model.fit`` calls a trial takes (1: its first). One class reads and writes its
+    model spec: ``script:PATH ARGS...``, quoted as a shell quotes them, ``script#N:...`` for
+    the ``N``-th fit. Nothing is read from the disk (:func:`parse_model_spec` checks the
+    file)."""
+
+    path: str
+    args: tuple[str, ...] = ()
+    fit_call: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", tuple(self.args))  # a list given is kept as a tuple
+
+    @property
+    def spec(self) -> str:
+        call = "" if self.fit_call == 1 else f"#{self.fit_call}"
+        return f"script{call}:" + shlex.join([self.path, *self.args])
+
+    @classmethod
+    def parse(cls, spec: str) -> ScriptCommand | None:
+        """The command a script spec names; None for a spec of another kind.
+
+        Raises:
+            MptuneError: its command line or fit call cannot be read, or it names no script.
+        """
+        if not spec.startswith((SCRIPT_PREFIX, "script#")):
+            return None
+        head, _, rest = spec.partition(":")
+        call = head.partition("#")[2] or "1"
+        if not call.isdigit() or int(call) < 1:
+            raise MptuneError(
+                f"{spec!r}: the fit call after # must be a whole number of at least 1"
+            )
+        try:
+            words = shlex.split(rest)
+        except ValueError as exc:
+            raise MptuneError(f"cannot read the script's command line in {spec!r}: {exc}") from None
+        if not words:
+            raise MptuneError(f"{spec!r} names no script: write script:PATH [ARGS...]")
+        return cls(words[0], tuple(words[1:]), int(call))
+
+
+def _parse_script(spec: str) -> ModelSource:
+    command = ScriptCommand.parse(spec)
+    assert command is not None
+    given, args, fit_call = command.path, command.args, command.fit_call
+    path = Path(given).expanduser()
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise MptuneError(f"training script {what}: {given}")
+    if path.suffix.lower() != ".py":
+        raise MptuneError(f"a training script is a .py file, not {given}")
+    if not os.access(path, os.R_OK):
+        raise MptuneError(f"cannot read training script {given}: permission denied")
+    tree = _syntax_tree(given, path.resolve())
+    if not any(isinstance(node, ast.Attribute) and node.attr == "fit" for node in ast.walk(tree)):
+        raise MptuneError(
+            f"{given} calls no fit(): mptune tunes a script at its model.fit(...) call"
+        )
+    return ModelSource(
+        spec,
+        "script",
+        path.name,
+        path=str(path.resolve()),
+        user_batch=script_batch_size(tree, args),
+        args=args,
+        fit_call=fit_call,
+    )
+
+
+#: The options a script's command line names its batch size with, as argparse spells them.
+_BATCH_OPTIONS = ("--batch-size", "--batch_size", "--bs")
+
+
+def script_batch_size(tree: ast.Module, args: Sequence[str]) -> int | None:
+    """The batch size a training script trains with, as far as reading it tells (it is not
+    run): ``--batch-size N`` on its command line, else the default of its own
+    ``add_argument("--batch-size", default=N)``, a ``batch_size=N`` in a ``fit`` call, or a
+    top-level ``BATCH_SIZE``/``batch_size = N``; None when none is a whole-number literal."""
+    for i, word in enumerate(args):
+        option, _, value = word.partition("=")
+        if option in _BATCH_OPTIONS:
+            text = value or (args[i + 1] if i + 1 < len(args) else "")
+            return int(text) if text.isdigit() and int(text) >= 1 else None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        named = {k.arg: k.value for k in node.keywords if k.arg}
+        if node.func.attr == "add_argument" and any(
+            isinstance(a, ast.Constant) and a.value in _BATCH_OPTIONS for a in node.args
+        ):
+            return _whole_literal(named.get("default"))
+        if node.func.attr == "fit" and "batch_size" in named:
+            return _whole_literal(named["batch_size"])
+    lowercase = ast.Module(
+        body=[
+            ast.Assign(targets=[ast.Name(BATCH_SIZE_NAME)], value=n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "batch_size" for t in n.targets)
+        ],
+        type_ignores=[],
+    )
+    return declared_batch_size(tree) or declared_batch_size(lowercase)
+
+
+def _whole_literal(node: ast.expr | None) -> int | None:
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
+
+
+def _syntax_tree(spec: str, path: Path) -> ast.Module:
+    """The file's syntax tree, read, not run.
+
+    Raises:
+        MptuneError: not UTF-8, or a syntax error (``file:line``).
+    """
     try:
         source = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise MptuneError(f"{spec} is not UTF-8 text: {exc.reason}") from None
     try:
-        tree = ast.parse(source, filename=str(path))
+        return ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise MptuneError(f"syntax error: {exc.msg}", location=f"{spec}:{exc.lineno}") from None
+
+
+def _parse_python(spec: str, path: Path) -> ModelSource:
+    tree = _syntax_tree(spec, path)
     names = _top_level_names(tree)
     if "build_model" not in names:
         raise MptuneError(

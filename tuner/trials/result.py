@@ -211,9 +211,10 @@ class InputRate:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
         if self.kind == "tf_data":
             return (
-                "in make_dataset: map with num_parallel_calls=tf.data.AUTOTUNE, .cache() what "
-                "does not change between epochs (before random augmentation), and end with "
-                ".prefetch(tf.data.AUTOTUNE); a faster input gains more here than any precision"
+                "in your tf.data pipeline: map with num_parallel_calls=tf.data.AUTOTUNE, .cache() "
+                "what does not change between epochs (before random augmentation), and end "
+                "with .prefetch(tf.data.AUTOTUNE); a faster input gains more here than any "
+                "precision"
             )
         if self.kind in ("py_dataset", "generator"):
             return (

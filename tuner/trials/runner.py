@@ -682,6 +682,8 @@ def _source_dict(source: ModelSource) -> dict[str, Any]:
         "path": source.path,
         "params": dict(source.params),
         "has_make_dataset": source.has_make_dataset,
+        "args": list(source.args),
+        "fit_call": source.fit_call,
     }
 
 

@@ -82,10 +82,11 @@ class Feed:
 
 def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches: list[Any]) -> Feed:
     """The input ``fit`` would train from at ``batch_size``: the user's ``make_dataset``
-    again (a fresh one, as their script makes it), else the trial's batches as arrays."""
-    make = getattr(loaded.module, "make_dataset", None) if loaded.module else None
-    if callable(make):
-        what = f"make_dataset({batch_size})"
+    again (a fresh one, as their script makes it) or a script's data as it passes it to fit,
+    else the trial's batches as arrays."""
+    make = loaded.make_dataset
+    if make is not None:
+        what = loaded.input_words.format(batch=batch_size)
         data = call_user(lambda: make(batch_size), what, source.path, source.spec)
         kind = loading.input_kind(data)
         if kind == "tf_data":
@@ -96,7 +97,7 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
             return Feed(data, None, kind, f"{what}, a generator, as fit iterates it")
         x, y = loading.fit_structure((data[0], data[1]))
         return Feed(
-            x, y, "arrays", f"{what}'s arrays through Keras' data adapter, as fit slices them"
+            x, y, "arrays", f"{what}: arrays through Keras' data adapter, as fit slices them"
         )
     if source.kind == "builtin":
         fed_by = "the built-in workload's arrays through Keras' data adapter, as fit slices them"

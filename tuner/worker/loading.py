@@ -6,8 +6,8 @@ import collections
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -28,20 +28,52 @@ Batch = tuple[Any, Any]
 
 @dataclass
 class LoadedModel:
-    """A model ready for the trial, and what the user compiled it with (if they did)."""
+    """A model ready for the trial, what the user compiled it with (if they did), and their
+    input at a batch size where they give one (a model file's ``make_dataset``, a training
+    script's data as it passes it to ``fit``), named in words by ``input_words`` (its
+    ``{batch}`` the batch size)."""
 
     model: keras.Model
     optimizer: keras.optimizers.Optimizer | None
     loss: Any
     jit_compile: Any = "auto"
     module: ModuleType | None = None
+    make_dataset: Callable[[int], Any] | None = None
+    input_words: str = "make_dataset({batch})"
+    #: what else the trial compiles the model with (a script's metrics: :func:`compile_extras`)
+    compile_extras: dict[str, Any] = field(default_factory=dict)
 
 
 def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
     """Load a user model under ``policy`` (already set as the global policy)."""
     if source.kind == "python":
         return _load_python(source)
+    if source.kind == "script":
+        return _load_script(source)
     return _load_keras_file(source, policy)
+
+
+def _load_script(source: ModelSource) -> LoadedModel:
+    """A training script's model and data, as it hands them to ``fit``
+    (:mod:`tuner.worker.script`)."""
+    from tuner.worker import script
+
+    call = script.take_fit(source)
+    _check_is_model(call.model, f"the model {script.shown_name(source)} passes to fit")
+    optimizer, loss, jit = compiled_with(call.model)
+    if loss is None:
+        raise UserCodeError(
+            f"{script.shown_name(source)} calls fit on a model it did not compile with a loss"
+        )
+    return LoadedModel(
+        call.model,
+        optimizer,
+        loss,
+        jit,
+        compile_extras=compile_extras(call.model),
+        make_dataset=lambda batch_size: script.input_at(call, batch_size),
+        input_words=f"{script.shown_name(source)}'s own fit data at batch {{batch}}",
+    )
 
 
 def _load_python(source: ModelSource) -> LoadedModel:
@@ -62,8 +94,18 @@ def _load_python(source: ModelSource) -> LoadedModel:
         raise UserCodeError(f"{source.spec}: build_model is not a function")
     model = call_user(build, "build_model()", source.path, source.spec)
     _check_is_model(model, "build_model()")
-    optimizer, loss, jit = _compiled_with(model)
-    return LoadedModel(model, optimizer, loss, jit, module)
+    optimizer, loss, jit = compiled_with(model)
+    make = getattr(module, "make_dataset", None)
+    return LoadedModel(model, optimizer, loss, jit, module, make if callable(make) else None)
+
+
+def compile_extras(model: keras.Model) -> dict[str, Any]:
+    """What else the user compiled ``model`` with that ``fit`` computes each step (metrics,
+    weighted metrics, loss weights), to compile it again with: a script's trial times the
+    fit it calls."""
+    config = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+    keys = ("metrics", "weighted_metrics", "loss_weights")
+    return {k: config[k] for k in keys if config.get(k) is not None}
 
 
 def _check_is_model(model: Any, what: str) -> None:
@@ -78,7 +120,7 @@ def _check_is_model(model: Any, what: str) -> None:
     raise UserCodeError(f"{what} returned {type(model).__name__}, not a keras.Model")
 
 
-def _compiled_with(model: keras.Model) -> tuple[Any, Any, Any]:
+def compiled_with(model: keras.Model) -> tuple[Any, Any, Any]:
     """The user's optimizer (a fresh copy, loss scaling unwrapped) and loss, if compiled."""
     optimizer = getattr(model, "optimizer", None)
     if not getattr(model, "compiled", False) or optimizer is None:
@@ -96,7 +138,7 @@ def _load_keras_file(source: ModelSource, policy: str) -> LoadedModel:
         lambda: keras.saving.load_model(source.path), f"loading {source.spec}", None
     )
     _check_is_model(original, f"loading {source.spec}")
-    optimizer, loss, jit = _compiled_with(original)
+    optimizer, loss, jit = compiled_with(original)
     config = keras.saving.serialize_keras_object(original)
     _retarget_dtype_policies(config, policy)
     model = call_user(
@@ -140,13 +182,13 @@ def _retarget_dtype_policies(config: Any, policy: str) -> None:
 def user_batches(
     source: ModelSource, loaded: LoadedModel, batch_size: int, n_batches: int, seed: int
 ) -> list[Batch]:
-    """Batches from the user's ``make_dataset(batch_size)``, or synthesised from the model."""
-    make = getattr(loaded.module, "make_dataset", None) if loaded.module else None
-    if callable(make):
-        data = call_user(
-            lambda: make(batch_size), f"make_dataset({batch_size})", source.path, source.spec
-        )
-        batches = _batches_from_user_data(data, batch_size, n_batches, source)
+    """Batches from the user's input (``make_dataset(batch_size)``, a script's data), or
+    synthesised from the model."""
+    make = loaded.make_dataset
+    if make is not None:
+        what = loaded.input_words.format(batch=batch_size)
+        data = call_user(lambda: make(batch_size), what, source.path, source.spec)
+        batches = _batches_from_user_data(data, batch_size, n_batches, source, what)
     else:
         batches = synthesise_batches(loaded.model, loaded.loss, batch_size, n_batches, seed)
     return [fit_structure(batch) for batch in batches]
@@ -161,9 +203,9 @@ def fit_structure(batch: Batch) -> Batch:
 
 
 def _batches_from_user_data(
-    data: Any, batch_size: int, n_batches: int, source: ModelSource
+    data: Any, batch_size: int, n_batches: int, source: ModelSource, named: str
 ) -> list[Batch]:
-    what = f"make_dataset({batch_size}) in {source.spec}"
+    what = f"{named} in {source.spec}" if source.kind == "python" else named
     kind = input_kind(data)
     if kind in ("py_dataset", "generator"):
         # A PyDataset's batches by index, a generator's in turn: what fit's adapter reads.
@@ -183,8 +225,8 @@ def _batches_from_user_data(
         return _first_batches(iterator, n_batches, batch_size, what, source, "a dataset")
     if isinstance(data, (tuple, list)) and len(data) in (2, 3):
         x, y = data[0], data[1]
-        n = _leading_dim(x)
-        if n is None or n != _leading_dim(y):
+        n = leading_dim(x)
+        if n is None or n != leading_dim(y):
             raise UserCodeError(f"{what} returned x and y with different sample counts")
         count = max(1, min(n_batches, n // batch_size))
         if n < batch_size:
@@ -256,7 +298,7 @@ def _as_batch(element: Any, what: str) -> Batch:
 
 
 def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
-    n = _leading_dim(batch[0])
+    n = leading_dim(batch[0])
     if n is not None and n != batch_size:
         raise UserCodeError(
             f"{what} yields batches of {n} samples, not {batch_size}: "
@@ -264,7 +306,7 @@ def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
         )
 
 
-def _leading_dim(value: Any) -> int | None:
+def leading_dim(value: Any) -> int | None:
     """The sample count of an array or of any structure of them (dicts, nested tuples and
     lists, as ``fit`` takes): its first array's leading dimension."""
     for leaf in keras.tree.flatten(value):

@@ -24,6 +24,7 @@ from typing import Any
 from tuner.policies import FLOAT32
 from tuner.trials.events import STACK_SIGNAL
 from tuner.trials.models import ModelSource
+from tuner.trials.record import from_data
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
 from tuner.worker.usercode import (
@@ -104,7 +105,11 @@ class _Warm:
 
         gc.unfreeze()  # the old optimizer and traced step become garbage here
         keras_setup.compile_model(
-            self.model, setup, _fresh_optimizer(self.loaded.optimizer), self.loaded.loss
+            self.model,
+            setup,
+            _fresh_optimizer(self.loaded.optimizer),
+            self.loaded.loss,
+            **self.loaded.compile_extras,
         )
         self.model.optimizer.build(self.model.trainable_variables)
         self.variables = [v.numpy() for v in self.model.variables]
@@ -195,7 +200,7 @@ def _one_trial(
     """Run the payload's trial: whether it reported a result (else an ``error`` event was
     sent), and what a warm worker keeps for the next trial (None: nothing to keep)."""
     spec = TrialSpec.from_dict(payload["spec"])
-    source = ModelSource(**payload["source"])
+    source = from_data(ModelSource, payload["source"])
     phase = ["import"]
     context = _Context()
     try:
@@ -268,7 +273,9 @@ def _run(
     for hazard in hazards:
         channel.emit("hazard", **hazard.to_dict())
     context.model, context.optimizer = model, loaded.optimizer
-    keras_setup.compile_model(model, spec.setup, loaded.optimizer, loaded.loss)
+    keras_setup.compile_model(
+        model, spec.setup, loaded.optimizer, loaded.loss, **loaded.compile_extras
+    )
     on_cpu = device.startswith("cpu")
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
@@ -635,7 +642,7 @@ def _float32_builder(
             return call_user(build, "build_model()", source.path, source.spec)
 
         return under_float32(build_again)
-    if source.kind == "keras":
+    if source.kind in ("keras", "script"):  # a script: run again, up to its fit
         return under_float32(lambda: loading.load_user_model(source, FLOAT32).model)
     return None
 

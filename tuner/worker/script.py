@@ -1,0 +1,296 @@
+"""A training script as its user runs it, up to its ``model.fit`` (issue 37).
+
+A trial of ``script:train.py ARGS`` runs the script unmodified in the trial's worker, with the
+trial's policy already set (so the script builds its model under it) and ``sys.argv`` as the
+user would give it, and takes over its ``model.fit(...)`` call (the ``fit_call``-th: earlier
+calls train as in the script): the model as the script built and compiled it and the data
+exactly as the script passes it. Nothing after that ``fit`` runs. What the trial then does
+with them is what it does with a model file's ``build_model()`` and ``make_dataset``: the data
+becomes the trial's input at each batch size (:func:`input_at`), so the ranking and the
+input-bound verdict are about the script's own pipeline.
+
+:func:`run_script` is also how ``mptune run`` applies a tuned config to the script for real
+(:mod:`tuner.worker.apply_script`): the same hook, which lets ``fit`` go on with the setup
+applied (:meth:`FitCall.go_on`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+import runpy
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+
+from tuner.trials.models import ModelSource
+from tuner.worker.loading import input_kind, leading_dim
+from tuner.worker.usercode import UserCodeError, call_user
+
+
+@dataclass
+class FitCall:
+    """A script's ``model.fit(...)`` as it called it: the model and every argument, bound to
+    fit's own parameters (``x``, ``y``, ``batch_size``, ``epochs``, ``callbacks``...)."""
+
+    model: keras.Model
+    arguments: dict[str, Any] = field(default_factory=dict)
+    #: Keras' own ``fit``, to go on with (``mptune run``)
+    fit: Callable[..., Any] | None = None
+
+    def go_on(self, **changed: Any) -> Any:
+        """Keras' own ``fit`` on the script's model and arguments, ``changed`` ones replaced."""
+        assert self.fit is not None
+        return self.fit(self.model, **{**self.arguments, **changed})
+
+    @property
+    def x(self) -> Any:
+        return self.arguments.get("x")
+
+    @property
+    def y(self) -> Any:
+        return self.arguments.get("y")
+
+
+class _FitReached(BaseException):
+    """Stops the script at the ``fit`` a trial takes over (a BaseException, so that the
+    script's own ``except Exception`` cannot swallow it)."""
+
+    def __init__(self, call: FitCall) -> None:
+        super().__init__("the script reached model.fit")
+        self.call = call
+
+
+def shown_name(source: ModelSource) -> str:
+    """The script as the user named it, for messages."""
+    return os.path.basename(source.path or source.name)
+
+
+@contextmanager
+def _as_the_user_runs_it(source: ModelSource) -> Iterator[None]:
+    """``sys.argv`` as the user's command line, the script's folder first on ``sys.path``
+    (its neighbours import as when it runs), both restored afterwards."""
+    assert source.path is not None
+    argv, path = sys.argv, list(sys.path)
+    sys.argv = [source.path, *source.args]
+    sys.path.insert(0, os.path.dirname(source.path))
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = argv, path
+
+
+@contextmanager
+def fit_hook(on_fit: Callable[[FitCall], Any], fit_call: int) -> Iterator[list[int]]:
+    """Route the ``fit_call``-th call of ``keras.Model.fit`` (every model's) to ``on_fit``;
+    the other calls train as the script wrote them. Yields the count of calls so far."""
+    original = keras.Model.fit
+    signature = inspect.signature(original)
+    calls = [0]
+
+    def fit(self: keras.Model, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] != fit_call:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        arguments.update(arguments.pop("kwargs", {}))
+        return on_fit(FitCall(self, arguments, original))
+
+    keras.Model.fit = fit
+    try:
+        yield calls
+    finally:
+        keras.Model.fit = original
+
+
+def run_script(source: ModelSource, on_fit: Callable[[FitCall], Any]) -> None:
+    """Run the script as ``__main__``, its ``fit`` (the ``source.fit_call``-th) handed to
+    ``on_fit``.
+
+    Raises:
+        UserCodeError: the script failed (its own line named), or exited on its own before
+            that ``fit`` (``sys.exit``).
+        SystemExit: the script exited on its own after that ``fit``.
+    """
+    assert source.path is not None
+    name = shown_name(source)
+    with _as_the_user_runs_it(source), fit_hook(on_fit, source.fit_call) as calls:
+        try:
+            call_user(
+                lambda: runpy.run_path(source.path or "", run_name="__main__"),
+                f"running {name}",
+                source.path,
+                name,
+            )
+        except SystemExit as exc:
+            if calls[0] >= source.fit_call:
+                raise  # after its fit: the script's own ending
+            raise UserCodeError(
+                f"{name} exited (sys.exit({exc.code!r})) before its {_which(source.fit_call)}: "
+                "mptune tunes the script at that call"
+            ) from None
+
+
+def take_fit(source: ModelSource) -> FitCall:
+    """Run the script up to the ``fit`` the trial takes over, and stop it there.
+
+    Raises:
+        UserCodeError: the script failed or exited first, or ended without that ``fit``.
+    """
+
+    def stop(call: FitCall) -> Any:
+        raise _FitReached(call)
+
+    try:
+        run_script(source, stop)
+    except _FitReached as reached:
+        return reached.call
+    raise UserCodeError(
+        f"{shown_name(source)} ended without calling its {_which(source.fit_call)}: "
+        "mptune tunes a script at that call"
+    )
+
+
+def _which(n: int) -> str:
+    """The ``fit`` a trial takes, in words."""
+    return "model.fit" if n == 1 else f"model.fit call #{n}"
+
+
+def batch_of(data: Any) -> int | None:
+    """A batched input's own batch size: a tf.data.Dataset's static one, a PyDataset's first
+    batch's; None where it cannot be read without drawing from it."""
+    kind = input_kind(data)
+    if kind == "tf_data":
+        import tensorflow as tf
+
+        leaves = tf.nest.flatten(data.element_spec)
+        dims = [leaf.shape[0] if leaf.shape.rank else None for leaf in leaves]
+        return int(dims[0]) if dims and dims[0] is not None else None
+    if kind == "py_dataset":
+        return samples_in(data[0]) if len(data) else None
+    return None
+
+
+def input_at(call: FitCall, batch_size: int) -> Any:
+    """The script's data at ``batch_size``, as a model file's ``make_dataset(batch_size)``
+    returns it: arrays as ``(x, y)`` (fit slices them); a tf.data.Dataset rebatched (as it is
+    at the script's own batch); a PyDataset's samples regrouped (:class:`Rebatched`); a
+    generator's stream regrouped as it goes (:func:`regrouped`: a generator is read once, so
+    the trial's batches and fit's timed loop take turns on the one stream)."""
+    kind = input_kind(call.x)
+    if kind == "arrays":
+        return (call.x, call.y)
+    if kind == "generator":
+        return regrouped(call.x, batch_size)
+    own = batch_of(call.x)
+    if own == batch_size:
+        return call.x
+    if kind == "tf_data":
+        # A remainder batch kept or dropped as the script's own batching does (a static batch
+        # dimension: it dropped it).
+        return call.x.rebatch(batch_size, drop_remainder=own is not None)
+    return Rebatched(call.x, batch_size)
+
+
+def fit_arguments_at(call: FitCall, batch_size: int) -> dict[str, Any]:
+    """What changes in the script's ``fit`` arguments for it to train at ``batch_size``
+    (``mptune run``), every other as the script wrote them: arrays get ``batch_size``, a
+    batched input is regrouped (:func:`input_at`), and a ``steps_per_epoch`` the script gave is
+    scaled so that an epoch still covers as many samples."""
+    kind = input_kind(call.x)
+    changed: dict[str, Any]
+    if kind == "arrays":
+        own = int(call.arguments.get("batch_size") or 32)  # Keras' default
+        changed = {"batch_size": batch_size}
+    elif kind == "generator":
+        first = next(call.x, None)  # a generator is read once: its first batch goes back in
+        if first is None:
+            return {}
+        own = samples_in(first)
+        changed = {"x": regrouped(itertools.chain([first], call.x), batch_size)}
+    else:
+        own = batch_of(call.x) or samples_in(next(iter(call.x)))
+        changed = {"x": input_at(call, batch_size)}
+    steps = call.arguments.get("steps_per_epoch")
+    if steps and own and own != batch_size:
+        changed["steps_per_epoch"] = max(1, -(-int(steps) * own // batch_size))
+    return changed
+
+
+def regrouped(stream: Iterator[Any], batch_size: int) -> Iterator[Any]:
+    """A stream of ``(x, y)`` batches of any size as batches of ``batch_size`` (the last may be
+    short), every sample once and in order; the same batches where they already are."""
+    held: Any = None
+    for batch in stream:
+        held = (
+            batch if held is None else keras.tree.map_structure(lambda *a: _concat(a), held, batch)
+        )
+        while (leading_dim(held[0]) or 0) >= batch_size:
+            yield keras.tree.map_structure(lambda a: a[:batch_size], held)
+            held = keras.tree.map_structure(lambda a: a[batch_size:], held)
+            if not leading_dim(held[0]):
+                held = None
+                break
+    if held is not None and leading_dim(held[0]):
+        yield held
+
+
+class Rebatched(keras.utils.PyDataset):  # type: ignore[misc]
+    """A user's PyDataset at another batch size: sample ``i * batch_size`` onwards, from the
+    user's batches that hold them (joined, or cut), every sample once and in order, a short
+    last batch kept. Each of the user's batches is drawn as fit would draw it (its workers and
+    multiprocessing kept) and once where fit reads in order (the last one drawn is kept for
+    the next), so the input's cost per sample stays the user's."""
+
+    def __init__(self, inner: Any, batch_size: int) -> None:
+        super().__init__(
+            workers=getattr(inner, "workers", 1),
+            use_multiprocessing=getattr(inner, "use_multiprocessing", False),
+            max_queue_size=getattr(inner, "max_queue_size", 10),
+        )
+        self.inner, self.size = inner, batch_size
+        count = len(inner)
+        self.own = samples_in(inner[0]) if count else 0
+        self.samples = (count - 1) * self.own + samples_in(inner[count - 1]) if count else 0
+        self._last: tuple[int, Any] | None = None
+
+    def __len__(self) -> int:
+        return -(-self.samples // self.size)
+
+    def _batch(self, j: int) -> Any:
+        if self._last is None or self._last[0] != j:
+            self._last = (j, self.inner[j])
+        return self._last[1]
+
+    def __getitem__(self, index: int) -> Any:
+        start = index * self.size
+        stop = min(start + self.size, self.samples)
+        first, last = start // self.own, (stop - 1) // self.own
+        parts = [self._batch(j) for j in range(first, last + 1)]
+        joined = (
+            parts[0] if len(parts) == 1 else keras.tree.map_structure(lambda *a: _concat(a), *parts)
+        )
+        offset = start - first * self.own
+        return keras.tree.map_structure(lambda a: a[offset : offset + stop - start], joined)
+
+    def on_epoch_end(self) -> None:
+        hook = getattr(self.inner, "on_epoch_end", None)
+        if callable(hook):
+            hook()
+
+
+def samples_in(batch: Any) -> int:
+    """How many samples an ``(x, y)`` batch (or an ``x``) holds."""
+    return leading_dim(batch[0] if isinstance(batch, (tuple, list)) else batch) or 0
+
+
+def _concat(arrays: tuple[Any, ...]) -> Any:
+    import numpy as np
+
+    return np.concatenate([np.asarray(a) for a in arrays])
