@@ -246,7 +246,7 @@ class QtSetupPanel(QWidget):
         if spec and spec.startswith("builtin:"):
             self.model_description.setText(api.BUILTINS[spec.split(":")[1]].description)
         else:
-            self.model_description.setText(spec or "")
+            self.model_description.setText(_described(spec or ""))
         # A file is checked again each time it is chosen: it may have been edited meanwhile.
         if spec and not spec.startswith("builtin:"):
             self._model_checks.pop(spec, None)
@@ -468,3 +468,16 @@ def _whole(value: object) -> int:
         return int(str(value).strip())
     except ValueError:
         return 0
+
+
+def _described(spec: str) -> str:
+    """A model file's path, or a training script's command and what a trial does with it."""
+    try:
+        command = api.ScriptCommand.parse(spec)
+    except api.MptuneError:
+        return spec
+    if command is None:
+        return spec
+    which = "model.fit" if command.fit_call == 1 else f"model.fit call #{command.fit_call}"
+    line = shlex.join([command.path, *command.args])
+    return f"training script, run as {line} up to its {which}"

@@ -47,6 +47,9 @@ def test_a_script_and_its_arguments_become_the_model(make_window, qtbot, answers
     spec = api.ScriptCommand(str(SCRIPT), ("--samples", "512")).spec
     assert window.setup.model_spec() == spec
     assert window.setup.model.currentText() == "mnist_arrays.py --samples 512 (script)"
+    assert window.setup.model_description.text() == (
+        f"training script, run as {SCRIPT} --samples 512 up to its model.fit"
+    )
     # The engine checks it off the GUI thread, as it checks a model file: it reads as a script.
     qtbot.waitUntil(lambda: spec in window.setup._model_checks, timeout=10_000)
     assert window.setup._model_checks[spec] is None
