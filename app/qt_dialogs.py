@@ -4,12 +4,43 @@ from __future__ import annotations
 
 import html
 import platform
+import shlex
 from importlib import metadata
+from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
 
 from tuner import __version__, api
+
+
+def ask_model_file(parent: QWidget) -> str | None:
+    """A model file the user picks (``.py`` with build_model(), or ``.keras``); None: none."""
+    path, _ = QFileDialog.getOpenFileName(parent, "Open a model", "", "Keras models (*.py *.keras)")
+    return path or None
+
+
+def ask_script(parent: QWidget) -> str | None:
+    """A training script and its own arguments, on one line as a shell writes them, as a model
+    spec (issue 37); None when the user cancels or the arguments cannot be read (said)."""
+    path, _ = QFileDialog.getOpenFileName(
+        parent, "Open a training script", "", "Python scripts (*.py)"
+    )
+    if not path:
+        return None
+    line, given = QInputDialog.getText(
+        parent,
+        "The script's arguments",
+        f"Run {Path(path).name} with these arguments (as on its command line; empty: none):",
+    )
+    if not given:
+        return None
+    try:
+        args = shlex.split(line)
+    except ValueError as exc:
+        QMessageBox.warning(parent, "Cannot read the arguments", f"{line!r}: {exc}")
+        return None
+    return api.ScriptCommand(path, tuple(args)).spec
 
 
 def ask_tune_on_cpu(parent: QWidget, unused: api.UnusedGpu) -> bool:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import time
-from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QRect, QSettings, Qt, QTimer
@@ -14,7 +12,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -32,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.bridge import EngineBridge
 from app.controller import Controller
 from app.counts import TrialCounts
-from app.qt_dialogs import ask_tune_on_cpu, show_about
+from app.qt_dialogs import ask_model_file, ask_script, ask_tune_on_cpu, show_about
 from app.qt_export import QtExportDialog
 from app.qt_focus import QtFocusReturn
 from app.qt_hardware import QtHardwarePanel
@@ -673,33 +670,15 @@ class QtMainWindow(QMainWindow):
 
     # -- files, sessions, export -------------------------------------------------------------
     def open_model(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open a model", "", "Keras models (*.py *.keras)"
-        )
+        path = ask_model_file(self)
         if path:
             self.setup.set_model(path)
 
     def open_script(self) -> None:
-        """A training script as the user runs it (issue 37): the file, then its own arguments
-        on one line as a shell writes them; each trial runs it up to its model.fit."""
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Open a training script", "", "Python scripts (*.py)"
-        )
-        if not path:
-            return
-        line, given = QInputDialog.getText(
-            self,
-            "The script's arguments",
-            f"Run {Path(path).name} with these arguments (as on its command line; empty: none):",
-        )
-        if not given:
-            return
-        try:
-            args = shlex.split(line)
-        except ValueError as exc:
-            QMessageBox.warning(self, "Cannot read the arguments", f"{line!r}: {exc}")
-            return
-        self.setup.set_model(api.ScriptCommand(path, tuple(args)).spec)
+        """A training script as the user runs it (issue 37), with its own arguments."""
+        spec = ask_script(self)
+        if spec:
+            self.setup.set_model(spec)
 
     def _storage_url(self) -> str | None:
         return self.setup.storage.text().strip() or None
