@@ -48,9 +48,10 @@ INPUTS = (
     (str(HERE / "models" / "slow_input.py"), "tf.data, 5 ms a batch"),
 )
 BATCH_SIZES = (64, 256)
-#: the trial's measured window; fit's timed epochs run at least twice as long
+#: the trial's measured window; fit's timed epochs run for a long run's figure (the slow
+#: epochs a tf.data pipeline has now and then, one in three or four here, averaged over more)
 MEASURE_S = 3.0
-FIT_S = 4.0
+FIT_S = 8.0
 #: within this of fit's figure; two setups within TIE of each other rank as a tie
 WITHIN = 0.10
 TIE = 0.03
@@ -213,7 +214,8 @@ def report(
 as a trial ({MEASURE_S:g} s measured on batches in memory, then as long in fit's own loop on
 the input) and as a plain `model.fit` in a process of its own (same model, data and compile
 arguments; the input as a script gives it; whole epochs for at least {FIT_S:g} s after one that
-compiles), side by side, interleaved over {args.rounds} rounds ({minutes:.0f} min; every other
+compiles and one where the input settles, each paid once by a long run), side by side,
+interleaved over {args.rounds} rounds ({minutes:.0f} min; every other
 round in reverse, and with fit before the trial); a ratio is the median of the rounds' own
 ratios (each trial against the fit run beside it), the range is theirs, "trial" and "fit" are
 medians over the rounds. "trial" is the figure a

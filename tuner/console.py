@@ -194,11 +194,16 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def _over_epochs(epochs: int) -> str:
-    """How fit's loop was timed, where it held whole epochs."""
+def _over_epochs(epochs: int, settling_s: float = 0.0) -> str:
+    """How fit's loop was timed, where it held whole epochs (and left out a settling one)."""
     if not epochs:
         return ""
-    return f" over {epochs} whole epoch{'s' if epochs > 1 else ''}"
+    settled = (
+        f", after a first epoch of {settling_s:.1f} s left out (the input settling, paid once)"
+        if settling_s
+        else ""
+    )
+    return f" over {epochs} whole epoch{'s' if epochs > 1 else ''}{settled}"
 
 
 def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
@@ -218,7 +223,7 @@ def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
             (
                 "throughput",
                 f"{result.samples_per_second:,.1f} samples/s in fit's own loop"
-                f"{_over_epochs(fed.epochs)}{held}",
+                f"{_over_epochs(fed.epochs, fed.settling_s)}{held}",
             ),
             ("fed by", fed.fed_by),
             ("device", _throughput(result, device) + ", from batches in memory"),

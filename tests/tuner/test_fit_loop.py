@@ -4,6 +4,8 @@ asked; arrays of mptune's own reach fit as a real epoch would, not the trial's 8
 
 from __future__ import annotations
 
+import time
+
 import keras
 import numpy as np
 import pytest
@@ -108,6 +110,63 @@ def test_the_clock_counts_each_epochs_start_as_fit_does() -> None:
     # Every timed epoch began with its start, and the warm epoch before them with its own.
     assert data.starts - before >= fed["epochs"] + 1
     assert fed["seconds"] > 0
+
+
+class _SlowEpochs(keras.utils.PyDataset):  # type: ignore[misc]
+    """Four batches an epoch; the epochs named in ``slow`` (counted from 1 over fit's calls
+    together) begin with ``pause`` seconds of the input's own work (a pipeline settling, or a
+    slow epoch that recurs): a slow input on purpose, not a wait for anything."""
+
+    def __init__(self, slow: set[int], pause: float) -> None:
+        super().__init__()
+        self.x, self.y = _arrays(4)
+        self.slow, self.pause = slow, pause
+        self.begun = 0
+
+    def __len__(self) -> int:
+        return 4
+
+    def on_epoch_begin(self) -> None:
+        self.begun += 1
+        if self.begun in self.slow:
+            time.sleep(self.pause)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[i * 16 : (i + 1) * 16], self.y[i * 16 : (i + 1) * 16]
+
+
+def test_a_first_epoch_of_the_input_settling_is_left_out() -> None:
+    """The first timed epoch lasting far over the next (tf.data's autotuning on JAX took 5.5-6.5
+    s there, in one process of three, where later epochs took 1.5-2.9 s): a long run pays it
+    once, so the window begins after it, holds MIN_EPOCHS whole epochs, and says what it left
+    out."""
+    model = _model()
+    data = _SlowEpochs(slow={3}, pause=1.0)  # 1: the fit below; 2: fit_rate's warm epoch
+    model.fit(data, epochs=1, verbose=0)  # built and traced
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.5)
+    assert fed["settling_s"] >= 1.0
+    assert fed["epochs"] >= feeding.MIN_EPOCHS
+    assert fed["batches"] == 4 * fed["epochs"]
+    assert fed["seconds"] < 1.0  # the settling epoch is not in the window
+    assert data.begun >= 3 + fed["epochs"]
+
+
+def test_slow_epochs_after_the_first_are_counted() -> None:
+    """An input whose slow epochs recur is what fit trains at: only a first timed epoch can be
+    left out, and one that is no slower than SETTLING_FACTOR times the next stays in."""
+    model = _model()
+    data = _SlowEpochs(slow={4, 6}, pause=0.3)
+    model.fit(data, epochs=1, verbose=0)
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.4)
+    assert fed["settling_s"] == 0.0
+    assert fed["epochs"] >= feeding.MIN_EPOCHS
+    assert fed["seconds"] >= 0.3  # the slow epoch 4 is timed (the first timed epoch is 3)
+
+    data = _SlowEpochs(slow={3, 5}, pause=0.3)
+    model.fit(data, epochs=1, verbose=0)
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.4)
+    assert fed["settling_s"] >= 0.3  # the first: left out
+    assert fed["seconds"] >= 0.3  # epoch 5, slow again: counted
 
 
 def test_a_dataset_is_given_to_fit_as_it_is() -> None:

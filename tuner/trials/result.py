@@ -206,6 +206,9 @@ class InputRate:
     #: whole epochs the window held (the work between epochs counted as fit counts it); 0: a
     #: window within epochs longer than it (:class:`tuner.worker.feeding.FitClock`)
     epochs: int = 0
+    #: the first timed epoch, left out as the input settling (a long run pays it once): its
+    #: seconds; 0.0 where none was (:data:`tuner.worker.feeding.SETTLING_FACTOR`)
+    settling_s: float = added(0.0)
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
