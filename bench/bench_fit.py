@@ -90,6 +90,12 @@ def fit(model: str, setup: Setup, device: str) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_second"])
 
 
+def spread(figures: list[float]) -> float:
+    """How far a figure's rounds lie apart, as a share of their median: the plain fit's own,
+    process to process, is the resolution any ratio to it has on this machine."""
+    return (max(figures) - min(figures)) / statistics.median(figures) if figures else 0.0
+
+
 def order(a: float, b: float) -> int:
     """-1, 0 (within :data:`TIE`) or 1."""
     if abs(a - b) <= TIE * max(a, b):
@@ -147,7 +153,8 @@ def main() -> int:
             print(
                 f"round {r + 1}: {backend:10s} {Path(model).name:16s} {setup.label:24s} "
                 f"trial {f['trial'][-1]:9.0f} device {f['device'][-1]:9.0f} "
-                f"fit {f['fit'][-1]:9.0f}  {f['trial'][-1] / f['fit'][-1]:.2f}",
+                f"fit {f['fit'][-1]:9.0f}  {f['trial'][-1] / f['fit'][-1]:.2f}"
+                f"{'  input-bound' if f['bound'][-1] else ''}",
                 flush=True,
             )
     minutes = (time.monotonic() - t0) / 60
@@ -171,8 +178,8 @@ def report(
     }
     lines = [
         "| backend | input | setup | trial / fit | rounds' range | device / fit | input-bound "
-        "| trial | fit |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|",
+        "| trial | fit | fit's own spread |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     within = ranked = 0
     pairs: dict[tuple[str, str], list[int]] = {}
@@ -191,7 +198,7 @@ def report(
             f"| {backend} | {what} (`{Path(model).name}`) | `{setup.label}` | "
             f"{ratio:.2f} | {min(ratios):.2f}-{max(ratios):.2f} | "
             f"{statistics.median(device):.2f} | {int(sum(f['bound']))} of {len(f['bound'])} | "
-            f"{m['trial']:,.0f} | {m['fit']:,.0f} |"
+            f"{m['trial']:,.0f} | {m['fit']:,.0f} | {spread(f['fit']):.0%} |"
         )
     rank_lines = []
     for (backend, model), idx in pairs.items():
@@ -218,7 +225,8 @@ compiles and one where the input settles, each paid once by a long run), side by
 interleaved over {args.rounds} rounds ({minutes:.0f} min; every other
 round in reverse, and with fit before the trial); a ratio is the median of the rounds' own
 ratios (each trial against the fit run beside it), the range is theirs, "trial" and "fit" are
-medians over the rounds. "trial" is the figure a
+medians over the rounds; "fit's own spread" is how far the plain fit's own rounds lie apart
+(highest less lowest, over their median). "trial" is the figure a
 trial ranks by: fit's own loop on the input (issue 35); "device" is its rate from batches in
 memory, shown beside it. `slow_input.py` waits 5 ms a batch in its `make_dataset` on purpose.
 

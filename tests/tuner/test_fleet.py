@@ -124,6 +124,25 @@ def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
         work(JoinRequest("fleet-kind", postgres_url, profile=other))
 
 
+def test_a_worker_whose_copy_of_the_model_file_differs_is_refused(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Each machine of a fleet runs its own copy of the model file: one that is not the
+    session's would put another model's trials in it."""
+    model = tmp_path / "net.py"
+    model.write_text("def build_model():\n    return None\n")
+    tune(
+        TuneRequest(str(model), storage=postgres_url, study="fleet-file", profile=FakeProfile()),
+        runner=Machine(speed=SPEEDS),
+    )
+    model.write_text("def build_model():\n    return None  # this machine's own edit\n")
+    with pytest.raises(MptuneError, match="is not the file session 'fleet-file' measures"):
+        work(
+            JoinRequest("fleet-file", postgres_url, profile=FakeProfile()),
+            runner=Machine(speed=SPEEDS),
+        )
+
+
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
     """``proc``'s stderr, line by line, read on a thread (None at its end), so that waiting
     for a line never blocks the pipe of another process."""

@@ -29,6 +29,7 @@ from tuner.errors import MptuneError
 from tuner.said import setting
 from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, WorkerReported
 from tuner.search.lease import Lease
+from tuner.search.owned import same_hardware, same_model_file
 from tuner.search.request import JoinRequest
 from tuner.search.session import (
     GRACE_S,
@@ -37,7 +38,6 @@ from tuner.search.session import (
     TuningSession,
     needs_server,
     redact_url,
-    same_hardware,
     storage_errors,
 )
 from tuner.trials.messages import WorkerMessage
@@ -83,8 +83,8 @@ def work(
         runner: runs one trial; by default a :class:`~tuner.trials.runner.WorkerPool`.
 
     Raises:
-        MptuneError: SQLite, no such session, or this machine is another kind than the one the
-            session was measured on.
+        MptuneError: SQLite, no such session, this machine is another kind than the one the
+            session was measured on, or its copy of the model file is not the session's.
         TrialCancelled: stopped by ``cancel`` (the running trial was closed).
     """
     study, storage, profile, device = (
@@ -110,6 +110,7 @@ def work(
 
         profile = detect()
     same_hardware(view, profile, device or view.search_settings().device)
+    same_model_file(view, parse_model_spec(view.model), joining=True)
     lease = Lease(session.storage, session.name)
     pool = WorkerPool() if runner is None else None
     run = pool.run if pool is not None else runner

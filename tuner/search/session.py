@@ -31,7 +31,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
-from tuner.hardware.fingerprint import HardwareFingerprint, device_of, session_fingerprint
+from tuner.hardware.fingerprint import session_fingerprint
 from tuner.policies import POLICIES
 from tuner.said import setting
 from tuner.search.records import Recommendation, SessionFailure
@@ -366,6 +366,7 @@ class TuningSession:
             trials=tuple(self.trials()),
             recommendation=self.recommendation(),
             failure=SessionFailure.from_dict(attrs.get("failure")),
+            model_digest=str(attrs.get("model_digest") or ""),
         )
 
     def fail_orphans(self) -> int:
@@ -633,6 +634,9 @@ class SessionView:
     trials: tuple[StoredTrial, ...]
     recommendation: Recommendation | None
     failure: SessionFailure | None = None
+    #: the model file's or training script's content when it was measured
+    #: (:func:`tuner.trials.models.file_digest`); "" for a built-in, or a session from before
+    model_digest: str = ""
 
     @property
     def hardware_kind(self) -> str | None:
@@ -777,23 +781,4 @@ def needs_server(url: str | None) -> None:
         raise MptuneError(
             f"workers share a search through a database server ({server}): SQLite "
             "is not safe for several processes writing at once"
-        )
-
-
-def same_hardware(stored: SessionView, profile: Any, device: str) -> None:
-    """Refuse to continue a session measured on another kind of machine: its trials and the new
-    ones would not compare (one session per kind of machine, also in a shared store)."""
-    if not stored.hardware:
-        return  # a session from before sessions recorded it
-    here = profile.to_dict()
-    theirs = HardwareFingerprint.from_profile_dict(
-        stored.hardware, device_of(stored.hardware, device)
-    )
-    mine = HardwareFingerprint.from_profile_dict(here, device_of(here, device))
-    if theirs.digest != mine.digest:
-        differences = "; ".join(theirs.mismatches(mine)) or "another machine"
-        raise MptuneError(
-            f"session {stored.name!r} was measured on {theirs.kind}, and this machine is "
-            f"{mine.kind} ({differences}): measurements of different hardware never mix in one "
-            f"session. Give another {setting('study')} for this machine"
         )

@@ -20,6 +20,7 @@ from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
 from tuner.search.lease import Heartbeat, Lease
 from tuner.search.measures import SearchOutcome
+from tuner.search.owned import same_hardware, same_model_file
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.records import ModelFailed
 from tuner.search.request import TuneRequest
@@ -27,7 +28,6 @@ from tuner.search.session import (
     SessionView,
     TuningSession,
     needs_server,
-    same_hardware,
     storage_errors,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
@@ -306,6 +306,8 @@ class _Plan:
     settings: SearchSettings
     profile: HardwareProfile
     stored: SessionView | None
+    #: the model file changed since a continued session measured it, and may (a fixed one)
+    renew_digest: bool = False
 
     @property
     def device(self) -> DeviceTraits:
@@ -339,8 +341,10 @@ def _resolve(request: TuneRequest) -> _Plan:
 
         profile = detect()
     settings = settings or SearchSettings()
+    renew = False
     if stored is not None:
         same_hardware(stored, profile, settings.device)
+        renew = same_model_file(stored, source, joining=False)
     else:
         # A continued session keeps the device it was measured on; a new one must not start
         # on the CPU by accident.
@@ -359,7 +363,7 @@ def _resolve(request: TuneRequest) -> _Plan:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
         # learning-rate note; every face gets it, not only the command line.
         space = dataclasses.replace(space, user_batch=source.user_batch)
-    return _Plan(model, source, space, settings, profile, stored)
+    return _Plan(model, source, space, settings, profile, stored, renew)
 
 
 def _open(
@@ -375,9 +379,12 @@ def _open(
                 "space": plan.space.to_dict(),
                 "settings": plan.settings.to_dict(),
                 "hardware": plan.profile.to_dict(),
+                "model_digest": plan.source.digest,
             },
             resume=resume,
         )
+        if plan.renew_digest:
+            session.set_attr("model_digest", plan.source.digest)
         lease = Lease(session.storage, session.name)
         lease.acquire()
     return session, lease

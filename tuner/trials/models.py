@@ -19,6 +19,7 @@ milliseconds and gives one line naming the problem.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import shlex
 import zipfile
@@ -79,6 +80,16 @@ BUILTINS: dict[str, BuiltinWorkload] = {
 }
 
 
+def file_digest(path: str) -> str:
+    """A short hash of a model file's or training script's bytes: a session records it, and
+    a resumed search or a fleet worker compares its copy with it (trials of two versions of a
+    model never mix); "" where the file cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """A parsed model spec.
@@ -110,6 +121,12 @@ class ModelSource:
     @property
     def is_user_code(self) -> bool:
         return self.kind != "builtin"
+
+    @property
+    def digest(self) -> str:
+        """The file's content as a session knows it (:func:`file_digest`); "" for a built-in
+        or a file that cannot be read now."""
+        return file_digest(self.path) if self.path else ""
 
     @property
     def data_bytes_per_sample(self) -> int | None:
