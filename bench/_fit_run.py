@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -65,9 +66,19 @@ def main() -> int:
         per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
     keras_setup.compile_model(model, setup, optimizer, loss)
 
-    class EpochClock(keras.callbacks.Callback):
-        """Epoch ends only: fit dispatches its batches as it would without it."""
+    clock = epoch_clock(seconds)
+    model.fit(epochs=10**6, verbose=0, callbacks=[clock], **kwargs)  # type: ignore[arg-type]
+    clock.ends[-1] = time.perf_counter()  # fit's return: its last step waited for
+    print(json.dumps({"samples_per_second": clock.rate(per_epoch)}))
+    return 0
 
+
+def epoch_clock(seconds: float) -> Any:
+    """A callback on epoch ends only (fit dispatches its batches as it would without it) that
+    stops fit once ``seconds`` of epochs after the UNTIMED ones have passed."""
+    import keras
+
+    class EpochClock(keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.ends: list[float] = []
@@ -77,31 +88,23 @@ def main() -> int:
             if len(self.ends) > UNTIMED and self.ends[-1] - self.ends[UNTIMED - 1] >= seconds:
                 self.model.stop_training = True
 
-    clock = EpochClock()
-    model.fit(epochs=10**6, verbose=0, callbacks=[clock], **kwargs)  # type: ignore[arg-type]
-    end = time.perf_counter()
-    epochs = len(clock.ends) - UNTIMED
-    print(json.dumps({"samples_per_second": per_epoch * epochs / (end - clock.ends[UNTIMED - 1])}))
-    return 0
+        def rate(self, per_epoch: int) -> float:
+            """Samples a second over the timed epochs."""
+            timed = len(self.ends) - UNTIMED
+            return per_epoch * timed / (self.ends[-1] - self.ends[UNTIMED - 1])
+
+    return EpochClock()
 
 
 def script_fit(source: object, setup: object, seconds: float) -> float:
     """A training script's own fit, as ``mptune run`` runs it (the script up to its fit, the
     model compiled for the setup with the script's optimizer, loss and metrics, its data at the
     setup's batch size), timed over whole epochs as :func:`main` times the others."""
-    import keras
 
     from tuner import keras_setup
     from tuner.worker import loading, script
 
-    ends: list[float] = []
-
-    class EpochClock(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch: int, logs: object = None) -> None:
-            ends.append(time.perf_counter())
-            if len(ends) > UNTIMED and ends[-1] - ends[UNTIMED - 1] >= seconds:
-                self.model.stop_training = True
-
+    clock = epoch_clock(seconds)
     samples = [0]
 
     def fit(call: script.FitCall) -> object:
@@ -113,12 +116,12 @@ def script_fit(source: object, setup: object, seconds: float) -> float:
         samples[0] = (
             len(call.y) if "batch_size" in changed else sum(script.samples_in(b) for b in data)
         )
-        return call.go_on(epochs=10**6, verbose=0, callbacks=[EpochClock()], **changed)
+        return call.go_on(epochs=10**6, verbose=0, callbacks=[clock], **changed)
 
     script.run_script(source, fit)  # type: ignore[arg-type]
     # From the first timed epoch's start to the last one's end: what the script does after
     # its fit (an evaluate, a save) runs too, but is not fit's.
-    return samples[0] * (len(ends) - UNTIMED) / (ends[-1] - ends[UNTIMED - 1])
+    return float(clock.rate(samples[0]))
 
 
 if __name__ == "__main__":
