@@ -33,9 +33,15 @@ def make_dataset(batch_size):
     y = rng.integers(0, CLASSES, size=n).astype("int32")
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size, drop_remainder=True)
     data = data.map(lambda a, b: tf.numpy_function(_slow, [a, b], [tf.float32, tf.int32]))
-    return data.map(
+    data = data.map(
         lambda a, b: (
             tf.ensure_shape(a, (batch_size, FEATURES)),
             tf.ensure_shape(b, (batch_size,)),
         )
     )
+    # tf.data's autotuning off, as in text_dataset.py (its fixed()): on 2 cores its own
+    # threads and choices made two runs of one pipeline differ, which bench_fit would read as
+    # the trial's error.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)

@@ -32,6 +32,12 @@ train_ds = (
     .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     .prefetch(tf.data.AUTOTUNE)
 )
+# Not what keras.io writes: bench_fit compares two runs of this script, and on a 2-core machine
+# tf.data's autotuning made them differ from process to process (a plain run at b256 made
+# 800-989 samples/s in some, 1,637-1,662 in others). Off, the AUTOTUNE above is a fixed choice.
+options = tf.data.Options()
+options.autotune.enabled = False
+train_ds = train_ds.with_options(options)
 
 
 class TokenAndPosition(layers.Layer):

@@ -53,15 +53,17 @@ EMPTY_EPOCHS = 3
 #: a little longer than it, cut within the last).
 LONGEST = 2.0
 #: A window of whole epochs holds at least this many (within :data:`LONGEST`): a tf.data
-#: pipeline's epochs vary (its autotuning; bench/models/text_dataset.py on this 2-core CPU: one
-#: epoch in three or four 1.5-2x the others), and two epochs made one such epoch half a figure.
+#: pipeline's epochs vary (its autotuning; bench/models/text_dataset.py on a 2-core CPU, its
+#: autotuning on as it then was: one epoch in three or four 1.5-2x the others), and two epochs
+#: made one such epoch half a figure.
 MIN_EPOCHS = 3
 #: The first timed epoch is the input settling, paid once, where it lasted over this many times
 #: the next one: counted apart (``settling_s``), the window begins after it.
-#: Measured: Keras' JAX trainer on text_dataset.py's tf.data (b256, epochs of 1.5-2.9 s), in
-#: about one process in three its first epoch after the compiling one took 5.5-6.5 s, and in
-#: 25 s of epochs no other came near (2026-11-27); a long run pays it once, a 3 s window held it
-#: whole (a figure a third of fit's). Recurring slow epochs (1.5-2x) stay counted.
+#: Measured: Keras' JAX trainer on text_dataset.py's tf.data, then autotuned (b256, epochs of
+#: 1.5-2.9 s), in about one process in three its first epoch after the compiling one took
+#: 5.5-6.5 s, and in 25 s of epochs no other came near (2026-11-27); a long run pays it once, a
+#: 3 s window held it whole (a figure a third of fit's). Recurring slow epochs (1.5-2x) stay
+#: counted.
 SETTLING_FACTOR = 2.5
 #: Until its first timed epoch ends (perhaps a settling one), a window may last this many
 #: times the seconds asked for before it is timed within the epoch instead.
