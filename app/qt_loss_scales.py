@@ -100,13 +100,19 @@ class LossScalesEditor(QWidget):
         self.remove.setToolTip("remove the selected candidate")
         self.remove.setEnabled(False)
         self.remove.clicked.connect(self._remove_current)
-        # Two short lines: the Search panel is narrow.
+        # Short lines, the Search column is narrow and never cuts a row (QtSettingsColumn): Remove
+        # under the list it removes from; then the candidate to add, over two lines.
+        below = QHBoxLayout()
+        below.setContentsMargins(0, 0, 0, 0)
+        below.addStretch(1)
+        below.addWidget(self.remove)
         for widget in (self.kind, self.scale):
             row.addWidget(widget)
         second = QHBoxLayout()
         second.setContentsMargins(0, 0, 0, 0)
-        for control in (self.growth, self.add, self.remove):
+        for control in (self.growth, self.add):
             second.addWidget(control)
+        layout.addLayout(below)
         layout.addLayout(row)
         layout.addLayout(second)
 

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTabWidget,
@@ -36,6 +35,7 @@ from app.qt_hardware import QtHardwarePanel
 from app.qt_history import QtHistoryDialog
 from app.qt_plots import QtLivePlots
 from app.qt_recommendation import QtRecommendation
+from app.qt_settings_column import QtSettingsColumn
 from app.qt_setup import QtSetupPanel
 from app.qt_trials import QtTrialsTable, TrialRow
 from app.sampler import HardwareSampler
@@ -185,19 +185,7 @@ class QtMainWindow(QMainWindow):
         self.move(max(x, room.left()), max(y, room.top()))
 
     def _build_layout(self) -> None:
-        left = QWidget()
-        column = QVBoxLayout(left)
-        title = QLabel("<h3>This machine</h3>")
-        column.addWidget(title)
-        column.addWidget(self.hardware)
-        column.addWidget(QLabel("<h3>Search</h3>"))
-        column.addWidget(self.setup)
-        column.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidget(left)
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(300)
+        scroll = QtSettingsColumn(("This machine", self.hardware), ("Search", self.setup))
         self.settings_scroll = scroll
 
         self.tabs = QTabWidget()

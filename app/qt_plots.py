@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QGridLayout, QWidget
@@ -82,10 +82,91 @@ def _first(values: tuple[float | None, ...]) -> float:
     return values[0] if values and values[0] is not None else math.nan
 
 
-def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> pg.PlotWidget:
+class _Plot(pg.PlotWidget):  # type: ignore[misc]
+    """A plot laid out within its width: its legend row takes as many columns as fit and wraps
+    into rows past that, and a title wider than the plot gives way (its text runs under the
+    axes' space) instead of widening it.
+
+    Four entries in one row ("float32  mixed_float16  mixed_bfloat16  best") need about 440
+    pixels; a plot at 1280x720 had about 420, and pyqtgraph laid the plot out wider than its
+    view, cutting the legend and the plot's right edge off.
+    """
+
+    #: a legend entry's sample (its line or symbol) and the spacing beside it, in pixels
+    SAMPLE = 20 + 8
+    #: how the legend was last laid out: (columns, entries)
+    _legend_shape: tuple[int, int] | None = None
+
+    def resizeEvent(self, event: Any) -> None:
+        self.fit_width()
+        super().resizeEvent(event)
+
+    def setTitle(self, title: str) -> None:
+        item = self.getPlotItem()
+        item.setTitle(title)
+        self._title = (title, item.titleLabel.preferredWidth())
+        self.fit_width()
+
+    def legend_changed(self) -> None:
+        """Entries were removed or added: lay the legend out again, in their order."""
+        self._legend_shape = None
+        self.fit_width()
+
+    def fit_width(self) -> None:
+        """Called on a resize and whenever an axis changes its width (its tick labels)."""
+        item = self.getPlotItem()  # None while pyqtgraph builds the widget
+        legend = getattr(item, "legend", None)
+        if legend is None:
+            return
+        axes = [item.getAxis(side) for side in ("left", "right")]
+        room = self.width() - sum(axis.width() for axis in axes if axis.isVisible()) - 16
+        self._fit_title(item, room)
+        entries = [self.SAMPLE + label.minimumWidth() for _sample, label in legend.items]
+        columns = 1
+        for n in range(min(LEGEND_COLUMNS, len(entries)), 0, -1):
+            if sum(max(entries[c::n]) for c in range(n)) <= room:
+                columns = n
+                break
+        if (columns, len(entries)) != self._legend_shape:
+            _lay_out_legend(legend, columns)
+            self._legend_shape = (columns, len(entries))
+
+    def _fit_title(self, item: Any, room: float) -> None:
+        """The title, cut short with an ellipsis where it is wider than ``room``: pyqtgraph's
+        title takes its text's width as its minimum, whatever the plot's."""
+        if not hasattr(self, "_title"):  # the title pyqtgraph was built with, shown whole
+            self._title = (item.titleLabel.text, item.titleLabel.preferredWidth())
+        full, width = self._title
+        shown = full
+        if width > room > 0:
+            shown = full[: max(int(len(full) * room / width) - 1, 1)].rstrip() + "\u2026"
+        if shown != item.titleLabel.text:
+            item.setTitle(shown)
+
+
+def _lay_out_legend(legend: pg.LegendItem, columns: int) -> None:
+    """The legend's entries in the order they were added, ``columns`` to a row (pyqtgraph's
+    own ``setColumnCount`` fills the cells an entry removed before, which reordered them)."""
+    layout = legend.layout
+    for i in range(layout.count() - 1, -1, -1):
+        layout.removeAt(i)
+    for i, (sample, label) in enumerate(legend.items):
+        row, column = divmod(i, columns)
+        layout.addItem(sample, row, 2 * column, alignment=Qt.AlignmentFlag.AlignVCenter)
+        layout.addItem(label, row, 2 * column + 1)
+    legend.columnCount = columns
+    legend.rowCount = math.ceil(len(legend.items) / columns)
+    legend.updateSize()
+
+
+#: a legend's entries in one row, where the plot is wide enough
+LEGEND_COLUMNS = 4
+
+
+def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> _Plot:
     # The x axis is named in the title ("Loss by step"), not under its ticks: that row holds
     # the legend instead, and the data keeps the height.
-    widget = pg.PlotWidget(
+    widget = _Plot(
         title=f"{title} by {bottom}", axisItems={"left": axis} if axis is not None else None
     )
     item = widget.getPlotItem()
@@ -95,9 +176,11 @@ def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -
     item.setClipToView(True)
     # The legend in a row of its own under the plot, outside the data (inside, it covered
     # points); the plot's named items join it as they are added.
-    legend = pg.LegendItem(labelTextSize="8pt", colCount=4, frame=False, verSpacing=-6)
+    legend = pg.LegendItem(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False, verSpacing=-6)
     item.layout.addItem(legend, 4, 1)
     item.legend = legend
+    for side in ("left", "right"):  # tick labels widen an axis after the plot's resize
+        item.getAxis(side).geometryChanged.connect(widget.fit_width)
     widget.setMinimumSize(220, 160)
     return widget
 
@@ -200,7 +283,6 @@ class QtLivePlots(QWidget):
         )
         self.use_view.addItem(self.utilization_curve)
         self.use_view.addItem(self.power_curve)
-        self.name_use(on_gpu=False)
 
         self._memory = _Series()
         # A resumed search's samples start after a gap, not joined to the last run's by a line.
@@ -218,6 +300,7 @@ class QtLivePlots(QWidget):
         # The budget does not stretch the view: far above a small model's memory it would flatten
         # the curve; the title says its value, and the line shows when memory comes close.
         self.memory.getPlotItem().addItem(self.budget_line, ignoreBounds=True)
+        self.name_use(on_gpu=False)  # after memory's own entries, in its legend too
 
         self.throughput_points = {
             p: _points(self.throughput, p, "o", 9, POLICY_COLOURS[p]) for p in POLICIES
@@ -299,6 +382,7 @@ class QtLivePlots(QWidget):
             legend.addItem(self.power_curve, "power %")
         else:
             legend.addItem(self.utilization_curve, "CPU %")
+        self.memory.legend_changed()
 
     def _fit_use_view(self) -> None:
         memory = self.memory.getPlotItem()
@@ -328,7 +412,7 @@ class QtLivePlots(QWidget):
         if budget_mb:
             self.budget_line.setValue(budget_mb)
         self.budget_line.setVisible(bool(budget_mb))
-        self.memory.getPlotItem().setTitle(
+        self.memory.setTitle(
             f"Memory over seconds (budget {budget_mb:,.0f} MB)"
             if budget_mb
             else "Memory over seconds"

@@ -61,6 +61,32 @@ def test_legends_sit_outside_the_data(qtbot) -> None:
         assert not legend.sceneBoundingRect().intersects(data)
 
 
+@pytest.mark.parametrize("width", [480, 900, 1400])
+def test_a_plot_and_its_legend_fit_its_width(qtbot, width) -> None:
+    """A legend's entries take as many columns as the plot's width allows and wrap into rows
+    past that: the plot is never laid out wider than its view (at 1280x720 the throughput
+    plot's four entries in one row cut its legend and right edge off)."""
+    plots = QtLivePlots()
+    qtbot.addWidget(plots)
+    plots.name_use(on_gpu=True)  # five entries under the memory plot
+    plots.resize(width, 500)
+    plots.show()
+    qtbot.waitExposed(plots)
+    for plot in (plots.memory, plots.throughput, plots.loss_scale, plots.loss):
+        item = plot.getPlotItem()
+        view = plot.viewport().width()
+        qtbot.waitUntil(lambda item=item, view=view: item.minimumWidth() <= view)
+        entries = len(item.legend.items)
+        rows = item.legend.layout.rowCount()
+        if width >= 1400:  # room for every entry in one row: one row
+            assert rows == 1, (plot, rows)
+        assert rows * item.legend.columnCount >= entries
+        # In the order the entries were added, row by row.
+        places = [label.mapToScene(0, 0) for _sample, label in item.legend.items]
+        assert places == sorted(places, key=lambda p: (round(p.y()), p.x())), plot
+    assert plots.throughput.getPlotItem().legend.columnCount < 4 or width > 480
+
+
 def test_a_reopened_session_plots_memory_over_seconds(make_window) -> None:
     window = make_window()
 

@@ -282,11 +282,29 @@ def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -
     ):
         corner = plot.mapTo(window, plot.rect().bottomRight())
         assert corner.x() < window.width() and plot.width() > 200 and plot.height() > 100
+        # The plot and its legend row are laid out within the plot's view, not past its
+        # right edge (four legend entries in one row were, at 1280 wide).
+        for drawn in (plot.getPlotItem(), plot.getPlotItem().legend):
+            right = drawn.sceneBoundingRect().right()
+            assert right <= plot.viewport().width() + 1, (plot, drawn, right)
     table = window.table
     rows_shown = table.viewport().height() // table.verticalHeader().defaultSectionSize()
     assert rows_shown >= 8, rows_shown
     tabs_bottom = window.tabs.mapTo(window, window.tabs.rect().bottomRight())
     assert tabs_bottom.y() <= window.height()
+    # The settings column scrolls up and down only: no row of it runs past its right edge
+    # (at 1366x768 the verdict, the CPU's instruction sets and the second batch-size box did).
+    scroll = window.settings_scroll
+    viewport = scroll.viewport()
+    assert scroll.widget().width() <= viewport.width()
+    for widget in (
+        window.hardware.verdict,
+        window.setup.batch_max,
+        window.setup.loss_scales.add,
+        window.setup.loss_scales.remove,
+    ):
+        right = widget.mapTo(viewport, widget.rect().topRight()).x()
+        assert right < viewport.width(), (widget, right, viewport.width())
 
 
 def test_trials_running_at_once_are_shown_side_by_side(make_window, qtbot) -> None:
