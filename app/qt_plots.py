@@ -119,7 +119,7 @@ class _Plot(pg.PlotWidget):  # type: ignore[misc]
         if legend is None:
             return
         axes = [item.getAxis(side) for side in ("left", "right")]
-        room = self.width() - sum(axis.width() for axis in axes if axis.isVisible()) - 16
+        room = self.width() - sum(axis.width() for axis in axes if axis.isVisible()) - 6
         self._fit_title(item, room)
         entries = [self.SAMPLE + label.minimumWidth() for _sample, label in legend.items]
         columns = 1
