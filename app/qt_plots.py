@@ -137,11 +137,20 @@ class _Plot(pg.PlotWidget):  # type: ignore[misc]
         if not hasattr(self, "_title"):  # the title pyqtgraph was built with, shown whole
             self._title = (item.titleLabel.text, item.titleLabel.preferredWidth())
         full, width = self._title
-        shown = full
-        if width > room > 0:
-            shown = full[: max(int(len(full) * room / width) - 1, 1)].rstrip() + "\u2026"
-        if shown != item.titleLabel.text:
-            item.setTitle(shown)
+        if not width > room > 0:
+            if item.titleLabel.text != full:
+                item.setTitle(full)
+            return
+        # Cut by the characters' share of the width, then shorter until it fits (a glyph's
+        # width varies): a few tries at most.
+        keep = max(int(len(full) * room / width), 1)
+        while True:
+            shown = full[:keep].rstrip() + "\u2026"
+            if shown != item.titleLabel.text:
+                item.setTitle(shown)
+            if keep == 1 or item.titleLabel.preferredWidth() <= room:
+                return
+            keep -= 1
 
 
 def _lay_out_legend(legend: pg.LegendItem, columns: int) -> None:
