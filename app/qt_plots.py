@@ -96,6 +96,8 @@ class _Plot(pg.PlotWidget):  # type: ignore[misc]
     SAMPLE = 20 + 8
     #: how the legend was last laid out: (columns, entries)
     _legend_shape: tuple[int, int] | None = None
+    #: the title in full and its width (set by :meth:`setTitle`)
+    _title: tuple[str, float] | None = None
 
     def resizeEvent(self, event: Any) -> None:
         self.fit_width()
@@ -134,8 +136,8 @@ class _Plot(pg.PlotWidget):  # type: ignore[misc]
     def _fit_title(self, item: Any, room: float) -> None:
         """The title, cut short with an ellipsis where it is wider than ``room``: pyqtgraph's
         title takes its text's width as its minimum, whatever the plot's."""
-        if not hasattr(self, "_title"):  # the title pyqtgraph was built with, shown whole
-            self._title = (item.titleLabel.text, item.titleLabel.preferredWidth())
+        if self._title is None:
+            return
         full, width = self._title
         if not width > room > 0:
             if item.titleLabel.text != full:
@@ -175,9 +177,7 @@ LEGEND_COLUMNS = 4
 def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -> _Plot:
     # The x axis is named in the title ("Loss by step"), not under its ticks: that row holds
     # the legend instead, and the data keeps the height.
-    widget = _Plot(
-        title=f"{title} by {bottom}", axisItems={"left": axis} if axis is not None else None
-    )
+    widget = _Plot(axisItems={"left": axis} if axis is not None else None)
     item = widget.getPlotItem()
     item.setLabel("left", left)
     item.showGrid(x=True, y=True, alpha=0.2)
@@ -190,6 +190,7 @@ def _plot(title: str, left: str, bottom: str, axis: pg.AxisItem | None = None) -
     item.legend = legend
     for side in ("left", "right"):  # tick labels widen an axis after the plot's resize
         item.getAxis(side).geometryChanged.connect(widget.fit_width)
+    widget.setTitle(f"{title} by {bottom}")
     widget.setMinimumSize(220, 160)
     return widget
 
