@@ -191,8 +191,27 @@ def compile_model(
     1e-3 when ``None``), ``loss`` (mean squared error when ``None``), XLA and steps per execution
     as the setup says (they win over the same names in ``kwargs``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
-    model.compile(
-        optimizer=wrap_optimizer(inner, setup),
-        loss=loss if loss is not None else "mean_squared_error",
-        **{**kwargs, **compile_kwargs(setup)},
-    )
+    with in_its_strategy(model) as strategy:
+        # A model built under a tf.distribute strategy (a script's) is compiled again in it:
+        # its optimizer must be made in it too (a TensorFlow optimizer keeps the strategy it
+        # was made under, and makes its variables there).
+        if strategy is not None and not isinstance(inner, str):
+            inner = type(inner).from_config(inner.get_config())
+        model.compile(
+            optimizer=wrap_optimizer(inner, setup),
+            loss=loss if loss is not None else "mean_squared_error",
+            **{**kwargs, **compile_kwargs(setup)},
+        )
+
+
+def in_its_strategy(model: Any) -> Any:
+    """The frame ``model`` was built in, to compile and build it again in: its
+    ``tf.distribute`` strategy's scope (its variables are the strategy's, and an optimizer
+    made outside it fails: "Mixing different tf.distribute.Strategy objects"); elsewhere
+    nothing (a ``keras.distribution`` is global, and stays set)."""
+    import contextlib
+
+    strategy = getattr(model, "_distribute_strategy", None)
+    if keras.backend.backend() == "tensorflow" and strategy is not None:
+        return strategy.scope()
+    return contextlib.nullcontext()

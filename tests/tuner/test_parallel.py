@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
-from test_search_strategy import FakeGpu, FakeProfile, Machine, run
+from test_search_strategy import FakeGpu, FakeProfile, Machine, run, tune_with
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Heartbeat
@@ -243,3 +243,42 @@ def test_a_worker_sees_only_its_gpu_in_nvml_order() -> None:
     # A user's own narrowing is kept: gpu:N is the N-th of the GPUs they made visible.
     env = worker_environment(spec, base={"CUDA_VISIBLE_DEVICES": "5,6,7"})
     assert env["CUDA_VISIBLE_DEVICES"] == "7"
+
+
+def test_a_script_that_distributes_its_training_takes_every_gpu_one_trial_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Issue 49: a script under a distribution strategy spans the GPUs it sees, so
+    ``--parallel auto`` on two GPUs must not split them: each trial sees both (device
+    ``auto``), one at a time, and the recommendation says why. The script's own
+    mixed_float16 is what the speed-up is stated against."""
+    script = Path(__file__).parent / "data" / "scripts" / "mirrored.py"
+    own = tmp_path / "own_mirrored.py"
+    own.write_text(
+        script.read_text().replace(
+            "import keras  # noqa: E402\n",
+            "import keras  # noqa: E402\n\n"
+            "keras.mixed_precision.set_global_policy('mixed_float16')\n",
+        )
+    )
+    profile = FakeProfile(gpus=(FakeGpu(index=0), FakeGpu(index=1)))
+    tracked = Tracked(Machine(speed=SPEEDS))
+    result = tune_with(
+        model=f"script:{own}",
+        settings=SearchSettings(),
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        study="t",
+        runner=tracked,
+        profile=profile,
+        parallel="auto",
+    )
+    assert set(tracked.devices) == {"auto"} and tracked.peak == 1
+    rec = result.recommendation
+    assert any("its trials took them all, one trial at a time" in n for n in rec.notes)
+    assert rec.reference == "mixed_float16"
+    line = (
+        own.read_text()
+        .splitlines()
+        .index("keras.mixed_precision.set_global_policy('mixed_float16')")
+    )
+    assert rec.reference_at == f"own_mirrored.py:{line + 1}"

@@ -37,6 +37,9 @@ SCRIPT_PREFIX = "script:"
 #: ``mptune run`` hands the tuned setup's JSON to the script's process in this variable
 #: (:mod:`tuner.worker.apply_script` reads it).
 RUN_SETUP_VARIABLE = "MPTUNE_RUN_SETUP"
+#: ...and what the run reports back to (issue 49): a JSON object with the ``session`` the
+#: setup was tuned in, its ``storage`` and the figure it was ``tuned`` at (samples/s).
+RUN_CONTEXT_VARIABLE = "MPTUNE_RUN_CONTEXT"
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class ModelSource:
         args: a training script's command-line arguments.
         fit_call: which of a training script's ``model.fit`` calls a trial takes (1: its
             first).
+        user_policy: the precision a training script sets itself (read, not run), and
+            ``user_policy_at`` where.
+        distributed: the script names a distribution strategy.
     """
 
     spec: str
@@ -117,6 +123,11 @@ class ModelSource:
     user_batch: int | None = None
     args: tuple[str, ...] = ()
     fit_call: int = 1
+    #: the precision a training script sets itself, and where (``train.py:9``), read, not run
+    user_policy: str | None = None
+    user_policy_at: str | None = None
+    #: the script names a distribution strategy (its trials take every device it sees)
+    distributed: bool = False
 
     @property
     def is_user_code(self) -> bool:
@@ -273,10 +284,9 @@ def _parse_script(spec: str) -> ModelSource:
     if not os.access(path, os.R_OK):
         raise MptuneError(f"cannot read training script {given}: permission denied")
     tree = _syntax_tree(given, path.resolve())
-    if not any(isinstance(node, ast.Attribute) and node.attr == "fit" for node in ast.walk(tree)):
-        raise MptuneError(
-            f"{given} calls no fit(): mptune tunes a script at its model.fit(...) call"
-        )
+    # Whether the script reaches a fit is for running it to tell: its fit may be in a module
+    # it imports (issue 49), so no static look refuses it.
+    policy, line = script_policy(tree)
     return ModelSource(
         spec,
         "script",
@@ -285,7 +295,47 @@ def _parse_script(spec: str) -> ModelSource:
         user_batch=script_batch_size(tree, args),
         args=args,
         fit_call=fit_call,
+        user_policy=policy,
+        user_policy_at=f"{path.name}:{line}" if line else None,
+        distributed=distributes(tree),
     )
+
+
+#: The calls a script sets its precision with, as Keras names them.
+_POLICY_SETTERS = ("set_global_policy", "set_dtype_policy")
+#: What a script builds a distribution with: a tf.distribute strategy or keras.distribution.
+_DISTRIBUTIONS = ("Strategy", "set_distribution", "DataParallel", "ModelParallel")
+
+
+def script_policy(tree: ast.Module) -> tuple[str | None, int | None]:
+    """The precision a training script sets itself, as far as reading it tells (it is not
+    run): the last ``set_global_policy("...")`` or ``set_dtype_policy("...")`` with a literal
+    policy name (or a ``Policy("...")``/``DTypePolicy("...")`` of one), and its line; ``(None,
+    None)`` when it sets none that can be read. A trial reads the script's own call as it
+    runs (:func:`tuner.worker.script.policy_held`); this is the search's plan before it."""
+    found: tuple[str | None, int | None] = (None, None)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    for node in sorted(calls, key=lambda n: n.lineno):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name not in _POLICY_SETTERS or not node.args:
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Call) and arg.args:
+            arg = arg.args[0]  # Policy("mixed_float16")
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            found = (arg.value, node.lineno)
+    return found
+
+
+def distributes(tree: ast.Module) -> bool:
+    """Whether the script names a distribution strategy (``tf.distribute.*Strategy``,
+    ``keras.distribution.set_distribution``...): its trials take every device it sees."""
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if isinstance(name, str) and name.endswith(_DISTRIBUTIONS):
+            return True
+    return False
 
 
 #: The options a script's command line names its batch size with, as argparse spells them.

@@ -185,6 +185,36 @@ def input_bound(device: float | None, fed: InputRate | None) -> bool:
 
 
 @dataclass(frozen=True)
+class AsTrained:
+    """What a model trains under, read back from the model (issue 49;
+    :mod:`tuner.worker.as_trained`): a trial's record holds it twice, for the model the trial
+    compiled (``trained``: what its figure is about) and, for a training script, for the model
+    as the script handed it to ``fit`` (``script``: what the user runs today)."""
+
+    #: the policy most of the model's weights are computed under (its layers' compute dtype)
+    policy: str = "float32"
+    #: the optimizer's loss scaling, as a setting's text (``dynamic:32768:2000``, ``fixed:128``,
+    #: ``none``); None: not compiled
+    loss_scale: str | None = None
+    jit_compile: bool | None = None
+    steps_per_execution: int | None = None
+    #: the ``tf.distribute`` strategy or ``keras.distribution`` it trains in, by class name, and
+    #: over how many devices (fit's batch is the global one, each device takes its share)
+    distribution: str | None = None
+    replicas: int = 1
+    #: where the script set its precision itself (``train.py:9``), which the trial held off
+    policy_at: str | None = None
+    #: the batch size the script's fit trains at (its ``batch_size``, or its input's own)
+    batch_size: int | None = None
+    #: what the script's fit does besides training that the trial's figure leaves out
+    #: (``validation_split=0.1``, ``validation_data``, callbacks, class or sample weights)
+    left_out: tuple[str, ...] = ()
+    #: seconds one validation pass of the script's fit takes (timed once by the trial; it is
+    #: left out of the ranking figure, said beside it): None where the fit validates nothing
+    validation_s: float | None = None
+
+
+@dataclass(frozen=True)
 class InputRate:
     """``fit``'s own loop on the user's input, timed after the measured steps
     (:mod:`tuner.worker.feeding`): the rate fit trains at, fed as it feeds itself. Trials stored
@@ -296,6 +326,10 @@ class Measured:
     pruned: bool = added(False)
     #: fit's own loop on the user's input (None: not timed)
     input: InputRate | None = None
+    #: what the trial's model trained under, read back from it after compile (issue 49)
+    trained: AsTrained | None = added(None)
+    #: a training script's model as the script handed it to fit: what the user runs today
+    script: AsTrained | None = added(None)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ callbacks, validation data) stays as the script wrote it, and what follows ``fit
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from typing import Any
 
@@ -60,6 +61,10 @@ def _run(source: Any, setup: Any) -> int:
 
     name = script.shown_name(source)
     reached = [False]
+    held: list[script.HeldSetting] = []
+    from tuner.worker.fit_timer import FitTimer
+
+    timer = FitTimer()
 
     def fit(call: script.FitCall) -> Any:
         reached[0] = True
@@ -68,11 +73,14 @@ def _run(source: Any, setup: Any) -> int:
             call.model, setup, optimizer, loss, **loading.compile_extras(call.model)
         )
         changed = script.fit_arguments_at(call, setup.batch_size)
-        print(f"mptune: {name}'s fit runs {setup.in_words()}", file=sys.stderr, flush=True)
-        return call.go_on(**changed)
+        print(f"mptune: {name}'s fit {trains_words(call.model, setup, held)}", file=sys.stderr)
+        sys.stderr.flush()
+        callbacks = list(call.arguments.get("callbacks") or [])
+        timer.samples = _samples_per_epoch(call, setup.batch_size)
+        return call.go_on(**changed, callbacks=[*callbacks, timer])
 
     try:
-        script.run_script(source, fit)
+        script.run_script(source, fit, held)
     except UserCodeError as exc:
         where = f"{exc.location}: " if exc.location else ""
         cause = exc.__cause__
@@ -84,6 +92,9 @@ def _run(source: Any, setup: Any) -> int:
             return 1
         print(f"mptune: {where}{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        if reached[0]:
+            _report(name, setup, timer)
     if not reached[0]:
         print(
             f"mptune: {name} ended without calling model.fit: nothing was tuned",
@@ -91,6 +102,102 @@ def _run(source: Any, setup: Any) -> int:
         )
         return EXIT_BAD_INPUT
     return 0
+
+
+def trains_words(model: Any, setup: Any, held: list[Any]) -> str:
+    """What the script's fit trains under, read back from its compiled model (issue 49), and
+    the precision the script set itself, held off, where it did: ``runs mixed_float16 (read
+    from the model: dynamic loss scale from 32768), batch size 128; train.py:9 sets float32,
+    held off``."""
+    from tuner.worker import as_trained
+
+    got = as_trained.read(model)
+    words = f"runs {got['policy']}"
+    scale = got.get("loss_scale")
+    if scale and scale != "none":
+        words += f", loss scale {scale}"
+    if got.get("jit_compile") and setup.backend != "jax":
+        words += ", XLA"
+    if (got.get("steps_per_execution") or 1) > 1:
+        words += f", {got['steps_per_execution']} steps per execution"
+    words += f", batch size {setup.batch_size}"
+    if got.get("replicas", 1) > 1:
+        share = setup.batch_size // got["replicas"]
+        words += f" ({share} on each of {got['replicas']} devices, {got['distribution']})"
+    words += " (read back from the model)"
+    if held:
+        at = f"{held[-1].at} " if held[-1].at else ""
+        words += f"; {at}sets {held[-1].policy} itself: held off for the tuned setup"
+    if got["policy"] != setup.policy.name:
+        words += f"; NOT the tuned {setup.policy.name}: the script's layers set their own dtype"
+    return words
+
+
+def _samples_per_epoch(call: Any, batch_size: int) -> int | None:
+    """How many samples one epoch of the script's fit trains on at ``batch_size``: its arrays
+    less its validation split, or its steps per epoch times the batch."""
+    from tuner.worker import loading, script
+
+    steps = call.arguments.get("steps_per_epoch")
+    if loading.input_kind(call.x) == "arrays":
+        import keras
+
+        samples = loading.leading_dim(keras.tree.flatten(call.x)[0]) or 0
+        split = float(call.arguments.get("validation_split") or 0.0)
+        samples = int(samples * (1.0 - split))
+        return min(samples, int(steps) * batch_size) if steps else samples
+    if steps:
+        return int(steps) * batch_size
+    own = script.batch_of(call.x)
+    try:
+        return len(call.x) * (own or batch_size) if own == batch_size else None
+    except TypeError:
+        return None
+
+
+def _report(name: str, setup: Any, timer: Any) -> None:
+    """Say what the real fit achieved beside what the setup was tuned at, and keep it in the
+    session it was tuned in (``mptune show`` lists it)."""
+    import datetime
+    import json
+
+    from tuner.trials.models import RUN_CONTEXT_VARIABLE
+
+    context = json.loads(os.environ.pop(RUN_CONTEXT_VARIABLE, "{}") or "{}")
+    achieved = timer.achieved()
+    tuned = context.get("tuned")
+    if achieved is None:
+        print(
+            f"mptune: {name}'s fit ran too few whole epochs to time (the first compiles)",
+            file=sys.stderr,
+        )
+        return
+    words = f"mptune: {name}'s fit trained at {achieved:,.0f} samples/s"
+    timed = len(timer.epochs[1:] or timer.epochs)
+    words += f" over {timed} whole epoch{'s' if timed != 1 else ''}"
+    if timer.validation:
+        words += f" (validation {statistics.median(timer.validation):.2f} s an epoch, apart)"
+    if tuned:
+        words += f"; tuned at {tuned:,.0f} samples/s ({achieved / tuned:.2f}x)"
+    print(words, file=sys.stderr, flush=True)
+    session = context.get("session")
+    if not session:
+        return
+    run = {
+        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "setup": setup.label,
+        "script": name,
+        "tuned_samples_per_second": tuned,
+        "samples_per_second": achieved,
+        "epochs_timed": timed,
+        "validation_s": statistics.median(timer.validation) if timer.validation else None,
+    }
+    try:
+        from tuner import api
+
+        api.record_run(session, context.get("storage"), run)
+    except Exception as exc:  # noqa: BLE001 - the user's run went through: say, never fail it
+        print(f"mptune: note: could not keep this run in session {session}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -345,7 +345,16 @@ class TensorFlowSteps(Steps):
             samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
             batch_size = int(np.shape(flat[0][0])[0])
             dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
-            self.iterator: Any = iter(dataset.repeat().prefetch(tf.data.AUTOTUNE))
+            dataset = dataset.repeat().prefetch(tf.data.AUTOTUNE)
+            strategy = getattr(model, "_distribute_strategy", None)
+            if strategy is not None:
+                # A script's model under a tf.distribute strategy: each batch split over its
+                # replicas, as fit splits it (fit's batch is the global one), and the
+                # optimizer's variables made in the strategy before the step is traced, as fit
+                # makes them (made inside the traced step, they fail there).
+                dataset = strategy.experimental_distribute_dataset(dataset)
+                model._maybe_symbolic_build(data_batch=tuple(batches[0]))
+            self.iterator: Any = iter(dataset)
         model.make_train_function()
 
     def execute(self) -> Any:
@@ -367,8 +376,16 @@ class JaxSteps(Steps):
         #: the jitted step Keras' train_function calls, kept so that its program can be
         #: compiled (and its memory read) ahead of the first step: see _own_jit
         self.step = _own_jit(model)
+        from keras.src.backend.jax.trainer import _distribute_data
+        from keras.src.distribution import distribution_lib
+
         with ours("putting the batches on the device"):
-            self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
+            if distribution_lib.distribution() is not None:
+                # Under a keras.distribution (DataParallel): each batch laid out over the
+                # devices as fit lays it out.
+                self.pool = [_distribute_data(tuple(b)) for b in batches]
+            else:
+                self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
         self.state: Any = None
         self._index: dict[int, int] = {}

@@ -42,6 +42,10 @@ class LoadedModel:
     input_words: str = "make_dataset({batch})"
     #: what else the trial compiles the model with (a script's metrics: :func:`compile_extras`)
     compile_extras: dict[str, Any] = field(default_factory=dict)
+    #: a training script's model as the script handed it to fit, read back (what the user runs
+    #: today: :class:`tuner.trials.result.AsTrained`), and the data its fit validates on
+    script: Any = None
+    validation: tuple[Any, Any] | None = None
 
 
 def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
@@ -49,21 +53,48 @@ def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
     if source.kind == "python":
         return _load_python(source)
     if source.kind == "script":
-        return _load_script(source)
+        return _load_script(source, policy)
     return _load_keras_file(source, policy)
 
 
-def _load_script(source: ModelSource) -> LoadedModel:
+def _load_script(source: ModelSource, policy: str) -> LoadedModel:
     """A training script's model and data, as it hands them to ``fit``
-    (:mod:`tuner.worker.script`)."""
-    from tuner.worker import script
+    (:mod:`tuner.worker.script`), built under ``policy`` whatever precision the script sets
+    itself (held off, and read back: :class:`~tuner.worker.script.SetupOverridden` where its
+    layers are not built in ``policy`` all the same)."""
+    from tuner.trials.result import AsTrained
+    from tuner.worker import as_trained, script
 
-    call = script.take_fit(source)
-    _check_is_model(call.model, f"the model {script.shown_name(source)} passes to fit")
+    held: list[script.HeldSetting] = []
+    call = script.take_fit(source, held)
+    name = script.shown_name(source)
+    _check_is_model(call.model, f"the model {name} passes to fit")
     optimizer, loss, jit = compiled_with(call.model)
     if loss is None:
-        raise UserCodeError(
-            f"{script.shown_name(source)} calls fit on a model it did not compile with a loss"
+        raise UserCodeError(f"{name} calls fit on a model it did not compile with a loss")
+    built = as_trained.layer_policy(call.model)
+    own = as_trained.read(call.model)
+    if held:
+        # What the script runs as written: the precision it asked for, where it asked.
+        own.update(policy=held[-1].policy, policy_at=held[-1].at)
+        if held[-1].policy == "mixed_float16" and own.get("loss_scale") == "none":
+            # Under its own mixed_float16, Keras' compile() wraps its optimizer by itself.
+            auto = getattr(call.model, "_compile_config", None) or {}
+            asked = getattr(auto, "config", {}) or {}
+            if asked.get("auto_scale_loss", True):
+                own["loss_scale"] = "dynamic"
+    elif built != policy:
+        own["policy_at"] = _line_naming(source, built)
+    else:
+        # Built under the trial's policy, the script sets none itself: it runs under Keras'
+        # default as the user runs it.
+        own["policy"] = "float32"
+    if built != policy:
+        at = own.get("policy_at")
+        raise script.SetupOverridden(
+            f"{name} builds its model's layers in {built}"
+            + (f" (dtype set on them, {at})" if at else " (dtype set on its layers)")
+            + f": a trial cannot train it in {policy}, and reports no figure for it"
         )
     return LoadedModel(
         call.model,
@@ -72,8 +103,25 @@ def _load_script(source: ModelSource) -> LoadedModel:
         jit,
         compile_extras=compile_extras(call.model),
         make_dataset=lambda batch_size: script.input_at(call, batch_size),
-        input_words=f"{script.shown_name(source)}'s own fit data at batch {{batch}}",
+        input_words=f"{name}'s own fit data at batch {{batch}}",
+        script=AsTrained(
+            **own, batch_size=script.script_batch(call), left_out=script.left_out(call)
+        ),
+        validation=script.validation_of(call),
     )
+
+
+def _line_naming(source: ModelSource, policy: str) -> str | None:
+    """The first line of the script that names ``policy`` (a layer's ``dtype=``), as
+    ``file:line``; None where none does (it is set in a module the script imports)."""
+    try:
+        with open(source.path or "", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if policy in line or (policy == "float32" and "dtype" in line):
+                    return f"{os.path.basename(source.path or '')}:{number}"
+    except OSError:
+        pass
+    return None
 
 
 def _load_python(source: ModelSource) -> LoadedModel:
@@ -118,6 +166,14 @@ def _check_is_model(model: Any, what: str) -> None:
             "Keras 3 model (import keras, not tf.keras with TF_USE_LEGACY_KERAS)"
         )
     raise UserCodeError(f"{what} returned {type(model).__name__}, not a keras.Model")
+
+
+def fresh_optimizer(optimizer: Any) -> Any:
+    """A new optimizer from ``optimizer``'s config (no variables, no steps taken), for a model
+    compiled again; a name or None is passed on as it is."""
+    if optimizer is None or isinstance(optimizer, str):
+        return optimizer
+    return type(optimizer).from_config(optimizer.get_config())
 
 
 def compiled_with(model: keras.Model) -> tuple[Any, Any, Any]:

@@ -51,6 +51,10 @@ class _Context:
     #: the compiled model and the optimizer it was given, to ask whether XLA is to blame
     model: Any = None
     optimizer: Any = None
+    #: a training script's model as it handed it to fit (what the user runs today), and the
+    #: data its fit validates on: both go into the trial's result
+    script: Any = None
+    validation: Any = None
 
 
 @dataclass
@@ -102,16 +106,18 @@ class _Warm:
         are at their starting values (call :meth:`restore` first), the new optimizer's are
         built and become the snapshot."""
         from tuner import keras_setup
+        from tuner.worker import loading
 
         gc.unfreeze()  # the old optimizer and traced step become garbage here
         keras_setup.compile_model(
             self.model,
             setup,
-            _fresh_optimizer(self.loaded.optimizer),
+            loading.fresh_optimizer(self.loaded.optimizer),
             self.loaded.loss,
             **self.loaded.compile_extras,
         )
-        self.model.optimizer.build(self.model.trainable_variables)
+        with keras_setup.in_its_strategy(self.model):
+            self.model.optimizer.build(self.model.trainable_variables)
         self.variables = [v.numpy() for v in self.model.variables]
         self.optimizer_variables = [v.numpy() for v in self.model.optimizer.variables]
         self.compiled_for = setup
@@ -208,15 +214,38 @@ def _one_trial(
             raise import_error
         return True, _run(spec, source, channel, phase, context, warm, bool(payload.get("warm")))
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
+        from tuner.worker import blame
+        from tuner.worker.script import SetupOverridden
+
         facts = _describe(exc, phase[0], source)
         if isinstance(exc, PolicyFailure):
             facts["policy_caused"] = True
-        elif spec.setup.xla and _survives_without_xla(exc, facts, spec, context):
+        elif isinstance(exc, SetupOverridden):
+            facts["unsupported"] = True  # the script decides the precision, not the model
+        elif blame.keras_own_step_trains(exc, facts, spec, context):
+            # Keras' own train step trains the same model, setup and batch where mptune's
+            # driving of it failed: mptune's failure, never a verdict on the model (issue 49).
+            facts.update(internal=True, user_code=False, location=None)
+            facts["message"] = (
+                f"mptune's own driving of the step failed where Keras' train step trains this "
+                f"setup: {facts['message']}"
+            )
+        elif spec.setup.xla and blame.trains_with(
+            spec.setup.replace(xla=False), exc, facts, context
+        ):
             facts["unsupported"] = True
             facts["message"] = (
                 f"XLA cannot compile this model (it trains without XLA): {facts['message']}"
             )
-        elif _float32_survives(exc, facts, spec, context):
+        elif spec.setup.steps_per_execution > 1 and blame.trains_with(
+            spec.setup.replace(steps_per_execution=1), exc, facts, context
+        ):
+            facts["unsupported"] = True
+            facts["message"] = (
+                f"{spec.setup.steps_per_execution} steps per execution fail for this model, in "
+                f"Keras' own fit too (it trains with 1): {facts['message']}"
+            )
+        elif blame.float32_survives(exc, facts, spec, context):
             facts["policy_caused"] = True
             facts["message"] = (
                 f"fails only under {spec.policy.name}; float32 trains the same batch: "
@@ -256,6 +285,7 @@ def _run(
     keras_setup.apply_policy(spec.setup)
     loaded, batches = _load(spec, source, lambda: _enter(channel, phase, "prepare"))
     context.batches, context.loss = batches, loaded.loss
+    context.script, context.validation = loaded.script, loaded.validation
     probe_s = None
     if spec.policy.name != FLOAT32 and spec.probe and context.build_float32 is not None:
         probe_s, fixed = _probe(spec, channel, phase, context.build_float32, loaded, batches)
@@ -454,6 +484,7 @@ def _run_warm(
     batches = warm.batches(spec, lambda: _make_batches(spec, source, warm.loaded))
     context.batches, context.loss = batches, warm.loaded.loss
     context.model, context.optimizer = warm.model, warm.loaded.optimizer
+    context.script, context.validation = warm.loaded.script, warm.loaded.validation
     if spec.policy.name != FLOAT32:  # a failure is asked of float32 as in a fresh worker
         context.build_float32 = _float32_builder(spec, source, keras_setup, workloads)
     for code, message in warm.warnings:
@@ -581,9 +612,16 @@ def _keep_warm(
 ) -> _Warm | None:
     """Build the optimizer now (as its first step would) and copy every starting value, so
     that later trials can start from them; None when the copy would pass the size limit."""
+    from tuner import keras_setup
+
     if device.startswith("cpu") and not os.access("/proc/self/clear_refs", os.W_OK):
         return None  # a later trial's CPU peak could not be told from this one's
-    model.optimizer.build(model.trainable_variables)
+    if not model.optimizer.built:
+        # Built once: a LossScaleOptimizer built again adds its variables again, and a step
+        # compiled for the state it had (out_shardings under a keras.distribution) no longer
+        # fits it (issue 49: "pjit out_shardings ... length 14 ... length 16").
+        with keras_setup.in_its_strategy(model):
+            model.optimizer.build(model.trainable_variables)
     size = sum(int(v.numpy().nbytes) for v in (*model.variables, *model.optimizer.variables))
     if size > WARM_SNAPSHOT_LIMIT_BYTES:
         return None
@@ -645,69 +683,6 @@ def _float32_builder(
     if source.kind in ("keras", "script"):  # a script: run again, up to its fit
         return under_float32(lambda: loading.load_user_model(source, FLOAT32).model)
     return None
-
-
-def _fresh_optimizer(optimizer: Any) -> Any:
-    """A new optimizer from ``optimizer``'s config (no variables, no steps taken), for a model
-    compiled again; a name or None is passed on as it is."""
-    if optimizer is None or isinstance(optimizer, str):
-        return optimizer
-    return type(optimizer).from_config(optimizer.get_config())
-
-
-def _survives_without_xla(
-    exc: BaseException, facts: dict[str, Any], spec: TrialSpec, context: _Context
-) -> bool:
-    """Whether the failed step trains with XLA off: then XLA, not the model, is to blame. Only
-    asked of a failure (not an out-of-memory error, not a stop) once the model was compiled;
-    never raises."""
-    if not isinstance(exc, Exception) or facts.get("oom") or context.model is None:
-        return False
-    try:
-        from tuner import keras_setup
-
-        keras_setup.compile_model(
-            context.model,
-            spec.setup.replace(xla=False),
-            _fresh_optimizer(context.optimizer),
-            context.loss,
-        )
-        x, y = context.batches[0]
-        loss = context.model.train_on_batch(x, y, return_dict=True)["loss"]
-        return bool(loss is not None)
-    except BaseException:  # noqa: BLE001 - it fails without XLA too: not XLA's doing
-        return False
-
-
-def _float32_survives(
-    exc: BaseException, facts: dict[str, Any], spec: TrialSpec, context: _Context
-) -> bool:
-    """Whether float32 trains the batch the trial failed on: then the policy caused the
-    failure. Only asked of a failure (not an out-of-memory error, not a stop) under a
-    low-precision policy, after the data was made; never raises."""
-    if (
-        not isinstance(exc, Exception)
-        or facts.get("oom")
-        or context.build_float32 is None
-        or facts.get("phase") not in ("build", "prepare", "warmup", "measure")
-    ):
-        return False
-    try:
-        from tuner import keras_setup
-        from tuner.setup import LossScale, Setup
-
-        twin = context.build_float32()
-        if not context.batches:  # it failed while being built: float32 builds it
-            return True
-        step = context.runner.global_step if context.runner is not None else 1
-        x, y = context.batches[max(0, step - 1) % len(context.batches)]
-        keras_setup.compile_model(
-            twin, Setup(FLOAT32, spec.batch_size, LossScale("none")), None, context.loss
-        )
-        loss = twin.train_on_batch(x, y, return_dict=True)["loss"]
-        return bool(loss is not None)
-    except BaseException:  # noqa: BLE001 - float32 fails too, or cannot be asked: not the policy
-        return False
 
 
 def _describe(exc: BaseException, phase: str, source: ModelSource) -> dict[str, Any]:

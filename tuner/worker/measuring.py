@@ -4,14 +4,16 @@ and the ``result`` event. :mod:`tuner.worker.main` calls it for fresh and warm t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
-from tuner.trials.result import InputRate
+from tuner.trials.result import AsTrained, InputRate
 from tuner.trials.spec import TrialSpec
+from tuner.worker import as_trained
 from tuner.worker.channel import Channel
 
 
@@ -96,8 +98,46 @@ def measure(
             executions=len(log.execution_times_s),
             pruned=log.pruned,
             input=InputRate.read(fed),
+            trained=AsTrained(**as_trained.read(runner.model)),
+            # After the weights are read: a validation pass that fails can leave them unread.
+            script=_as_the_script_runs(context, runner, spec.batch_size, log.pruned),
         )
     )
+
+
+def _as_the_script_runs(
+    context: Any, runner: Any, batch_size: int, pruned: bool
+) -> AsTrained | None:
+    """A training script's model as the script handed it to fit (what the user runs today),
+    with one validation pass of its fit timed where it validates (not for a pruned trial);
+    None for a model file."""
+    script: AsTrained | None = getattr(context, "script", None)
+    if script is None or context.validation is None or pruned:
+        return script
+    seconds = _time_validation(runner, context.validation, batch_size)
+    return dataclasses.replace(script, validation_s=seconds)
+
+
+def _time_validation(runner: Any, validation: tuple[Any, Any], batch_size: int) -> float | None:
+    """One validation pass of the script's fit (its ``validation_data``, or its
+    ``validation_split`` of the arrays) at the trial's batch size, timed as fit runs it at each
+    epoch's end (``evaluate``), after a first batch that compiles the test step; None where
+    it cannot run."""
+    runner.steps.sync()  # JAX: the trained variables back in the model
+    x, y = validation
+    model = runner.model
+    try:
+        if y is None:  # a dataset
+            model.evaluate(x, steps=1, verbose=0)
+            start = time.perf_counter()
+            model.evaluate(x, verbose=0)
+        else:
+            model.evaluate(x, y, batch_size=batch_size, steps=1, verbose=0)
+            start = time.perf_counter()
+            model.evaluate(x, y, batch_size=batch_size, verbose=0)
+        return time.perf_counter() - start
+    except Exception:  # noqa: BLE001 - a figure beside the trial's, never its failure
+        return None
 
 
 def _step_times(times: Any) -> dict[str, float]:

@@ -57,6 +57,62 @@ class FitCall:
         return self.arguments.get("y")
 
 
+@dataclass(frozen=True)
+class HeldSetting:
+    """A precision the script set itself (``set_global_policy``, ``keras.config.
+    set_dtype_policy``), held off while a trial or ``mptune run`` runs it (issue 49): the
+    policy it asked for, and where (``train.py:9``)."""
+
+    policy: str
+    at: str | None
+
+
+class SetupOverridden(Exception):
+    """The script's model is not built in the precision the trial names, whatever the trial
+    set (its layers carry their own ``dtype=``): the trial cannot train that setup, and says
+    which line of the script decides it instead of reporting a figure for it."""
+
+
+#: Where mptune and the frameworks live: a frame outside them is the user's.
+_NOT_USER = (
+    os.path.dirname(os.path.dirname(os.path.abspath(keras.__file__ or ""))),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+)
+
+
+def _user_frame() -> str | None:
+    """The innermost frame of the running stack in the user's code, as ``file:line``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not name.startswith(_NOT_USER) and "site-packages" not in name and "<" not in name:
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+@contextmanager
+def policy_held(held: list[HeldSetting]) -> Iterator[None]:
+    """While it lasts, the global precision policy stays what mptune set: a call of the
+    script's that sets it (every public name Keras has for it ends in the one global
+    attribute ``dtype_policy``) is recorded in ``held`` and changes nothing."""
+    from keras.src.backend.common import global_state
+
+    original = global_state.set_global_attribute
+
+    def set_global_attribute(name: str, value: Any) -> None:
+        if name == "dtype_policy":
+            held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
+            return
+        original(name, value)
+
+    global_state.set_global_attribute = set_global_attribute
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute = original
+
+
 class _FitReached(BaseException):
     """Stops the script at the ``fit`` a trial takes over (a BaseException, so that the
     script's own ``except Exception`` cannot swallow it)."""
@@ -109,9 +165,11 @@ def fit_hook(on_fit: Callable[[FitCall], Any], fit_call: int) -> Iterator[list[i
         keras.Model.fit = original
 
 
-def run_script(source: ModelSource, on_fit: Callable[[FitCall], Any]) -> None:
+def run_script(
+    source: ModelSource, on_fit: Callable[[FitCall], Any], held: list[HeldSetting] | None = None
+) -> None:
     """Run the script as ``__main__``, its ``fit`` (the ``source.fit_call``-th) handed to
-    ``on_fit``.
+    ``on_fit``, the precision mptune set held against the script's own (recorded in ``held``).
 
     Raises:
         UserCodeError: the script failed (its own line named), or exited on its own before
@@ -120,7 +178,8 @@ def run_script(source: ModelSource, on_fit: Callable[[FitCall], Any]) -> None:
     """
     assert source.path is not None
     name = shown_name(source)
-    with _as_the_user_runs_it(source), fit_hook(on_fit, source.fit_call) as calls:
+    hold = policy_held(held if held is not None else [])
+    with _as_the_user_runs_it(source), hold, fit_hook(on_fit, source.fit_call) as calls:
         try:
             call_user(
                 lambda: runpy.run_path(source.path or "", run_name="__main__"),
@@ -137,24 +196,129 @@ def run_script(source: ModelSource, on_fit: Callable[[FitCall], Any]) -> None:
             ) from None
 
 
-def take_fit(source: ModelSource) -> FitCall:
-    """Run the script up to the ``fit`` the trial takes over, and stop it there.
+def take_fit(source: ModelSource, held: list[HeldSetting] | None = None) -> FitCall:
+    """Run the script up to the ``fit`` the trial takes over, and stop it there; the
+    precision the script set itself is recorded in ``held`` (:func:`policy_held`).
 
     Raises:
-        UserCodeError: the script failed or exited first, or ended without that ``fit``.
+        UserCodeError: the script failed or exited first, ended without that ``fit``, or
+            caught the stop at it (a bare ``except:``, named by its line).
     """
+    stops: list[_FitReached] = []
 
     def stop(call: FitCall) -> Any:
-        raise _FitReached(call)
+        stops.append(_FitReached(call))
+        raise stops[-1]
 
     try:
-        run_script(source, stop)
+        run_script(source, stop, held)
     except _FitReached as reached:
         return reached.call
+    except UserCodeError:
+        if not stops:
+            raise
+    if stops:
+        at = catching_line(stops[-1])
+        raise UserCodeError(
+            f"{shown_name(source)} caught mptune's stop at its {_which(source.fit_call)}"
+            + (f" in the except at {at}" if at else "")
+            + ": a bare except (or except BaseException) catches it; catch Exception there, "
+            "so that a trial can take over fit",
+            location=at,
+        )
     raise UserCodeError(
         f"{shown_name(source)} ended without calling its {_which(source.fit_call)}: "
         "mptune tunes a script at that call"
     )
+
+
+def catching_line(exc: BaseException) -> str | None:
+    """Where the user's code caught ``exc`` (``file:line`` of the ``except`` that did): the
+    innermost ``try`` around a frame of its traceback, in a file of the user's, whose handler
+    takes a BaseException (a bare ``except:``, ``except BaseException``)."""
+    import ast
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    for frame in reversed(frames):
+        name = os.path.abspath(frame.filename)
+        if name.startswith(_NOT_USER) or "site-packages" in name or frame.lineno is None:
+            continue
+        try:
+            with open(name, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        found = None
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Try) or not node.body:
+                continue
+            start, end = node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno
+            if not start <= frame.lineno <= end:
+                continue
+            for handler in node.handlers:
+                kind = handler.type
+                catches_all = kind is None or (
+                    isinstance(kind, ast.Name) and kind.id == "BaseException"
+                )
+                if catches_all and (found is None or handler.lineno > found):
+                    found = handler.lineno  # the innermost try's
+        if found is not None:
+            return f"{os.path.basename(name)}:{found}"
+    return None
+
+
+#: fit's arguments whose work a trial's timed steps leave out, in words.
+_LEFT_OUT = ("validation_split", "validation_data", "callbacks", "class_weight", "sample_weight")
+
+
+def left_out(call: FitCall) -> tuple[str, ...]:
+    """What the script's fit does besides training that a trial's figure leaves out:
+    validation (``validation_split=0.1``, ``validation_data``), its callbacks (by class), class
+    or sample weights."""
+    said = []
+    for name in _LEFT_OUT:
+        value = call.arguments.get(name)
+        if value is None or (name == "validation_split" and not value):
+            continue
+        if name == "callbacks":
+            kinds = [type(c).__name__ for c in value] if isinstance(value, (list, tuple)) else []
+            if kinds:
+                said.append(f"callbacks ({', '.join(kinds)})")
+        elif name == "validation_split":
+            said.append(f"validation_split={value}")
+        else:
+            said.append(name)
+    return tuple(said)
+
+
+def validation_of(call: FitCall) -> tuple[Any, Any] | None:
+    """The data the script's fit validates on each epoch, as ``(x, y)`` or ``(dataset,
+    None)``: its ``validation_data``, or the last ``validation_split`` of its arrays (as
+    Keras takes it); None where it validates nothing."""
+    data = call.arguments.get("validation_data")
+    if data is not None:
+        if isinstance(data, (tuple, list)):
+            return (data[0], data[1] if len(data) > 1 else None)
+        return (data, None)
+    split = call.arguments.get("validation_split") or 0.0
+    if not split or input_kind(call.x) != "arrays":
+        return None
+    samples = leading_dim(keras.tree.flatten(call.x)[0]) or 0
+    first = int(samples * (1.0 - float(split)))
+    if first >= samples:
+        return None
+    cut = keras.tree.map_structure(lambda a: a[first:], call.x)
+    labels = None if call.y is None else keras.tree.map_structure(lambda a: a[first:], call.y)
+    return (cut, labels)
+
+
+def script_batch(call: FitCall) -> int | None:
+    """The batch size the script's fit trains at: its ``batch_size`` for arrays (Keras' 32
+    when it gives none), its input's own batch otherwise, where it can be read."""
+    if input_kind(call.x) == "arrays":
+        return int(call.arguments.get("batch_size") or 32)
+    return batch_of(call.x)
 
 
 def _which(n: int) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import keras
 
+from tuner import keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.spec import PRUNE_AFTER
@@ -234,8 +235,10 @@ class StepRunner:
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
         self.backend = backends.current()
         #: the backend's step driver: the trial's batches in order, again and again (step k
-        #: sees batch k mod the pool, as every trial of the same batch size and seed does)
-        self.steps = self.backend.steps(model, batches)
+        #: sees batch k mod the pool, as every trial of the same batch size and seed does),
+        #: made in the tf.distribute strategy a script built its model in, if any
+        with keras_setup.in_its_strategy(model):
+            self.steps = self.backend.steps(model, batches)
 
     def run(
         self,
