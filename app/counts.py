@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.api import minutes
+
 #: What the progress bar says once no search runs, by how the last one ended.
 _ENDED = {
     "done": "{trials}, finished",
@@ -31,12 +33,27 @@ class TrialCounts:
             (``PlanUpdated.planned - done``); None before the engine made a plan.
         state: ``idle`` (nothing shown), ``searching``, or how the shown session (live, or
             opened from History) ended: ``done``, ``stopped``, ``failed``.
+        seconds_per_trial: what the engine's plan priced each trial left at (its seconds
+            over its trials left, within the time budget); None before it priced one.
     """
 
     finished: int = 0
     running: int = 0
     left: int | None = None
     state: str = "idle"
+    seconds_per_trial: float | None = None
+
+    def planned(self, done: int, planned: int, seconds: float | None) -> None:
+        """The engine's plan (:class:`tuner.api.PlanUpdated`): trials and their time left."""
+        self.left = max(0, planned - done)
+        self.seconds_per_trial = seconds / self.left if seconds and self.left else None
+
+    @property
+    def seconds_left(self) -> float | None:
+        """The plan's time for the trials still left (one fewer with each trial that ends)."""
+        if self.seconds_per_trial is None or not self.left:
+            return None
+        return self.left * self.seconds_per_trial
 
     @property
     def total(self) -> int:
@@ -57,5 +74,8 @@ class TrialCounts:
             return "no trials yet"
         if self.state == "searching":
             running = f", {self.running} running" if self.running > 1 else ""
-            return f"%v / %m trials{running}"
+            seconds = self.seconds_left
+            # Under a second is no time worth saying (a scripted search's trials).
+            left = f", ~{minutes(seconds)} left" if seconds and seconds >= 1 else ""
+            return f"%v / %m trials{running}{left}"
         return _ENDED[self.state].format(trials=trials(self.finished))

@@ -1,4 +1,5 @@
-"""The hardware panel: GPU cards, the CPU, versions, and the verdict in one sentence."""
+"""The hardware panel: the verdict in one sentence (for the backend chosen), each backend's
+unused GPU, the advice (measured here where measured), GPU cards, the CPU, versions."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ def unused_gpu_text(unused: api.UnusedGpu) -> str:
 class QtHardwarePanel(QWidget):
     """Shows a hardware profile (:class:`tuner.api.HardwareProfile`, as detection found it)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, engine: Any = api) -> None:
         super().__init__(parent)
+        #: the engine's face (:mod:`tuner.api`, or a test's fake): the advice is its words
+        self.engine = engine
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self.verdict = QLabel("Reading the hardware...")
@@ -49,16 +52,60 @@ class QtHardwarePanel(QWidget):
         )
         self.unused_gpu.hide()
         self._layout.addWidget(self.unused_gpu)
+        # The advice, as `mptune detect` lists it: each policy with its reason, and what was
+        # measured of it on this kind of machine (measured ones first, fastest first).
+        self.advice = QLabel()
+        self.advice.setObjectName("advice")
+        self.advice.setWordWrap(True)
+        self.advice.setTextFormat(Qt.TextFormat.RichText)
+        self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._layout.addWidget(self.advice)
         self._cards: list[QWidget] = []
         self.profile: api.HardwareProfile | None = None
+        self.backend = api.TENSORFLOW
+        self.measured: dict[str, api.PolicyMeasured] | None = None
+
+    def set_backend(self, backend: str) -> None:
+        """The backend the trials would run on: the verdict is for it."""
+        self.backend = backend
+        self._show_verdict()
+
+    def set_measured(self, measured: dict[str, api.PolicyMeasured] | None) -> None:
+        """What searches on this kind of machine measured of each policy
+        (:func:`tuner.api.measured_here`), said under its advice."""
+        self.measured = measured or None
+        self._show_advice()
+
+    def _show_verdict(self) -> None:
+        if self.profile is None:
+            return
+        # For the backend chosen: where it cannot use the GPU, the CPU's verdict first. Why
+        # it cannot and the fix are each backend's red line below, said once.
+        verdict = self.profile.verdict_for(self.backend, detail=False)
+        self.verdict.setText(f"<b>{html.escape(verdict)}</b>")
+
+    def _show_advice(self) -> None:
+        if self.profile is None:
+            return
+        rows = self.engine.advice_rows(self.profile, self.measured)
+        items = "".join(
+            f"<li><b>{html.escape(row.policy)}</b>: {html.escape(row.reason)}"
+            + (f"<br><i>{html.escape(row.measured)}</i>" if row.measured else "")
+            + "</li>"
+            for row in rows
+        )
+        heading = html.escape(self.engine.advice_heading(self.measured))
+        self.advice.setText(f"{heading}:<ol style='margin-left: 0px'>{items}</ol>")
+        self.advice.setVisible(bool(rows))
 
     def set_profile(self, profile: api.HardwareProfile) -> None:
         self.profile = profile
         for card in self._cards:
             card.deleteLater()
         self._cards = []
-        # The hardware's verdict; each backend's unused GPU on a line of its own below it.
-        self.verdict.setText(f"<b>{html.escape(profile.verdict_for(None))}</b>")
+        self._show_verdict()
+        self._show_advice()
+        # Each backend's unused GPU on a line of its own below the verdict.
         unused = profile.unused_gpus
         self.unused_gpu.setText("<br><br>".join(unused_gpu_text(u) for u in unused))
         self.unused_gpu.setVisible(bool(unused))

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
+    QListView,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -72,6 +73,12 @@ class LossScalesEditor(QWidget):
         self.list = QListWidget()
         self.list.setToolTip(TOOLTIPS["loss_scale"])
         self.list.setMaximumHeight(self.list.fontMetrics().height() * 6 + 12)  # about five rows
+        # A long candidate ("dynamic from 1024, x2 every 500 steps") wraps within the column's
+        # width (issue 54: the list scrolled sideways to show it at 1366x768), never cut.
+        self.list.setWordWrap(True)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.list.setResizeMode(QListView.ResizeMode.Adjust)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.itemChanged.connect(lambda _item: self.changed.emit())
         self.list.currentItemChanged.connect(lambda *_: self._enable_remove())
         layout.addWidget(self.list)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any
 
-from PySide6.QtCore import QRect, QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -33,6 +34,7 @@ from app.qt_export import QtExportDialog
 from app.qt_focus import QtFocusReturn
 from app.qt_hardware import QtHardwarePanel
 from app.qt_history import QtHistoryDialog
+from app.qt_placement import DEFAULT_SIZE, ScreenPlacement
 from app.qt_plots import QtLivePlots
 from app.qt_recommendation import QtRecommendation
 from app.qt_settings_column import QtSettingsColumn
@@ -44,19 +46,15 @@ from app.words import window_words
 from tuner import api
 from tuner.resources import asset_path
 
-#: The window's least size on first opening where the screen has room for it; a smaller screen
-#: gets what fits.
-DEFAULT_SIZE = (1280, 800)
-#: On first opening the window takes this share of a larger screen's free area (across, down).
-SCREEN_SHARE = 0.8
-#: Room kept for the window manager's title bar and borders (pixels across, down).
-FRAME_ALLOWANCE = (8, 32)
+logger = logging.getLogger(__name__)
+
 REDRAW_INTERVAL_MS = 50  # one plot per tick: each plot up to 5 times a second
+
 #: The trials table shows at least this many rows at the smallest supported window size.
 MIN_TABLE_ROWS = 8
 
 
-class QtMainWindow(QMainWindow):
+class QtMainWindow(ScreenPlacement, QMainWindow):
     """mptune's window. It renders; every engine call goes through :attr:`controller` (short
     calls) or :attr:`bridge` (the search), off the GUI thread.
 
@@ -103,7 +101,6 @@ class QtMainWindow(QMainWindow):
         self.counts = TrialCounts()
         #: the running trial the live plots and the status line follow (the oldest)
         self._followed: int | None = None
-        self._best_speed = 0.0
         self._memory_budget: float | None = None
         self._sample_index = 0
         self.finished_status: str | None = None
@@ -115,7 +112,7 @@ class QtMainWindow(QMainWindow):
         self.export_dialog: QtExportDialog | None = None
         self.history_dialog: QtHistoryDialog | None = None
 
-        self.hardware = QtHardwarePanel()
+        self.hardware = QtHardwarePanel(engine=engine)
         self.setup = QtSetupPanel(self.settings, engine=engine)
         self.plots = QtLivePlots()
         self.table = QtTrialsTable()
@@ -126,6 +123,10 @@ class QtMainWindow(QMainWindow):
         self.focus_return = QtFocusReturn(self)
         self.setup.validityChanged.connect(self._update_buttons)
         self.setup.modelChanged.connect(self._on_model_changed)
+        # The verdict is for the backend the trials would run on.
+        self.setup.backend.currentIndexChanged.connect(
+            lambda _: self.hardware.set_backend(self.setup.backend_choice())
+        )
         self.table.trialSelected.connect(self._on_trial_selected)
         self.recommendation.exportRequested.connect(self.open_export)
 
@@ -156,34 +157,6 @@ class QtMainWindow(QMainWindow):
             self.resize(*DEFAULT_SIZE)
 
     # -- layout ------------------------------------------------------------------------------
-    def open_on(self, area: QRect) -> None:
-        """First opening (no remembered geometry): :data:`SCREEN_SHARE` of the screen's free
-        area, at least :data:`DEFAULT_SIZE`, centred on it (then :meth:`fit_within` it)."""
-        width = max(DEFAULT_SIZE[0], round(area.width() * SCREEN_SHARE))
-        height = max(DEFAULT_SIZE[1], round(area.height() * SCREEN_SHARE))
-        self.resize(width, height)
-        self.fit_within(area)
-        self.move(
-            area.left() + (area.width() - self.width()) // 2,
-            area.top() + max(0, (area.height() - self.height() - FRAME_ALLOWANCE[1]) // 2),
-        )
-
-    def fit_within(self, area: QRect) -> None:
-        """Keep the window on the screen's free area: no larger than it (less room for the
-        window manager's frame) and inside it; a remembered geometry from a larger screen
-        shrinks to this one."""
-        room = area.adjusted(0, 0, -FRAME_ALLOWANCE[0], -FRAME_ALLOWANCE[1])
-        width = max(
-            min(self.width(), room.width()), min(self.minimumSizeHint().width(), room.width())
-        )
-        height = max(
-            min(self.height(), room.height()), min(self.minimumSizeHint().height(), room.height())
-        )
-        self.resize(width, height)
-        x = min(max(self.x(), room.left()), room.right() - width + 1)
-        y = min(max(self.y(), room.top()), room.bottom() - height + 1)
-        self.move(max(x, room.left()), max(y, room.top()))
-
     def _build_layout(self) -> None:
         scroll = QtSettingsColumn(("This machine", self.hardware), ("Search", self.setup))
         self.settings_scroll = scroll
@@ -285,11 +258,28 @@ class QtMainWindow(QMainWindow):
         self.hardware.set_profile(profile)
         self.setup.apply_advice([a.policy for a in profile.advice])
         self.setup.set_installed_backends(profile.software.backends)
+        self.hardware.set_backend(self.setup.backend_choice())
+        self._read_measured()
         # The engine's rule (the device's memory less the headroom), not a copy of it here.
         self._memory_budget = self.engine.memory_budget_mb(profile)
         self.plots.set_budget(self._memory_budget)
         self.plots.name_use(on_gpu=bool(profile.gpus))
         self._update_buttons()
+
+    def _read_measured(self) -> None:
+        """What searches on this kind of machine measured of each policy, read off the GUI
+        thread from the storage the Search panel names, for the advice (as ``mptune detect``
+        says it); again after each search."""
+        profile = self.profile
+        if profile is None:
+            return
+        storage = self.setup.storage.text().strip() or None
+        self.controller.call(
+            lambda: self.engine.measured_here(profile, storage),
+            self.hardware.set_measured,
+            lambda exc: logger.info("measured advice not read: %s", exc),
+            name="measured-here",
+        )
 
     def _on_detect_failed(self, exc: Exception) -> None:
         self.status.setText(window_words(f"Cannot read this machine: {exc}"))
@@ -348,7 +338,6 @@ class QtMainWindow(QMainWindow):
             # of its session on show (the recommendation will cite them).
             self.table.trials.clear()
             self.plots.clear()
-            self._best_speed = 0.0
         # Session time: a new search starts at 0; a resumed one goes on from its session's
         # (after a gap where a trial was stopped under it), the memory line broken there.
         if not self.table.trials.rows:
@@ -440,10 +429,13 @@ class QtMainWindow(QMainWindow):
             self.session_name = event.name
             self.status.setText(f"Session {event.name}")
         elif isinstance(event, api.PlanUpdated):
-            self.counts.left = max(0, event.planned - event.done)
+            self.counts.planned(event.done, event.planned, event.seconds)
             self._show_counts()
             # The engine prices the plan from its trials' cost and its budget.
             self.progress.setToolTip(window_words(f"Plan: {event.words()}"))
+        elif isinstance(event, api.LeaderChanged):
+            # The star is the engine's leader at the figure it stands on, never a run's own.
+            self.plots.set_best(event.setup.batch_size, event.samples_per_second)
         elif isinstance(event, api.StageStarted):
             self.status.setText(window_words(event.message))
         elif isinstance(event, api.TrialStarted):
@@ -563,9 +555,6 @@ class QtMainWindow(QMainWindow):
         sps = result.trained_samples_per_second  # the trial's one figure, as the table's
         if result.ok and sps:
             self.plots.add_throughput(setup.policy.name, setup.batch_size, sps)
-            if sps > self._best_speed:
-                self._best_speed = sps
-                self.plots.set_best(setup.batch_size, sps)
             if stage == api.Stage.BASELINE and setup.policy == api.FLOAT32:
                 self.plots.set_baseline(sps)
                 self.plots.set_baseline_losses(list(result.losses))
@@ -577,6 +566,8 @@ class QtMainWindow(QMainWindow):
             self.clock.finish(number, result.timings.total_s)
 
     def show_recommendation(self, rec: api.Recommendation) -> None:
+        # At the end the star is the recommendation's setup, at its figure.
+        self.plots.set_best(rec.setup.batch_size, rec.samples_per_second)
         self.recommendation.set_recommendation(rec)
         self.tabs.setCurrentWidget(self.recommendation)
         self._update_buttons()
@@ -589,6 +580,7 @@ class QtMainWindow(QMainWindow):
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status
+        self._read_measured()  # the advice says what this search measured too
         # The trials the search ended under stay in the table, stopped (the session keeps
         # them so too: History counts them).
         now = time.monotonic()
@@ -705,7 +697,6 @@ class QtMainWindow(QMainWindow):
         self.session_name, self.storage = view.name, storage
         self.table.trials.clear()
         self.plots.clear()
-        self._best_speed = 0.0
         self._running.clear()
         # The session's seconds, counted as the live search counted them (SessionClock): each
         # peak where it was live, on the same axis, not at trial numbers.

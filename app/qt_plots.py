@@ -82,6 +82,10 @@ def _first(values: tuple[float | None, ...]) -> float:
     return values[0] if values and values[0] is not None else math.nan
 
 
+#: pyqtgraph's height of a plot's title row: one line of the title.
+TITLE_ROW = 30
+
+
 class _Plot(pg.PlotWidget):  # type: ignore[misc]
     """A plot laid out within its width: its legend row takes as many columns as fit and wraps
     into rows past that, and a title wider than the plot gives way (its text runs under the
@@ -134,25 +138,55 @@ class _Plot(pg.PlotWidget):  # type: ignore[misc]
             self._legend_shape = (columns, len(entries))
 
     def _fit_title(self, item: Any, room: float) -> None:
-        """The title, cut short with an ellipsis where it is wider than ``room``: pyqtgraph's
-        title takes its text's width as its minimum, whatever the plot's."""
+        """The title whole where it fits: on one line, else on two (broken at the space nearest
+        its middle, the title's row made as tall as they are); cut short with an ellipsis only
+        where neither fits ``room``. pyqtgraph's title takes its text's width as its minimum,
+        whatever the plot's."""
         if self._title is None:
             return
         full, width = self._title
         if not width > room > 0:
-            if item.titleLabel.text != full:
-                item.setTitle(full)
+            self._show_title(item, full)
             return
+        wrapped = _two_lines(full)
+        if wrapped is not None:
+            self._show_title(item, wrapped)
+            if item.titleLabel.preferredWidth() <= room:
+                return
         # Cut by the characters' share of the width, then shorter until it fits (a glyph's
         # width varies): a few tries at most.
         keep = max(int(len(full) * room / width), 1)
         while True:
-            shown = full[:keep].rstrip() + "\u2026"
-            if shown != item.titleLabel.text:
-                item.setTitle(shown)
+            self._show_title(item, full[:keep].rstrip() + "\u2026")
             if keep == 1 or item.titleLabel.preferredWidth() <= room:
                 return
             keep -= 1
+
+    @property
+    def title_shown(self) -> str:
+        """The title as drawn now, its line break a space (the full one is :attr:`_title`)."""
+        return str(self.getPlotItem().titleLabel.text).replace("<br>", " ")
+
+    @staticmethod
+    def _show_title(item: Any, text: str) -> None:
+        """Draw ``text`` as the title, its row as tall as its lines (pyqtgraph fixes it at 30
+        pixels, one line)."""
+        if text == item.titleLabel.text:
+            return
+        item.titleLabel.setText(text)
+        height = max(TITLE_ROW, math.ceil(item.titleLabel.itemRect().height()))
+        item.titleLabel.setMaximumHeight(height)
+        item.layout.setRowFixedHeight(0, height)
+
+
+def _two_lines(title: str) -> str | None:
+    """``title`` on two lines, broken at the space nearest its middle (rich text); None for a
+    title of one word."""
+    spaces = [i for i, c in enumerate(title) if c == " "]
+    if not spaces:
+        return None
+    middle = min(spaces, key=lambda i: abs(i - len(title) / 2))
+    return f"{title[:middle]}<br>{title[middle + 1 :]}"
 
 
 def _lay_out_legend(legend: pg.LegendItem, columns: int) -> None:

@@ -32,6 +32,7 @@ from tuner import said
 from tuner.errors import MptuneError
 from tuner.policies import BACKENDS, FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES, TENSORFLOW
 from tuner.search.events import (
+    LeaderChanged,
     PlanUpdated,
     Recommended,
     SearchEvent,
@@ -40,6 +41,7 @@ from tuner.search.events import (
     TrialFinished,
     TrialStarted,
     WorkerReported,
+    minutes,
 )
 from tuner.search.measures import TrialGap, trial_loss_gaps
 from tuner.search.request import JoinRequest, TuneRequest
@@ -76,6 +78,7 @@ from tuner.trials.messages import (
 )
 from tuner.trials.models import (
     BUILTINS,
+    RUN_CONTEXT_VARIABLE,
     RUN_SETUP_VARIABLE,
     ModelSource,
     ScriptCommand,
@@ -93,12 +96,14 @@ if TYPE_CHECKING:
     from tuner.hardware.nvml import FakeNvmlBackend, NvmlBackend, NvmlUnavailable
     from tuner.hardware.profile import INSTALL_HINTS as BACKEND_INSTALL_HINTS
     from tuner.hardware.profile import CpuInfo, GpuInfo, SoftwareInfo
+    from tuner.hardware.report import AdviceRow
     from tuner.search.fleet import WorkDone, work
     from tuner.search.measured import PolicyMeasured
     from tuner.search.recommend import Alternative, NoViableSetup, Recommendation, evidence_rows
     from tuner.search.records import SessionFailure
     from tuner.search.session import SessionSummary, SessionView, StoredTrial, stored_result
     from tuner.search.tune import TuneResult, tune
+    from tuner.search.wording import run_lines
 
 __all__ = [
     "BACKENDS",
@@ -114,8 +119,11 @@ __all__ = [
     "OBJECTIVES",
     "PHASES",
     "POLICIES",
+    "RUN_CONTEXT_VARIABLE",
     "RUN_SETUP_VARIABLE",
+    "TENSORFLOW",
     "XLA_MODES",
+    "AdviceRow",
     "Alternative",
     "ConfigError",
     "CpuInfo",
@@ -129,6 +137,7 @@ __all__ = [
     "InputRate",
     "JoinRequest",
     "Knob",
+    "LeaderChanged",
     "LossScale",
     "MemoryMessage",
     "ModelSource",
@@ -141,6 +150,7 @@ __all__ = [
     "PhaseMessage",
     "PlanUpdated",
     "Policy",
+    "PolicyMeasured",
     "ReadyMessage",
     "Recommendation",
     "Recommended",
@@ -177,6 +187,8 @@ __all__ = [
     "WorkDone",
     "WorkerMessage",
     "WorkerReported",
+    "advice_heading",
+    "advice_rows",
     "backend_from_env",
     "check_backend",
     "check_gpu_use",
@@ -192,15 +204,18 @@ __all__ = [
     "ladder_range",
     "list_sessions",
     "memory_budget_mb",
+    "minutes",
     "nvml_backend_from_env",
     "open_session",
     "parse_batch_sizes",
     "parse_loss_scales",
     "parse_message",
     "parse_policies",
+    "record_run",
     "redact_url",
     "render_config",
     "render_hardware",
+    "run_lines",
     "run_trial",
     "said",
     "save_export",
@@ -229,6 +244,8 @@ _LAZY = {
     "FakeNvmlBackend": "tuner.hardware.nvml",
     "NvmlBackend": "tuner.hardware.nvml",
     "NvmlUnavailable": "tuner.hardware.nvml",
+    "AdviceRow": "tuner.hardware.report",
+    "PolicyMeasured": "tuner.search.measured",
     "Alternative": "tuner.search.recommend",
     "NoViableSetup": "tuner.search.recommend",
     "Recommendation": "tuner.search.recommend",
@@ -238,6 +255,7 @@ _LAZY = {
     "SessionView": "tuner.search.session",
     "StoredTrial": "tuner.search.session",
     "stored_result": "tuner.search.session",
+    "run_lines": "tuner.search.wording",
     "TuneResult": "tuner.search.tune",
     # The search itself (issue 36: re-exported, not restated); it takes a TuneRequest.
     "tune": "tuner.search.tune",
@@ -280,6 +298,23 @@ def render_hardware(
     from tuner.hardware.report import render_text
 
     return render_text(profile, backend, measured)
+
+
+def advice_rows(
+    profile: HardwareProfile, measured: dict[str, PolicyMeasured] | None = None
+) -> list[AdviceRow]:
+    """The hardware advice as ``mptune detect`` lists it: each policy with its reason and what
+    was ``measured`` of it here (:func:`measured_here`), measured ones first, fastest first."""
+    from tuner.hardware.report import advice_rows as _rows
+
+    return _rows(profile, measured)
+
+
+def advice_heading(measured: dict[str, PolicyMeasured] | None = None) -> str:
+    """The advice list's heading, as ``mptune detect`` prints it (without its colon)."""
+    from tuner.hardware.report import advice_heading as _heading
+
+    return _heading(measured)
 
 
 def measured_here(
@@ -477,6 +512,17 @@ def event_from_dict(data: dict[str, Any]) -> SearchEvent:
 
 
 # -- export ---------------------------------------------------------------------------------
+def record_run(name: str, storage: str | None, run: dict[str, Any]) -> None:
+    """Keep a real run of session ``name``'s tuned setup in it (``mptune run``).
+
+    Raises:
+        MptuneError: no such session, or the storage cannot be written.
+    """
+    from tuner.search.session import TuningSession
+
+    TuningSession.load(name, storage).add_run(run)
+
+
 def session_config(session: SessionView) -> TunedConfig:
     """The tuned config of a finished session.
 

@@ -159,6 +159,13 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         raise MptuneError(str(exc)) from None
     api.check_backend(backend)
     api.check_model(spec.model)
+    if spec.device == "auto":
+        # The worker falls back to the CPU where the backend cannot reach the GPU NVML sees:
+        # said before the trial, in one line, not found out from its figures.
+        unused = api.unused_gpu(api.detect(), backend)
+        if unused is not None:
+            print(f"mptune: note: this trial runs on the CPU (--device auto). {unused.sentence}",
+                  file=sys.stderr)  # fmt: skip
     with TrialProgress(spec) as progress:
         result = api.run_trial(spec, progress.on_event, cancel=_STOP)
     if args.json:
@@ -393,6 +400,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if session.recommendation:
         console.print("\nRecommendation:")
         console.print(render_recommendation(session.recommendation), highlight=False, markup=False)
+    if session.runs:
+        console.print("\nRuns of the tuned setup (mptune run):")
+        for line in api.run_lines(session.runs):
+            console.print(f"  {line}", highlight=False, markup=False)
     elif session.failure is not None:
         failure = session.failure
         trial = f" (trial #{failure.trial})" if failure.trial is not None else ""
@@ -452,7 +463,21 @@ def _cmd_run(args: argparse.Namespace) -> NoReturn:
     for note in api.config_notes(config):
         print(f"mptune: note: {note}", file=sys.stderr)
     setup = json.dumps(config.setup.to_dict())
-    env = {**os.environ, "KERAS_BACKEND": backend, api.RUN_SETUP_VARIABLE: setup}
+    # What the run reports back to: the session it was tuned in keeps what the real fit
+    # achieved beside the figure it was tuned at.
+    context = json.dumps(
+        {
+            "session": config.session,
+            "storage": args.storage,
+            "tuned": config.evidence.samples_per_second,
+        }
+    )
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        api.RUN_SETUP_VARIABLE: setup,
+        api.RUN_CONTEXT_VARIABLE: context,
+    }
     command = [sys.executable, "-m", "tuner.worker.apply_script", str(args.fit_call)]
     sys.stdout.flush()
     sys.stderr.flush()

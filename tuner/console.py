@@ -11,16 +11,21 @@ import contextlib
 import math
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.status import Status
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -113,6 +118,33 @@ def _fmt(value: object, spec: str = ".3g", unit: str = "") -> str:
     return f"{format(value, spec)}{unit}"
 
 
+def _as_trained_rows(result: TrialResult) -> list[tuple[str, str]]:
+    """What the trial's model trained under, read back from it, and what a training script
+    runs today, held off or left out of the figure (issue 49)."""
+    rows = []
+    got = result.trained
+    if got is not None:
+        words = f"{got.policy}, loss scale {got.loss_scale or 'none'}"
+        if got.replicas > 1:
+            share = result.spec.batch_size // got.replicas
+            words += (
+                f"; {got.distribution} over {got.replicas} devices: batch "
+                f"{result.spec.batch_size} is fit's global batch, {share} on each"
+            )
+        rows.append(("read back", f"{words} (from the model the trial trained)"))
+    own = result.script
+    if own is not None:
+        words = f"{own.policy}, batch size {own.batch_size or 'unknown'}"
+        if own.policy_at:
+            words += f" ({own.policy_at} sets {own.policy}: held off for the trial's setup)"
+        if own.left_out:
+            words += "; its fit also runs " + ", ".join(own.left_out) + ", left out of the figure"
+        if own.validation_s is not None:
+            words += f" (one validation pass: {own.validation_s:.2f} s)"
+        rows.append(("your script", words))
+    return rows
+
+
 def render_trial(result: TrialResult, verbose: bool = False) -> str:
     """A trial result as a few aligned lines."""
     spec = result.spec
@@ -131,6 +163,7 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
         rows.append(("reason", where + result.error.message))
     if result.samples_per_second is not None:
         rows += _throughput_rows(result)
+    rows += _as_trained_rows(result)
     trained = result.trained_samples_per_second
     if trained is not None and trained != result.samples_per_second:
         rows.append(
@@ -477,11 +510,30 @@ TRIAL_COLUMNS = (
 )
 
 
-def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Table:
-    """The session's trials as a table (``StoredTrial`` items), narrow enough for 120
-    columns: no vertical rules, the stage elided past 14 characters, the knobs and skipped
-    steps only where some trial has them, the status wrapped at words (a long reason shortened
-    at a word, with an ellipsis)."""
+#: The least width a status column wraps its text in; where the other columns leave it less, or
+#: a status would need more than :data:`STATUS_LINES` lines, every long status moves to a line
+#: of its own under its row (issue 54: at 120 columns a transformer's table gave the status one
+#: word a line, and rich cut the precision short to make room).
+STATUS_ROOM = 24
+#: The most lines a row's status may take in its own column.
+STATUS_LINES = 3
+#: Columns whose cells wrap at their spaces where the table is short of room ("3 (+12
+#: calibrating)", "xla spe16"): every other one but the status keeps its cells on one line.
+WRAPPED = frozenset({"knobs", "skipped"})
+#: The spaces between two columns.
+PAD = 2
+#: The headings the table's layout reads: the trial's number and its status.
+NUMBER, STATUS = TRIAL_COLUMNS[0][0], TRIAL_COLUMNS[-1][0]
+#: The key of a row's index in its cells' style (:class:`TrialsTable`).
+ROW = "mptune_trial_row"
+
+
+def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> TrialsTable:
+    """The session's trials as a table (``StoredTrial`` items), fitted to the width it is
+    printed at (:class:`TrialsTable`): no vertical rules, the stage elided past 14 characters,
+    the knobs and skipped steps only where some trial has them, a long status wrapped in its
+    own column where that leaves it room, else on a line under its row; a reason longer than
+    60 characters is shortened at a word, with an ellipsis."""
     # Each trial's loss gap to float32 at its batch size, where the session has that float32
     # trial (the numerical guard's comparison, for every trial).
     gaps = api.trial_loss_gaps({t.number: t.result for t in trials if t.result is not None})
@@ -489,30 +541,152 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Ta
     shown = [
         (name, justify)
         for name, justify in TRIAL_COLUMNS
-        if name not in ("knobs", "skipped") or any(row[name] not in ("", "0") for row in rows)
+        if name not in ("knobs", "skipped") or any(row.cells[name] not in ("", "0") for row in rows)
     ]
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    for name, justify in shown:
-        if name == "status":
-            # Wrapped at spaces; a word too long for the cell ends in an ellipsis, never cut
-            # without a mark (fold would split it across lines).
-            table.add_column(name, overflow="ellipsis", min_width=16, ratio=1)
-        elif name == "stage":
-            table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=14)
-        else:
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for row in rows:  # worded before rich lays the cells out (the stream's words come after)
-        table.add_row(*(api.said.render(row[name], flag_words) for name, _ in shown))
-    return table
+    # Worded before rich lays the cells out (the stream's words come after).
+    return TrialsTable(title, shown, [row.worded() for row in rows])
 
 
-def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]:
+class TrialsTable:
+    """The trials table as rich renders it at the console's width, laid out here (rich, short of
+    room, cuts any column, a precision's name included). Each status in its column, wrapped at
+    words, where the other columns leave it :data:`STATUS_ROOM` and no status needs more than
+    :data:`STATUS_LINES` lines there; else the column holds the short status (``unsafe``,
+    ``crashed``) and the rest goes on lines of its own under its row, wrapped at words. Short
+    of room, a heading wraps at its spaces first, then the knobs and skipped steps at theirs,
+    then the stage is elided; every other cell stays whole, on one line.
+
+    Args:
+        title: the table's title.
+        shown: the columns shown, (heading, justification).
+        rows: each trial's cells (:class:`TrialCells`).
+    """
+
+    def __init__(
+        self, title: str, shown: Sequence[tuple[str, str]], rows: Sequence[TrialCells]
+    ) -> None:
+        self.title = title
+        self.shown = list(shown)
+        self.rows = list(rows)
+
+    def widths(self, level: int) -> dict[str, int]:
+        """Every column's width but the status': at ``level`` 0 the widest cell or heading;
+        1 the headings wrapped at their spaces; 2 the knobs and skipped steps too; 3 the stage
+        elided at 8 characters."""
+        widths: dict[str, int] = {}
+        for name, _ in self.shown:
+            if name == "status":
+                continue
+            cells = [row.cells[name] for row in self.rows]
+            widest = max((cell_len(c) for c in cells), default=0)
+            heading = max(cell_len(word) for word in name.split()) if level >= 1 else len(name)
+            if name == "stage":
+                widths[name] = max(heading, min(widest, 14 if level < 3 else 8))
+            elif name in WRAPPED and level >= 2:
+                words = [cell_len(w) for c in cells for w in c.split()]
+                widths[name] = max([heading, *words])
+            else:
+                widths[name] = max(heading, widest)
+        return widths
+
+    def layout(self, width: int) -> tuple[dict[str, int], int, bool]:
+        """The columns' widths at ``width``, the status column's, and whether the long statuses
+        go under their rows."""
+        gaps = PAD * (len(self.shown) - 1)
+        statuses = [row.status for row in self.rows]
+        for level in (0, 1):
+            widths = self.widths(level)
+            room = width - sum(widths.values()) - gaps
+            if room >= STATUS_ROOM and all(
+                len(textwrap.wrap(text, room, break_long_words=False)) <= STATUS_LINES
+                and all(cell_len(word) <= room for word in text.split())
+                for text in statuses
+            ):
+                return widths, room, False
+        short = max([len(STATUS), *(cell_len(row.short) for row in self.rows)])
+        for level in (0, 1, 2, 3):
+            widths = self.widths(level)
+            if sum(widths.values()) + gaps + short <= width:
+                break
+        return widths, short, True
+
+    def table(self, widths: dict[str, int], status: int, under: bool) -> Table:
+        """The rich table at these widths: full statuses wrapped in their column, or
+        (``under``) short ones; without edges, so that it ends on its last row."""
+        table = Table(
+            title=self.title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+            show_edge=False,
+        )
+        for name, justify in self.shown:
+            if name == "status":
+                table.add_column(name, width=status, overflow="fold")
+            elif name == "stage":
+                table.add_column(name, width=widths[name], no_wrap=True, overflow="ellipsis")
+            else:
+                # At least its widest cell, or (WRAPPED) its longest word: only a heading
+                # or those cells wrap, at their spaces.
+                table.add_column(name, width=widths[name], justify=justify)  # type: ignore[arg-type]
+        for i, row in enumerate(self.rows):
+            cells = {**row.cells, STATUS: row.short if under else row.status}
+            # Each row's lines carry its index, so that its status can go right under them.
+            table.add_row(*(cells[name] for name, _ in self.shown), style=Style(meta={ROW: i}))
+        return table
+
+    def __rich_console__(self, console: Console, options: Any) -> Iterator[Any]:
+        width = options.max_width
+        widths, status, under = self.layout(width)
+        table = self.table(widths, status, under)
+        if not under:
+            yield table
+            return
+        lines = console.render_lines(table, options, pad=False)
+        last: dict[int, int] = {}  # row -> its last line
+        for i, line in enumerate(lines):
+            for segment in line:
+                if segment.style is not None and ROW in segment.style.meta:
+                    last[segment.style.meta[ROW]] = i
+        after = {i: row for row, i in last.items()}
+        # Under the stage: past the widest trial number and the padding after it.
+        indent = " " * (widths.get(NUMBER, 1) + PAD)
+        for i, line in enumerate(lines):
+            yield from line
+            yield Segment.line()
+            row = after.get(i, -1)
+            if row >= 0 and self.rows[row].status != self.rows[row].short:
+                for wrapped in textwrap.wrap(
+                    self.rows[row].status,
+                    max(20, width - len(indent)),
+                    initial_indent=indent,
+                    subsequent_indent=indent + "  ",
+                    break_long_words=False,
+                ):
+                    yield Text(wrapped)
+
+
+@dataclass(frozen=True)
+class TrialCells:
+    """One trial's row of the trials table: its cells by heading (:data:`TRIAL_COLUMNS`; the
+    status in full) and its status in a word or two (``unsafe``, ``ok, pruned``), what the
+    status column holds where the full one goes under the row."""
+
+    cells: dict[str, str]
+    short: str
+
+    @property
+    def status(self) -> str:
+        return self.cells[STATUS]
+
+    def worded(self) -> TrialCells:
+        """The cells in the stream's words (``--xla auto`` where the engine names a setting)."""
+        said = {k: api.said.render(v, flag_words) for k, v in self.cells.items()}
+        return TrialCells(said, api.said.render(self.short, flag_words))
+
+
+def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> TrialCells:
     """One trial's cells under :data:`TRIAL_COLUMNS`."""
     r = t.result
     setup = r.spec.setup if r is not None else t.spec.setup if t.spec is not None else None
@@ -530,12 +704,11 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
     if r is None:
         # Closed without a result (stopped, or given up): its setup, and why; no figures.
         why = t.note or "it closed without a result"
-        return {**cells, "status": why if why.startswith("stopped") else f"failed: {why}"}
-    status = (
-        (f"{r.status.value}, pruned" if r.pruned else r.status.value)
-        if r.ok
-        else f"{r.status.value}: {shorten(r.error.message if r.error else '', 60)}"
-    )
+        if why.startswith("stopped"):
+            return TrialCells({**cells, "status": why}, "stopped")
+        return TrialCells({**cells, "status": f"failed: {why}"}, "failed")
+    short = (f"{r.status.value}, pruned" if r.pruned else r.status.value) if r.ok else None
+    status = short or f"{r.status.value}: {shorten(r.error.message if r.error else '', 60)}"
     if r.hazards:
         kinds = sorted({h.kind for h in r.hazards})
         status += f" (hazard: {', '.join(kinds)})"
@@ -550,7 +723,7 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> dict[str, str]
             "status": status,
         }
     )
-    return cells
+    return TrialCells(cells, short or r.status.value)
 
 
 def render_recommendation(rec: api.Recommendation) -> str:

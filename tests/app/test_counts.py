@@ -138,6 +138,43 @@ def test_counts_never_say_a_running_trial_is_the_last_done() -> None:
     assert TrialCounts(state="searching").busy
     assert TrialCounts(finished=1, state="stopped").bar_format() == "1 trial, stopped"
     assert TrialCounts(finished=21, state="done").bar_format() == "21 trials, finished"
+    # The plan's time: none before it was priced, and none once no trial is left.
+    counts = TrialCounts(finished=3, state="searching")
+    counts.planned(3, 13, None)
+    assert counts.bar_format() == "%v / %m trials"
+    counts.planned(3, 13, 200.0)
+    assert counts.bar_format() == "%v / %m trials, ~3 min 20 s left"
+    counts.planned(13, 13, None)
+    assert counts.seconds_left is None
+    counts.planned(3, 13, 0.3)  # no time worth saying
+    assert counts.bar_format() == "%v / %m trials"
+
+
+def test_the_bar_says_the_plans_trials_and_time_left_and_moves_with_the_search(
+    make_window, qtbot
+) -> None:
+    """Issue 54: the bar's total is the engine's plan, its time the plan's price, one trial's
+    share fewer with each trial that ends, so that the bar moves as the search does."""
+    script = [
+        api.SessionOpened("counted", MODEL),
+        api.PlanUpdated(0, 4, seconds=120.0),
+        api.TrialStarted(0, "baseline", spec(16)),
+        api.TrialFinished(0, "baseline", ok(16)),
+        api.TrialStarted(1, "batch", spec(32)),
+        "wait",
+    ]
+    engine = ScriptedEngine(script)
+    window = make_window(engine=engine)
+    window.setup.set_model(MODEL)
+    qtbot.waitUntil(window.start_button.isEnabled)
+    window.start_search()
+    qtbot.waitUntil(lambda: window.table.trials.rowCount() == 1, timeout=5_000)
+    qtbot.waitUntil(lambda: bar(window).startswith("1 / 4"), timeout=5_000)
+    # Three of the plan's four trials left, each priced at 30 s.
+    assert bar(window) == "1 / 4 trials, ~1 min 30 s left"
+    assert window.progress.value() == 1 and window.progress.maximum() == 4
+    engine.go_on.set()
+    qtbot.waitUntil(lambda: not window.bridge.running, timeout=5_000)
 
 
 def test_a_reopened_failed_session_says_what_failed_and_how_to_go_on(make_window) -> None:

@@ -71,9 +71,18 @@ def test_the_hardware_panel_warns_with_the_fix_to_copy(make_window, plain_tensor
     assert "its trials would run on the CPU" in text
     assert f"Fix: {FIX}" in text.splitlines()
     assert label.textInteractionFlags() & Qt.TextInteractionFlag.TextSelectableByMouse
-    # The verdict states the hardware; the warning, below it, is said once.
-    assert FIX not in plain(window.hardware.verdict.text())
-    assert "mixed precision should pay here" in window.hardware.verdict.text()
+    # The verdict is for the backend chosen (issue 54: it read "mixed precision should pay
+    # here" above the warning): the CPU's first, where the trials would run, then the GPU's
+    # once TensorFlow can use it; why and the fix are the warning's, below it, said once.
+    verdict = plain(window.hardware.verdict.text())
+    assert window.setup.backend_choice() == "tensorflow"
+    assert verdict.startswith("TensorFlow cannot use the GPU, so trials would run on the CPU: ")
+    assert verdict.index("on the CPU") < verdict.index("mixed precision should pay here")
+    assert verdict == window.profile.verdict_for("tensorflow", detail=False)
+    assert FIX not in verdict
+    # The verdict follows the backend chosen in the Search panel.
+    window.setup.backend.setCurrentIndex(api.BACKENDS.index("jax"))
+    assert plain(window.hardware.verdict.text()) == window.profile.verdict_for("jax", False)
 
 
 def test_no_gpu_no_warning(make_window, plain_tensorflow) -> None:

@@ -393,3 +393,125 @@ def test_batch_sizes_name_the_real_problem(given: str, fragments: list[str]) -> 
     line = one_line_error(mptune("tune", "--batch-sizes", given), "--batch-sizes", *fragments)
     if given != "8-":
         assert "write a list" not in line
+
+
+# -- the trials table at 100 and 120 columns (issue 54) --------------------------------------------
+def _transformer_trials() -> list:
+    """A tune of a text transformer: float32, an unsafe mixed_bfloat16 with its long status,
+    mixed_float16 (the rows the issue saw at 15 lines for two)."""
+    from tuner import api
+    from tuner.trials.result import TrialError
+
+    def ok(policy: str) -> api.TrialResult:
+        spec = api.TrialSpec("builtin:transformer", api.Setup(policy, 64))
+        return api.TrialResult(
+            spec,
+            TrialStatus.OK,
+            samples_per_second=1234.0,
+            losses=(2.0,) * 40,
+            peak_memory_mb=3456.0,
+            step_time_ms={"p50": 12.3},
+        )
+
+    reason = (
+        "mixed_bfloat16 is unsafe for this model: whole numbers up to 30,000 in its float32 "
+        "input (token ids) lose their value in bfloat16"
+    )
+    spec = api.TrialSpec("builtin:transformer", api.Setup("mixed_bfloat16", 64))
+    unsafe = api.TrialResult(
+        spec,
+        TrialStatus.UNSAFE,
+        error=TrialError(reason),
+        hazards=(HAZARDS[0],),
+        samples_per_second=900.0,
+    )
+    return [
+        api.StoredTrial(0, "baseline", ok("float32"), "COMPLETE"),
+        api.StoredTrial(1, "policies", unsafe, "COMPLETE"),
+        api.StoredTrial(2, "policies", ok("mixed_float16"), "COMPLETE"),
+    ]
+
+
+@pytest.mark.parametrize("width", [100, 120])
+def test_the_trials_table_keeps_every_word_whole_at_100_and_120_columns(width: int) -> None:
+    """A long status wraps in its own column or moves to a line under its row: no word is cut,
+    no row takes more than 3 lines, every line fits the width."""
+    from rich.console import Console
+
+    from tuner.console import trials_table
+
+    trials = _transformer_trials()
+    console = Console(width=width, record=True)
+    console.print(trials_table(trials))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    text = "\n".join(lines)
+    assert "…" not in text.replace("up…", ""), text  # the reason's own shortening, at a word
+    words = {
+        w
+        for t in trials
+        for w in (
+            f"{t.result.spec.setup.precision} {t.result.spec.setup.loss_scale} {t.stage} "
+            f"{t.result.status.value} {t.result.status.value}: "
+            f"{t.result.error.message if t.result.error else ''} (hazard: integer_cast)"
+        ).split()
+    }
+    header = next(i for i, line in enumerate(lines) if line.rstrip().endswith("status"))
+    body = lines[header + 2 :]
+    for token in " ".join(body).split():
+        if token.endswith("…"):  # the reason shortened at a word, marked
+            assert any(w.startswith(token.removesuffix("…")) for w in words), token
+        elif not any(c.isdigit() for c in token) and token not in ("n/a",):
+            assert token in words, f"{token!r} is cut: {text}"
+    # Each trial's row and whatever it says under it: 3 lines at most.
+    starts = [i for i, line in enumerate(body) if line[:1].isdigit()]
+    spans = [b - a for a, b in zip(starts, [*starts[1:], len(body)], strict=True)]
+    assert max(spans) <= 3, text
+    # The precision never cut: each one whole in its row.
+    for t, start in zip(trials, starts, strict=True):
+        assert t.result.spec.setup.precision in body[start].split(), body[start]
+    (unsafe,) = [i for i, start in enumerate(starts) if "unsafe" in body[start]]
+    assert "whole numbers" in " ".join(body[starts[unsafe] : starts[unsafe] + spans[unsafe]])
+
+
+def test_a_wide_table_wraps_headings_and_knobs_before_it_cuts_a_precision() -> None:
+    """With knobs and skipped steps too, at 120 columns: headings wrap at their spaces, the
+    knobs and skipped steps at theirs, the stage is elided, and no precision is cut."""
+    from rich.console import Console
+
+    from tuner import api
+    from tuner.console import trials_table
+
+    spec = api.TrialSpec(
+        "builtin:transformer",
+        api.Setup("mixed_float16", 1024, "dynamic:1024:500", xla=True, steps_per_execution=16),
+    )
+    knobbed = api.TrialResult(
+        spec,
+        TrialStatus.OK,
+        samples_per_second=123456.0,
+        peak_memory_mb=34567.0,
+        step_time_ms={"p50": 112.3},
+        skipped_steps=3,
+        calibration_steps=12,
+    )
+    trials = [
+        *_transformer_trials(),
+        api.StoredTrial(13, "steps-per-execution", knobbed, "COMPLETE"),
+    ]
+    console = Console(width=120, record=True)
+    console.print(trials_table(trials))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 120 for line in lines)
+    text = "\n".join(lines)
+    for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
+        assert f" {precision} " in text
+    for whole in (
+        "dynamic:1024:500",
+        "123,456",
+        "34,567",
+        "calibrating)",
+        "spe16",
+        "whole numbers",
+    ):
+        assert whole in text, text

@@ -44,10 +44,15 @@ sys.exit(main(sys.argv[1:]))
 
 
 def mptune(*args: str, scenario: str = "hopper_9.0") -> subprocess.CompletedProcess[str]:
+    return _python(PLAIN_TENSORFLOW, *args, scenario=scenario)
+
+
+def _python(code: str, *args: str, scenario: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run as mptune's command line with ``args``, under the fake NVML ``scenario``."""
     env = {**os.environ, "MPTUNE_FAKE_NVML": scenario}
     env.pop("KERAS_BACKEND", None)
     return subprocess.run(
-        [sys.executable, "-c", PLAIN_TENSORFLOW, *args],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -71,6 +76,45 @@ def test_tune_refuses_in_one_line_before_any_trial(tmp_path: Path) -> None:
     assert listed.returncode == 0 and "no stored sessions" in listed.stdout
 
 
+#: ...and its trial scripted: a result at once, no worker (the line is said before the trial).
+SCRIPTED_TRIAL = PLAIN_TENSORFLOW.replace(
+    "hardware.read_software = plain_tensorflow\n",
+    """hardware.read_software = plain_tensorflow
+import tuner.api as api
+
+def scripted_trial(spec, on_event=None, cancel=None):
+    print(f"trial on {spec.device}", file=sys.stderr)
+    return api.TrialResult(spec, api.TrialStatus.OK, samples_per_second=1000.0)
+
+api.run_trial = scripted_trial
+""",
+)
+
+
+def trial(*args: str, scenario: str = "hopper_9.0") -> subprocess.CompletedProcess[str]:
+    """``mptune trial`` of a tiny MLP, its trial scripted (no worker starts), under the fake
+    NVML ``scenario``."""
+    argv = ("trial", "--model", TINY_MLP, "--policy", "float32", "--batch-size", "8", *args)
+    return _python(SCRIPTED_TRIAL, *argv, scenario=scenario)
+
+
+def test_trial_on_the_default_device_says_in_one_line_that_it_runs_on_the_cpu() -> None:
+    """Issue 54: ``trial --device auto`` where the backend cannot use the GPU ran on the CPU
+    without a word."""
+    proc = trial()
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    note = f"mptune: note: this trial runs on the CPU (--device auto). {HEADLINE} (TensorFlow "
+    assert lines[0].startswith(note), lines
+    assert lines[0].endswith(f": fix it with {FIX}")
+    assert lines[1] == "trial on auto"  # said before the trial, once
+    assert sum("runs on the CPU" in line for line in lines) == 1
+    # Asked for the CPU, or on a machine without a GPU: no word.
+    for quiet in (trial("--device", "cpu"), trial(scenario="no_driver")):
+        assert quiet.returncode == 0, quiet.stderr
+        assert "runs on the CPU" not in quiet.stderr and "trial on " in quiet.stderr
+
+
 def test_detect_says_it_in_its_verdict_and_under_the_gpu() -> None:
     proc = mptune("detect")
     assert proc.returncode == 0, proc.stderr
@@ -79,8 +123,9 @@ def test_detect_says_it_in_its_verdict_and_under_the_gpu() -> None:
     assert f"Warning: {HEADLINE}: TensorFlow 2.21.0 is a CUDA 12 build" in flat
     assert f"         fix: {FIX}" in lines
     verdict = flat[flat.index("Verdict: ") :]
-    assert "but the TensorFlow backend cannot use the GPU" in verdict
-    assert verdict.endswith(f"so trials would run on the CPU: fix it with {FIX}")
+    assert verdict.startswith("Verdict: TensorFlow cannot use the GPU (TensorFlow 2.21.0")
+    assert "so trials would run on the CPU: " in verdict
+    assert f"Once it can (fix it with {FIX}), on the GPU: " in verdict
     data = json.loads(mptune("detect", "--json").stdout)
     assert [(u["backend"], u["fix"]) for u in data["unused_gpus"]][:1] == [("tensorflow", FIX)]
     # No GPU at all: nothing goes unused, nothing is said.

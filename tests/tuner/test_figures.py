@@ -82,7 +82,7 @@ def _check_show(result: TuneResult, rec: Recommendation, storage: str) -> None:
     shown = {
         n: float(cells["samples/s"].replace(",", ""))
         for n, t in trials.items()
-        if (cells := _trial_cells(t, None))["samples/s"] not in ("", "-", "n/a")
+        if (cells := _trial_cells(t, None).cells)["samples/s"] not in ("", "-", "n/a")
     }
     for n, figure in shown.items():
         trained = trials[n].result.trained_samples_per_second  # type: ignore[union-attr]

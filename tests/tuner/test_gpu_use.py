@@ -319,11 +319,20 @@ def test_the_profile_carries_the_facts_and_the_finding() -> None:
 
 def test_detect_says_it_in_the_verdict_with_the_fix() -> None:
     profile = machine("hopper_9.0", PLAIN_TF)
+    # The CPU's verdict first, where the trials would run (issue 54: it read "mixed precision
+    # should pay here" first), then the GPU's once the backend can use it.
     assert profile.verdict == (
-        "float16, bfloat16 and FP8 Tensor Cores, TF32: mixed precision should pay here; but the "
-        "TensorFlow backend cannot use the GPU (TensorFlow 2.21.0 is a CUDA 12 build, but its "
-        "CUDA libraries are not installed: libcudart.so.12, libcublas.so.12, libcudnn.so.9 not "
-        "found), so trials would run on the CPU: fix it with pip install 'tensorflow[and-cuda]'"
+        "TensorFlow cannot use the GPU (TensorFlow 2.21.0 is a CUDA 12 build, but its CUDA "
+        "libraries are not installed: libcudart.so.12, libcublas.so.12, libcudnn.so.9 not "
+        f"found), so trials would run on the CPU: {profile._cpu_verdict()}. Once it can (fix it "
+        "with pip install 'tensorflow[and-cuda]'), on the GPU: float16, bfloat16 and FP8 Tensor "
+        "Cores, TF32: mixed precision should pay here"
+    )
+    # Without the reason and the fix, for a face that says them on a line of their own.
+    assert profile.verdict_for("tensorflow", detail=False) == (
+        f"TensorFlow cannot use the GPU, so trials would run on the CPU: "
+        f"{profile._cpu_verdict()}. Once it can, on the GPU: float16, bfloat16 and FP8 Tensor "
+        "Cores, TF32: mixed precision should pay here"
     )
     # The hardware alone, for a face that says each backend's finding on its own line.
     assert profile.verdict_for(None) == (
@@ -344,7 +353,7 @@ def test_the_report_warns_under_the_gpu_with_the_fix_on_a_line_of_its_own() -> N
     assert "         fix: pip install 'tensorflow[and-cuda]'" in lines
     # The verdict's fix is never broken across lines: it is copied whole.
     verdict = text[text.index("Verdict: ") :]
-    assert "pip install 'tensorflow[and-cuda]'" in verdict.splitlines()[-1]
+    assert any("pip install 'tensorflow[and-cuda]'" in line for line in verdict.splitlines())
     assert "Warning" not in render_text(machine("hopper_9.0", TF_WITH_CUDA))
 
 

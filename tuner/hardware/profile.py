@@ -291,25 +291,27 @@ class HardwareProfile:
         TensorFlow, mptune's default backend (:meth:`verdict_for` another)."""
         return self.verdict_for(TENSORFLOW)
 
-    def verdict_for(self, backend: str | None) -> str:
-        """:attr:`verdict` for trials on ``backend``: where it cannot use the GPU NVML sees,
-        the sentence says so, why, and the command that fixes it. ``None``: the hardware's
-        verdict alone (a face that shows each backend's finding on its own line)."""
+    def verdict_for(self, backend: str | None, detail: bool = True) -> str:
+        """:attr:`verdict` for trials on ``backend``. Where the backend cannot use the GPU NVML
+        sees, the verdict is the CPU's, where its trials would run (so that it never promises
+        what the GPU would do above a warning that the GPU goes unused), then the GPU's once
+        the backend can use it; ``detail``: with why it cannot and the command that fixes it
+        (a face that says those on a line of their own leaves them out). ``None``: the
+        hardware's verdict alone."""
         if self.gpus:
             verdict = self._gpu_verdict(self.gpus[0])
-            # The advice is about the GPU, but a backend that cannot reach it trains on the CPU.
             from tuner.hardware.gpu_use import unused_gpu
 
             unused = unused_gpu(self, backend) if backend else None
-            if unused is not None:
-                verdict += (
-                    f"; but the {BACKEND_NAMES.get(unused.backend, unused.backend)} backend cannot "
-                    "use the GPU"
-                    + (f" ({unused.reason})" if unused.reason else "")
-                    + ", so trials would run on the CPU"
-                    + (f": fix it with {unused.fix}" if unused.fix else "")
-                )
-            return verdict
+            if unused is None:
+                return verdict
+            name = BACKEND_NAMES.get(unused.backend, unused.backend)
+            why = f" ({unused.reason})" if detail and unused.reason else ""
+            fix = f" (fix it with {unused.fix})" if detail and unused.fix else ""
+            return (
+                f"{name} cannot use the GPU{why}, so trials would run on the CPU: "
+                f"{self._cpu_verdict()}. Once it can{fix}, on the GPU: {verdict}"
+            )
         reason = self.gpu_unavailable_reason or "reason unknown"
         head = (
             reason

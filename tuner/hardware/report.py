@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from tuner.hardware.advice import default_lines
@@ -25,6 +26,48 @@ class Measured(Protocol):
     def speedup_vs_float32(self) -> float: ...
 
     def words(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class AdviceRow:
+    """One policy's advice as the faces list it: its reason (the hardware prior's) and what
+    searches on this kind of machine measured of it (None: not measured here)."""
+
+    policy: str
+    reason: str
+    measured: str | None = None
+
+
+def advice_rows(
+    profile: HardwareProfile, measured: Mapping[str, Measured] | None = None
+) -> list[AdviceRow]:
+    """The advice in the order both faces list it: with ``measured``, the policies measured
+    here first, fastest first, then those not measured yet in the prior's order; else the
+    prior's order (most promising first)."""
+    advice = list(profile.advice)
+    if measured:
+        # Measurement outranks the prior.
+        advice.sort(
+            key=lambda a: (
+                a.policy not in measured,
+                -measured[a.policy].speedup_vs_float32 if a.policy in measured else 0.0,
+            )
+        )
+    return [
+        AdviceRow(
+            a.policy,
+            a.reason,
+            measured[a.policy].words() if measured and a.policy in measured else None,
+        )
+        for a in advice
+    ]
+
+
+def advice_heading(measured: Mapping[str, Measured] | None = None) -> str:
+    """What the advice list is: ``Advice (most promising first)``, or measured first."""
+    if measured:
+        return "Advice (measured on this machine first, fastest first; then the prior)"
+    return "Advice (most promising first)"
 
 
 def _na(value: object, fmt: str = "{}") -> str:
@@ -154,25 +197,14 @@ def render_text(
         lines += _wrap(f"TensorFlow CUDA kernels for {kernels}", "          ", "          ")
     lines += _wrap(backends_text(sw), "          ", "          ")
     lines.append("")
-    advice = list(profile.advice)
-    if measured:
-        # Measurement outranks the prior: the policies measured here, fastest first, then
-        # those not measured yet in the prior's order.
-        advice.sort(
-            key=lambda a: (
-                a.policy not in measured,
-                -measured[a.policy].speedup_vs_float32 if a.policy in measured else 0.0,
-            )
-        )
-        lines.append("Advice (measured on this machine first, fastest first; then the prior):")
-    else:
-        lines.append("Advice (most promising first):")
-    width = max((len(a.policy) for a in advice), default=0) + 2
-    for i, item in enumerate(advice, 1):
-        label = f"  {i}. {item.policy:<{width}}"
-        lines += _wrap(item.reason, " " * len(label), label)
-        if measured and item.policy in measured:
-            lines += _wrap(measured[item.policy].words(), " " * len(label), " " * len(label))
+    rows = advice_rows(profile, measured)
+    lines.append(f"{advice_heading(measured)}:")
+    width = max((len(row.policy) for row in rows), default=0) + 2
+    for i, row in enumerate(rows, 1):
+        label = f"  {i}. {row.policy:<{width}}"
+        lines += _wrap(row.reason, " " * len(label), label)
+        if row.measured:
+            lines += _wrap(row.measured, " " * len(label), " " * len(label))
     lines.append("")
     mine = unused_gpu(profile, backend)
     lines += _wrap(

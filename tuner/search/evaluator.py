@@ -21,6 +21,7 @@ from tuner.errors import Terminated
 from tuner.policies import FLOAT32
 from tuner.said import setting
 from tuner.search.events import (
+    LeaderChanged,
     SearchEvent,
     StageStarted,
     TrialFinished,
@@ -62,6 +63,8 @@ class SearchState(Protocol):
 
     def leader_setup(self) -> Setup | None: ...
 
+    def leading(self) -> LeaderChanged | None: ...
+
 
 class _NoSearch:
     """Before a search is served: nothing pruned, nothing reserved, no leader."""
@@ -73,6 +76,9 @@ class _NoSearch:
         return 0
 
     def leader_setup(self) -> Setup | None:
+        return None
+
+    def leading(self) -> LeaderChanged | None:
         return None
 
 
@@ -170,6 +176,8 @@ class Evaluator:
         #: that a lane reading it while another adds to it reads a whole one.
         self.known: dict[Setup, list[Measured]] = {}
         self.closed_trials = 0
+        #: the leader last passed on (:meth:`_tell_leader`)
+        self._leader: LeaderChanged | None = None
         for stored in session.trials():
             # A trial that failed in the user's own code (raised, or hung or exited while the
             # model was built) is run again, neither recalled nor counted against the trial
@@ -348,7 +356,18 @@ class Evaluator:
             known[setup] = [*known.get(setup, []), measured]
             self.known = known
         self.on_event(TrialFinished(measured.number, measured.stage, measured.result))
+        self._tell_leader()
         return measured
+
+    def _tell_leader(self) -> None:
+        """Pass on the search's leader (:meth:`SearchState.leading`) when it or its figure
+        moved: the faces mark it, and never a run the search does not stand on."""
+        leading = self.search.leading()
+        with self._lock:
+            if leading is None or leading == self._leader:
+                return
+            self._leader = leading
+        self.on_event(leading)
 
     # -- trials handed out through the store (mptune worker) --------------------------------
     def _run_shared(self, setup: Setup, spec: TrialSpec, stage: str) -> Measured:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -433,20 +433,26 @@ def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> flo
     return abs(mean_a - mean_b) / max(abs(mean_b), 1e-12)
 
 
-def choose(setups: list[Measured], settings: SearchSettings) -> Measured | None:
+def choose(
+    setups: list[Measured],
+    settings: SearchSettings,
+    speed: Callable[[Measured], float] | None = None,
+) -> Measured | None:
     """The best of ``setups`` for the objective: the fastest (``speed``), or the least memory
     per sample among those within the throughput floor of the fastest (``memory``: 80%,
-    ``balanced``: 95%)."""
+    ``balanced``: 95%). ``speed``: what a setup's figure is (a run's own by default; the
+    leader's, :meth:`SearchContext.leading`, the median of its setup's runs)."""
     if not setups:
         return None
+    rate = speed or (lambda m: m.speed)
     # An exact tie goes to the smaller batch (the same speed for less memory), whichever
     # order the setups were measured in (a ladder that leapt met the larger first).
-    fastest = max(setups, key=lambda m: (m.speed, -m.result.spec.batch_size))
+    fastest = max(setups, key=lambda m: (rate(m), -m.result.spec.batch_size))
     if settings.objective == "speed":
         return fastest
     floor = settings.memory_throughput_floor if settings.objective == "memory" else 0.95
-    eligible = [m for m in setups if m.speed >= floor * fastest.speed]
-    return min(eligible, key=lambda m: (m.memory_per_sample, -m.speed))
+    eligible = [m for m in setups if rate(m) >= floor * rate(fastest)]
+    return min(eligible, key=lambda m: (m.memory_per_sample, -rate(m)))
 
 
 def simplest(c: Candidate) -> tuple[tuple[int, ...], str, str]:

@@ -117,9 +117,26 @@ def recommend(
         ),
         baseline_trials=baseline_trials,
         setup_trials=_numbers(chosen),
+        reference_at=space.user_policy_at if outcome.reference == space.user_policy else None,
         **_against_float32(chosen, f32_best, paired),
         **_fed(chosen),
+        **_as_the_script_runs(chosen),
     )
+
+
+def _as_the_script_runs(chosen: Candidate) -> dict[str, Any]:
+    """What a training script's fit does that the chosen setup's figures leave out, and the
+    distribution it trains in, read back by its trials (issue 49); nothing for a model file."""
+    found: dict[str, Any] = {}
+    for m in chosen.runs:
+        script, trained = m.result.script, m.result.trained
+        if script is not None and "left_out" not in found:
+            found["left_out"] = script.left_out
+        if script is not None and script.validation_s is not None:
+            found["validation_s"] = script.validation_s
+        if trained is not None and trained.replicas > 1:
+            found["distribution"], found["replicas"] = trained.distribution, trained.replicas
+    return found
 
 
 def _against_float32(

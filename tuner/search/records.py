@@ -255,6 +255,21 @@ class Recommendation:
     baseline_trials: tuple[int, ...] = ()
     #: the trials whose median :attr:`samples_per_second` is: every ok run of the setup
     setup_trials: tuple[int, ...] = ()
+    #: where a training script sets :attr:`reference` itself (``train.py:9``): what the user
+    #: runs today is the script's own choice (issue 49); None: not set by a script
+    reference_at: str | None = None
+    #: what the script's fit does that the figures leave out (validation, callbacks, class or
+    #: sample weights), and one validation pass's seconds at the setup's batch size
+    left_out: tuple[str, ...] = ()
+    validation_s: float | None = None
+    #: the distribution the script trains in (``MirroredStrategy``) and over how many devices:
+    #: the batch size is fit's global batch, each device takes its share
+    distribution: str | None = None
+    replicas: int = 1
+
+    #: Fields written only where they say something, so that recommendations stored before
+    #: them read and compare as they were written.
+    _SAID_WHEN_SET = ("reference_at", "left_out", "validation_s", "distribution", "replicas")
 
     @property
     def input_bound(self) -> bool:
@@ -284,6 +299,11 @@ class Recommendation:
         data["float32_trials"] = list(self.float32_trials)
         data["baseline_trials"] = list(self.baseline_trials)
         data["setup_trials"] = list(self.setup_trials)
+        data["left_out"] = list(self.left_out)
+        defaults = fields_defaults()
+        for key in self._SAID_WHEN_SET:
+            if data[key] == defaults[key]:
+                del data[key]
         return data
 
     @classmethod
@@ -330,12 +350,25 @@ class Recommendation:
             "float32_trials",
             "baseline_trials",
             "setup_trials",
+            "left_out",
         ):
             values[key] = tuple(values.get(key) or ())
         try:
             return cls(**values)
         except TypeError as exc:
             raise ValueError(f"an incomplete recommendation: {exc}") from None
+
+
+def fields_defaults() -> dict[str, Any]:
+    """Each of :class:`Recommendation`'s fields that has a plain default, with it (as
+    :meth:`Recommendation.to_dict` writes it)."""
+    from dataclasses import MISSING
+
+    found = {}
+    for f in fields(Recommendation):
+        if f.default is not MISSING:
+            found[f.name] = list(f.default) if isinstance(f.default, tuple) else f.default
+    return found
 
 
 def plain_knobs(setup: Setup) -> tuple[KnobEvidence, ...]:

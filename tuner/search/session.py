@@ -36,6 +36,7 @@ from tuner.policies import POLICIES
 from tuner.said import setting
 from tuner.search.records import Recommendation, SessionFailure
 from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.wording import run_words
 from tuner.setup import Setup
 from tuner.trials.outcome import lost
 from tuner.trials.result import TrialResult, TrialStatus
@@ -367,7 +368,14 @@ class TuningSession:
             recommendation=self.recommendation(),
             failure=SessionFailure.from_dict(attrs.get("failure")),
             model_digest=str(attrs.get("model_digest") or ""),
+            runs=tuple(r for r in attrs.get("runs") or () if isinstance(r, dict)),
         )
+
+    def add_run(self, run: dict[str, Any]) -> None:
+        """Keep one real run of the tuned setup (``mptune run``: what it achieved beside what
+        it was tuned at), after the runs kept before."""
+        runs = [r for r in self.attrs.get("runs") or () if isinstance(r, dict)]
+        self.set_attr("runs", [*runs, run])
 
     def fail_orphans(self) -> int:
         """Mark trials left RUNNING by a search that died as failed; returns how many.
@@ -637,6 +645,9 @@ class SessionView:
     #: the model file's or training script's content when it was measured
     #: (:func:`tuner.trials.models.file_digest`); "" for a built-in, or a session from before
     model_digest: str = ""
+    #: every ``mptune run`` of its tuned setup: when, the setup, the samples per second it was
+    #: tuned at and the one the real fit achieved (issue 49: each real run checks the tuner)
+    runs: tuple[dict[str, Any], ...] = ()
 
     @property
     def hardware_kind(self) -> str | None:
@@ -688,6 +699,7 @@ class SessionView:
             ],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "failure": self.failure.to_dict() if self.failure else None,
+            "runs": [dict(r) for r in self.runs],
         }
 
 
@@ -706,6 +718,8 @@ class SessionSummary:
     speedup: float | None = None
     #: the kind of failure its last search ended in (:attr:`SessionFailure.kind`), if it failed
     failure: str | None = None
+    #: its setup's real runs (``mptune run``), as :attr:`SessionView.runs`
+    runs: tuple[dict[str, Any], ...] = ()
 
     #: the headings of :meth:`cells`, for a table of sessions
     COLUMNS = ("session", "model", "created", "hardware", "trials", "recommendation")
@@ -729,7 +743,7 @@ class SessionSummary:
         # A float32 pick is stated against itself (1.0 exactly): no ratio to read.
         itself = self.speedup == 1.0 and self.recommendation.startswith("float32 ")
         speedup = f" ({self.speedup:.2f}x float32)" if self.speedup and not itself else ""
-        return self.recommendation + speedup
+        return self.recommendation + speedup + run_words(self.runs)
 
 
 def list_sessions(storage_url: str | None) -> list[SessionSummary]:
@@ -761,6 +775,7 @@ def list_sessions(storage_url: str | None) -> list[SessionSummary]:
                 _hardware_kind(attrs),
                 float(speedup) if isinstance(speedup, int | float) else None,
                 failure.kind if failure else None,
+                tuple(r for r in attrs.get("runs") or () if isinstance(r, dict)),
             )
         )
     summaries.sort(key=lambda s: s.created or "", reverse=True)

@@ -86,6 +86,8 @@ class SearchSpace:
             batch sizes that divide it, with gradient accumulation making up the rest.
         user_batch: the batch size the user trains with today (``--start-batch`` or the model
             file's ``BATCH_SIZE``), for the recommendation's learning-rate note; None: unknown.
+        user_policy: the precision a training script sets itself (``set_global_policy``), and
+            ``user_policy_at`` where: what the user runs today, the speed-up's reference.
     """
 
     policies: tuple[str, ...] = POLICIES
@@ -96,6 +98,8 @@ class SearchSpace:
     xla: str = "auto"
     global_batch: int | None = None
     user_batch: int | None = None
+    user_policy: str | None = None
+    user_policy_at: str | None = None
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -146,6 +150,9 @@ class SearchSpace:
             "xla": self.xla,
             "global_batch": self.global_batch,
             "user_batch": self.user_batch,
+            # Said where a script sets its own precision: spaces stored before read the same.
+            **({"user_policy": self.user_policy} if self.user_policy else {}),
+            **({"user_policy_at": self.user_policy_at} if self.user_policy_at else {}),
         }
 
     @classmethod
@@ -166,6 +173,8 @@ class SearchSpace:
             xla=str(data.get("xla") or "auto"),
             global_batch=_optional_int(data.get("global_batch")),
             user_batch=_optional_int(data.get("user_batch")),
+            user_policy=data.get("user_policy") or None,
+            user_policy_at=data.get("user_policy_at") or None,
         )
 
     def differences(self, other: SearchSpace) -> list[str]:

@@ -55,6 +55,10 @@ from tuner.search.stages import (
 from tuner.search.stages.context import SearchContext
 from tuner.setup import TF32, Setup
 
+#: The plan's price of the guard and final before the guard ran: about the final's, two turns
+#: of two where two precisions' picks come close (the guard's own are counted exactly).
+FINAL_TRIALS = 2
+
 
 class Search:
     """One search over a space: call :meth:`run` for the outcome. Its arguments make the
@@ -89,8 +93,11 @@ class Search:
         except BudgetExhausted as exc:
             stopped = str(exc)
             ctx.note(f"stopped early: {exc}; the recommendation uses the trials so far")
+        if stopped is None:
+            ctx.plan(guard.left(ctx) + FINAL_TRIALS)
         candidates = guard.finalists(ctx, allow_new_trials=stopped is None)
         if stopped is None:
+            ctx.plan(final.left(ctx, candidates))
             try:
                 final.run(ctx, candidates)
             except BudgetExhausted as exc:
@@ -122,6 +129,7 @@ class Search:
         self._ladders(alive, at_start)
         if MIXED_FLOAT16 in alive and ctx.base_pick(MIXED_FLOAT16) is not None:
             loss_scales.run(ctx)
+        ctx.plan(ctx.left(alive, 0, scales=False))
         self._knobs(alive)
 
     def _baseline_and_policies(self) -> dict[str, Measured]:
@@ -208,6 +216,7 @@ class Search:
         knobs.confirm_leader(ctx, picks)
         speeds = {p: ctx.standing(current)[0] for p, (_, current) in picks.items()}
         fastest = max(speeds.values(), default=0.0)
+        ctx.plan(ctx.left_around(alive) - 1)  # the leader's confirming run is behind
 
         def around(precision: str) -> None:
             base, current = picks[precision]

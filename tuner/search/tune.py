@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 import time
@@ -15,6 +16,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.advice import advise
 from tuner.hardware.gpu_use import unused_gpu
 from tuner.hardware.profile import CpuInfo, HardwareProfile
+from tuner.policies import POLICIES
 from tuner.said import setting
 from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
@@ -239,6 +241,15 @@ def tune(
         raise MptuneError("resuming needs the session's name")
     plan = _resolve(request)
     devices, parallel_note = parallel_devices(request.parallel, plan.profile, plan.settings.device)
+    if plan.source.distributed and len(devices) > 1:
+        # A script that distributes its own training (a tf.distribute strategy, a
+        # keras.distribution) spans the GPUs it sees: each trial takes them all, one at a time,
+        # never one GPU a slot (issue 49).
+        devices = [None]
+        parallel_note = (
+            f"{os.path.basename(plan.source.path or plan.source.name)} distributes its training "
+            "over the GPUs it sees: its trials took them all, one trial at a time"
+        )
     session, lease = _open(plan, storage, study, resume)
     pools, slots, runner, start_ahead = _slots(runner, devices, len(plan.space.policies) + 1)
     emit = on_event or (lambda event: None)
@@ -363,6 +374,17 @@ def _resolve(request: TuneRequest) -> _Plan:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
         # learning-rate note; every face gets it, not only the command line.
         space = dataclasses.replace(space, user_batch=source.user_batch)
+    if stored is None and source.user_policy in POLICIES and space.user_policy is None:
+        # The precision a training script sets itself (issue 49): what the user runs today, so
+        # it is searched and the speed-up is stated against it.
+        space = dataclasses.replace(
+            space,
+            user_policy=source.user_policy,
+            user_policy_at=source.user_policy_at,
+            policies=space.policies
+            if source.user_policy in space.policies
+            else (*space.policies, source.user_policy),
+        )
     return _Plan(model, source, space, settings, profile, stored, renew)
 
 

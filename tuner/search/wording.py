@@ -338,6 +338,7 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
         ("Throughput", _throughput(rec, low, high)),
         *input_rows(rec),
         *_against_today_row(rec),
+        *_script_rows(rec),
         ("Against float32", _against_float32(rec)),
         (
             "Memory",
@@ -507,11 +508,46 @@ def input_rows(rec: Recommendation) -> list[tuple[str, str]]:
     ]
 
 
+def _script_rows(rec: Recommendation) -> list[tuple[str, str]]:
+    """What a training script's fit does that the figures leave out, and the distribution it
+    trains in (issue 49); none for a model file."""
+    rows = []
+    if rec.replicas > 1:
+        share = rec.setup.batch_size // rec.replicas
+        rows.append(
+            (
+                "Distribution",
+                f"{rec.distribution} over {rec.replicas} devices: batch size "
+                f"{rec.setup.batch_size} is fit's global batch, {share} on each device",
+            )
+        )
+    if rec.left_out:
+        words = "the figures time training alone; your fit also runs " + ", ".join(rec.left_out)
+        if rec.validation_s is not None:
+            words += (
+                f" (one validation pass: {rec.validation_s:.2f} s at batch size "
+                f"{rec.setup.batch_size}, each epoch it validates)"
+            )
+        rows.append(("Left out", words))
+    return rows
+
+
 def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:
     """The speed-up against the user's float32 as it runs today, where that is not IEEE
-    float32 (TF32 on a GPU of compute capability 8.0 or later); none elsewhere."""
+    float32 (TF32 on a GPU of compute capability 8.0 or later), or against the precision a
+    training script sets itself (issue 49); none elsewhere."""
     if rec.reference == FLOAT32 or rec.speedup_vs_reference is None:
         return []
+    if rec.reference_at is not None:
+        return [
+            (
+                "Against what you run today",
+                f"{rec.speedup_vs_reference:.2f}x {rec.reference} "
+                f"({_fmt(rec.reference_samples_per_second, ',.0f')} samples/s): "
+                f"{rec.reference_at.split(':')[0]} sets {rec.reference} at line "
+                f"{rec.reference_at.rpartition(':')[2]}, what you run today",
+            )
+        ]
     return [
         (
             "Against your float32",
@@ -520,3 +556,38 @@ def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:
             "runs today with no change",
         )
     ]
+
+
+def run_words(runs: tuple[dict[str, Any], ...]) -> str:
+    """A session's real runs in a few words, its last one's figure against the one it was
+    tuned at (``; last run 0.97x tuned, 3 runs``); "" where it has none."""
+    if not runs:
+        return ""
+    last = runs[-1]
+    got, tuned = last.get("samples_per_second"), last.get("tuned_samples_per_second")
+    ratio = (
+        f"{got / tuned:.2f}x tuned"
+        if isinstance(got, int | float) and isinstance(tuned, int | float) and tuned
+        else "not timed"
+    )
+    count = f", {len(runs)} runs" if len(runs) > 1 else ""
+    return f"; last run {ratio}{count}"
+
+
+def run_lines(runs: tuple[dict[str, Any], ...]) -> list[str]:
+    """Each real run of a session's setup as a line: when, the script and setup, what its fit
+    achieved against what it was tuned at (``mptune show``)."""
+    lines = []
+    for run in runs:
+        got, tuned = run.get("samples_per_second"), run.get("tuned_samples_per_second")
+        words = f"{run.get('when', '?')}  {run.get('script', '?')}  {run.get('setup', '?')}: "
+        if isinstance(got, int | float):
+            words += f"trained at {got:,.0f} samples/s"
+            if isinstance(tuned, int | float) and tuned:
+                words += f", tuned at {tuned:,.0f} ({got / tuned:.2f}x)"
+        else:
+            words += "not timed"
+        if isinstance(run.get("validation_s"), int | float):
+            words += f"; validation {run['validation_s']:.2f} s an epoch"
+        lines.append(words)
+    return lines

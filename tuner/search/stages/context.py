@@ -15,7 +15,7 @@ from typing import TypeVar
 from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16
 from tuner.said import setting
 from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
-from tuner.search.events import PlanUpdated, StageStarted
+from tuner.search.events import LeaderChanged, PlanUpdated, StageStarted
 from tuner.search.measures import (
     Candidate,
     KnobTrial,
@@ -47,6 +47,22 @@ ENDED = {TrialStatus.CRASHED: "crashed", TrialStatus.TIMEOUT: "timed out"}
 #: just above the 3% noise floor; on a longer step the gain would be inside the noise, and the
 #: trials would be spent for nothing.
 SPE_STEP_MS = 20.0
+#: The plan's price of a batch-size ladder, in trials (:meth:`SearchContext.left`): its rungs
+#: up to where throughput stops growing or memory ends, one each side of the knee to refine,
+#: and the odd retry. This and the three below are what the recorded real searches and the
+#: scripted ones took (tests/tuner/test_plan.py holds the plan made after the policies stage
+#: to within 30% of the trials each search ran), so that a progress bar moves as the search
+#: does instead of sitting near its end while the total grows under it.
+LADDER_TRIALS = 4
+#: The stages after the knob stages, in trials: the leader's confirming run, the next batch
+#: size each way around the leading pick, the guard's float32 reference and a share of the
+#: runoff's and the final's turns (three back to back, where setups tie).
+AROUND_TRIALS = 6
+#: ...and where XLA is tried, each leading pick's setups with and without it.
+AROUND_XLA = 2
+#: ...and where steps are short enough for steps per execution too, the knob combinations
+#: around each leading pick, and the runoff among those within the noise.
+AROUND_XLA_SPE = 8
 #: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
 #: hides most of the per-call overhead, 16 nearly all of it.
 SPE_LADDER = (4, 16)
@@ -168,6 +184,28 @@ class SearchContext:
         usable = [m for p in self.precisions if p != FLOAT32 for m in self.usable(p)]
         return max(usable, key=lambda m: m.speed, default=None)
 
+    def leading(self) -> LeaderChanged | None:
+        """The setup the search leads with now, for the objective, at the figure it stands on:
+        the median of its runs that ended ok (its one run's figure until it ran again), so
+        that a setup's best run never outranks another's median, nor its own. Every
+        precision counts, IEEE float32 too (the search may recommend it); the policies found
+        unsafe and the runs over the memory budget do not. None before a setup ran ok."""
+        known = self.evaluator.known
+        firsts = [m for p in self.precisions if p not in self.unsafe for m in self.usable(p)]
+        if not firsts:
+            return None
+        medians: dict[Setup, tuple[float, tuple[int, ...]]] = {}
+        for m in firsts:
+            runs = [r for r in known[m.result.spec.setup] if self.fits(r)]
+            medians[m.result.spec.setup] = (
+                statistics.median(r.speed for r in runs),
+                tuple(r.number for r in runs),
+            )
+        best = choose(firsts, self.settings, speed=lambda m: medians[m.result.spec.setup][0])
+        assert best is not None
+        figure, numbers = medians[best.result.spec.setup]
+        return LeaderChanged(best.result.spec.setup, figure, numbers)
+
     def leader_setup(self) -> Setup | None:
         """The leader's setup (see :meth:`leader`), or None."""
         leader = self.leader()
@@ -198,6 +236,9 @@ class SearchContext:
     def reference(self) -> str:
         """The precision the user's training runs in today, unchanged (``float32+tf32`` where
         the backend's float32 defaults to TF32 on this device)."""
+        own = self.space.user_policy
+        if own is not None and own != FLOAT32 and own in self.precisions:
+            return own  # a training script's own precision (issue 49)
         return self.device.default_precision(self.settings.backend)
 
     def plan(self, remaining: int) -> None:
@@ -217,11 +258,28 @@ class SearchContext:
         """Tell listeners a stage began."""
         self.evaluator.on_event(StageStarted(name, message))
 
-    def left(self, alive: list[str], ladders_left: int) -> int:
-        """About how many trials are left with ``ladders_left`` ladders still to climb."""
-        xla = 0 if self.xla_skipped() else len(alive)
-        scales = 3 if MIXED_FLOAT16 in alive else 0
-        return 3 * ladders_left + scales + xla + 2
+    def left(
+        self, alive: list[str], ladders_left: int, scales: bool = True, knobs: bool = True
+    ) -> int:
+        """About how many trials are left with ``ladders_left`` ladders still to climb, the
+        loss-scale stage (``scales``) and the knob stages (``knobs``) still to come, and every
+        stage after them (:meth:`left_around`)."""
+        ladders = LADDER_TRIALS * ladders_left
+        float16 = MIXED_FLOAT16 in alive and scales
+        loss_scales = len(self.space.loss_scales) - 1 if float16 else 0
+        xla = len(alive) if knobs and not self.xla_skipped() else 0
+        return ladders + loss_scales + xla + self.left_around(alive)
+
+    def left_around(self, alive: list[str]) -> int:
+        """About how many trials the stages after the knob stages take: the leader's
+        confirming run, the neighbourhoods and runoffs around the leading picks, the guard's
+        references and the final (:data:`AROUND_TRIALS`; more where XLA and, with short
+        steps, steps per execution multiply the setups around a pick)."""
+        if self.xla_skipped():
+            return AROUND_TRIALS
+        steps = [m.result.step_time_ms.get("p50") for p in alive for m in self.usable(p)]
+        short = any(ms is not None and ms < SPE_STEP_MS for ms in steps)
+        return AROUND_TRIALS + AROUND_XLA + (AROUND_XLA_SPE if short else 0)
 
     def note(self, text: str) -> None:
         """Keep ``text`` for the recommendation's notes (a lane's own, merged in order)."""

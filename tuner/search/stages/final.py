@@ -57,6 +57,23 @@ def run(ctx: SearchContext, candidates: list[Candidate]) -> None:
         cand.runs = [r for r in runs if r.result.ok] or cand.runs
 
 
+def left(ctx: SearchContext, candidates: list[Candidate]) -> int:
+    """The trials :func:`run` is expected to take (the plan's count): the leader's run again
+    where it has one run, and two turns of two where a runner-up comes close (a third when
+    those split)."""
+    viable = sorted(
+        (c for c in candidates if c.rejected is None), key=lambda c: c.speed, reverse=True
+    )
+    if not viable:
+        return 0
+    leader = viable[0]
+    again = int(
+        leader.setup not in ctx.ran_off and len(ctx.evaluator.known.get(leader.setup, ())) < 2
+    )
+    close = any(c.spread[1] >= (1 - REMEASURE_WITHIN) * leader.spread[0] for c in viable[1:])
+    return again + (2 * (RUNOFF_RUNS - 1) if close else 0)
+
+
 def measure_again(ctx: SearchContext, cand: Candidate) -> None:
     """Measure ``cand`` once more: the next measurement after those it stands on (a
     crashed run and its retry included), so that a resumed search recalls the same

@@ -22,6 +22,13 @@ from tuner.setup import TF32, Setup
 from tuner.trials.result import TrialStatus
 
 
+def left(ctx: SearchContext) -> int:
+    """The float32 references the guard is expected to run: one for each precision's pick that
+    has none at its batch size yet (the plan's count, :meth:`SearchContext.plan`)."""
+    picks = [c for p in ctx.precisions if p != FLOAT32 and (c := ctx.pick(p)) is not None]
+    return sum(reference_of(c.setup) not in ctx.evaluator.known for c in picks)
+
+
 def finalists(ctx: SearchContext, allow_new_trials: bool) -> list[Candidate]:
     """Each precision's best setup, all but IEEE float32 checked against it. float32 is
     picked last: the guard may run float32 at batch sizes its own ladder never reached, and
