@@ -4,7 +4,8 @@ The model, its data, the policy and compile arguments come from the same code a 
 (tuner.workloads, tuner.worker.loading, tuner.keras_setup); the data is fed as a user's script
 feeds it: a built-in workload's arrays as ``fit(x, y, batch_size=...)`` (shuffled, Keras'
 default; its pool repeated to an epoch of 64 batches, as a trial gives them to fit), a model
-file's ``make_dataset(batch_size)`` as it returns it, a training script's own fit (issue 37: the
+file's ``make_dataset(batch_size)`` as it returns it (without one, the synthetic arrays a trial
+makes from the model's shapes, as a built-in's), a training script's own fit (issue 37: the
 script run up to it, then its fit compiled and fed as ``mptune run`` does). Epoch after epoch,
 no callback on its batches; fit stops at the end of the epoch in which ``SECONDS`` of timed
 epochs have passed. The figure is a long run's: the first epoch traces and compiles, the second
@@ -60,10 +61,18 @@ def main() -> int:
     else:
         loaded = loading.load_user_model(source, setup.policy.name)
         model, optimizer, loss = loaded.model, loaded.optimizer, loaded.loss
-        assert loaded.make_dataset is not None
-        data = loaded.make_dataset(setup.batch_size)
-        kwargs = {"x": data}
-        per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
+        if loaded.make_dataset is None:
+            # No make_dataset: the synthetic data a trial makes from the model's shapes, as
+            # arrays of an epoch of 64 batches, as a trial gives them to fit (issue 50).
+            pool = loading.pool_size(loading.model_sample_bytes(model), setup.batch_size)
+            batches = loading.user_batches(source, loaded, setup.batch_size, pool, 0)
+            x, y = feeding.epoch_arrays(batches)
+            kwargs = {"x": x, "y": y, "batch_size": setup.batch_size}
+            per_epoch = len(keras.tree.flatten(x)[0])
+        else:
+            data = loaded.make_dataset(setup.batch_size)
+            kwargs = {"x": data}
+            per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
     keras_setup.compile_model(model, setup, optimizer, loss)
 
     clock = epoch_clock(seconds)

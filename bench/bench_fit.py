@@ -115,8 +115,16 @@ def main() -> int:
         help="a model spec to run instead of the built-in list (repeatable): on a GPU, a model "
         "of ResNet50's size",
     )
+    parser.add_argument(
+        "--batch-sizes",
+        default=",".join(str(b) for b in BATCH_SIZES),
+        help="the two batch sizes of each model (issue 50's rows: 512,1024, where a trial's "
+        "epoch of 64 batches outlasts its window)",
+    )
+    parser.add_argument("--section", help="the section of docs/benchmarks.md to write")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
+    args.batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
     backends = args.backends.split(",")
     if args.model:
         inputs = [(spec, "as the model gives it") for spec in args.model]
@@ -126,7 +134,7 @@ def main() -> int:
         (backend, model, what, Setup("float32", b, backend=backend))
         for backend in backends
         for model, what in inputs
-        for b in BATCH_SIZES
+        for b in args.batch_sizes
     ]
     figures: dict[int, dict[str, list[float]]] = {
         i: {"trial": [], "device": [], "fit": [], "bound": []} for i in range(len(rows))
@@ -163,7 +171,7 @@ def main() -> int:
         name = "fit" if args.device == "cpu" else "fit-gpu"
         if args.model and args.device == "cpu":
             name = "fit-models"  # the built-in list's table stays
-        write_section(name, report(rows, figures, args, minutes))
+        write_section(args.section or name, report(rows, figures, args, minutes))
     return 0
 
 
@@ -214,6 +222,10 @@ def report(
         )
     measured = sum(1 for i in med if med[i]["fit"])
     models = "".join(f" --model {m}" for m in args.model)
+    if args.batch_sizes != BATCH_SIZES:
+        models += f" --batch-sizes {','.join(str(b) for b in args.batch_sizes)}"
+    if args.section:
+        models += f" --section {args.section}"
     return f"""## A trial's figure against a plain `model.fit`
 
 `python bench/bench_fit.py --rounds {args.rounds} --backends {args.backends} --device
@@ -234,7 +246,7 @@ memory, shown beside it. `slow_input.py` waits 5 ms a batch in its `make_dataset
 {chr(10).join(lines[1:])}
 
 **{within} of {measured} rows within {WITHIN:.0%} of fit's figure.** Ranking of each model's
-two batch sizes ({", ".join(f"b{b}" for b in BATCH_SIZES)}; within {TIE:.0%} is a tie):
+two batch sizes ({", ".join(f"b{b}" for b in args.batch_sizes)}; within {TIE:.0%} is a tie):
 **{ranked} of {len(pairs)} the same as fit's.**
 
 | backend | model | fit | trial | device |

@@ -61,6 +61,7 @@ from tuner.search.stages.context import SPE_STEP_MS
 from tuner.search.tune import hardware_prior, tune
 from tuner.setup import KNOBS
 from tuner.trials.lookup import (
+    EPOCH_RESTART_S,
     PARTS,
     POOL_BYTES,
     TODAY,
@@ -76,6 +77,7 @@ from tuner.trials.lookup import (
     pool_samples,
 )
 from tuner.trials.result import TrialStatus
+from tuner.trials.spec import LONGEST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_section
@@ -124,6 +126,7 @@ PART_WORDS = {
     "probe": "numerics probe",
     "compile": "compile and warm-up",
     "measure": "measuring",
+    "fit": "fit's loop",
     "other": "rest of the trial",
     "failed": "failed runs",
 }
@@ -654,6 +657,7 @@ def report(
     else:
         end_words += "."
     unchecked = _unchecked_words(table, runs)
+    fit_words = fit_pass_words(mine, runs.get((warm.name, 10)) or [])
     title = "A GPU search simulated: today's workers against warm ones"
     return _wrap(f"""## {title} (bench/bench_gpu_search.py)
 
@@ -775,7 +779,47 @@ compiling; the warm workers saved {saved:.0%} of what those trials would have co
 workers. The cheap trials (the runoff's and the final's repeats, compiled already) come after
 the ladders. {guard_words}{end_words}
 
+{fit_words}
+
 {unchecked}""")
+
+
+def fit_pass_words(mine: Run, ten: list[Run]) -> str:
+    """Issue 50's paragraph: fit's loop as the warm design prices it, and what a 10-minute
+    budget reaches (which stages do not fit, and what the ones before them cost)."""
+    fit_s = mine.parts()["fit"]
+    fits = [c.parts["fit"] for c in mine.charges if c.parts["fit"]]
+    words = (
+        f"**Fit's loop priced** (issue 50): after its device steps each trial of the warm "
+        f"design runs fit's own loop as the worker now bounds it (`tuner.trials.lookup."
+        f"fit_pass_s`: its 2 warm executions at the record's throughput, then whole epochs of "
+        f"mptune's arrays, each with a restart of {EPOCH_RESTART_S:g} s (assumed), or the "
+        f"window within one epoch, never over {LONGEST:g} times the 2 s window after the warm "
+        f"executions), in place of the record's timing of the input alone. It cost "
+        f"{_span(fits, '.1f')} s a trial, {fit_s:,.0f} s of the default run's "
+        f"{mine.seconds:,.0f} s ({fit_s / mine.seconds:.0%})."
+    )
+    if not ten:
+        return words
+    run = ten[0]
+    states = run.stage_states()
+    cut = [label for label, (ok, _) in states.items() if not ok]
+    spent = run.stage_seconds()
+    before = ", ".join(
+        f"{label} {n} trials and {seconds:,.0f} s ({compiling:,.0f} s compiling)"
+        for label, (n, seconds, compiling) in spent.items()
+        if n
+    )
+    if not cut:
+        return words + " Under a 10-minute budget it reaches every stage."
+    return words + (
+        f" **Under a 10-minute budget it does not reach every stage** (seed 0, {run.trials} "
+        f"trials): {', '.join(cut)} are cut. What came before them: {before}. Each new "
+        "batch size of a ladder compiles its step (XLA, on the record's card 14 s and more a "
+        "batch size, 42 s at 1024), so the ladders alone take most of ten minutes. The "
+        "default GPU budget is unchanged (48 of its median trials, 10-30 min): every stage "
+        "within ten minutes needs cheaper ladders (fewer rungs compiled), still to come."
+    )
 
 
 #: The batch sizes the search's default space holds powers of two of (8-1024).

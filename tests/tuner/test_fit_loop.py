@@ -74,9 +74,13 @@ def test_fit_rate_times_within_an_epoch_longer_than_its_window() -> None:
     steps = int(model.optimizer.iterations.numpy()) - before
     assert fed["epochs"] == 0
     assert steps < 400  # stopped within the first epoch
-    assert fed["batches"] == steps - feeding.WARM_EXECUTIONS
+    # Every step it began counted, but those of the epoch's start left out.
+    assert fed["batches"] + fed["left_out"] == steps - feeding.WARM_EXECUTIONS
+    assert fed["left_out"] > 0
     assert fed["batches"] >= feeding.MIN_EXECUTIONS
-    assert fed["seconds"] >= 0.1
+    # Until the execution foreseen to end at the window's end (foreseen from those before),
+    # from the end of its first third.
+    assert fed["seconds"] >= 0.75 * 0.1 * (1 - feeding.STEADY_FROM)
 
 
 def test_the_clock_counts_each_epochs_start_as_fit_does() -> None:
@@ -141,13 +145,14 @@ def test_a_first_epoch_of_the_input_settling_is_left_out() -> None:
     once, so the window begins after it, holds MIN_EPOCHS whole epochs, and says what it left
     out."""
     model = _model()
-    data = _SlowEpochs(slow={3}, pause=1.0)  # 1: the fit below; 2: fit_rate's warm epoch
+    data = _SlowEpochs(slow={3}, pause=0.5)  # 1: the fit below; 2: fit_rate's warm epoch
     model.fit(data, epochs=1, verbose=0)  # built and traced
-    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.5)
-    assert fed["settling_s"] >= 1.0
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 2.0)
+    assert fed["settling_s"] >= 0.5
     assert fed["epochs"] >= feeding.MIN_EPOCHS
-    assert fed["batches"] == 4 * fed["epochs"]
-    assert fed["seconds"] < 1.0  # the settling epoch is not in the window
+    assert fed["batches"] >= 4 * fed["epochs"]  # whole epochs, and the last one's part
+    # The settling epoch is not in the window, and fit's loop stayed within its bound.
+    assert fed["seconds"] + fed["settling_s"] <= feeding.LONGEST * 2.0 + 0.2
     assert data.begun >= 3 + fed["epochs"]
 
 
@@ -157,14 +162,14 @@ def test_slow_epochs_after_the_first_are_counted() -> None:
     model = _model()
     data = _SlowEpochs(slow={4, 6}, pause=0.3)
     model.fit(data, epochs=1, verbose=0)
-    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.4)
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 1.0)
     assert fed["settling_s"] == 0.0
     assert fed["epochs"] >= feeding.MIN_EPOCHS
     assert fed["seconds"] >= 0.3  # the slow epoch 4 is timed (the first timed epoch is 3)
 
     data = _SlowEpochs(slow={3, 5}, pause=0.3)
     model.fit(data, epochs=1, verbose=0)
-    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 0.4)
+    fed = feeding.fit_rate(model, feeding.Feed(data, None, "py_dataset", ""), 16, 1.0)
     assert fed["settling_s"] >= 0.3  # the first: left out
     assert fed["seconds"] >= 0.3  # epoch 5, slow again: counted
 

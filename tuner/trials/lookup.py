@@ -40,7 +40,16 @@ from tuner.setup import Setup
 from tuner.trials.fit import memory_line
 from tuner.trials.messages import WorkerMessage
 from tuner.trials.result import Timings, TrialError, TrialResult, TrialStatus
-from tuner.trials.spec import PRUNE_AFTER, TrialSpec
+from tuner.trials.spec import (
+    EPOCH_BATCHES,
+    EPOCH_BYTES,
+    LONGEST,
+    MIN_EPOCHS,
+    MIN_EXECUTIONS,
+    PRUNE_AFTER,
+    WARM_EXECUTIONS,
+    TrialSpec,
+)
 
 
 class SimClock:
@@ -245,6 +254,41 @@ def pool_samples(sample_bytes: int, batch_size: int) -> int:
     return batches * batch_size
 
 
+#: Seconds fit spends between two epochs of mptune's own arrays (a new iterator, their
+#: shuffle, on JAX the state written back), in a simulated trial's fit pass: assumed, from
+#: fit on this project's 2-core CPU (see :func:`fit_pass_s`); a GPU's is not measured.
+EPOCH_RESTART_S = 0.05
+
+
+def epoch_batches(sample_bytes: int | None, batch_size: int) -> int:
+    """The batches of one epoch of mptune's own arrays in fit's loop
+    (:func:`tuner.worker.feeding.epoch_arrays`): the pool (:func:`pool_samples`) repeated up to
+    :data:`~tuner.trials.spec.EPOCH_BATCHES` batches within
+    :data:`~tuner.trials.spec.EPOCH_BYTES`."""
+    if not sample_bytes:
+        return EPOCH_BATCHES
+    pool = pool_samples(sample_bytes, batch_size) // batch_size
+    pool_bytes = pool * batch_size * sample_bytes
+    return pool * max(1, min(-(-EPOCH_BATCHES // pool), EPOCH_BYTES // max(1, pool_bytes)))
+
+
+def fit_pass_s(execution_s: float, batches: int, seconds: float) -> float:
+    """Fit's loop in a trial as :class:`tuner.worker.feeding.FitClock` runs it (issue 50), for
+    executions of ``execution_s`` at fit's rate, epochs of ``batches`` executions and a window
+    of ``seconds``: its warm executions, then whole epochs (from the end of the one under way,
+    at least :data:`~tuner.trials.spec.MIN_EPOCHS` of them, about ``seconds``, each with its
+    restart) where an epoch is shorter than the window, else ``seconds`` within one (at least
+    :data:`~tuner.trials.spec.MIN_EXECUTIONS` executions); never past
+    :data:`~tuner.trials.spec.LONGEST` times ``seconds`` after the warm ones, nor under one
+    execution."""
+    epoch_s = batches * execution_s + EPOCH_RESTART_S
+    if epoch_s < seconds:
+        timed = epoch_s / 2 + max(seconds, MIN_EPOCHS * epoch_s)
+    else:
+        timed = max(seconds, MIN_EXECUTIONS * execution_s)
+    return WARM_EXECUTIONS * execution_s + max(execution_s, min(LONGEST * seconds, timed))
+
+
 def idle_workers(policies: int) -> int:
     """How many warm workers a search's ``WorkerPool`` keeps waiting (``tuner.search.tune``'s
     ``_slots``): one per precision the search measures, its policies and TF32 beside float32,
@@ -257,9 +301,10 @@ def idle_workers(policies: int) -> int:
 #: numerics probe, the step's compile (with the warm-up steps), the measured steps, the rest
 #: of the trial (timing the input, ending it) and a failed run (everything after the start of
 #: a trial that failed).
-PARTS = ("start", "build", "data", "probe", "compile", "measure", "other", "failed")
-#: The parts that are a trial's own work: compiling its step and measuring it.
-WORK_PARTS = frozenset({"compile", "measure"})
+PARTS = ("start", "build", "data", "probe", "compile", "measure", "fit", "other", "failed")
+#: The parts that are a trial's own work: compiling its step and measuring it (the device's
+#: steps, and fit's own loop where the design prices it).
+WORK_PARTS = frozenset({"compile", "measure", "fit"})
 
 
 @dataclass(frozen=True)
@@ -286,6 +331,9 @@ class Design:
         sized_pool: each trial's pool of batches is sized by the model's sample bytes
             (:meth:`MachineTable.data_s`, as the worker sizes it now); otherwise it is the
             table's own pool (the record's worker made 8 batches at any batch size).
+        fit_pass: after its device steps a trial times fit's own loop on the input
+            (issue 35) as it runs now (issue 50, :func:`fit_pass_s`), at the table's
+            throughput, in place of the record's timing of the input alone.
     """
 
     name: str
@@ -294,6 +342,7 @@ class Design:
     predict_memory: bool = False
     probe_s: float | None = None
     sized_pool: bool = False
+    fit_pass: bool = False
 
 
 #: Every trial in a fresh worker, as JAX's on a GPU were in issue 34's record (its pool of 8
@@ -302,8 +351,15 @@ TODAY = Design("today")
 #: Issue 34's design: a warm worker per precision, four waiting (:func:`idle_workers` of a GPU
 #: search's three policies: float32 and TF32 beside it, mixed_float16, mixed_bfloat16), the
 #: pool of batches sized by the sample's bytes and made in every trial, setups refused on
-#: their predicted memory.
-WARM = Design("warm", warm=True, max_idle=idle_workers(3), predict_memory=True, sized_pool=True)
+#: their predicted memory; and each trial's fit loop as it runs now (issue 50).
+WARM = Design(
+    "warm",
+    warm=True,
+    max_idle=idle_workers(3),
+    predict_memory=True,
+    sized_pool=True,
+    fit_pass=True,
+)
 
 
 @dataclass(frozen=True)
@@ -393,6 +449,12 @@ class Pricing:
                     "measure_s", max(spec.measure_seconds, spec.min_steps * b / rate)
                 )
             parts["other"] = self._other(m, b, pruned)
+            if design.fit_pass and not pruned:
+                fit_rate = float(m.samples_per_second or rate)
+                batches = epoch_batches(table.sample_bytes, b)
+                parts["fit"] = fit_pass_s(b / fit_rate, batches, spec.measure_seconds)
+                # fit's loop in place of the record's timing of the input alone
+                parts["other"] = max(0.0, parts["other"] - table.phases.get("input_s", 0.0))
             compiled.add(setup)
         if design.warm and (ok or refused):
             self._warm[setup.precision] = compiled

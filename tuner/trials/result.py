@@ -239,6 +239,9 @@ class InputRate:
     #: the first timed epoch, left out as the input settling (a long run pays it once): its
     #: seconds; 0.0 where none was (:data:`tuner.worker.feeding.SETTLING_FACTOR`)
     settling_s: float = added(0.0)
+    #: batches at the start of an epoch left out of a window within one (the epoch's start is
+    #: paid once an epoch; :data:`tuner.worker.feeding.STEADY_FROM`)
+    left_out: int = added(0)
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""

@@ -391,7 +391,7 @@ class _WorkerRun:
         # Every phase of the worker's life counts against the trial's limit: the start of a
         # worker started ahead too (its interpreter and imports, done before this trial).
         deadline = t0 + self.spec.timeout_s - worker.start_spent()
-        payload = {
+        payload: dict[str, Any] = {
             "spec": self.spec.to_dict(),
             "source": _source_dict(self.source),
             "token": self.token,
@@ -409,6 +409,9 @@ class _WorkerRun:
             else:
                 # One line; stdin then stays open as the worker's lifeline: when this process
                 # closes it or dies, the worker ends its process group (Lifeline).
+                # What is left of its limit, so that the worker stops timing in time to
+                # report what it measured (a trial never times out while it times).
+                payload["seconds_left"] = deadline - time.monotonic()
                 worker.send(payload)
                 self._pump(worker.proc, worker.read_fd, t0, deadline)
                 keep = self.ready

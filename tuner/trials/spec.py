@@ -24,6 +24,32 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 #: compile, an allocator growing) is not enough to judge it by.
 PRUNE_AFTER = 3
 
+#: How fit's own loop is timed in a trial (:class:`tuner.worker.feeding.FitClock`), here where
+#: the simulated trials of :mod:`tuner.trials.lookup` price it too.
+
+#: Executions of fit's loop before its clock starts: the first starts the input pipeline and
+#: may trace the step anew for the input's own signature (a dataset's shapes, an adapter's
+#: dtypes); the second shows the pipeline running.
+WARM_EXECUTIONS = 2
+#: Fit's loop is timed over at least this many executions after the warm ones...
+MIN_EXECUTIONS = 3
+#: Fit's loop lasts at most this many times the trial's window after its warm executions,
+#: whatever an epoch's length (issue 50): where the next execution would end past it, the one
+#: begun is the last. On a 2-core CPU, Keras' ResNet50 at 32x32 on JAX (steps of 1.1 s) ran
+#: 135 s of fit's loop after a 44 s device window before this bound, and a trial of it reached
+#: its 300 s limit while timing.
+LONGEST = 1.5
+#: A window of whole epochs holds at least this many (within :data:`LONGEST`): a tf.data
+#: pipeline's epochs vary (its autotuning; bench/models/text_dataset.py on a 2-core CPU, its
+#: autotuning on as it then was: one epoch in three or four 1.5-2x the others), and two epochs
+#: made one such epoch half a figure.
+MIN_EPOCHS = 3
+#: Arrays of mptune's own (a built-in workload's, or synthetic) reach fit as an epoch of at
+#: least this many batches, repeating the trial's pool...
+EPOCH_BATCHES = 64
+#: ... within this many bytes.
+EPOCH_BYTES = 1 << 30
+
 
 @dataclass(frozen=True)
 class TrialSpec:

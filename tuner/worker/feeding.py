@@ -10,9 +10,11 @@ backend's epoch iterator (tf.data's prefetching threads; JAX's one batch ahead o
 device's and the input's rates timed apart nor their sum is what it reaches (on an H200, JAX
 b1024: fit 307 ms a step where the device took 140 and the input 259).
 
-So after the measured steps a trial runs ``model.fit`` itself on that input, for about as long
-as its measured window, and times it with a callback that reads no log (Keras then dispatches
-batch callbacks as it would without it, off the main thread where the backend allows), after
+So after the measured steps a trial runs ``model.fit`` itself on that input, for the trial's
+measuring window (never over :data:`~tuner.trials.spec.LONGEST` times it after its warm
+executions, whatever an epoch's length: issue 50), and times it with a callback that reads
+no log (Keras then dispatches batch callbacks as it would without it, off the main thread
+where the backend allows), after
 its first :data:`WARM_EXECUTIONS` executions (which start the pipeline and trace the step for
 the input's signature): over whole epochs where they are shorter than the window, so that the
 work between epochs weighs as in the user's fit, else within one, to ``fit``'s return (which
@@ -35,28 +37,32 @@ from typing import Any
 import keras
 import numpy as np
 
+from tuner.said import setting
+from tuner.trials.spec import (  # how fit's loop is timed, read by the pricing too
+    EPOCH_BATCHES,
+    EPOCH_BYTES,
+    LONGEST,
+    MIN_EPOCHS,
+    MIN_EXECUTIONS,
+    WARM_EXECUTIONS,
+)
 from tuner.worker import loading
 from tuner.worker.usercode import UserCodeError, call_user, first_line
 
-#: Executions of fit's loop before its clock starts: the first starts the input pipeline and
-#: may trace the step anew for the input's own signature (a dataset's shapes, an adapter's
-#: dtypes); the second shows the pipeline running.
-WARM_EXECUTIONS = 2
-#: Fit's loop is timed over at least this many executions after the warm ones...
-MIN_EXECUTIONS = 3
-#: ... and gives up (the input is not timed) when its warm executions take longer than this
+#: Fit's loop gives up (the input is not timed) when its warm executions take longer than this
 #: many times the measured window (an input that stalls).
 STALL_FACTOR = 20.0
 #: Epochs without a finished step that make an input empty.
 EMPTY_EPOCHS = 3
-#: A window of fit's loop lasts at most this many times the seconds asked for (whole epochs
-#: a little longer than it, cut within the last).
-LONGEST = 2.0
-#: A window of whole epochs holds at least this many (within :data:`LONGEST`): a tf.data
-#: pipeline's epochs vary (its autotuning; bench/models/text_dataset.py on a 2-core CPU, its
-#: autotuning on as it then was: one epoch in three or four 1.5-2x the others), and two epochs
-#: made one such epoch half a figure.
-MIN_EPOCHS = 3
+#: Executions in flight at most while fit's loop is timed: the one running and the one queued
+#: behind it, which keeps a device as busy as a plain fit does. Keras' JAX trainer dispatches
+#: ahead without bound where no callback reads the logs, and what was queued runs to its end
+#: after any stop: a trial of Keras' ResNet50 at 32x32 on JAX (steps of 1.1 s on a 2-core CPU)
+#: ran 123 executions, 135 s, of fit's loop where its window was 44 s.
+AHEAD = 2
+#: A window within one epoch begins after the executions that ended in this share of it
+#: (:meth:`FitClock.window`).
+STEADY_FROM = 1 / 3
 #: The first timed epoch is the input settling, paid once, where it lasted over this many times
 #: the next one: counted apart (``settling_s``), the window begins after it.
 #: Measured: Keras' JAX trainer on text_dataset.py's tf.data, then autotuned (b256, epochs of
@@ -65,16 +71,8 @@ MIN_EPOCHS = 3
 #: 3 s window held it whole (a figure a third of fit's). Recurring slow epochs (1.5-2x) stay
 #: counted.
 SETTLING_FACTOR = 2.5
-#: Until its first timed epoch ends (perhaps a settling one), a window may last this many
-#: times the seconds asked for before it is timed within the epoch instead.
-FIRST_EPOCH_LONGEST = 4.0
 #: Epochs fit is asked for: its clock stops it (``stop_training``) long before.
 EPOCHS = 1_000_000
-#: Arrays of mptune's own (a built-in workload's, or synthetic) reach fit as an epoch of at
-#: least this many batches, repeating the trial's pool...
-EPOCH_BATCHES = 64
-#: ... within this many bytes.
-EPOCH_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -147,7 +145,8 @@ def epoch_arrays(batches: list[Any]) -> tuple[Any, Any]:
 class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
     """Times ``fit``'s loop without changing it: it reads no log, and says it is safe to call
     off the main thread (``async_safe``), so Keras dispatches the batch callbacks as it would
-    without it.
+    without it. It only keeps fit from queueing more than :data:`AHEAD` executions, so that a
+    stop takes effect within one.
 
     Its window holds the work between epochs as often as fit's own does. Where an epoch ends
     after the first ``warm`` executions (Keras calls ``on_epoch_end`` once the epoch's logs are
@@ -156,24 +155,38 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
     epoch, as in the user's run. A window of fit's loop that began after the warm executions
     and stopped at any step counted them once per window instead: on a 16-batch ``tf.data``
     epoch (bench/models/text_dataset.py, b256, about 2 s an epoch) a 3 s window held one such
-    start where fit pays one every epoch. Where epochs are longer than the window, it runs
-    from the end of the warm executions (Keras calls ``on_train_batch_end`` once the
-    execution's logs are ready) for ``seconds`` and at least ``least`` executions, stopping
-    fit (``stop_training``) within the epoch, where one epoch's start weighs little; and never
-    longer than :data:`LONGEST` times ``seconds``.
+    start where fit pays one every epoch. Where no epoch ends within the window, it runs from
+    the end of the warm executions for ``seconds`` and at least ``least`` executions, stopping
+    fit (``stop_training``) within the epoch, where one epoch's start weighs little.
+
+    Whatever the epochs, fit's loop ends within :data:`LONGEST` times ``seconds`` after the
+    warm executions, and by ``until`` (``time.perf_counter``; the trial's time limit, less
+    its report): each execution's end is foreseen from the ones before (the warm ones' last,
+    until a timed one has ended), and the execution after which the next would end past
+    either is the last one begun.
 
     A window of whole epochs holds at least :data:`MIN_EPOCHS` of them, and leaves out a first
     one that was the input settling (:data:`SETTLING_FACTOR`): ``settling_s`` says how long it
     took, and the window begins at its end."""
 
-    def __init__(self, seconds: float, warm: int = WARM_EXECUTIONS, least: int = MIN_EXECUTIONS):
+    def __init__(
+        self,
+        seconds: float,
+        warm: int = WARM_EXECUTIONS,
+        least: int = MIN_EXECUTIONS,
+        until: float | None = None,
+    ):
         super().__init__()
         self.async_safe = True
-        self.seconds, self.warm, self.least = seconds, warm, least
-        self._lock = threading.Lock()
+        self.seconds, self.warm, self.least, self.until = seconds, warm, least, until
+        self._ended = threading.Condition()
         self.begun = self.done = 0
         self.started: float | None = None  #: when fit began
         self.start: float | None = None  #: when the warm executions had finished
+        #: when the last warm execution began to run (the one before it had ended)
+        self._warm_began: float | None = None
+        self._last_done: float | None = None  #: when the latest execution ended
+        self._done_times: list[float] = []  #: when each timed execution ended
         #: when the first epoch after the warm executions ended, and executions begun by then
         self.epoch_start: float | None = None
         self.begun_at_epoch_start = 0
@@ -185,41 +198,71 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         self._settled = False  #: the first timed epoch has been judged
         self.stalled = False  #: the warm executions took too long (fit was stopped)
         self.empty = False  #: the input gave no batch (fit was stopped)
+        self.cut = False  #: ``until`` came first (fit was stopped)
 
-    def window(self, end: float) -> tuple[int, float]:
-        """Executions timed and the seconds they took, for fit having returned at ``end``."""
+    def window(self, end: float) -> tuple[int, float, int]:
+        """Executions timed, the seconds they took, and those left out at the start of an
+        epoch, for fit having returned at ``end``. Within an epoch, the window leaves out the
+        executions that ended in its first :data:`STEADY_FROM` (where at least ``least``
+        remain): an epoch's start (an array adapter's shuffle, a pipeline filling) is paid once
+        an epoch, and a window inside one epoch would count it whole."""
         if self.epoch_start is not None and self.epochs:
-            return self.begun - self.begun_at_epoch_start, end - self.epoch_start
+            return self.begun - self.begun_at_epoch_start, end - self.epoch_start, 0
         assert self.start is not None
-        return self.begun - self.warm, end - self.start
+        timed = self.begun - self.warm
+        steady = self.start + STEADY_FROM * (end - self.start)
+        left_out = sum(1 for t in self._done_times if t <= steady)
+        if left_out and timed - left_out >= self.least:
+            return timed - left_out, end - self._done_times[left_out - 1], left_out
+        return timed, end - self.start, 0
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.started = time.perf_counter()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self.begun += 1
-        now = time.perf_counter()
+        assert self.started is not None
+        stall = STALL_FACTOR * self.seconds + 5
+        with self._ended:
+            # No more than AHEAD executions in flight; one at a time until the warm ones have
+            # ended, so that the first timed one begins foreseen.
+            ahead = AHEAD if self.start is not None else 1
+            self._ended.wait_for(lambda: self.begun - self.done < ahead, timeout=stall)
+            self.begun += 1
+            now = time.perf_counter()
+            per = self._per_execution()
+            in_flight = self.begun - 1 - self.done
+        if self.until is not None and now >= self.until:
+            self.cut = self.model.stop_training = True
+            return
         if self.start is None:
-            if self.started is not None and now - self.started > STALL_FACTOR * self.seconds + 5:
-                self.stalled = True
-                self.model.stop_training = True
-        elif self.begun - self.warm > self.least and self._within_epochs(now):
-            # epochs longer than the window: timed within one
-            self.epochs = 0
-            self.model.stop_training = True
-        elif self.epochs:
+            if now - self.started > stall:
+                self.stalled = self.model.stop_training = True
+            return
+        if per is None:
+            return
+        ends = now + (in_flight + 1) * per  # when the execution begun now ends
+        if ends + per > self.start + LONGEST * self.seconds:
+            self.model.stop_training = True  # the next would end past the bound
+        elif self.until is not None and ends + per > self.until:
+            self.cut = self.model.stop_training = True  # ... past the trial's limit
+        elif self.epoch_start is None:
+            if self.begun - self.warm >= self.least and ends >= self.start + self.seconds:
+                self.model.stop_training = True  # no epoch ended: timed within one
+        elif self.epochs and not self._settled:
             first_end = self._ends[0][0]
-            if not self._settled and now - first_end >= self._first_epoch() / SETTLING_FACTOR:
+            if now - first_end >= self._first_epoch() / SETTLING_FACTOR:
                 self._settled = True  # the next epoch outlasts what a settling one allows
-            if now - self._counted_from() >= LONGEST * self.seconds:
-                self.model.stop_training = True  # whole epochs so far, and this one's part
 
-    def _within_epochs(self, now: float) -> bool:
-        """No epoch ended within the window (or the first timed one outlasts any settling)."""
-        assert self.start is not None
-        if self.epoch_start is None:
-            return now - self.start >= self.seconds
-        return not self.epochs and now - self.epoch_start >= FIRST_EPOCH_LONGEST * self.seconds
+    def _per_execution(self) -> float | None:
+        """An execution's seconds, foreseen: the timed ones' mean so far, else the last warm
+        one's; None before the warm executions have ended."""
+        if self.start is None or self._last_done is None:
+            return None
+        if self.done > self.warm:
+            return (self._last_done - self.start) / (self.done - self.warm)
+        if self._warm_began is None:
+            return None
+        return self.start - self._warm_began
 
     def _first_epoch(self) -> float:
         assert self.epoch_start is not None
@@ -232,12 +275,32 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         return self.epoch_start if self._settled or not self._ends else self._ends[0][0]
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        with self._lock:
+        with self._ended:
             self.done += 1
+            now = time.perf_counter()
+            if self.done == self.warm - 1:
+                self._warm_began = now
             if self.done == self.warm:
-                self.start = time.perf_counter()
+                self.start = now
+                if self._warm_began is None:  # one warm execution: its compile foreseen too
+                    self._warm_began = self.started
+            elif self.done > self.warm:
+                self._done_times.append(now)
+            self._last_done = now
+            self._ended.notify_all()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Every execution begun has ended (Keras waits for their callbacks at an epoch's end
+        and fit's): one begun that never ran (an input found exhausted as it began) is not
+        counted."""
+        with self._ended:
+            self.begun = self.done
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._reconcile()
         now = time.perf_counter()
         # An empty input: epoch after epoch, no step ever finishes (Keras begins one, and finds
         # the input exhausted); a few epochs, so that a step's callbacks run late off the main
@@ -274,11 +337,14 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
             self.epochs -= 1
 
 
-def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[str, Any]:
+def fit_rate(
+    model: Any, feed: Feed, batch_size: int, seconds: float, until: float | None = None
+) -> dict[str, Any]:
     """Run ``model.fit`` on ``feed`` at ``batch_size`` for about ``seconds`` after its warm
-    executions (:class:`FitClock`), epoch after epoch as the input gives them: the ``input``
-    part of the trial's result, whose rate is fit's own (``fit_loop``)."""
-    clock = FitClock(seconds)
+    executions (:class:`FitClock`), epoch after epoch as the input gives them, and not past
+    ``until``: the ``input`` part of the trial's result, whose rate is fit's own
+    (``fit_loop``)."""
+    clock = FitClock(seconds, until=until)
     spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
     kwargs: dict[str, Any] = {} if feed.batched else {"batch_size": batch_size, "shuffle": True}
     with warnings.catch_warnings(), _collected_as_a_script_is():
@@ -289,12 +355,14 @@ def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[st
         end = time.perf_counter()
     if clock.empty or clock.begun == 0:
         raise UserCodeError("the input yields no batches")
+    if clock.cut and (clock.start is None or clock.begun <= clock.warm):
+        raise UserCodeError("the trial's time limit came before fit's loop was timed")
     if clock.stalled or clock.start is None:
         raise UserCodeError(
             f"fit's first {clock.warm} steps on the input took over "
             f"{STALL_FACTOR * seconds + 5:.0f} s"
         )
-    executions, elapsed = clock.window(end)
+    executions, elapsed, left_out = clock.window(end)
     samples = executions * spe * batch_size
     return {
         "samples_per_second": samples / elapsed if elapsed > 0 else None,
@@ -304,7 +372,9 @@ def fit_rate(model: Any, feed: Feed, batch_size: int, seconds: float) -> dict[st
         "seconds": elapsed,
         "epochs": clock.epochs,
         "settling_s": clock.settling_s,
+        "left_out": left_out * spe,
         "fit_loop": True,
+        "cut": clock.cut,
     }
 
 
@@ -340,14 +410,21 @@ def measure(
     batch_size: int,
     seconds: float,
     is_oom: Callable[[BaseException], bool],
+    until: float | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """Fit's figures, or None and why they could not be had (said as a warning: the device's
-    figure stands). The device running out of memory in fit's loop is the trial's outcome,
-    raised as it is."""
+    figure stands), or the figures and that they were cut short. The device running out of
+    memory in fit's loop is the trial's outcome, raised as it is."""
     try:
-        return fit_rate(model, feed(), batch_size, seconds), None
+        fed = fit_rate(model, feed(), batch_size, seconds, until)
     except Exception as exc:
         if is_oom(exc):
             raise
         why = str(exc) if isinstance(exc, UserCodeError) else first_line(exc)
         return None, f"fit's rate on the input could not be measured: {why}"
+    if fed.pop("cut"):
+        return fed, (
+            f"fit's loop was timed for {fed['seconds']:.1f} s of the {seconds:g} s asked: the "
+            f"trial's time limit came first (raise {setting('timeout')} to time it all)"
+        )
+    return fed, None

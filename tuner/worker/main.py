@@ -55,6 +55,8 @@ class _Context:
     #: data its fit validates on: both go into the trial's result
     script: Any = None
     validation: Any = None
+    #: when timing stops (``time.perf_counter``), in time to report before the trial's limit
+    timing_ends: float | None = None
 
 
 @dataclass
@@ -208,7 +210,7 @@ def _one_trial(
     spec = TrialSpec.from_dict(payload["spec"])
     source = from_data(ModelSource, payload["source"])
     phase = ["import"]
-    context = _Context()
+    context = _Context(timing_ends=_timing_ends(payload.get("seconds_left")))
     try:
         if import_error is not None:
             raise import_error
@@ -253,6 +255,21 @@ def _one_trial(
             )
         channel.emit("error", **facts)
         return False, None
+
+
+#: Of the seconds a trial has left when its worker gets it, this share (at least
+#: :data:`REPORT_MIN_S`) is kept for what follows the timing: the report, a script's
+#: validation pass. Timing stops before it, so that a trial reports what it measured instead
+#: of reaching its limit while it times (issue 50).
+REPORT_SHARE = 0.15
+REPORT_MIN_S = 5.0
+
+
+def _timing_ends(seconds_left: float | None) -> float | None:
+    """When the trial's timing stops, from the seconds its limit leaves it; None: no limit."""
+    if seconds_left is None:
+        return None
+    return time.perf_counter() + seconds_left - max(REPORT_MIN_S, REPORT_SHARE * seconds_left)
 
 
 def _run(

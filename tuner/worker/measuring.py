@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tuner.said import setting
 from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
 from tuner.trials.result import AsTrained, InputRate
@@ -53,14 +54,7 @@ def measure(
 
     phase[0] = "measure"
     channel.emit("phase", phase="measure")
-    log = runner.run(
-        "measure",
-        spec.steps,
-        spec.measure_seconds,
-        spec.min_steps,
-        spec.max_steps,
-        spec.prune_below,
-    )
+    log = _measure_steps(spec, channel, runner, context.timing_ends)
 
     phase[0] = "report"
     peak, memory_kind, memory_method = _own_peak(on_cpu, peak_before, prediction)
@@ -73,7 +67,7 @@ def measure(
 
     # A setup that cannot lead (pruned: even its device's rate is under the leader's) is not
     # worth fit's loop.
-    fed = None if log.pruned else _time_fit(spec, channel, phase, runner, feed, window)
+    fed = None if log.pruned else _time_fit(spec, channel, phase, runner, feed, context)
     channel.send(
         ResultMessage(
             samples_per_second=device_rate,
@@ -103,6 +97,29 @@ def measure(
             script=_as_the_script_runs(context, runner, spec.batch_size, log.pruned),
         )
     )
+
+
+def _measure_steps(spec: TrialSpec, channel: Channel, runner: Any, until: float | None) -> Any:
+    """The measured steps, for the trial's window, not past ``until`` (its time limit, less its
+    report): where that came before the least steps asked, a warning says so."""
+    log = runner.run(
+        "measure",
+        spec.steps,
+        spec.measure_seconds,
+        spec.min_steps,
+        spec.max_steps,
+        spec.prune_below,
+        until=until,
+    )
+    if log.cut:
+        channel.emit(
+            "warning",
+            code="measure_cut",
+            message=f"measuring stopped at the trial's time limit after {len(log.times_s)} "
+            f"of {spec.steps or spec.min_steps} steps (raise {setting('timeout')} to measure "
+            "them all)",
+        )
+    return log
 
 
 def _as_the_script_runs(
@@ -222,21 +239,38 @@ def _time_fit(
     phase: list[str],
     runner: Any,
     feed: Callable[[], Any],
-    window_s: float,
+    context: Any,
 ) -> Any:
-    """The ``input`` phase: ``fit``'s own loop on the user's input for as long as the measured
-    window (:func:`tuner.worker.feeding.measure`), its figures or None with a warning that says
-    why not. A CPU trial's memory limit holds here as in the steps."""
+    """The ``input`` phase: ``fit``'s own loop on the user's input for the trial's measuring
+    window (:func:`tuner.worker.feeding.measure`: at most
+    :data:`~tuner.worker.feeding.LONGEST` times it after its warm executions, whatever an
+    epoch's length or the device window's, and never past the trial's ``timing_ends``), its
+    figures or None with a warning that says why not. A CPU trial's memory limit holds here
+    as in the steps."""
     from tuner.worker import backends, feeding
 
     phase[0] = "input"
     channel.emit("phase", phase="input")
-    seconds = max(window_s, 0.05)
+    until = context.timing_ends
+    if until is not None and time.perf_counter() >= until:
+        channel.emit(
+            "warning",
+            code="input_not_timed",
+            message="fit's rate on the input was not measured: the trial's time limit came "
+            f"first (raise {setting('timeout')} to have it)",
+        )
+        return None
     fed, why_not = feeding.measure(
-        runner.model, feed, spec.batch_size, seconds, backends.current().is_oom
+        runner.model,
+        feed,
+        spec.batch_size,
+        spec.measure_seconds,
+        backends.current().is_oom,
+        until=until,
     )
     if why_not:
-        channel.emit("warning", code="input_not_timed", message=why_not)
+        code = "input_not_timed" if fed is None else "input_cut"
+        channel.emit("warning", code=code, message=why_not)
     runner.check_memory(" in fit's loop")
     return fed
 

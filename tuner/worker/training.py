@@ -60,6 +60,8 @@ class StepLog:
     reporting_s: float = 0.0
     #: stopped early: the rate fell under the phase's ``prune_below``
     pruned: bool = False
+    #: stopped early: the trial's timing ran out (``until``) before its least steps
+    cut: bool = False
 
     @property
     def window_s(self) -> float:
@@ -248,14 +250,16 @@ class StepRunner:
         min_steps: int = 1,
         max_steps: int = 1,
         prune_below: float | None = None,
+        until: float | None = None,
     ) -> StepLog:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
         least ``min_steps`` and at most ``max_steps``; whole executions, so a phase may run up
         to ``steps_per_execution - 1`` steps more. With ``prune_below`` (samples/s) the phase
         ends early, ``pruned``, once :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran
-        under that rate."""
+        under that rate. Past ``until`` (``time.perf_counter``) it ends after the execution
+        under way, ``cut`` where that is short of what it was asked for."""
         with _collecting(self.backend.cyclic_steps):
-            return self._run(phase, steps, seconds, min_steps, max_steps, prune_below)
+            return self._run(phase, steps, seconds, min_steps, max_steps, prune_below, until=until)
 
     def calibrate(self, warmup: StepLog) -> StepLog | None:
         """Steps after the warm-up while a dynamic loss scale is still coming down from its
@@ -278,6 +282,7 @@ class StepRunner:
         max_steps: int,
         prune_below: float | None = None,
         settle: bool = False,
+        until: float | None = None,
     ) -> StepLog:
         log = StepLog()
         pending: list[tuple[float, float, float | None, int]] = []
@@ -292,15 +297,9 @@ class StepRunner:
         applied = self._read_applied()
         streak = 0  # steps applied in a row (``settle``)
         while True:
-            if steps is not None and count >= steps:
+            if self._ended(count, steps, min_steps, max_steps, seconds, start + reporting_s):
                 break
             if settle and (streak >= SETTLED_STEPS or (self._current_scale() or 2.0) <= 1.0):
-                break
-            if (
-                steps is None
-                and count >= min_steps
-                and (count >= max_steps or time.perf_counter() - start - reporting_s >= seconds)
-            ):
                 break
             if self._fault_due():
                 # What ran so far is reported before the injected fault, as a real hang or
@@ -333,6 +332,9 @@ class StepRunner:
             if self._losing(prune_below, executions, count, timed_s):
                 log.pruned = True
                 break
+            if until is not None and time.perf_counter() >= until:
+                log.cut = count < (steps if steps is not None else min_steps)
+                break
             if not math.isfinite(mean) or since_reset >= RESET_EVERY:
                 self.steps.reset_metrics()
                 since_reset, mean_before = 0, 0.0
@@ -349,6 +351,16 @@ class StepRunner:
         log.elapsed_s = time.perf_counter() - start
         log.reporting_s = reporting_s
         return log
+
+    @staticmethod
+    def _ended(
+        count: int, steps: int | None, least: int, most: int, seconds: float, since: float
+    ) -> bool:
+        """Whether a phase of ``steps`` steps (or of ``seconds`` since ``since``, within
+        ``least`` and ``most`` steps) has run its steps."""
+        if steps is not None:
+            return count >= steps
+        return count >= least and (count >= most or time.perf_counter() - since >= seconds)
 
     def _losing(self, prune_below: float | None, executions: int, count: int, s: float) -> bool:
         """Whether the phase's rate so far is under ``prune_below`` after enough executions."""
