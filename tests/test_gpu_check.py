@@ -1,0 +1,53 @@
+"""bench/gpu_check.py (issue 50's GPU check in one command) end to end on the CPU
+(``--device cpu``, ``builtin:mlp``), as CI has no GPU: the search with its stages, parts and
+predicted peaks, the plain fits of its pick and neighbours, a PyTorch trial, and the section it
+writes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "section.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--budget-minutes",
+            "0.2",
+            "--measure-seconds",
+            "0.3",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = out.read_text()
+    search = re.search(r"\*\*The search\*\*: (\d+) trials .*?stages reached: ([^;]+);", text, re.S)
+    assert search and int(search.group(1)) >= 1, text
+    assert "fit's loop" in text and "device window" in text  # the time by part
+    # Every JAX trial that ran its step has its peak predicted before its first step.
+    rows = re.findall(r"^\| \d+ \| `([^`]+)` \| ok \| [\d,]+ \| ([\d,]+|-) \|", text, re.M)
+    assert rows and all(predicted != "-" for _, predicted in rows), text
+    # The pick and its ladder neighbours, each with a plain fit's figure.
+    fits = re.findall(r"^\| `([^`]+)` \| ([\d,]+) \| ", text, re.M)
+    assert len(fits) >= 2, text
+    pick = re.search(r"recommended `([^`]+)`", text)
+    assert pick and fits[0][0] == pick.group(1)
+    torch = r"\*\*A PyTorch trial\*\*: (`[^`]+ torch`: [\d,]+ samples/s|PyTorch is not)"
+    assert re.search(torch, text), text
