@@ -185,7 +185,6 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         self.start: float | None = None  #: when the warm executions had finished
         #: when the last warm execution began to run (the one before it had ended)
         self._warm_began: float | None = None
-        self._last_done: float | None = None  #: when the latest execution ended
         self._done_times: list[float] = []  #: when each timed execution ended
         #: when the first epoch after the warm executions ended, and executions begun by then
         self.epoch_start: float | None = None
@@ -256,10 +255,10 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
     def _per_execution(self) -> float | None:
         """An execution's seconds, foreseen: the timed ones' mean so far, else the last warm
         one's; None before the warm executions have ended."""
-        if self.start is None or self._last_done is None:
+        if self.start is None:
             return None
-        if self.done > self.warm:
-            return (self._last_done - self.start) / (self.done - self.warm)
+        if self._done_times:
+            return (self._done_times[-1] - self.start) / len(self._done_times)
         if self._warm_began is None:
             return None
         return self.start - self._warm_began
@@ -286,7 +285,6 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
                     self._warm_began = self.started
             elif self.done > self.warm:
                 self._done_times.append(now)
-            self._last_done = now
             self._ended.notify_all()
 
     def on_train_end(self, logs: Any = None) -> None:
