@@ -38,8 +38,8 @@ TOOLTIPS = {
     "no_gpu": "Without an NVIDIA GPU, trials run on the CPU with TensorFlow's CPU kernels.",
     "loss_gap": (
         "The relative difference between a setup's loss and float32's at the same batch "
-        "size, seed and data, over the last quarter of the compared steps. A gap over "
-        "the tolerance rejects the setup."
+        "size, seed and data, over the last quarter (at least 4) of the compared steps. A "
+        "gap over the tolerance rejects the setup."
     ),
     "skipped": (
         "Steps the dynamic loss scaler skipped because gradients overflowed: they cost "

@@ -227,10 +227,12 @@ def render_trial(result: TrialResult, verbose: bool = False) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
-def _over_epochs(epochs: int, settling_s: float = 0.0) -> str:
-    """How fit's loop was timed, where it held whole epochs (and left out a settling one)."""
+def _over_epochs(fed: api.InputRate) -> str:
+    """How fit's loop was timed: over whole epochs (and a settling one left out), or within
+    one, whose start it does not count."""
+    epochs, settling_s = fed.epochs, fed.settling_s
     if not epochs:
-        return ""
+        return " (within one epoch: the work at an epoch's start is not in it)"
     settled = (
         f", after a first epoch of {settling_s:.1f} s left out (the input settling, paid once)"
         if settling_s
@@ -256,7 +258,7 @@ def _throughput_rows(result: TrialResult) -> list[tuple[str, str]]:
             (
                 "throughput",
                 f"{result.samples_per_second:,.1f} samples/s in fit's own loop"
-                f"{_over_epochs(fed.epochs, fed.settling_s)}{held}",
+                f"{_over_epochs(fed)}{held}",
             ),
             ("fed by", fed.fed_by),
             ("device", _throughput(result, device) + ", from batches in memory"),

@@ -5,6 +5,8 @@ reaching it while it times."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 
 import keras
@@ -13,7 +15,8 @@ import pytest
 
 from tuner import api
 from tuner.setup import Setup
-from tuner.worker import feeding
+from tuner.trials.spec import FLOOR_STEPS
+from tuner.worker import feeding, training
 
 WINDOW_S = 2.5
 
@@ -98,3 +101,59 @@ def test_a_trial_reports_before_its_limit_instead_of_timing_out() -> None:
     assert time.monotonic() - start < spec.timeout_s
     assert result.samples_per_second and result.samples_per_second > 0
     assert any("time limit" in w for w in result.warnings), result.warnings
+
+
+@pytest.mark.parametrize("step_s", [0.001, 0.05, 0.3, 1.1, 4.0])
+def test_the_least_steps_follow_one_rule_in_the_worker_and_the_simulation(step_s: float) -> None:
+    """The guard's 40 steps shrink where they would outlast ``min_steps_seconds`` (10 s),
+    never under FLOOR_STEPS: the worker's rule, run step by step on a clock of ``step_s``
+    steps, ends where :meth:`TrialSpec.least_steps` (the simulated trials' price) says."""
+    spec = api.TrialSpec(
+        model="builtin:mlp",
+        setup=Setup("float32", 64),
+        measure_seconds=2.0,
+        min_steps=40,
+        min_steps_seconds=10.0,
+    )
+    least = training._Least(spec.min_steps, spec.min_steps_seconds)
+    now = time.perf_counter()
+    count = 0
+    while not training.StepRunner._ended(
+        count, None, least, spec.max_steps, spec.measure_seconds, now - count * step_s
+    ):
+        count += 1
+    by_time = math.ceil(spec.measure_seconds / step_s)
+    assert count == max(spec.least_steps(step_s), by_time)
+    if step_s * 40 <= 10.0:
+        assert count >= 40  # the guard's whole window where it is cheap
+    else:
+        assert FLOOR_STEPS <= count < 40
+        assert count * step_s <= max(10.0 + step_s, FLOOR_STEPS * step_s)
+
+
+def test_the_seconds_for_the_least_steps_round_trip_and_leave_old_specs_as_they_were() -> None:
+    plain = api.TrialSpec(model="builtin:mlp", setup=Setup("float32", 64))
+    assert "min_steps_seconds" not in plain.to_dict()  # specs stored before it read the same
+    timed = dataclasses.replace(plain, min_steps_seconds=10.0)
+    assert api.TrialSpec.from_dict(timed.to_dict()) == timed
+    with pytest.raises(ValueError, match="positive"):
+        dataclasses.replace(plain, min_steps_seconds=0.0)
+
+
+@pytest.mark.slow
+def test_a_trials_least_steps_end_at_their_seconds() -> None:
+    """A real trial asked for 2,000 steps at least, which may take 0.5 s: it measures what
+    fits in them (at least FLOOR_STEPS), not the 2,000, and its losses say how many."""
+    spec = api.TrialSpec(
+        model="builtin:mlp",
+        setup=Setup("float32", 64, backend="jax"),
+        warmup_steps=2,
+        measure_seconds=0.2,
+        min_steps=2000,
+        min_steps_seconds=0.5,
+        probe=False,
+        device="cpu",
+    )
+    result = api.run_trial(spec)
+    assert result.ok, result.error
+    assert FLOOR_STEPS <= len(result.losses) < 2000

@@ -505,6 +505,7 @@ def trial_spec(
         warmup_steps=s.warmup_steps,
         measure_seconds=s.measure_seconds,
         min_steps=max(s.min_steps, s.guard_steps),
+        min_steps_seconds=s.guard_seconds,
         seed=s.seed,
         timeout_s=s.timeout_s,
         device=s.device,

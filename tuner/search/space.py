@@ -279,6 +279,11 @@ class SearchSettings:
         min_steps: measured steps at least, so the numerical guard has a window to compare.
         guard_steps: the window of measured steps the loss gap is computed over (its last
             quarter), the same for both trials compared.
+        guard_seconds: the seconds those steps may take: where ``guard_steps`` would take
+            longer (a model of one-second steps), a trial measures what fits in them, at least
+            :data:`~tuner.trials.spec.FLOOR_STEPS`, and the guard compares the steps both
+            trials measured (issue 50: on a 2-core CPU the 40 steps of Keras' ResNet50 at
+            32x32 took 42-162 s, three quarters of each trial).
         noise_floor: relative differences below this are never called a win.
         device: the device trials run on.
         timeout_s: per trial.
@@ -295,6 +300,7 @@ class SearchSettings:
     warmup_steps: int = 5
     min_steps: int = 20
     guard_steps: int = 40
+    guard_seconds: float = 10.0
     noise_floor: float = 0.03
     device: str = "auto"
     timeout_s: float = 300.0
@@ -327,6 +333,8 @@ class SearchSettings:
             raise ValueError(
                 f"{setting('timeout')} must be a positive number, not {self.timeout_s}"
             )
+        if not (math.isfinite(self.guard_seconds) and self.guard_seconds > 0):
+            raise ValueError(f"the guard's seconds must be positive, not {self.guard_seconds}")
         if not (math.isfinite(self.measure_seconds) and self.measure_seconds > 0):
             raise ValueError(
                 f"{setting('measure_seconds')} must be positive, not {self.measure_seconds}"

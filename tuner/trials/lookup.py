@@ -446,7 +446,7 @@ class Pricing:
                 parts["measure"] = PRUNE_AFTER * b / rate
             else:
                 parts["measure"] = m.parts.get(
-                    "measure_s", max(spec.measure_seconds, spec.min_steps * b / rate)
+                    "measure_s", max(spec.measure_seconds, spec.least_steps(b / rate) * b / rate)
                 )
             parts["other"] = self._other(m, b, pruned)
             if design.fit_pass and not pruned:
@@ -553,7 +553,8 @@ class Lookup:
         # Measuring takes its time, or the steps it must run where they are slow; a pruned
         # trial ends after its first steps.
         measure_s = phases.get("measure_s", 0.0)
-        measuring = max(measure_s, spec.min_steps * spec.batch_size / sps)
+        step_s = spec.batch_size / sps
+        measuring = max(measure_s, spec.least_steps(step_s) * step_s)
         if pruned:
             measuring = steps * spec.batch_size / sps
         cost = base + probe_s - measure_s + measuring

@@ -140,9 +140,14 @@ class Replay:
                 f"ended after {len(trials)} trials"
             )
         expected = trials[n].spec
-        # How long to measure is not what is measured: a pruning threshold set by a newer
-        # search does not part it from the recorded one.
-        asked = dataclasses.replace(spec, prune_below=expected.prune_below)
+        # How long to measure is not what is measured: a pruning threshold, or the seconds
+        # the least steps may take, set by a newer search does not part it from the recorded
+        # one.
+        asked = dataclasses.replace(
+            spec,
+            prune_below=expected.prune_below,
+            min_steps_seconds=expected.min_steps_seconds,
+        )
         if expected.to_dict() != asked.to_dict():
             raise ReplayDiverged(
                 f"trial {n + 1}: the recorded search ran {expected.setup.label} "

@@ -9,6 +9,7 @@ sessions stored before :class:`~tuner.setup.Setup` existed wrote them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,10 @@ MIN_EPOCHS = 3
 EPOCH_BATCHES = 64
 #: ... within this many bytes.
 EPOCH_BYTES = 1 << 30
+#: The least measured steps of a window whose ``min_steps`` outlast its ``min_steps_seconds``
+#: (issue 50): twice the numerical guard's least (its loss gap compares the last quarter of the
+#: steps two trials both measured, :data:`tuner.search.measures.MIN_GAP_STEPS` at least).
+FLOOR_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ class TrialSpec:
             measuring and its input's timing are saved (a pruner in Optuna's sense). None:
             measure in full. How long to measure, not what is measured: a recorded search is
             replayed without it.
+        min_steps_seconds: the seconds ``min_steps`` may take (issue 50): past them the window
+            ends at ``measure_seconds`` once :data:`FLOOR_STEPS` steps ran, so a model of
+            one-second steps measures a few, not the numerical guard's 40. None: ``min_steps``
+            whatever they take. How long to measure, like ``prune_below``.
     """
 
     model: str
@@ -90,6 +99,7 @@ class TrialSpec:
     memory_limit_mb: float | None = None
     probe: bool = True
     prune_below: float | None = None
+    min_steps_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.setup, Setup):
@@ -108,6 +118,10 @@ class TrialSpec:
             raise ValueError(f"unknown device {self.device!r}: write auto, cpu or gpu:N")
         if self.memory_limit_mb is not None and not self.memory_limit_mb > 0:
             raise ValueError(f"memory limit must be positive, not {self.memory_limit_mb}")
+        if self.min_steps_seconds is not None and not self.min_steps_seconds > 0:
+            raise ValueError(
+                f"the seconds for the least steps must be positive, not {self.min_steps_seconds}"
+            )
 
     # The setup's parts, read often enough in the worker and the reports to name them here.
     @property
@@ -143,8 +157,9 @@ class TrialSpec:
         }
         if data["probe"]:
             del data["probe"]  # the default, left out: specs stored before it existed match
-        if data["prune_below"] is None:
-            del data["prune_below"]
+        for unset in ("prune_below", "min_steps_seconds"):
+            if data[unset] is None:
+                del data[unset]  # specs stored before it existed match
         return {"model": data.pop("model"), **self.setup.to_dict(), **data}
 
     @classmethod
@@ -160,6 +175,17 @@ class TrialSpec:
             raise ValueError(f"unknown trial spec field(s): {', '.join(unknown)}")
         setup = Setup.from_dict({k: v for k, v in data.items() if k in SETUP_FIELDS})
         return cls(setup=setup, **{k: v for k, v in data.items() if k in known})
+
+    def least_steps(self, step_s: float) -> int:
+        """The least steps a measured window of steps of ``step_s`` seconds runs: ``min_steps``,
+        or where they would take over ``min_steps_seconds``, what fits in those (at least
+        :data:`FLOOR_STEPS`). The worker's rule (:meth:`tuner.worker.training.StepRunner.run`)
+        in closed form, for the simulated trials of :mod:`tuner.trials.lookup`."""
+        least = self.min_steps
+        if self.min_steps_seconds is None or least * step_s <= self.min_steps_seconds:
+            return least
+        within = math.ceil(self.min_steps_seconds / step_s)
+        return max(min(FLOOR_STEPS, least), min(least, within))
 
     def describe(self) -> str:
         """A short human label, e.g. ``mixed_float16 b64 dynamic``."""

@@ -110,6 +110,7 @@ def _measure_steps(spec: TrialSpec, channel: Channel, runner: Any, until: float 
         spec.max_steps,
         spec.prune_below,
         until=until,
+        min_steps_seconds=spec.min_steps_seconds,
     )
     if log.cut:
         channel.emit(

@@ -19,7 +19,7 @@ import keras
 from tuner import keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
-from tuner.trials.spec import PRUNE_AFTER
+from tuner.trials.spec import FLOOR_STEPS, PRUNE_AFTER
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
 #: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
@@ -193,6 +193,22 @@ def reset_peak_rss() -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _Least:
+    """A phase's least steps: ``steps``, or where they outlast ``seconds``,
+    :data:`~tuner.trials.spec.FLOOR_STEPS` (issue 50: the numerical guard's 40 steps of a model
+    whose steps take seconds cost minutes a trial)."""
+
+    steps: int
+    seconds: float | None = None
+
+    def at(self, elapsed: float) -> int:
+        """The least steps after ``elapsed`` seconds of the phase."""
+        if self.seconds is None or elapsed < self.seconds:
+            return self.steps
+        return min(self.steps, FLOOR_STEPS)
+
+
 class StepRunner:
     """Runs training steps the way ``model.fit`` does, and reports each.
 
@@ -251,15 +267,19 @@ class StepRunner:
         max_steps: int = 1,
         prune_below: float | None = None,
         until: float | None = None,
+        min_steps_seconds: float | None = None,
     ) -> StepLog:
         """Run ``steps`` steps, or (``steps=None``) until ``seconds`` have passed, with at
-        least ``min_steps`` and at most ``max_steps``; whole executions, so a phase may run up
-        to ``steps_per_execution - 1`` steps more. With ``prune_below`` (samples/s) the phase
-        ends early, ``pruned``, once :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran
-        under that rate. Past ``until`` (``time.perf_counter``) it ends after the execution
-        under way, ``cut`` where that is short of what it was asked for."""
+        least ``min_steps`` (where they take no more than ``min_steps_seconds``; past those,
+        :data:`~tuner.trials.spec.FLOOR_STEPS`) and at most ``max_steps``; whole executions, so
+        a phase may run up to ``steps_per_execution - 1`` steps more. With ``prune_below``
+        (samples/s) the phase ends early, ``pruned``, once
+        :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran under that rate. Past ``until``
+        (``time.perf_counter``) it ends after the execution under way, ``cut`` where that is
+        short of what it was asked for."""
         with _collecting(self.backend.cyclic_steps):
-            return self._run(phase, steps, seconds, min_steps, max_steps, prune_below, until=until)
+            least = _Least(min_steps, min_steps_seconds)
+            return self._run(phase, steps, seconds, least, max_steps, prune_below, until=until)
 
     def calibrate(self, warmup: StepLog) -> StepLog | None:
         """Steps after the warm-up while a dynamic loss scale is still coming down from its
@@ -271,14 +291,14 @@ class StepRunner:
         calibrate: no dynamic scale, or a warm-up that skipped nothing."""
         if not self.dynamic or not any(warmup.skipped) or _settled(warmup.skipped):
             return None
-        return self._run("warmup", None, math.inf, 0, CALIBRATION_MAX_STEPS, settle=True)
+        return self._run("warmup", None, math.inf, _Least(0), CALIBRATION_MAX_STEPS, settle=True)
 
     def _run(
         self,
         phase: str,
         steps: int | None,
         seconds: float,
-        min_steps: int,
+        min_steps: _Least,
         max_steps: int,
         prune_below: float | None = None,
         settle: bool = False,
@@ -333,7 +353,7 @@ class StepRunner:
                 log.pruned = True
                 break
             if until is not None and time.perf_counter() >= until:
-                log.cut = count < (steps if steps is not None else min_steps)
+                log.cut = count < (steps if steps is not None else min_steps.steps)
                 break
             if not math.isfinite(mean) or since_reset >= RESET_EVERY:
                 self.steps.reset_metrics()
@@ -354,13 +374,16 @@ class StepRunner:
 
     @staticmethod
     def _ended(
-        count: int, steps: int | None, least: int, most: int, seconds: float, since: float
+        count: int, steps: int | None, least: _Least, most: int, seconds: float, since: float
     ) -> bool:
         """Whether a phase of ``steps`` steps (or of ``seconds`` since ``since``, within
         ``least`` and ``most`` steps) has run its steps."""
         if steps is not None:
             return count >= steps
-        return count >= least and (count >= most or time.perf_counter() - since >= seconds)
+        if count >= most:
+            return True
+        elapsed = time.perf_counter() - since
+        return elapsed >= seconds and count >= least.at(elapsed)
 
     def _losing(self, prune_below: float | None, executions: int, count: int, s: float) -> bool:
         """Whether the phase's rate so far is under ``prune_below`` after enough executions."""
