@@ -32,24 +32,46 @@ only those to its listeners.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import math
 import signal
 from typing import Any
 
+
+class Phase(str, enum.Enum):
+    """Where a trial's worker is: sent in ``phase`` messages and named in an ``error``'s
+    facts. ``import`` is the worker's life before its first ``phase`` message; ``build`` runs
+    only the model's own code (the user's module and its ``build_model()``), ``prepare`` the
+    setup's (its data, compile); ``report`` follows the timing, and is never sent."""
+
+    IMPORT = "import"
+    BUILD = "build"
+    PREPARE = "prepare"
+    PROBE = "probe"
+    WARMUP = "warmup"
+    MEASURE = "measure"
+    INPUT = "input"
+    REPORT = "report"
+
+    @property
+    def words(self) -> str:
+        """What the phase means, in the words both faces show."""
+        return PHASES[self.value]
+
+
 #: What a worker's phase means, in the words both faces show while a trial runs (and a trial's
-#: error names where it was killed). ``import`` is the parent's name for the worker's life
-#: before its first ``phase`` message; ``build`` runs only the model's own code (the user's
-#: module and its ``build_model()``), ``prepare`` the setup's (its data, compile).
+#: error names where it was killed), by :class:`Phase` value.
 PHASES = {
-    "import": "starting the worker (Python, its framework's import)",
-    "build": "building the model",
-    "prepare": "making the data and compiling",
-    "probe": "probing numerics against float32",
-    "warmup": "warming up",
-    "measure": "measuring",
-    "input": "timing fit's own loop on the input",
+    Phase.IMPORT.value: "starting the worker (Python, its framework's import)",
+    Phase.BUILD.value: "building the model",
+    Phase.PREPARE.value: "making the data and compiling",
+    Phase.PROBE.value: "probing numerics against float32",
+    Phase.WARMUP.value: "warming up",
+    Phase.MEASURE.value: "measuring",
+    Phase.INPUT.value: "timing fit's own loop on the input",
+    Phase.REPORT.value: "reporting what it measured",
 }
 
 logger = logging.getLogger(__name__)

@@ -382,7 +382,7 @@ def _collected_as_a_script_is() -> Iterator[None]:
     and settled, as after the script's own first full collection.
 
     A worker keeps the collector off between its own collections, and freezes what lives on
-    (:func:`tuner.worker.main._between_trials`), which the user's script does not. Unfrozen,
+    (:func:`tuner.worker.warm.between_trials`), which the user's script does not. Unfrozen,
     that heap (380,000 objects with TensorFlow and a small transformer loaded) comes back as
     long-lived objects the collector has not counted, so its first full collection (0.28 s
     on a 2-core CPU) came soon after, within the timed window: a tenth of a 3 s window. So

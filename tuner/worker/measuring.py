@@ -1,21 +1,24 @@
 """A trial's measuring, once its model is compiled: the step's memory predicted (and a setup
 that cannot fit refused), the warm-up, the measured steps, fit's own loop on the user's input,
-and the ``result`` event. :mod:`tuner.worker.main` calls it for fresh and warm trials alike."""
+and the ``result`` event. :mod:`tuner.worker.pipeline` calls it for fresh and warm trials alike."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.said import setting
+from tuner.trials.events import Phase
 from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
 from tuner.trials.result import AsTrained, InputRate
 from tuner.trials.spec import TrialSpec
 from tuner.worker import as_trained
 from tuner.worker.channel import Channel
+
+if TYPE_CHECKING:
+    from tuner.worker.pipeline import Prepared, TrialContext
 
 
 def process_peak(on_cpu: bool) -> float:
@@ -24,40 +27,28 @@ def process_peak(on_cpu: bool) -> float:
     return training.peak_rss_mb() if on_cpu else backends.current().gpu_peak_mb()
 
 
-def measure(
-    spec: TrialSpec,
-    channel: Channel,
-    phase: list[str],
-    context: Any,
-    runner: Any,
-    build_s: float,
-    probe_s: float | None,
-    on_cpu: bool,
-    feed: Callable[[], Any],
-    peak_before: float | None = None,
-) -> None:
+def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: Prepared) -> None:
     """Predict the step's memory (refusing a setup that cannot fit), warm up, measure, time
-    the input and send the ``result``. ``peak_before``: a warm worker's process-long peak when
-    its trial began (JAX on a GPU), None where the peak is the trial's own."""
+    the input and send the ``result``. ``prepared.peak_before``: a warm worker's process-long
+    peak when its trial began (JAX on a GPU), None where the peak is the trial's own."""
     import numpy as np
 
     from tuner.worker import backends
 
+    runner, on_cpu = prepared.runner, prepared.on_cpu
     backend = backends.current()
     context.runner = runner
-    phase[0] = "warmup"
-    channel.emit("phase", phase="warmup")
+    context.enter(Phase.WARMUP, channel)
     prediction = _predict(spec, channel, runner, on_cpu)
     warmup_s, before = _warm_up(spec, runner)
     if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
-    phase[0] = "measure"
-    channel.emit("phase", phase="measure")
+    context.enter(Phase.MEASURE, channel)
     log = _measure_steps(spec, channel, runner, context.timing_ends)
 
-    phase[0] = "report"
-    peak, memory_kind, memory_method = _own_peak(on_cpu, peak_before, prediction)
+    context.phase = Phase.REPORT  # not sent: the parent's last phase is the timing's
+    peak, memory_kind, memory_method = _own_peak(on_cpu, prepared.peak_before, prediction)
     times = np.asarray(log.times_s)
     p50 = float(np.percentile(times, 50))
     window = log.window_s
@@ -67,7 +58,7 @@ def measure(
 
     # A setup that cannot lead (pruned: even its device's rate is under the leader's) is not
     # worth fit's loop.
-    fed = None if log.pruned else _time_fit(spec, channel, phase, runner, feed, context)
+    fed = None if log.pruned else _time_fit(spec, channel, context, prepared)
     channel.send(
         ResultMessage(
             samples_per_second=device_rate,
@@ -84,8 +75,8 @@ def measure(
             warmup_updates=len(before) - sum(before),
             nonfinite_steps=sum(log.nonfinite),
             weights_finite=all(bool(np.isfinite(w).all()) for w in runner.model.get_weights()),
-            build_s=build_s,
-            probe_s=probe_s,
+            build_s=prepared.build_s,
+            probe_s=prepared.probe_s,
             compile_s=prediction["compile_s"] if prediction else None,
             warmup_s=warmup_s,
             measure_s=window,
@@ -235,13 +226,8 @@ def refuse_if_over(prediction: dict[str, Any]) -> None:
 
 
 def _time_fit(
-    spec: TrialSpec,
-    channel: Channel,
-    phase: list[str],
-    runner: Any,
-    feed: Callable[[], Any],
-    context: Any,
-) -> Any:
+    spec: TrialSpec, channel: Channel, context: TrialContext, prepared: Prepared
+) -> dict[str, Any] | None:
     """The ``input`` phase: ``fit``'s own loop on the user's input for the trial's measuring
     window (:func:`tuner.worker.feeding.measure`: at most
     :data:`~tuner.worker.feeding.LONGEST` times it after its warm executions, whatever an
@@ -250,8 +236,8 @@ def _time_fit(
     as in the steps."""
     from tuner.worker import backends, feeding
 
-    phase[0] = "input"
-    channel.emit("phase", phase="input")
+    runner = prepared.runner
+    context.enter(Phase.INPUT, channel)
     until = context.timing_ends
     if until is not None and time.perf_counter() >= until:
         channel.emit(
@@ -263,7 +249,7 @@ def _time_fit(
         return None
     fed, why_not = feeding.measure(
         runner.model,
-        feed,
+        prepared.feed,
         spec.batch_size,
         spec.measure_seconds,
         backends.current().is_oom,

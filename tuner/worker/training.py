@@ -465,7 +465,7 @@ class StepRunner:
 @contextlib.contextmanager
 def _collecting(on: bool) -> Iterator[None]:
     """Python's automatic collection on while the block runs, when ``on`` (a worker keeps it
-    off otherwise: see :func:`tuner.worker.main._between_trials`); back as it was after."""
+    off otherwise: see :func:`tuner.worker.warm.between_trials`); back as it was after."""
     was = gc.isenabled()
     if on:
         gc.enable()

@@ -19,6 +19,10 @@ class UserCodeError(Exception):
         self.location = location
 
 
+class PolicyFailure(Exception):
+    """The model fails under the trial's policy, and float32 runs the same batch."""
+
+
 class InternalError(Exception):
     """mptune's own code failed: a bug in mptune, never the user's to fix (the trial is
     reported as crashed, its traceback kept for a report)."""
