@@ -28,7 +28,7 @@ from tuner.worker.usercode import (
 )
 
 if TYPE_CHECKING:
-    from tuner.worker.pipeline import TrialContext
+    from tuner.worker.state import TrialContext
 
 #: The phases whose failure Keras' own fit is asked about: the steps.
 _STEPS = (Phase.WARMUP, Phase.MEASURE)

@@ -22,7 +22,8 @@ from tuner.trials.models import ModelSource
 from tuner.trials.record import from_data
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
-from tuner.worker.pipeline import TrialContext, timing_ends
+from tuner.worker.pipeline import timing_ends
+from tuner.worker.state import TrialContext
 from tuner.worker.usercode import UserCodeError, first_line
 from tuner.worker.warm import WarmModel, between_trials
 

@@ -18,7 +18,7 @@ from tuner.worker import as_trained
 from tuner.worker.channel import Channel
 
 if TYPE_CHECKING:
-    from tuner.worker.pipeline import Prepared, TrialContext
+    from tuner.worker.state import Prepared, TrialContext
 
 
 def process_peak(on_cpu: bool) -> float:

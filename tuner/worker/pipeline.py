@@ -3,7 +3,8 @@ data, checks and compile, around the numerics probe), then :mod:`tuner.worker.me
 A warm worker's later trials (:mod:`tuner.worker.warm`) start from its compiled model instead.
 
 What the pipeline knows as it goes (its phase, the model, the batches, the runner) is kept in
-one :class:`TrialContext`, which :mod:`tuner.worker.blame` reads when the trial fails.
+one :class:`~tuner.worker.state.TrialContext`, which :mod:`tuner.worker.blame` reads when the
+trial fails.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuner.policies import FLOAT32
@@ -23,12 +23,12 @@ from tuner.trials.events import Phase
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel
+from tuner.worker.state import Batch, Prepared, TrialContext
 from tuner.worker.usercode import PolicyFailure, UserCodeError
 from tuner.worker.warm import WarmModel, keep_warm
 
 if TYPE_CHECKING:
     from tuner.worker.loading import LoadedModel
-    from tuner.worker.training import StepRunner
 
 #: Of the seconds a trial has left when its worker gets it, this share (at least
 #: :data:`REPORT_MIN_S`) is kept for what follows the timing: the report, a script's
@@ -36,50 +36,6 @@ if TYPE_CHECKING:
 #: of reaching its limit while it times (issue 50).
 REPORT_SHARE = 0.15
 REPORT_MIN_S = 5.0
-
-#: One batch of the trial's pool: the model's inputs and targets (the backend's arrays)
-Batch = tuple[Any, Any]
-
-
-@dataclass
-class TrialContext:
-    """One trial as its pipeline has it so far: where it is (``phase``), and what the error
-    path needs to tell a failure of the policy, a knob or mptune's from the model's own."""
-
-    phase: Phase = Phase.IMPORT
-    build_float32: Callable[[], Any] | None = None
-    batches: list[Batch] = field(default_factory=list)
-    loss: Any = None  # the model's loss, as Keras takes it
-    runner: StepRunner | None = None
-    #: the compiled model and the optimizer it was given, to ask whether XLA is to blame
-    model: Any = None
-    optimizer: Any = None
-    #: a training script's model as it handed it to fit (what the user runs today), and the
-    #: data its fit validates on: both go into the trial's result
-    script: Any = None
-    validation: tuple[Any, Any] | None = None
-    #: when timing stops (``time.perf_counter``), in time to report before the trial's limit
-    timing_ends: float | None = None
-
-    def enter(self, phase: Phase, channel: Channel) -> None:
-        """Move on to ``phase``: the error path and the parent (a ``phase`` message) both know
-        where the worker is."""
-        self.phase = phase
-        channel.emit("phase", phase=phase.value)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A trial ready to measure: its step runner, what building and probing took, whether it
-    runs on the CPU, what fit's own loop is fed, and (a warm worker with one peak for the
-    process's life) that peak when the trial began."""
-
-    runner: StepRunner
-    build_s: float
-    probe_s: float | None
-    on_cpu: bool
-    feed: Callable[[], Any]
-    peak_before: float | None = None
 
 
 def timing_ends(seconds_left: float | None) -> float | None:
