@@ -257,17 +257,28 @@ def test_every_message_the_worker_emits_has_a_record_with_its_fields() -> None:
 
 
 def test_the_worker_error_facts_are_fields_of_the_error_message() -> None:
-    """The error is sent as ``**facts``: the keys ``_describe`` and ``_one_trial`` write."""
-    source = (ROOT / "tuner" / "worker" / "main.py").read_text()
+    """The error is sent as ``**facts``: the keys blame's ``describe`` returns and its
+    ``failure_facts`` sets or updates."""
+    source = (ROOT / "tuner" / "worker" / "blame.py").read_text()
     names = {f.name for f in dataclasses.fields(ErrorMessage)}
     tree = ast.parse(source)
     describe = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_describe"
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "describe"
     )
     returned = next(n for n in ast.walk(describe) if isinstance(n, ast.Return))
     assert isinstance(returned.value, ast.Dict)
     keys = {k.value for k in returned.value.keys if isinstance(k, ast.Constant)}
-    keys |= set(re.findall(r'facts\["(\w+)"\] =', source))
+    set_keys = set(re.findall(r'found\["(\w+)"\] =', source))
+    updated = {
+        k.arg
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "update"
+        for k in n.keywords
+        if k.arg
+    }
+    assert set_keys >= {"policy_caused", "unsupported", "message"}  # the verdicts
+    assert updated >= {"internal", "user_code", "location"}
+    keys |= set_keys | updated
     assert keys and keys <= names, sorted(keys - names)
 
 
