@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -106,7 +107,9 @@ def test_a_trial_reports_before_its_limit_instead_of_timing_out() -> None:
 
 
 @pytest.mark.parametrize("step_s", [0.001, 0.05, 0.3, 1.1, 4.0])
-def test_the_least_steps_follow_one_rule_in_the_worker_and_the_simulation(step_s: float) -> None:
+def test_the_least_steps_follow_one_rule_in_the_worker_and_the_simulation(
+    step_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The guard's 40 steps shrink where they would outlast ``min_steps_seconds`` (10 s),
     never under FLOOR_STEPS: the worker's rule, run step by step on a clock of ``step_s``
     steps, ends where :meth:`TrialSpec.least_steps` (the simulated trials' price) says."""
@@ -118,10 +121,11 @@ def test_the_least_steps_follow_one_rule_in_the_worker_and_the_simulation(step_s
         min_steps_seconds=10.0,
     )
     least = training._Least(spec.min_steps, spec.min_steps_seconds)
-    now = time.perf_counter()
     count = 0
+    # The worker's clock, stepped: ``count`` steps of ``step_s`` since the phase began.
+    monkeypatch.setattr(training, "time", SimpleNamespace(perf_counter=lambda: count * step_s))
     while not training.StepRunner._ended(
-        count, None, least, spec.max_steps, spec.measure_seconds, now - count * step_s
+        count, None, least, spec.max_steps, spec.measure_seconds, 0.0
     ):
         count += 1
     by_time = math.ceil(spec.measure_seconds / step_s)
