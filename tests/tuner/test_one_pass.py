@@ -45,7 +45,7 @@ def _batch_for_a_second(model: keras.Model, width: int) -> int:
     return batch
 
 
-@pytest.mark.serial  # judges a time: how long fit's loop ran after its warm executions
+@pytest.mark.serial("judges how long fit's loop ran after its warm executions")
 def test_steps_over_a_second_end_within_the_bound() -> None:
     """Steps of over a second in epochs of a dozen of them: fit's loop is timed within the
     first epoch and ends within LONGEST times the window after the warm executions (a 2.5 s
@@ -68,6 +68,7 @@ def test_steps_over_a_second_end_within_the_bound() -> None:
     assert end - clock.start <= feeding.LONGEST * WINDOW_S + 0.1 * seconds / executions
 
 
+@pytest.mark.serial("judges a stop within seconds of the trial's limit")
 def test_fit_loop_stops_at_the_trials_limit() -> None:
     """``until`` before the window's end: fit's loop stops there and gives what it timed."""
     inputs = keras.Input((8,))
@@ -85,6 +86,7 @@ def test_fit_loop_stops_at_the_trials_limit() -> None:
     assert fed["samples_per_second"] > 0 and fed["batches"] > 0
 
 
+@pytest.mark.serial("judges a worker's report within its 25 s limit")
 @pytest.mark.slow
 def test_a_trial_reports_before_its_limit_instead_of_timing_out() -> None:
     """A trial asked to measure longer than its limit allows: its worker stops timing in time
@@ -104,6 +106,36 @@ def test_a_trial_reports_before_its_limit_instead_of_timing_out() -> None:
     assert time.monotonic() - start < spec.timeout_s
     assert result.samples_per_second and result.samples_per_second > 0
     assert any("time limit" in w for w in result.warnings), result.warnings
+
+
+def test_fit_is_timed_for_the_window_the_trial_measured() -> None:
+    """A trial measured for seconds times fit's loop for as many; one of a fixed number of
+    steps, for as long as those steps took (it timed fit for ``measure_seconds``, 5 s by
+    default, after a window of 6 ms)."""
+    timed = api.TrialSpec(model="builtin:mlp", setup=Setup("float32", 16), measure_seconds=2.0)
+    assert timed.fit_seconds(0.7) == 2.0
+    counted = dataclasses.replace(timed, steps=6)
+    assert counted.fit_seconds(0.7) == 0.7
+
+
+@pytest.mark.slow
+def test_a_trial_of_a_few_steps_times_fit_for_a_few() -> None:
+    """What fit's loop counted in a trial of 6 steps of a tiny model: a few executions, not
+    the thousands of batches of a 5 s window (``measure_seconds`` left at its default)."""
+    spec = api.TrialSpec(
+        model="builtin:mlp:features=16,width=32,depth=1",
+        setup=Setup("float32", 16, backend="jax"),
+        steps=6,
+        warmup_steps=2,
+        probe=False,
+        device="cpu",
+    )
+    result = api.run_trial(spec)
+    assert result.ok, result.error
+    assert result.input is not None and result.input.fit_loop
+    # A few executions within fit's first epoch (1-7 here), where a 5 s window counted 3,072
+    # batches over 48 epochs.
+    assert result.input.epochs == 0 and 0 < result.input.batches < 64, result.input
 
 
 @pytest.mark.parametrize("step_s", [0.001, 0.05, 0.3, 1.1, 4.0])

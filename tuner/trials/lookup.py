@@ -452,7 +452,8 @@ class Pricing:
             if design.fit_pass and not pruned:
                 fit_rate = float(m.samples_per_second or rate)
                 batches = epoch_batches(table.sample_bytes, b)
-                parts["fit"] = fit_pass_s(b / fit_rate, batches, spec.measure_seconds)
+                fit_s = spec.fit_seconds(parts["measure"])
+                parts["fit"] = fit_pass_s(b / fit_rate, batches, fit_s)
                 # fit's loop in place of the record's timing of the input alone
                 parts["other"] = max(0.0, parts["other"] - table.phases.get("input_s", 0.0))
             compiled.add(setup)

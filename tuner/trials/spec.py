@@ -67,7 +67,8 @@ class TrialSpec:
         warmup_steps: steps run before timing starts (tracing, autotuning, allocator growth).
         steps: measured steps; ``None`` measures for ``measure_seconds`` instead (at least
             ``min_steps`` and at most ``max_steps``).
-        measure_seconds: the measuring time when ``steps`` is ``None``.
+        measure_seconds: the measuring time when ``steps`` is ``None``, and how long fit's
+            own loop is timed on the input after them (:meth:`fit_seconds`).
         seed: seeds weights and the synthetic data, so runs are comparable.
         timeout_s: wall-clock limit for the whole trial, start-up included.
         device: ``auto`` (the first GPU if there is one), ``cpu`` or ``gpu:N``.
@@ -186,6 +187,13 @@ class TrialSpec:
             return least
         within = math.ceil(self.min_steps_seconds / step_s)
         return max(min(FLOOR_STEPS, least), min(least, within))
+
+    def fit_seconds(self, window_s: float) -> float:
+        """How long fit's own loop is timed on the input, after the measured steps took
+        ``window_s``: ``measure_seconds``; for a trial of a fixed number of ``steps``, as long
+        as those steps took, so that a trial of 6 steps does not time fit for the 5 s of a
+        window it never measured (fit's loop still times its least executions)."""
+        return self.measure_seconds if self.steps is None else window_s
 
     def describe(self) -> str:
         """A short human label, e.g. ``mixed_float16 b64 dynamic``."""

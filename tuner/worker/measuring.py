@@ -58,7 +58,7 @@ def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: 
 
     # A setup that cannot lead (pruned: even its device's rate is under the leader's) is not
     # worth fit's loop.
-    fed = None if log.pruned else _time_fit(spec, channel, context, prepared)
+    fed = None if log.pruned else _time_fit(spec, channel, context, prepared, window)
     channel.send(
         ResultMessage(
             samples_per_second=device_rate,
@@ -226,10 +226,11 @@ def refuse_if_over(prediction: dict[str, Any]) -> None:
 
 
 def _time_fit(
-    spec: TrialSpec, channel: Channel, context: TrialContext, prepared: Prepared
+    spec: TrialSpec, channel: Channel, context: TrialContext, prepared: Prepared, window: float
 ) -> dict[str, Any] | None:
     """The ``input`` phase: ``fit``'s own loop on the user's input for the trial's measuring
-    window (:func:`tuner.worker.feeding.measure`: at most
+    window (:meth:`TrialSpec.fit_seconds` after measured steps of ``window`` seconds;
+    :func:`tuner.worker.feeding.measure`: at most
     :data:`~tuner.worker.feeding.LONGEST` times it after its warm executions, whatever an
     epoch's length or the device window's, and never past the trial's ``timing_ends``), its
     figures or None with a warning that says why not. A CPU trial's memory limit holds here
@@ -251,7 +252,7 @@ def _time_fit(
         runner.model,
         prepared.feed,
         spec.batch_size,
-        spec.measure_seconds,
+        spec.fit_seconds(window),
         backends.current().is_oom,
         until=until,
     )
