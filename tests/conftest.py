@@ -24,27 +24,24 @@ os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
 atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
 
 
-#: Tests that judge time (a rate against another, a stop within seconds, a time budget, a
-#: heartbeat's grace) run in the serial pass, alone on the machine: the README's test command
-#: runs the rest two at a time (pytest-xdist), which halves the suite's time on two cores, and
-#: a test beside them would measure the other test's load (an input-bound check failed so).
-SERIAL = (
-    "tests/app/",
-    "tests/test_bench_gpu.py",
-    "tests/tuner/test_expensive_search.py",
-    "tests/tuner/test_faults.py",
-    "tests/tuner/test_fleet.py",
-    "tests/tuner/test_input_rate.py",
-    "tests/tuner/test_parallel.py",
-)
-
-
+#: A test that judges time (a rate against another, a stop within seconds, a time budget, a
+#: heartbeat's grace, the machine's load) is marked ``@pytest.mark.serial("why, in one line")``
+#: and runs in the serial pass, alone on the machine: the README's test command runs every other
+#: test two at a time (pytest-xdist), and a timed test beside them would measure the other
+#: test's load (an input-bound check failed so). Nothing else is serial: a whole file or folder
+#: is never marked, so the serial pass stays as short as what it judges.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
-    for item in items:
-        where = item.path.relative_to(root).as_posix()
-        if where.startswith(SERIAL):
-            item.add_marker(pytest.mark.serial)
+    unexplained = [
+        item.nodeid
+        for item in items
+        for mark in item.iter_markers("serial")
+        if not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip())
+    ]
+    if unexplained:
+        raise pytest.UsageError(
+            'a serial test says why it judges time: @pytest.mark.serial("why") on '
+            + ", ".join(sorted(set(unexplained)))
+        )
 
 
 @pytest.fixture(autouse=True)

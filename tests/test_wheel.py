@@ -26,7 +26,9 @@ from tests_support import make_config
 
 import tuner
 
-pytestmark = pytest.mark.slow
+#: One xdist worker runs the module (``--dist loadgroup``): its module-scoped fixture is made
+#: once, not once in each worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
 REPO = Path(__file__).resolve().parents[1]
 # What the wheel is built from; tests, docs and caches are not part of it.

@@ -154,6 +154,7 @@ def start_a_long_trial(window, qtbot) -> list[psutil.Process]:
     return workers
 
 
+@pytest.mark.serial("judges a stop within two seconds")
 @pytest.mark.slow
 def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> None:
     window = make_window()
@@ -215,6 +216,7 @@ def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
         window.stop_search()
 
 
+@pytest.mark.serial("judges the event loop's gaps under half a second")
 def test_the_window_never_waits_on_a_blocking_storage(make_window, qtbot) -> None:
     engine = FakeEngine()
     engine.sessions = [
@@ -240,6 +242,7 @@ def test_the_window_never_waits_on_a_blocking_storage(make_window, qtbot) -> Non
     dialog.close()
 
 
+@pytest.mark.serial("judges a close within a second")
 def test_closing_while_storage_blocks_returns_at_once(make_window, qtbot) -> None:
     engine = FakeEngine()
     window = make_window(engine=engine)
@@ -252,6 +255,7 @@ def test_closing_while_storage_blocks_returns_at_once(make_window, qtbot) -> Non
     engine.release.set()  # let the blocked call end, so the test leaves no thread behind
 
 
+@pytest.mark.serial("judges a close within a second")
 @pytest.mark.slow
 def test_closing_during_a_search_ends_its_worker_within_a_second(make_window, qtbot) -> None:
     window = make_window()

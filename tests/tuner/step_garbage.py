@@ -1,6 +1,7 @@
 """Run a tiny model's steps as a worker runs them (automatic collection off) and print, as
-JSON, how many unreachable objects a collection finds after 10 steps and after 40 more: run
-by tests/tuner/test_step_memory.py with KERAS_BACKEND set, one process per backend."""
+JSON, how many unreachable objects a collection finds after 10 steps and after 40 more, for
+each policy in turn: run by tests/tuner/test_step_memory.py with KERAS_BACKEND set, one process
+per backend."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from tuner.worker import backends, training
 PARAMS = {"features": 16, "width": 32, "depth": 2}
 
 
-def main() -> None:
-    policy = sys.argv[1]
+POLICIES = ("float32", "mixed_float16")
+
+
+def count(policy: str) -> dict[str, object]:
     backend = backends.current().name
     scale = LossScale("dynamic" if policy == "mixed_float16" else "none")
     setup = Setup(policy, 16, scale, backend=backend)
@@ -27,13 +30,19 @@ def main() -> None:
     keras_setup.compile_model(model, setup, None, workloads.LOSS)
     runner = training.StepRunner(model, batches, setup, lambda *args, **kwargs: None)
     runner.run("warmup", 2)
+    gc.enable()
     gc.collect()
     gc.disable()  # as the worker's main() keeps it
     found = {}
     for steps in (10, 40):
         runner.run("measure", steps)
         found[steps] = gc.collect()
-    print(json.dumps({"after_10": found[10], "after_40": found[40], "enabled": gc.isenabled()}))
+    return {"after_10": found[10], "after_40": found[40], "enabled": gc.isenabled()}
+
+
+def main() -> None:
+    policies = sys.argv[1:] or POLICIES
+    print(json.dumps({policy: count(policy) for policy in policies}))
 
 
 if __name__ == "__main__":

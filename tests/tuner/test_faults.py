@@ -227,6 +227,7 @@ STUCK_LIMIT_S = 45
 LIMIT_MARGIN_S = 15
 
 
+@pytest.mark.serial("judges a stopped worker's end within seconds of its limit")
 @pytest.mark.slow
 def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goes_on(
     tmp_path: Path,
@@ -276,6 +277,7 @@ def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goe
     assert min(t.closed.timestamp() for t in ok) < born + STUCK_LIMIT_S
 
 
+@pytest.mark.serial("judges workers ended within seconds of a 1 s limit")
 @pytest.mark.slow
 def test_workers_started_ahead_are_ended_at_their_trials_limit_while_they_import() -> None:
     """A limit shorter than any framework import: the workers started ahead are killed at it
@@ -786,6 +788,7 @@ def test_a_trial_the_store_could_not_write_leaves_every_count_in_agreement(
 
 
 # -- a busy machine ------------------------------------------------------------------------------
+@pytest.mark.serial("judges the machine's load (and loads both cores)")
 @pytest.mark.slow
 def test_a_trial_measures_how_busy_the_machine_was() -> None:
     cores = os.cpu_count() or 1

@@ -167,6 +167,7 @@ def _first(lines: queue.Queue[str | None], pattern: str, what: str) -> re.Match[
     raise AssertionError(f"{what}: the process ended first")
 
 
+@pytest.mark.serial("judges a heartbeat's 4 s grace: a loaded machine can miss it")
 @pytest.mark.slow
 def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
     postgres_url: str,

@@ -125,6 +125,7 @@ def _trial(path: Path, backend: str, batch_size: int = 32, **kwargs: object) -> 
     return run_trial(spec)
 
 
+@pytest.mark.serial("judges the input's rate against the device's")
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -> None:
@@ -154,6 +155,7 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     assert "in fit's own loop" in report and "from batches in memory" in report
 
 
+@pytest.mark.serial("judges fit's rate against the device's")
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fit_on_arrays_is_timed_in_fits_loop_within_the_devices_rate(
@@ -298,6 +300,7 @@ def test_fit_loops_figure_is_the_setups_one_in_the_evidence() -> None:
     assert _recommendation(10_000.0, 11_000.0, fit_loop=True).samples_per_second == 11_000.0
 
 
+@pytest.mark.serial("judges the input's rate against the device's")
 @pytest.mark.slow
 def test_a_search_ranks_by_what_fit_reaches_and_the_export_says_so(tmp_path: Path) -> None:
     """A short search of the slowed model: every trial's figure is the input's, the

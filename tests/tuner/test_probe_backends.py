@@ -20,7 +20,9 @@ import pytest
 
 from tuner.trials.hazards import DIVERGENCE, INTEGER_CAST, OVERFLOW, POLICY_FAILURE, UNDERFLOW
 
-pytestmark = pytest.mark.slow
+#: One xdist worker runs the module (``--dist loadgroup``): its module-scoped fixture is made
+#: once, not once in each worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("probe_backends")]
 
 SCRIPT = Path(__file__).with_name("probe_cases.py")
 

@@ -65,18 +65,24 @@ def _trial(model: str, backend: str, remat: bool) -> TrialResult:
 def test_a_rematerialised_trial_builds_under_the_scope_and_trains_alike(
     backend: str, tmp_path: Path
 ) -> None:
+    """On every backend the model is built under the scope of that backend's mode (TensorFlow's
+    differs). The rest is mptune's one code path, checked once per mode: that a model built
+    without the scope is caught (JAX), and that recomputing changes the memory, not the
+    arithmetic (TensorFlow's "activations", JAX's "full"; PyTorch's "full" is JAX's). Each
+    backend ran all four trials before: 12 workers where 8 cover the same."""
     checked = tmp_path / "checked.py"
     checked.write_text(CHECKED)
     on = _trial(str(checked), backend, remat=True)
     assert on.status is TrialStatus.OK, on.error
     assert on.spec.setup.remat and "remat" in on.spec.setup.label
-    off = _trial(str(checked), backend, remat=False)
-    assert off.status is not TrialStatus.OK and "without rematerialisation" in str(off.error)
-    # Recomputing the activations changes the memory, not the arithmetic.
-    tiny = "builtin:mlp:features=16,width=32,depth=1"
-    plain, remat = _trial(tiny, backend, remat=False), _trial(tiny, backend, remat=True)
-    assert plain.ok and remat.ok, (plain.error, remat.error)
-    assert remat.losses == pytest.approx(plain.losses, rel=1e-4)
+    if backend == "jax":
+        off = _trial(str(checked), backend, remat=False)
+        assert off.status is not TrialStatus.OK and "without rematerialisation" in str(off.error)
+    if backend in ("tensorflow", "jax"):
+        tiny = "builtin:mlp:features=16,width=32,depth=1"
+        plain, remat = _trial(tiny, backend, remat=False), _trial(tiny, backend, remat=True)
+        assert plain.ok and remat.ok, (plain.error, remat.error)
+        assert remat.losses == pytest.approx(plain.losses, rel=1e-4)
 
 
 @dataclasses.dataclass
