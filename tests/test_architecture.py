@@ -488,3 +488,17 @@ def test_no_engine_text_words_a_flag(tmp_path: Path) -> None:
         '    return f"raise --timeout to {n}" + "--xla"\n'
     )
     assert _flags_written(tmp_path / "pkg", flags) == ["pkg/a.py:5 --timeout", "pkg/a.py:5 --xla"]
+
+
+def test_the_mechanism_table_names_every_real_worker_test() -> None:
+    """tests/README.md's table of real-worker mechanisms (tests/mechanisms.py writes it) names
+    every ``slow`` test, and no test that is gone: a mechanism is not lost on the way down."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import mechanisms
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    tests, listed = set(mechanisms.slow_tests()), mechanisms.listed()
+    assert len(tests) > 100
+    assert not tests - listed, f"not in tests/README.md's table: {sorted(tests - listed)}"
+    assert not listed - tests, f"gone, still in tests/README.md's table: {sorted(listed - tests)}"
