@@ -431,20 +431,23 @@ def test_on_the_cpu_the_prior_is_the_cpus() -> None:
     assert hardware_prior(profile, "cpu") == hardware_prior(cpu_only) != hardware_prior(profile)
 
 
+def stored(profile: HardwareProfile) -> HardwareProfile:
+    """The profile as a search stored it and its recommendation reads it back."""
+    return HardwareProfile.from_dict(profile.to_dict())
+
+
 def test_a_trial_on_the_cpu_while_a_gpu_was_asked_for_is_proof() -> None:
     """The worker's own report: it trained on the CPU although the search asked for the GPU."""
-    ok = machine("hopper_9.0", TF_WITH_CUDA).to_dict()
+    ok = stored(machine("hopper_9.0", TF_WITH_CUDA))
     found = unused_in_search(ok, "tensorflow", "auto", "cpu")
     assert found is not None and found.evidence == TRIAL and found.fix is None
     assert found.reason == "its trials ran on the CPU although auto was asked for"
     assert unused_in_search(ok, "tensorflow", "auto", "gpu:0 (NVIDIA H100 80GB HBM3)") is None
     assert unused_in_search(ok, "tensorflow", "cpu", "cpu") is None  # the CPU, as chosen
-    plain = machine("hopper_9.0", PLAIN_TF).to_dict()
-    assert unused_in_search(plain, "tensorflow", "cpu", "cpu") == unused_gpu(
-        HardwareProfile.from_dict(plain), "tensorflow"
-    )
+    plain = stored(machine("hopper_9.0", PLAIN_TF))
+    assert unused_in_search(plain, "tensorflow", "cpu", "cpu") == unused_gpu(plain, "tensorflow")
     assert (
-        unused_in_search(machine("no_driver", PLAIN_TF).to_dict(), "tensorflow", "auto", "cpu")
+        unused_in_search(stored(machine("no_driver", PLAIN_TF)), "tensorflow", "auto", "cpu")
         is None
     )
     assert unused_in_search(None, "tensorflow", "auto", "cpu") is None

@@ -157,10 +157,10 @@ def test_an_exception_raised_in_the_engine_is_mptunes(tmp_path: Path) -> None:
         _raise_here()  # this file is not the engine
     except KeyError as exc:
         assert not raised_by_mptune(exc)
-    from tuner.worker import loading
+    from tuner.worker import loading, structure
 
     try:
-        loading.leading_dim(object.__new__(_Unsized))
+        structure.leading_dim(object.__new__(_Unsized))
     except TypeError as exc:
         assert not raised_by_mptune(exc)  # raised in this file's __getattr__
     try:

@@ -19,11 +19,13 @@ packages look right is never called unable, since a wrong refusal would stop a w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuner.hardware.profile import HardwareProfile, SoftwareInfo
 from tuner.policies import BACKENDS, JAX, TENSORFLOW, TORCH
 from tuner.setup import BACKEND_NAMES
+
+if TYPE_CHECKING:  # the profile is above: it asks this module for its findings
+    from tuner.hardware.profile import HardwareProfile, SoftwareInfo
 
 #: How each finding was known: from the installed packages, or from a trial that ran.
 STATIC = "packages"
@@ -202,7 +204,7 @@ def unused_gpu(profile: Any, backend: str) -> UnusedGpu | None:
     profile without software facts (a test's stand-in) has no finding."""
     gpus = tuple(getattr(profile, "gpus", ()) or ())
     software = getattr(profile, "software", None)
-    if not gpus or not isinstance(software, SoftwareInfo):
+    if software is None or not gpus or not hasattr(software, "tf_is_cuda_build"):
         return None
     problem = static_problem(software, backend, getattr(profile, "cuda_driver_version", None))
     if problem is None:
@@ -218,13 +220,13 @@ def unused_gpus(profile: HardwareProfile) -> tuple[UnusedGpu, ...]:
 
 
 def unused_in_search(
-    hardware: dict[str, Any] | None, backend: str, device: str, ran_on: str | None
+    profile: HardwareProfile | None, backend: str, device: str, ran_on: str | None
 ) -> UnusedGpu | None:
     """The finding for a search's recommendation: its trials ran on the CPU while NVML saw a
     GPU the backend could not use.
 
     Args:
-        hardware: the profile the search stored (``HardwareProfile.to_dict``).
+        profile: the profile the search stored (``HardwareProfile.from_dict`` of it).
         backend: the search's backend.
         device: the device the search asked for (``auto``, ``cpu``, ``gpu:N``).
         ran_on: where its trials ran, as the worker reported (``cpu``, ``gpu:0 (...)``).
@@ -235,9 +237,8 @@ def unused_in_search(
         proof with the reason unknown; ``None`` when the trials used a GPU, or the CPU was
         chosen while the backend could have used one.
     """
-    if not hardware or (ran_on is not None and ran_on != "cpu"):
+    if profile is None or (ran_on is not None and ran_on != "cpu"):
         return None
-    profile = HardwareProfile.from_dict(hardware)
     if not profile.gpus:
         return None
     found = unused_gpu(profile, backend)

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner.hardware.capability import CapabilityUnits
+from tuner.hardware.gpu_use import UnusedGpu, unused_gpu, unused_gpus
 from tuner.policies import JAX, TENSORFLOW, TORCH
 from tuner.setup import BACKEND_NAMES
-
-if TYPE_CHECKING:
-    from tuner.hardware.gpu_use import UnusedGpu
 
 #: The version of :meth:`HardwareProfile.to_dict`'s layout.
 SCHEMA = 1
@@ -300,8 +298,6 @@ class HardwareProfile:
         hardware's verdict alone."""
         if self.gpus:
             verdict = self._gpu_verdict(self.gpus[0])
-            from tuner.hardware.gpu_use import unused_gpu
-
             unused = unused_gpu(self, backend) if backend else None
             if unused is None:
                 return verdict
@@ -324,8 +320,6 @@ class HardwareProfile:
     def unused_gpus(self) -> tuple[UnusedGpu, ...]:
         """For each installed backend that cannot use the GPUs NVML sees, why and the fix
         (:mod:`tuner.hardware.gpu_use`); empty when every one can, or there is no GPU."""
-        from tuner.hardware.gpu_use import unused_gpus
-
         return unused_gpus(self)
 
     @staticmethod

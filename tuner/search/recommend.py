@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tuner.hardware.gpu_use import unused_in_search
+from tuner.hardware.gpu_use import UnusedGpu, unused_in_search
+from tuner.hardware.profile import HardwareProfile
 from tuner.policies import FLOAT32, POLICIES
 from tuner.said import setting
 from tuner.search.measures import (
@@ -101,7 +102,7 @@ def recommend(
         not_tried=tuple(_not_tried(outcome, space)),
         notes=tuple(notes),
         device=first.device,
-        unused_gpu=unused_in_search(hardware, settings.backend, settings.device, first.device),
+        unused_gpu=_unused_gpu(hardware, settings, first.device),
         versions=dict(first.versions),
         ties=tuple(Alternative.of(c, f32_best) for c in ties),
         busy=busy_note,
@@ -122,6 +123,14 @@ def recommend(
         **_fed(chosen),
         **_as_the_script_runs(chosen),
     )
+
+
+def _unused_gpu(
+    hardware: dict[str, Any] | None, settings: SearchSettings, ran_on: str | None
+) -> UnusedGpu | None:
+    """The GPU the search's trials left unused, read from the profile it stored."""
+    profile = HardwareProfile.from_dict(hardware) if hardware else None
+    return unused_in_search(profile, settings.backend, settings.device, ran_on)
 
 
 def _as_the_script_runs(chosen: Candidate) -> dict[str, Any]:

@@ -136,13 +136,13 @@ def trains_words(model: Any, setup: Any, held: list[Any]) -> str:
 def _samples_per_epoch(call: Any, batch_size: int) -> int | None:
     """How many samples one epoch of the script's fit trains on at ``batch_size``: its arrays
     less its validation split, or its steps per epoch times the batch."""
-    from tuner.worker import loading, script
+    from tuner.worker import script, structure
 
     steps = call.arguments.get("steps_per_epoch")
-    if loading.input_kind(call.x) == "arrays":
+    if structure.input_kind(call.x) == "arrays":
         import keras
 
-        samples = loading.leading_dim(keras.tree.flatten(call.x)[0]) or 0
+        samples = structure.leading_dim(keras.tree.flatten(call.x)[0]) or 0
         split = float(call.arguments.get("validation_split") or 0.0)
         samples = int(samples * (1.0 - split))
         return min(samples, int(steps) * batch_size) if steps else samples

@@ -46,7 +46,7 @@ from tuner.trials.spec import (  # how fit's loop is timed, read by the pricing 
     MIN_EXECUTIONS,
     WARM_EXECUTIONS,
 )
-from tuner.worker import loading
+from tuner.worker import loading, structure
 from tuner.worker.usercode import UserCodeError, call_user, first_line
 
 #: Fit's loop gives up (the input is not timed) when its warm executions take longer than this
@@ -102,7 +102,7 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
     if make is not None:
         what = loaded.input_words.format(batch=batch_size)
         data = call_user(lambda: make(batch_size), what, source.path, source.spec)
-        kind = loading.input_kind(data)
+        kind = structure.input_kind(data)
         if kind == "tf_data":
             return Feed(data, None, kind, f"{what}, a tf.data.Dataset, as fit iterates it")
         if kind == "py_dataset":

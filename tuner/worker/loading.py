@@ -15,6 +15,7 @@ import keras
 import numpy as np
 
 from tuner.trials.models import ModelSource
+from tuner.worker.structure import input_kind, leading_dim
 from tuner.worker.usercode import UserCodeError, call_user, first_line
 
 #: The name the user's model file is imported under.
@@ -325,28 +326,6 @@ def _first_batches(
     return batches
 
 
-def input_kind(data: Any) -> str:
-    """What the user's ``make_dataset`` returned, as ``fit`` takes it: ``tf_data``,
-    ``py_dataset`` (a ``keras.utils.PyDataset``), ``generator`` (an iterator of batches) or
-    ``arrays`` (a tuple ``(x, y)``, checked where it is read)."""
-    if _is_tf_dataset(data):
-        return "tf_data"
-    if isinstance(data, keras.utils.PyDataset):
-        return "py_dataset"
-    if isinstance(data, Iterator):
-        return "generator"
-    return "arrays"
-
-
-def _is_tf_dataset(data: Any) -> bool:
-    """A ``tf.data.Dataset``, told without importing TensorFlow (under JAX or PyTorch it is
-    imported only by the user's own code)."""
-    return any(
-        cls.__name__ == "DatasetV2" and cls.__module__.startswith("tensorflow")
-        for cls in type(data).__mro__
-    )
-
-
 def _as_batch(element: Any, what: str) -> Batch:
     if isinstance(element, (tuple, list)) and len(element) >= 2:
         return element[0], element[1]
@@ -360,16 +339,6 @@ def _check_batch_size(batch: Batch, batch_size: int, what: str) -> None:
             f"{what} yields batches of {n} samples, not {batch_size}: "
             "batch the dataset with the batch_size argument"
         )
-
-
-def leading_dim(value: Any) -> int | None:
-    """The sample count of an array or of any structure of them (dicts, nested tuples and
-    lists, as ``fit`` takes): its first array's leading dimension."""
-    for leaf in keras.tree.flatten(value):
-        shape = getattr(leaf, "shape", None)
-        if shape is not None and len(shape):
-            return int(shape[0]) if shape[0] is not None else None
-    return None
 
 
 def _slice(value: Any, start: int, size: int) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 import keras
 
 from tuner.trials.models import ModelSource
-from tuner.worker.loading import input_kind, leading_dim
+from tuner.worker.structure import input_kind, leading_dim
 from tuner.worker.usercode import UserCodeError, call_user
 
 
