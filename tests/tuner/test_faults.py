@@ -562,6 +562,24 @@ def test_resume_uses_the_sessions_model_space_and_budget(tmp_path: Path) -> None
     assert {t.result.spec.model for t in view.trials} == {"builtin:mlp"}
 
 
+def test_a_trial_stopped_while_it_ran_is_run_again_on_resume(tmp_path: Path) -> None:
+    """A trial the search was stopped in (Ctrl-C, a kill) measured nothing: it does not count
+    against the trial budget, so a search stopped in its last trial resumes to run it (it
+    resumed to no trial at all)."""
+    run_scripted(Machine(speed=SPEEDS), tmp_path, "r", settings=SearchSettings(max_trials=2))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    session = TuningSession.create("r", url, {})
+    stopped = session.start_trial(TrialSpec.create("builtin:mlp", "float32", 512), "ladder")
+    session.abandon_trial(stopped, "stopped by the user")
+    again = Machine(speed=SPEEDS)
+    result = run_scripted(
+        again, tmp_path, "r", model=None, settings=SearchSettings(max_trials=3), resume=True
+    )
+    assert len(again.calls) == 1 and result.recalled == 2
+    trials = TuningSession.load("r", url).trials()
+    assert [t.result is None for t in trials] == [False, False, True, False]
+
+
 def test_resume_with_a_bigger_budget_continues_the_same_model(tmp_path: Path) -> None:
     run_scripted(Machine(speed=SPEEDS), tmp_path, "r")
     more = Machine(speed=SPEEDS)

@@ -182,8 +182,10 @@ class Evaluator:
             # A trial that failed in the user's own code (raised, or hung or exited while the
             # model was built) is run again, neither recalled nor counted against the trial
             # budget: the model file may have been fixed since (that is how a search that ended
-            # in the model's own error goes on).
-            if stored.result is not None and stored.result.model_failed:
+            # in the model's own error goes on). So is one that never finished (the search was
+            # stopped or killed while it ran): it measured nothing, and a search stopped in its
+            # last trial would otherwise resume to no trial at all.
+            if stored.result is None or stored.result.model_failed:
                 continue
             self.closed_trials += 1
             if stored.result is not None:
