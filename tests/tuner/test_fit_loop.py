@@ -43,6 +43,7 @@ def test_the_clock_leaves_fits_dispatch_as_it_was() -> None:
         assert not keras.callbacks.CallbackList([Hooked()])._async_train
 
 
+@pytest.mark.serial("a 0.3 s window: which epoch ends fall in it moves with the machine's load")
 @pytest.mark.parametrize("steps_per_execution", [1, 2])
 def test_fit_rate_times_whole_epochs_where_they_are_short(steps_per_execution: int) -> None:
     """Epochs of 12 batches, far shorter than the window: it runs from an epoch's end to
