@@ -496,6 +496,25 @@ def test_a_lease_of_a_dead_or_silent_holder_is_taken_over(tmp_path: Path) -> Non
     assert third.held
 
 
+def test_a_lease_released_while_it_is_read_has_no_holder(tmp_path: Path) -> None:
+    """A fleet worker asks whether the search still runs at the moment the search ends and
+    deletes its lease: between reading the lease's id and its attributes (seen in CI as a
+    worker thread dying of optuna's 'Record does not exist')."""
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    holder, reader = Lease(storage, "s"), Lease(storage, "s")
+    holder.acquire()
+    read_id = storage.get_study_id_from_name
+
+    def released_after_the_id_is_read(name: str) -> int:
+        study_id = read_id(name)
+        holder.release()
+        return study_id
+
+    storage.get_study_id_from_name = released_after_the_id_is_read  # type: ignore[method-assign]
+    assert not reader.searching()
+    assert not holder.held
+
+
 def test_lease_studies_are_not_sessions(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})

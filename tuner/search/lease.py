@@ -107,9 +107,10 @@ class Lease:
     def _holder(self) -> dict[str, Any] | None:
         try:
             study_id = self.storage.get_study_id_from_name(self.name)
+            # The holder may release it between these two reads: no holder either way.
+            attrs = dict(self.storage.get_study_user_attrs(study_id))
         except KeyError:
             return None  # released between our attempt and this read
-        attrs = dict(self.storage.get_study_user_attrs(study_id))
         attrs["_study_id"] = study_id
         return attrs
 
