@@ -117,6 +117,51 @@ def test_the_clock_counts_each_epochs_start_as_fit_does() -> None:
     assert fed["seconds"] > 0
 
 
+class _Ticks:
+    """``time.perf_counter`` for :class:`feeding.FitClock`: a tenth of a second a reading, so
+    that epochs of as many callbacks take as long (no epoch is taken for the input settling)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 0.1
+        return self.now
+
+
+def test_a_fit_stopped_within_an_epoch_is_timed_over_its_whole_epochs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fit stopped part way into an epoch after whole ones were timed (its bound foreseen,
+    under load): the window is the whole epochs, not them and a part of the next without its
+    start (seen: 10 executions for 2 epochs of 4)."""
+    import types
+
+    monkeypatch.setattr(feeding, "time", _Ticks())
+    clock = feeding.FitClock(seconds=100.0, warm=2)
+    model = types.SimpleNamespace(stop_training=False)
+    clock.set_model(model)
+    clock.on_train_begin()
+
+    def epoch(batches: int) -> None:
+        for i in range(batches):
+            clock.on_train_batch_begin(i)
+            clock.on_train_batch_end(i)
+
+    for n in range(3):  # the warm executions' epoch, then two timed
+        epoch(4)
+        clock.on_epoch_end(n)
+    assert clock.epochs == 2 and not model.stop_training
+    epoch(2)
+    model.stop_training = True  # as the clock does when the next execution would end too late
+    clock.on_epoch_end(3)
+    clock.on_train_end()
+    executions, seconds, left_out = clock.window(feeding.time.perf_counter())
+    assert (executions, left_out) == (8, 0)
+    first_end, last_end = clock.epoch_start, clock._ends[-1][0]
+    assert first_end is not None and seconds == pytest.approx(last_end - first_end)
+
+
 class _SlowEpochs(keras.utils.PyDataset):  # type: ignore[misc]
     """Four batches an epoch; the epochs named in ``slow`` (counted from 1 over fit's calls
     together) begin with ``pause`` seconds of the input's own work (a pipeline settling, or a

@@ -201,12 +201,19 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
 
     def window(self, end: float) -> tuple[int, float, int]:
         """Executions timed, the seconds they took, and those left out at the start of an
-        epoch, for fit having returned at ``end``. Within an epoch, the window leaves out the
-        executions that ended in its first :data:`STEADY_FROM` (where at least ``least``
-        remain): an epoch's start (an array adapter's shuffle, a pipeline filling) is paid once
-        an epoch, and a window inside one epoch would count it whole."""
+        epoch, for fit having returned at ``end``. Over whole epochs, from the end of the first
+        to the end of the last (whatever fit ran after it is not counted). Within an epoch,
+        the window leaves out the executions that ended in its first :data:`STEADY_FROM`
+        (where at least ``least`` remain): an epoch's start (an array adapter's shuffle, a
+        pipeline filling) is paid once an epoch, and a window inside one epoch would count it
+        whole."""
         if self.epoch_start is not None and self.epochs:
-            return self.begun - self.begun_at_epoch_start, end - self.epoch_start, 0
+            # Whole epochs, to the last one's end: fit stopped within the epoch after it (its
+            # bound foreseen: LONGEST, ``until``) counts none of that epoch's executions, which
+            # would be a part of an epoch without its start (seen under load: 10 executions
+            # for 2 epochs of 4).
+            last_end, begun = self._ends[-1]
+            return begun - self.begun_at_epoch_start, last_end - self.epoch_start, 0
         assert self.start is not None
         timed = self.begun - self.warm
         steady = self.start + STEADY_FROM * (end - self.start)
