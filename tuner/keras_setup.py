@@ -28,7 +28,7 @@ from typing import Any
 
 import keras
 
-from tuner.setup import LossScale, Policy, Setup
+from tuner.setup import LossScale, Policy, Setup, compile_arguments, optimizer_arguments
 
 
 def apply_policy(policy: Policy | Setup) -> None:
@@ -141,12 +141,15 @@ def wrap_optimizer(optimizer: Any, loss_scale: LossScale | Setup) -> Any:
     if isinstance(loss_scale, Setup):
         setup = loss_scale
         loss_scale = setup.loss_scale
-        # The setup decides: an optimizer that already accumulates is set to what was measured.
-        wanted = (
-            setup.gradient_accumulation_steps if setup.gradient_accumulation_steps > 1 else None
-        )
-        if (getattr(optimizer, "gradient_accumulation_steps", None) or None) != wanted:
-            optimizer = _with_config(optimizer, gradient_accumulation_steps=wanted)
+        # The setup decides (each knob's optimizer_argument): an optimizer that already
+        # accumulates is set to what was measured.
+        changes = {
+            key: wanted
+            for key, wanted in optimizer_arguments(setup).items()
+            if (getattr(optimizer, key, None) or None) != wanted
+        }
+        if changes:
+            optimizer = _with_config(optimizer, **changes)
     if loss_scale.kind == "dynamic":
         return keras.optimizers.LossScaleOptimizer(
             optimizer,
@@ -178,9 +181,7 @@ def compile_kwargs(loss_scale: LossScale | Setup) -> dict[str, Any]:
     assert isinstance(scale, LossScale)
     kwargs: dict[str, Any] = {} if scale.kind == "dynamic" else {"auto_scale_loss": False}
     if setup is not None:
-        # JAX: always compiled (a JAX setup's xla is False and means Keras' own jit).
-        kwargs["jit_compile"] = True if setup.backend == "jax" else setup.xla
-        kwargs["steps_per_execution"] = setup.steps_per_execution
+        kwargs.update(compile_arguments(setup))  # each knob's compile_argument
     return kwargs
 
 

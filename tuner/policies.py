@@ -20,3 +20,8 @@ TORCH = "torch"
 BACKENDS: tuple[str, ...] = (TENSORFLOW, JAX, TORCH)
 #: The Python package (import name) each backend needs beside Keras.
 BACKEND_PACKAGES: dict[str, str] = {TENSORFLOW: "tensorflow", JAX: "jax", TORCH: "torch"}
+
+#: The precision of float32 storage with TensorFloat-32 matmuls
+#: (:attr:`tuner.setup.Setup.precision`): tried as a variant of float32 on NVIDIA GPUs of
+#: compute capability 8.0 and later, nowhere else.
+TF32 = "float32+tf32"

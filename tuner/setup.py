@@ -7,19 +7,39 @@ storage, so every class here is a frozen, hashable value with one written form a
 ``to_dict``/``from_dict`` round trip. Nothing here imports Keras: :mod:`tuner.keras_setup` is the
 one place a setup meets Keras.
 
-Adding a knob is: a field on :class:`Setup` with a default (so stored setups without it still
-load, and a setup at the default writes nothing new), its application in
-:mod:`tuner.keras_setup`, a search stage and a command-line flag. See docs/architecture.md.
+Adding a knob is one row of :data:`KNOBS` (its default, so that stored setups without it still
+load and a setup at the default writes nothing new; what Keras is told; whether it groups the
+losses; what the neighbourhood tries; how its evidence reads): the setup, the flag, the search's
+stages, the guard, the evidence, the export and the window derive their parts from the row. A
+knob Keras takes outside ``compile()`` and the optimizer (TF32, rematerialisation) also has its
+application in :mod:`tuner.keras_setup`. See docs/architecture.md, "Adding a knob".
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from tuner.knobs import (
+    FIXED_SCALE_RANK,
+    KNOB_BY_NAME,
+    KNOB_DEFAULTS,
+    KNOB_NAMES,
+    KNOBS,
+    MAX_ACCUMULATION_STEPS,
+    MAX_STEPS_PER_EXECUTION,
+    SPE_LADDER,
+    Around,
+    Decided,
+    Knob,
+    Searching,
+    compile_arguments,
+    losses_grouped,
+    optimizer_arguments,
+    same_memory,
+)
 from tuner.policies import (
     BACKENDS,
     FLOAT32,
@@ -28,6 +48,7 @@ from tuner.policies import (
     MIXED_FLOAT16,
     POLICIES,
     TENSORFLOW,
+    TF32,
     TORCH,
 )
 
@@ -42,12 +63,6 @@ MAX_BATCH_SIZE = 1 << 24
 #: maximum is about 3.4e38); a larger one would be infinite inside the optimizer.
 MAX_LOSS_SCALE = 2.0**127
 MAX_GROWTH_STEPS = 10**9
-#: The most steps one ``train_function`` call may run (Keras' ``steps_per_execution``): past a
-#: few dozen the host overhead it hides is gone; the bound catches a typo.
-MAX_STEPS_PER_EXECUTION = 1024
-#: The most micro-batches one optimizer update may average (``gradient_accumulation_steps``).
-MAX_ACCUMULATION_STEPS = 1024
-
 LossScaleKind = Literal["none", "dynamic", "fixed"]
 
 
@@ -215,12 +230,7 @@ class LossScale:
         return "none"
 
 
-#: The precision of float32 storage with TensorFloat-32 matmuls (:attr:`Setup.precision`): tried
-#: as a variant of float32 on NVIDIA GPUs of compute capability 8.0 and later, nowhere else.
-TF32 = "float32+tf32"
-
-
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, eq=False, repr=False)
 class Setup:
     """One setup mptune can measure, recommend and export.
 
@@ -309,6 +319,23 @@ class Setup:
         ):
             object.__setattr__(self, name, value)
 
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _FIELD_ORDER)
+
+    # Equality, hash and repr over every knob of :data:`KNOBS` (not the annotations above,
+    # which are for the type checker): a knob's row is the whole of its declaration.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Setup):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELD_ORDER)
+        return f"Setup({values})"
+
     @property
     def precision(self) -> str:
         """What the layers compute in, as reported: the policy's name, or ``float32+tf32``."""
@@ -387,17 +414,18 @@ class Setup:
 
     def replace(self, **changes: Any) -> Setup:
         """A copy with ``changes`` (strings parsed as in the constructor). A new policy brings
-        its own default loss scale, and drops TF32 unless it is float32."""
+        its own default loss scale, and a knob the new policy refuses (TF32 but on float32)
+        goes back to its default."""
         values: dict[str, Any] = {f: getattr(self, f) for f in _FIELD_ORDER}
         values.update(changes)
         if "policy" in changes and "loss_scale" not in changes:
             values["loss_scale"] = None  # the new policy's default
-        if (
-            "policy" in changes
-            and "tf32" not in changes
-            and Policy.parse(values["policy"]) != FLOAT32
-        ):
-            values["tf32"] = False
+        if "policy" in changes:
+            policy = Policy.parse(values["policy"])
+            for knob in KNOBS:
+                refuses = knob.refuses if knob.name not in changes else None
+                if refuses is not None and refuses(values[knob.name], policy, values["backend"]):
+                    values[knob.name] = knob.default
         return Setup(**values)
 
     def to_dict(self, explicit: bool = False) -> dict[str, Any]:
@@ -442,232 +470,6 @@ class Setup:
         return cls(data["policy"], data["batch_size"], scale, **knobs)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Knob:
-    """An execution knob of a :class:`Setup`, declared once in :data:`KNOBS`. Derived from its
-    row: the setup's constructor argument and its validation, its place in
-    :meth:`Setup.simplicity`, its label and words, the fields a stored setup may omit, the
-    ``mptune trial`` flag, what a warm worker may change, the export's template context (and
-    whether Keras 2 can take it), the search stage's stored name and what the search counts as
-    exploring, the recommendation's evidence row and the window's phrases (docs/architecture.md,
-    "Adding a knob"; tests/tuner/test_knob_registry.py checks every derived place).
-
-    Attributes:
-        name: the :class:`Setup` field (and the constructor's keyword).
-        default: its value in a setup that does not set it (and in setups stored before it).
-        kind: ``bool`` or ``int`` (a whole number from 1 to ``most``).
-        most: an ``int`` knob's largest value (a bound that catches a typo).
-        what: the value in words, for a message that refuses one (``steps per execution``).
-        rank: its place in :meth:`Setup.simplicity` (lower weighs first); the loss scale's
-            fixed kind is :data:`FIXED_SCALE_RANK`.
-        refuses: why a value cannot go with a policy and a backend (None where it can).
-        on_backend: the value a backend turns it into (JAX always compiles: ``xla`` False).
-        label: its name for people: the row of the recommendation's evidence.
-        evidence: the key of that row (``KnobEvidence.knob``).
-        warm: a warm worker runs a trial with another value (``compile()`` sets it) without
-            building the model again; TF32, a process-wide setting, is not.
-        option: the word of its ``mptune trial`` flag (the CLI puts ``--`` before it); ``help``
-            its help.
-        stage: the stored name of the search stage that tries it on each precision's pick
-            (its function is in :data:`tuner.search.stages.knobs.TRIES`); None where another
-            stage decides it (TF32: the policies; accumulation: the ladder).
-        keras2: the export can write it for ``tf_keras`` (Keras 2) too.
-        fits: it changes which batch sizes fit in memory (a batch size that ran out of memory
-            without it may fit with it), so the search holds a batch size that did not fit
-            against setups with the same value only.
-        short: its word in a setup's label (``spe8``), None at the default.
-        say: its words for people (``8 steps per execution``), None at the default or where
-            the precision says it already (TF32).
-        aliases: words that, found in a line of text, show it names the knob already.
-        phrase: what the window adds to a line that does not name it; ``say`` where None.
-        setting: its value in a few words, for the evidence (``on``, ``8``).
-    """
-
-    name: str
-    default: Any
-    kind: type
-    rank: int
-    label: str
-    evidence: str
-    warm: bool
-    option: str
-    help: str
-    short: Callable[[Setup], str | None]
-    say: Callable[[Setup], str | None]
-    aliases: Callable[[Setup], tuple[str, ...]]
-    setting: Callable[[Setup], str]
-    most: int = 1
-    what: str = ""
-    refuses: Callable[[Any, Policy, str], str | None] | None = None
-    on_backend: Callable[[Any, str], Any] | None = None
-    stage: str | None = None
-    keras2: bool = True
-    fits: bool = False
-    phrase: Callable[[Setup], str | None] | None = None
-
-    def phrase_of(self, setup: Setup) -> str | None:
-        return (self.phrase or self.say)(setup)
-
-    def example(self) -> Any:
-        """A value away from the default, to show or test the knob with: the other one of a
-        ``bool``, 4 (or ``most``) of an ``int``."""
-        return (not self.default) if self.kind is bool else min(4, self.most)
-
-    def parse(self, value: Any) -> Any:
-        """``value`` checked against the knob's kind.
-
-        Raises:
-            ValueError: naming the knob and what it takes.
-        """
-        if self.kind is bool:
-            if not isinstance(value, bool):
-                raise ValueError(f"{self.name} must be true or false, not {value!r}")
-            return value
-        _whole(value, self.what or self.name, self.most)
-        return value
-
-
-def _on(value: bool) -> str:
-    return "on" if value else "off"
-
-
-#: The fixed loss scale's place among the knobs' ranks in :meth:`Setup.simplicity`.
-FIXED_SCALE_RANK = 20
-
-#: The execution knobs, in the order a setup's words and label list them.
-KNOBS: tuple[Knob, ...] = (
-    Knob(
-        name="xla",
-        default=False,
-        kind=bool,
-        rank=30,
-        label="XLA",
-        evidence="xla",
-        warm=True,
-        option="xla",
-        help="compile the training step with XLA (jit_compile=True); on torch this is "
-        "torch.compile, and jax always compiles with XLA",
-        stage="xla",
-        on_backend=lambda value, backend: False if backend == JAX else value,
-        short=lambda s: "xla" if s.xla else None,
-        say=lambda s: ("torch.compile" if s.backend == TORCH else "XLA") if s.xla else None,
-        aliases=lambda s: ("xla", "torch.compile"),
-        setting=lambda s: _on(s.xla),
-    ),
-    Knob(
-        name="steps_per_execution",
-        default=1,
-        kind=int,
-        most=MAX_STEPS_PER_EXECUTION,
-        what="steps per execution",
-        rank=40,
-        label="Steps per execution",
-        evidence="steps_per_execution",
-        warm=True,
-        option="steps-per-execution",
-        help="training steps per train_function call (default 1; torch runs 1 only)",
-        stage="steps-per-execution",
-        refuses=lambda value, policy, backend: (
-            "steps per execution must be 1 on the torch backend (Keras runs one step per "
-            f"call there), not {value}"
-            if backend == TORCH and value != 1
-            else None
-        ),
-        short=lambda s: f"spe{s.steps_per_execution}" if s.steps_per_execution > 1 else None,
-        say=lambda s: (
-            f"{s.steps_per_execution} steps per execution" if s.steps_per_execution > 1 else None
-        ),
-        aliases=lambda s: (
-            "steps per execution",
-            "steps_per_execution",
-            f"spe{s.steps_per_execution}",
-        ),
-        setting=lambda s: str(s.steps_per_execution),
-    ),
-    Knob(
-        name="tf32",
-        default=False,
-        kind=bool,
-        rank=10,
-        label="TF32",
-        evidence="tf32",
-        warm=False,
-        option="tf32",
-        help="float32 with TF32 matmuls (float32 only; NVIDIA compute capability 8.0+)",
-        refuses=lambda value, policy, backend: (
-            f"TF32 is a variant of float32; {policy.name} already computes in "
-            f"{policy.compute_dtype}"
-            if value and policy.name != FLOAT32
-            else None
-        ),
-        short=lambda s: None,  # the precision says it: float32+tf32
-        say=lambda s: None,
-        aliases=lambda s: ("tf32",),
-        setting=lambda s: _on(s.tf32),
-        phrase=lambda s: "TF32 matmuls" if s.tf32 else None,
-    ),
-    Knob(
-        name="gradient_accumulation_steps",
-        default=1,
-        kind=int,
-        most=MAX_ACCUMULATION_STEPS,
-        what="gradient accumulation steps",
-        rank=50,
-        label="Global batch",
-        evidence="global_batch",
-        warm=True,
-        option="accumulate",
-        help="gradient accumulation steps: each update sees N x the batch size samples (default 1)",
-        keras2=False,
-        short=lambda s: (
-            f"acc{s.gradient_accumulation_steps}" if s.gradient_accumulation_steps > 1 else None
-        ),
-        say=lambda s: (
-            f"{s.gradient_accumulation_steps} accumulation steps (global batch {s.global_batch})"
-            if s.gradient_accumulation_steps > 1
-            else None
-        ),
-        aliases=lambda s: ("accumulat", f"acc{s.gradient_accumulation_steps}"),
-        setting=lambda s: str(s.global_batch),
-    ),
-    Knob(
-        name="remat",
-        default=False,
-        kind=bool,
-        rank=60,
-        label="Rematerialisation",
-        evidence="remat",
-        warm=False,  # the layers take it when they are built
-        option="remat",
-        help="rematerialise: recompute each layer's activations in the backward pass "
-        "(keras.RematScope), less memory for more compute",
-        stage="remat",
-        keras2=False,
-        fits=True,
-        short=lambda s: "remat" if s.remat else None,
-        say=lambda s: "rematerialisation" if s.remat else None,
-        aliases=lambda s: ("remat",),
-        setting=lambda s: _on(s.remat),
-    ),
-)
-
-
-def same_memory(a: Setup, b: Setup) -> bool:
-    """Whether ``a`` and ``b`` hold the same memory per sample at a batch size as far as the
-    knobs go: the same value of every knob that changes what fits (:attr:`Knob.fits`)."""
-    return all(getattr(a, k.name) == getattr(b, k.name) for k in KNOBS if k.fits)
-
-
-#: The execution knobs' field names.
-KNOB_NAMES: frozenset[str] = frozenset(knob.name for knob in KNOBS)
-#: The execution knobs by their field names.
-KNOB_BY_NAME: dict[str, Knob] = {knob.name: knob for knob in KNOBS}
-#: The execution knobs and the backend with their defaults (what a setup stored before them
-#: meant).
-KNOB_DEFAULTS: dict[str, Any] = {knob.name: knob.default for knob in KNOBS} | {
-    "backend": TENSORFLOW
-}
-
 #: The backends' names for people.
 BACKEND_NAMES: dict[str, str] = {TENSORFLOW: "TensorFlow", JAX: "JAX", TORCH: "PyTorch"}
 _FIELD_ORDER = ("policy", "batch_size", "loss_scale", *KNOB_DEFAULTS)
@@ -679,11 +481,6 @@ SETUP_FIELDS = frozenset(_FIELD_ORDER)
 def _num(value: float | None) -> str:
     assert value is not None
     return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _whole(value: Any, what: str, most: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ValueError(f"{what} must be a whole number from 1 to {most}, not {value!r}")
 
 
 def _positive_float(text: str, what: str) -> float:
@@ -704,3 +501,35 @@ def _positive_int(text: str, what: str) -> int:
     if value < 1:
         raise ValueError(f"{what} must be at least 1, not {value}")
     return value
+
+
+#: Re-exported: the knobs are declared in :mod:`tuner.knobs`, and read with the setup.
+__all__ = [
+    "BACKEND_NAMES",
+    "DEFAULT_GROWTH_STEPS",
+    "DEFAULT_INITIAL_SCALE",
+    "FIXED_SCALE_RANK",
+    "KNOBS",
+    "KNOB_BY_NAME",
+    "KNOB_DEFAULTS",
+    "KNOB_NAMES",
+    "MAX_ACCUMULATION_STEPS",
+    "MAX_BATCH_SIZE",
+    "MAX_GROWTH_STEPS",
+    "MAX_LOSS_SCALE",
+    "MAX_STEPS_PER_EXECUTION",
+    "SETUP_FIELDS",
+    "SPE_LADDER",
+    "TF32",
+    "Around",
+    "Decided",
+    "Knob",
+    "LossScale",
+    "Policy",
+    "Searching",
+    "Setup",
+    "compile_arguments",
+    "losses_grouped",
+    "optimizer_arguments",
+    "same_memory",
+]

@@ -16,9 +16,9 @@ from tuner.search.recommend import Recommendation, evidence_rows
 from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS
+from tuner.search.stages.context import SPE_STEP_MS
 from tuner.search.tune import tune
-from tuner.setup import Setup
+from tuner.setup import SPE_LADDER, Setup
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
 

@@ -68,7 +68,7 @@ class AppliedConfig:
 
     def __getattr__(self, name: str) -> Any:
         """Each execution knob of the setup by its name (``xla``, ``steps_per_execution``,
-        ``tf32``, ``gradient_accumulation_steps``: :data:`tuner.setup.KNOBS`)."""
+        ``tf32``, ``gradient_accumulation_steps``: :data:`tuner.knobs.KNOBS`)."""
         if name in KNOB_NAMES:
             return getattr(self.setup, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -22,10 +22,10 @@ import jinja2
 
 from tuner import __version__
 from tuner.export.config import ConfigError, TunedConfig
-from tuner.policies import JAX, TENSORFLOW
+from tuner.policies import TENSORFLOW
 from tuner.resources import templates_dir
 from tuner.said import setting
-from tuner.setup import BACKEND_NAMES, KNOBS
+from tuner.setup import BACKEND_NAMES, KNOBS, compile_arguments, optimizer_arguments
 from tuner.trials.models import ScriptCommand, parse_model_spec
 
 FORMATS = ("json", "snippet", "script")
@@ -197,6 +197,7 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     if evidence.loss_gap is not None:
         summary.append(f"loss gap {evidence.loss_gap:.2%} to float32")
     source_kind, builtin_name, builtin_params = _model_kind(config.model)
+    compiled = compile_arguments(setup)
     return {
         "config": config,
         "policy": setup.policy.name,
@@ -211,7 +212,17 @@ def _context(config: TunedConfig) -> dict[str, Any]:
         "backend": setup.backend,
         "backend_name": BACKEND_NAMES[setup.backend],
         **{knob.name: getattr(setup, knob.name) for knob in KNOBS},
-        "jit_compile": True if setup.backend == JAX else setup.xla,
+        # What compile() and the optimizer are told, as the knobs' rows say (keras_setup
+        # passes the same): the templates word the knobs they know, and set any other.
+        "jit_compile": compiled["jit_compile"],
+        "other_compile_arguments": {
+            k: v for k, v in compiled.items() if k not in ("jit_compile", "steps_per_execution")
+        },
+        "other_optimizer_arguments": {
+            k: v
+            for k, v in optimizer_arguments(setup).items()
+            if k != "gradient_accumulation_steps" and v is not None
+        },
         "global_batch": setup.global_batch,
         "setup_comments": comment_lines(f"Setup: {setup.in_words()}."),
         "evidence_summary": ", ".join(summary) or "no figures recorded",

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.policies import FLOAT32, TENSORFLOW
+from tuner.policies import FLOAT32
 from tuner.search.space import SearchSettings
-from tuner.setup import LossScale, Setup
+from tuner.setup import KNOBS, LossScale, Setup, losses_grouped
 from tuner.trials.result import TrialResult
 
 
@@ -291,32 +291,13 @@ def median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]
     return bounds
 
 
-def float32_reference(
-    batch_size: int,
-    accumulation: int = 1,
-    steps_per_execution: int = 1,
-    backend: str = TENSORFLOW,
-) -> Setup:
-    """The IEEE float32 reference setup at ``batch_size`` on ``backend`` (no knobs but the
-    accumulation and the steps per execution, which decide how losses are grouped)."""
-    return Setup(
-        FLOAT32,
-        batch_size,
-        LossScale("none"),
-        gradient_accumulation_steps=accumulation,
-        steps_per_execution=steps_per_execution,
-        backend=backend,
-    )
-
-
 def reference_of(setup: Setup) -> Setup:
-    """The IEEE float32 setup whose losses ``setup``'s are compared with: the same batch size,
-    accumulation, steps per execution and backend (what the numerical guard checks against)."""
-    return float32_reference(
-        setup.batch_size,
-        setup.gradient_accumulation_steps,
-        setup.steps_per_execution,
-        setup.backend,
+    """The IEEE float32 setup whose losses ``setup``'s are compared with (what the numerical
+    guard checks against): the same batch size and backend, and the same value of every knob
+    that groups the losses (:attr:`~tuner.knobs.Knob.groups_losses`: accumulation, steps per
+    execution); every other knob at its default."""
+    return Setup(
+        FLOAT32, setup.batch_size, LossScale("none"), backend=setup.backend, **losses_grouped(setup)
     )
 
 
@@ -390,8 +371,11 @@ def trial_loss_gaps(
         spec = result.spec
         found = references.get((reference_of(setup), spec.model, spec.seed, spec.warmup_steps))
         if found is None:
-            spe = setup.steps_per_execution
-            grouped = f" and {spe} steps per execution" if spe > 1 else ""
+            grouped = "".join(
+                f" and {said}"
+                for knob in KNOBS
+                if knob.groups_losses and (said := knob.say(setup)) is not None
+            )
             gaps[number] = TrialGap(
                 None,
                 why=f"no float32 trial at batch size {setup.batch_size}{grouped} ran in this "

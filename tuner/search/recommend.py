@@ -5,7 +5,6 @@ The records it makes are :mod:`tuner.search.records`, their words :mod:`tuner.se
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,7 +41,7 @@ from tuner.search.wording import (
     reason,
     tie_text,
 )
-from tuner.setup import KNOBS, TF32, Knob, LossScale, Setup
+from tuner.setup import KNOBS, Decided, Knob, LossScale, Setup
 from tuner.trials.hazards import merge
 
 
@@ -310,10 +309,10 @@ def _knob_evidence(
     setup: Setup, outcome: SearchOutcome, space: SearchSpace
 ) -> tuple[KnobEvidence, ...]:
     """The evidence for each knob of the recommended ``setup``, from its precision's knob
-    stages, in the order of :data:`~tuner.setup.KNOBS`."""
+    stages, in the order of :data:`~tuner.knobs.KNOBS`."""
     found = _Found(setup, outcome, space)
     return tuple(
-        EVIDENCE[knob.name](found) if knob.name in EVIDENCE else _tried_evidence(knob, found)
+        _tried_evidence(knob, found) if knob.decided is None else _decided_evidence(knob, found)
         for knob in KNOBS
     )
 
@@ -337,25 +336,11 @@ class _Found:
         ]
 
 
-def _xla_evidence(found: _Found) -> KnobEvidence:
-    setup, outcome = found.setup, found.outcome
-    xla = [k for k in found.mine if k.knob == "xla" and k.tried is not None]
-    setting = "on" if setup.xla else "off"
-    moved = _moved(found.moves, lambda s: s.xla, setup.xla)
-    if moved is not None:
-        return moved_evidence("xla", setting, moved, xla)
-    if xla:
-        k = xla[-1]
-        return KnobEvidence("xla", setting, f"{setting}: {knob_line(k)}", k.gain, k.trials)
-    why = outcome.knobs_skipped.get("xla") or "the search ended before its XLA stage"
-    return KnobEvidence("xla", setting, f"{setting}: not tried ({why})")
-
-
 def _tried_evidence(knob: Knob, found: _Found) -> KnobEvidence:
-    """A knob's evidence from its own stage's tries (steps per execution's ladder, and any
-    knob declared with a ``stage`` and no entry in :data:`EVIDENCE`): how the recommended
-    setup came by its value (a move around the pick, its tries on this precision's pick), or
-    why it was not tried."""
+    """A knob's evidence from its own stage's tries (XLA's one try, steps per execution's
+    ladder, and any knob declared with a ``stage``): how the recommended setup came by its
+    value (a move around the pick, its tries on this precision's pick), or why it was not
+    tried (skipped, and why; or the search ended before its stage)."""
     setup = found.setup
     mine = [k for k in found.mine if k.knob == knob.name]
     setting = knob.setting(setup)
@@ -364,6 +349,9 @@ def _tried_evidence(knob: Knob, found: _Found) -> KnobEvidence:
     moved = _moved(found.moves, lambda s: getattr(s, knob.name), value)
     if moved is not None:
         return moved_evidence(knob.evidence, setting, moved, tried)
+    if len(tried) == 1:
+        k = tried[0]
+        return KnobEvidence(knob.evidence, setting, f"{setting}: {knob_line(k)}", k.gain, k.trials)
     if tried:
         adopted = [k for k in tried if k.adopted]
         gain = (
@@ -382,59 +370,19 @@ def _tried_evidence(knob: Knob, found: _Found) -> KnobEvidence:
     why = (
         found.outcome.knobs_skipped.get(knob.name)
         or (mine[-1].reason if mine and mine[-1].reason else None)
-        or "the search ended before this stage"
+        or f"the search ended before its {knob.words} stage"
     )
     return KnobEvidence(knob.evidence, setting, f"{setting}: not tried ({why})")
 
 
-def _tf32_evidence(found: _Found) -> KnobEvidence:
-    setup = found.setup
-    if setup.tf32:
-        detail = (
-            "on: float32 storage with TensorFloat-32 matmuls and convolutions (NVIDIA compute "
-            "capability 8.0 and later); its loss gap to IEEE float32 is under Loss gap"
-        )
-    elif setup.policy.is_mixed:
-        detail = f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
-    elif any(s.tf32 for s in found.outcome.measured):
-        detail = f"off: IEEE float32 matmuls; {TF32} was tried (see its alternative)"
-    else:
-        detail = (
-            "off: IEEE float32 matmuls (TF32 needs an NVIDIA GPU of compute capability 8.0 or "
-            "later)"
-        )
-    return KnobEvidence("tf32", "on" if setup.tf32 else "off", detail)
-
-
-def _global_batch_evidence(found: _Found) -> KnobEvidence:
+def _decided_evidence(knob: Knob, found: _Found) -> KnobEvidence:
+    """The evidence of a knob another stage decides (TF32: the policies; the global batch:
+    the ladder), in its row's words (:attr:`~tuner.knobs.Knob.decided`)."""
+    assert knob.decided is not None
     setup, space = found.setup, found.space
-    acc = setup.gradient_accumulation_steps
-    steps = (
-        f"batch size {setup.batch_size} x {acc} accumulation steps"
-        if acc > 1
-        else (f"batch size {setup.batch_size}, no gradient accumulation")
-    )
-    if space.global_batch is not None:
-        detail = f"{setup.global_batch}, kept ({setting('global_batch')}): {steps}"
-    elif space.user_batch is not None and space.user_batch != setup.global_batch:
-        detail = (
-            f"{setup.global_batch} ({steps}); yours is {space.user_batch}: see the note on the "
-            "learning rate"
-        )
-    else:
-        detail = f"{setup.global_batch} ({steps})"
-    return KnobEvidence("global_batch", str(setup.global_batch), detail)
-
-
-#: The evidence of the knobs (:data:`~tuner.setup.KNOBS`, by name) that another stage decides
-#: (TF32, the global batch) or that words its stage's one try apart (XLA): what the search
-#: found for the recommended setup. Every other knob's is its own stage's tries
-#: (:func:`_tried_evidence`).
-EVIDENCE: dict[str, Callable[[_Found], KnobEvidence]] = {
-    "xla": _xla_evidence,
-    "tf32": _tf32_evidence,
-    "gradient_accumulation_steps": _global_batch_evidence,
-}
+    tried = any(getattr(s, knob.name) != knob.default for s in found.outcome.measured)
+    facts = Decided(tried, space.global_batch, space.user_batch)
+    return KnobEvidence(knob.evidence, knob.setting(setup), knob.decided(setup, facts))
 
 
 def _moved(moves: list[KnobTrial], value: Any, final: Any) -> KnobTrial | None:
@@ -512,8 +460,11 @@ def _not_tried(outcome: SearchOutcome, space: SearchSpace) -> list[dict[str, str
         }
         for policy, why in outcome.abandoned.items()
     ]
-    if "xla" in outcome.knobs_skipped:
-        items.append({"what": "XLA", "why": outcome.knobs_skipped["xla"]})
+    items += [
+        {"what": knob.label, "why": outcome.knobs_skipped[knob.name]}
+        for knob in KNOBS
+        if knob.name in outcome.knobs_skipped
+    ]
     if outcome.stopped_early:
         items.append({"what": "the rest of the search", "why": outcome.stopped_early})
     return items

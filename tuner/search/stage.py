@@ -4,7 +4,7 @@ search's decisions read those names (a resumed search recalls the stored trials 
 A :class:`Stage` is its stored name (``Stage.RUNOFF == "runoff"``), so names stored by any
 earlier version compare equal to the members, and a stage prints as its name. An execution
 knob's stage (XLA's ``xla``, steps per execution's ``steps-per-execution``) is named by its
-row of :data:`tuner.setup.KNOBS` (``Knob.stage``), not here: :data:`KNOB_STAGES`.
+row of :data:`tuner.knobs.KNOBS` (``Knob.stage``), not here: :data:`KNOB_STAGES`.
 """
 
 from __future__ import annotations

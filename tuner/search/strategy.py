@@ -53,7 +53,7 @@ from tuner.search.stages import (
     runoff,
 )
 from tuner.search.stages.context import SearchContext
-from tuner.setup import TF32, Setup
+from tuner.setup import KNOBS, TF32, Setup
 
 #: The plan's price of the guard and final before the guard ran: about the final's, two turns
 #: of two where two precisions' picks come close (the guard's own are counted exactly).
@@ -198,9 +198,10 @@ class Search:
         with several steps per call, or at a smaller batch): the leading picks then look
         around them (neighbourhood, runoff)."""
         ctx = self.ctx
-        skipped = ctx.xla_skipped()
-        if skipped:
-            ctx.skip_knob("xla", skipped)
+        for knob in KNOBS:
+            skipped = ctx.knob_skipped(knob) if knob.stage else None
+            if skipped:
+                ctx.skip_knob(knob.name, skipped)
 
         def tried(precision: str) -> tuple[Measured, Measured] | None:
             base = ctx.base_pick(precision)

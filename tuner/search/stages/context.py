@@ -12,8 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from tuner.policies import FLOAT32, JAX, MIXED_FLOAT16
-from tuner.said import setting
+from tuner.policies import FLOAT32, MIXED_FLOAT16
 from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
 from tuner.search.events import LeaderChanged, PlanUpdated, StageStarted
 from tuner.search.measures import (
@@ -29,7 +28,7 @@ from tuner.search.measures import (
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import AFTER_STANDING, KNOB_STAGES, LATE_STAGES, Stage
 from tuner.search.wording import where
-from tuner.setup import KNOBS, TF32, Setup
+from tuner.setup import KNOBS, TF32, Knob, Searching, Setup
 from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
@@ -58,14 +57,12 @@ LADDER_TRIALS = 4
 #: size each way around the leading pick, the guard's float32 reference and a share of the
 #: runoff's and the final's turns (three back to back, where setups tie).
 AROUND_TRIALS = 6
-#: ...and where XLA is tried, each leading pick's setups with and without it.
-AROUND_XLA = 2
+#: ...and for each knob tried both ways around a pick (XLA), each leading pick's setups with
+#: and without it.
+AROUND_KNOB = 2
 #: ...and where steps are short enough for steps per execution too, the knob combinations
 #: around each leading pick, and the runoff among those within the noise.
-AROUND_XLA_SPE = 8
-#: The steps-per-execution rungs, walked up from 1 while each pays beyond the noise: 4 already
-#: hides most of the per-call overhead, 16 nearly all of it.
-SPE_LADDER = (4, 16)
+AROUND_SHORT = 8
 #: A trial in an exploring stage stops measuring once it runs under this share of the leading
 #: setup's throughput (:attr:`TrialSpec.prune_below`): a third, since a setup at that rate
 #: cannot lead whatever the noise (runs on a busy 2-core machine swing up to 2x), and what it
@@ -267,19 +264,22 @@ class SearchContext:
         ladders = LADDER_TRIALS * ladders_left
         float16 = MIXED_FLOAT16 in alive and scales
         loss_scales = len(self.space.loss_scales) - 1 if float16 else 0
-        xla = len(alive) if knobs and not self.xla_skipped() else 0
-        return ladders + loss_scales + xla + self.left_around(alive)
+        tries = sum(k.tries for k in KNOBS if k.stage and not self.knob_skipped(k))
+        return (
+            ladders + loss_scales + (len(alive) * tries if knobs else 0) + self.left_around(alive)
+        )
 
     def left_around(self, alive: list[str]) -> int:
         """About how many trials the stages after the knob stages take: the leader's
         confirming run, the neighbourhoods and runoffs around the leading picks, the guard's
-        references and the final (:data:`AROUND_TRIALS`; more where XLA and, with short
-        steps, steps per execution multiply the setups around a pick)."""
-        if self.xla_skipped():
+        references and the final (:data:`AROUND_TRIALS`; more where a knob tried both ways
+        (XLA) and, with short steps, steps per execution multiply the setups around a pick)."""
+        both = sum(1 for k in KNOBS if k.around and k.tries and not self.knob_skipped(k))
+        if not both:
             return AROUND_TRIALS
         steps = [m.result.step_time_ms.get("p50") for p in alive for m in self.usable(p)]
         short = any(ms is not None and ms < SPE_STEP_MS for ms in steps)
-        return AROUND_TRIALS + AROUND_XLA + (AROUND_XLA_SPE if short else 0)
+        return AROUND_TRIALS + AROUND_KNOB * both + (AROUND_SHORT if short else 0)
 
     def note(self, text: str) -> None:
         """Keep ``text`` for the recommendation's notes (a lane's own, merged in order)."""
@@ -538,19 +538,15 @@ class SearchContext:
             return m.speed, (m.number,)
         return statistics.median(r.speed for r in runs), tuple(r.number for r in runs)
 
-    def xla_skipped(self) -> str | None:
-        """Why no precision tries XLA, or None when the XLA stage runs."""
-        if "xla" in self.knobs_skipped:
-            return self.knobs_skipped["xla"]
-        if self.settings.backend == JAX:
-            return "JAX compiles every training step with XLA already"
-        if self.space.xla == "off":
-            return setting("xla", "off")
-        if self.space.xla == "auto" and not self.device.gpu:
-            return (
-                f"{setting('xla', 'auto')} tries XLA on a GPU only, and the trials ran on the CPU"
-            )
-        return None
+    def knob_skipped(self, knob: Knob) -> str | None:
+        """Why no precision tries ``knob``, or None when its stage runs: a refusal the search
+        met (:meth:`skip_knob`), or what its row says of this search (:attr:`Knob.skipped`)."""
+        if knob.name in self.knobs_skipped:
+            return self.knobs_skipped[knob.name]
+        if knob.skipped is None:
+            return None
+        choice = getattr(self.space, knob.name, "on")
+        return knob.skipped(Searching(self.settings.backend, self.device.gpu, str(choice)))
 
     def start_setup(self, precision: str, batch_size: int) -> Setup:
         """A precision's first setup in the policies stage."""

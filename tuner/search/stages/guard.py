@@ -10,7 +10,6 @@ from tuner.search.measures import (
     Candidate,
     Measured,
     first_ok,
-    float32_reference,
     loss_gap,
     reference_of,
     too_few_steps,
@@ -99,11 +98,10 @@ def lacking(ctx: SearchContext, setup: Setup) -> str:
     )
 
 
-def reference_at(ctx: SearchContext, batch_size: int, steps_per_execution: int = 1) -> Setup:
-    """IEEE float32 at ``batch_size``, with the accumulation that keeps the global batch."""
-    return float32_reference(
-        batch_size, ctx.accumulation(batch_size), steps_per_execution, ctx.settings.backend
-    )
+def reference_at(ctx: SearchContext, batch_size: int, like: Setup) -> Setup:
+    """IEEE float32 at ``batch_size``, grouping its losses as ``like`` does, with the
+    accumulation that keeps the global batch."""
+    return reference_of(ctx.at_batch(like, batch_size))
 
 
 def common_batch(
@@ -115,7 +113,7 @@ def common_batch(
     fits = sorted(
         s.batch_size
         for s, runs in ctx.evaluator.known.items()
-        if s == reference_at(ctx, s.batch_size, s.steps_per_execution)
+        if s == reference_at(ctx, s.batch_size, s)
         and s.batch_size < cand.setup.batch_size
         and first_ok(runs) is not None
     )

@@ -12,40 +12,45 @@ from collections.abc import Callable
 from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage, knob_stage
-from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext
-from tuner.setup import KNOBS, Setup, same_memory
+from tuner.search.stages.context import SPE_STEP_MS, SearchContext
+from tuner.setup import KNOBS, SPE_LADDER, Knob, Setup, same_memory
 from tuner.trials.result import TrialStatus
 
 
-def try_xla(ctx: SearchContext, precision: str, base: Measured) -> Measured:
-    """``base`` with XLA when that is faster beyond the noise floor, else ``base``. A model
-    XLA cannot compile (``unsupported``) ends XLA for every precision; another failure
-    ends it for this one."""
-    if ctx.xla_skipped():
-        return base
-    setup = base.result.spec.setup
-    tried = setup.replace(xla=True)
-    ctx.announce(knob_stage("xla"), f"XLA for {precision} at batch size {setup.batch_size}")
-    m = ctx.measure(tried, knob_stage("xla"))
-    found = _record_try(ctx, precision, "xla", setup, tried, base, m)
-    if found.status != "ok":
+def try_once(knob: Knob) -> Callable[[SearchContext, str, Measured], Measured]:
+    """The stage of a knob without a search of its own in :data:`TRIES` (XLA): one trial of
+    the pick with the knob at its example value (:meth:`Knob.example`), adopted when faster
+    beyond the noise floor. A model that refuses the knob (``unsupported``) ends it for every
+    precision; another failure ends it for this one."""
+    stage, words = knob_stage(knob.name), knob.words
+
+    def try_it(ctx: SearchContext, precision: str, base: Measured) -> Measured:
+        if ctx.knob_skipped(knob):
+            return base
+        setup = base.result.spec.setup
+        tried = setup.replace(**{knob.name: knob.example()})
+        ctx.announce(stage, f"{words} for {precision} at batch size {setup.batch_size}")
+        m = ctx.measure(tried, stage)
+        found = _record_try(ctx, precision, knob.name, setup, tried, base, m)
+        if found.status == "ok":
+            return m if found.adopted else base
         why, message = _failure_words(ctx, m)
         detail = f" ({message})" if message else ""
         if m.result.status is TrialStatus.UNSUPPORTED:
-            ctx.skip_knob(
-                "xla", f"the model does not compile under XLA (trial #{m.number}{detail})"
-            )
+            ctx.skip_knob(knob.name, f"{knob.refused_words} (trial #{m.number}{detail})")
             ctx.note(
-                f"XLA: {precision} at batch size {setup.batch_size} is unsupported"
-                f"{detail}; the search goes on without XLA"
+                f"{words}: {precision} at batch size {setup.batch_size} is unsupported"
+                f"{detail}; the search goes on without {words}"
             )
         else:
             ctx.note(
-                f"XLA: {precision} at batch size {setup.batch_size} {why}{detail}; "
-                f"{precision} goes on without XLA"
+                f"{words}: {precision} at batch size {setup.batch_size} {why}{detail}; "
+                f"{precision} goes on without {words}"
             )
         return base
-    return m if found.adopted else base
+
+    try_it.__name__ = try_it.__qualname__ = f"try_{knob.name}"
+    return try_it
 
 
 def try_steps_per_execution(ctx: SearchContext, precision: str, current: Measured) -> Measured:
@@ -239,17 +244,17 @@ def _record_try(
     return found
 
 
-#: What each knob's stage runs (by the knob's name): given the context, a precision and its
-#: pick so far, the pick it leaves (the same one where the knob did not pay).
+#: The knobs whose stage is a search of its own (by the knob's name): given the context, a
+#: precision and its pick so far, the pick it leaves (the same one where the knob did not pay).
+#: Every other knob with a ``stage`` is tried once (:func:`try_once`).
 TRIES: dict[str, Callable[[SearchContext, str, Measured], Measured]] = {
-    "xla": try_xla,
     "steps_per_execution": try_steps_per_execution,
     "remat": try_remat,
 }
 
 #: The knob stages, in the order they run on a precision's pick (the order of
-#: :data:`~tuner.setup.KNOBS`), each from the pick the one before it left: every knob declared
+#: :data:`~tuner.knobs.KNOBS`), each from the pick the one before it left: every knob declared
 #: with a ``stage`` (docs/architecture.md, "Adding a knob").
 STAGES: tuple[Callable[[SearchContext, str, Measured], Measured], ...] = tuple(
-    TRIES[knob.name] for knob in KNOBS if knob.stage
+    TRIES.get(knob.name) or try_once(knob) for knob in KNOBS if knob.stage
 )

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
-from tuner.policies import TORCH
 from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import SPE_LADDER, SPE_STEP_MS, SearchContext, multiple_of_8
-from tuner.setup import Setup, same_memory
+from tuner.search.stages.context import SPE_STEP_MS, SearchContext, multiple_of_8
+from tuner.setup import KNOBS, Around, Knob, Setup, same_memory
 
 #: How many times the search moves to a better neighbour of a pick (the next batch size each
 #: way, every XLA x steps-per-execution combination); each move costs at most seven trials,
@@ -23,8 +23,9 @@ NEIGHBOURHOOD_MOVES = 2
 def neighbours(ctx: SearchContext, precision: str, center: Measured) -> list[Setup]:
     """Around ``center``: the next batch size down and up (the ladder's rungs and, with
     refinement, the multiples of 8 halfway between) with its knobs, and every combination
-    of XLA (where it is searched and this precision ran it) and steps per execution (where
-    the step is short enough for it to matter) at its batch size."""
+    of the values each knob's row offers around a pick (:attr:`~tuner.knobs.Knob.around`:
+    XLA both ways where it is searched and this precision's try did not fail, steps per
+    execution where the step is short enough for it to matter) at its batch size."""
     setup = center.result.spec.setup
     rungs = list(ctx.space.batch_sizes)
     sizes = set(rungs)
@@ -48,24 +49,39 @@ def neighbours(ctx: SearchContext, precision: str, center: Measured) -> list[Set
     larger = [b for b in ordered if setup.batch_size < b < ceiling]
     for batch in ([smaller[-1]] if smaller else []) + ([larger[0]] if larger else []):
         found.append(ctx.at_batch(setup, batch))
-    xla_failed = any(
-        k.precision == precision and k.knob == "xla" and k.status not in (None, "ok")
-        for k in ctx.knobs
-    )
-    xlas = (False, True) if not ctx.xla_skipped() and not xla_failed else (setup.xla,)
     p50 = center.result.step_time_ms.get("p50")
     short = p50 is not None and p50 * setup.steps_per_execution < SPE_STEP_MS
-    spes = (
-        (1, *SPE_LADDER)
-        if (short or setup.steps_per_execution > 1) and setup.backend != TORCH
-        else (1,)
-    )
+    values: dict[str, tuple[Any, ...]] = {}
+    for knob in AROUND:
+        assert knob.around is not None
+        here = Around(setup, getattr(setup, knob.name), _searched(ctx, precision, knob), short)
+        values[knob.name] = knob.around(here)
     # The knobs are few: every combination at the pick's batch size (most were measured by
     # the knob stages already, and are recalled, not run again).
-    for xla in xlas:
-        for spe in spes:
-            found.append(setup.replace(xla=xla, steps_per_execution=spe))
+    for combination in itertools.product(*values.values()):
+        found.append(setup.replace(**dict(zip(values, combination, strict=True))))
     return [s for s in dict.fromkeys(found) if s != setup]
+
+
+#: The knobs looked at around a pick (:attr:`~tuner.knobs.Knob.around`), in their order.
+AROUND = tuple(knob for knob in KNOBS if knob.around is not None)
+
+
+def _searched(ctx: SearchContext, precision: str, knob: Knob) -> bool:
+    """Whether ``knob``'s stage ran for ``precision`` without its try failing."""
+    failed = any(
+        k.precision == precision and k.knob == knob.name and k.status not in (None, "ok")
+        for k in ctx.knobs
+    )
+    return not failed and ctx.knob_skipped(knob) is None
+
+
+#: What the neighbourhood varies, in words: "batch size, XLA and steps per execution together".
+_TOGETHER = (
+    ", ".join(["batch size", *(k.words for k in AROUND[:-1])])
+    + (f" and {AROUND[-1].words}" if AROUND else "")
+    + " together"
+)
 
 
 def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
@@ -79,8 +95,7 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
             break
         ctx.announce(
             Stage.NEIGHBOURHOOD,
-            f"around {precision}'s pick ({center.result.spec.setup.label}): "
-            "batch size, XLA and steps per execution together",
+            f"around {precision}'s pick ({center.result.spec.setup.label}): {_TOGETHER}",
         )
         tried = ctx.concurrently(setups, lambda s: ctx.measure(s, Stage.NEIGHBOURHOOD))
         scored = [(ctx.standing(m), m) for m in tried if ctx.fits(m)]
