@@ -1,6 +1,6 @@
 """Issue 36: a trial's figures are declared once. The worker's ``result`` message and the trial's
 result are both :class:`~tuner.trials.result.Measured` records; they, and the worker's stage
-times, are written and read from their declared fields (:mod:`tuner.trials.record`).
+times, are written and read from their declared fields (:mod:`tuner.record`).
 
 The tests are derived from the declarations: each field gets a value of its declared type that
 differs from its default, so a field added to a record and lost anywhere on the way (the
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tuner.trials import record
+from tuner import record
 from tuner.trials.events import TOKEN_FIELD, encode_event
 from tuner.trials.hazards import KINDS, Hazard
 from tuner.trials.messages import ResultMessage, StartedMessage, parse_message

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
+from tuner.record import added, from_data, to_data
 from tuner.search.records import Recommendation
 from tuner.setup import Setup
 from tuner.trials.messages import WorkerMessage, parse_message
@@ -24,8 +25,21 @@ from tuner.trials.result import TrialResult
 from tuner.trials.spec import TrialSpec
 
 
+class _Event:
+    """An event's JSON form: its ``type`` and its declared fields (:mod:`tuner.record`)."""
+
+    type: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **to_data(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        return from_data(cls, data)
+
+
 @dataclass(frozen=True)
-class SessionOpened:
+class SessionOpened(_Event):
     """The search's session is open (created, or continued when ``resumed``)."""
 
     type: ClassVar[str] = "session"
@@ -33,12 +47,9 @@ class SessionOpened:
     model: str
     resumed: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "name": self.name, "model": self.model, "resumed": self.resumed}
-
 
 @dataclass(frozen=True)
-class PlanUpdated:
+class PlanUpdated(_Event):
     """``done`` trials are closed and about ``planned`` in all are expected; the plan left is
     priced at ``seconds`` (the trials left at the search's measured cost per trial, within the
     budget; None before a trial ran) and ``budget_left`` seconds of the time budget remain
@@ -47,15 +58,8 @@ class PlanUpdated:
     type: ClassVar[str] = "plan"
     done: int
     planned: int
-    seconds: float | None = None
-    budget_left: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"type": self.type, "done": self.done, "planned": self.planned}
-        for key in ("seconds", "budget_left"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        return data
+    seconds: float | None = added()
+    budget_left: float | None = added()
 
     def words(self) -> str:
         """The plan as a line: trials left, their expected time, the budget left."""
@@ -77,7 +81,7 @@ def minutes(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
-class StageStarted:
+class StageStarted(_Event):
     """A stage of the search began (baseline, policies, batch, loss-scale, xla,
     steps-per-execution, guard, remeasure). Trials between the ladder's rungs carry the stage
     ``refine``, which starts no stage of its own."""
@@ -86,12 +90,9 @@ class StageStarted:
     stage: str
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "stage": self.stage, "message": self.message}
-
 
 @dataclass(frozen=True)
-class TrialStarted:
+class TrialStarted(_Event):
     """Trial ``number`` is starting its worker."""
 
     type: ClassVar[str] = "trial_started"
@@ -99,17 +100,9 @@ class TrialStarted:
     stage: str
     spec: TrialSpec
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "number": self.number,
-            "stage": self.stage,
-            "spec": self.spec.to_dict(),
-        }
-
 
 @dataclass(frozen=True)
-class WorkerReported:
+class WorkerReported(_Event):
     """A message from trial ``number``'s worker (a :class:`~tuner.trials.messages.StepMessage`,
     a :class:`~tuner.trials.messages.PhaseMessage`, ...) or the parent's
     :class:`~tuner.trials.messages.MemoryMessage` sample of it."""
@@ -118,12 +111,18 @@ class WorkerReported:
     number: int
     message: WorkerMessage
 
+    # The worker's message is written under "event", and read as the worker's messages are.
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "number": self.number, "event": self.message.to_dict()}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerReported:
+        # The message never raises: one this version cannot read is kept as it came.
+        return cls(int(data["number"]), parse_message(data["event"]))
+
 
 @dataclass(frozen=True)
-class TrialFinished:
+class TrialFinished(_Event):
     """Trial ``number`` ended with ``result`` (any status)."""
 
     type: ClassVar[str] = "trial_finished"
@@ -131,17 +130,9 @@ class TrialFinished:
     stage: str
     result: TrialResult
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "number": self.number,
-            "stage": self.stage,
-            "result": self.result.to_dict(),
-        }
-
 
 @dataclass(frozen=True)
-class LeaderChanged:
+class LeaderChanged(_Event):
     """The search now leads with ``setup`` at ``samples_per_second``: the median of its runs
     ``trials`` (one run's figure until it ran again), so that a first run that was an outlier
     stands corrected as soon as the setup is measured again. What a face marks as the best
@@ -152,14 +143,6 @@ class LeaderChanged:
     samples_per_second: float
     trials: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "setup": self.setup.to_dict(),
-            "samples_per_second": self.samples_per_second,
-            "trials": list(self.trials),
-        }
-
     def words(self) -> str:
         """``mixed_bfloat16 b256 none at 6,869 samples/s (median of #8, #15)``."""
         numbers = ", ".join(f"#{n}" for n in self.trials)
@@ -168,14 +151,11 @@ class LeaderChanged:
 
 
 @dataclass(frozen=True)
-class Recommended:
+class Recommended(_Event):
     """The search ended with this recommendation."""
 
     type: ClassVar[str] = "recommendation"
     recommendation: Recommendation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "recommendation": self.recommendation.to_dict()}
 
 
 SearchEvent = Union[  # noqa: UP007 - a runtime alias: `|` on classes needs Python 3.10+ only,
@@ -191,6 +171,22 @@ SearchEvent = Union[  # noqa: UP007 - a runtime alias: `|` on classes needs Pyth
 ]
 
 
+#: Each event by its ``type``.
+EVENTS: dict[str, type[_Event]] = {
+    e.type: e
+    for e in (
+        SessionOpened,
+        PlanUpdated,
+        StageStarted,
+        TrialStarted,
+        WorkerReported,
+        TrialFinished,
+        LeaderChanged,
+        Recommended,
+    )
+}
+
+
 def from_dict(data: dict[str, Any]) -> SearchEvent:
     """Inverse of the events' ``to_dict``.
 
@@ -199,35 +195,10 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
     """
 
     kind = data.get("type")
+    event = EVENTS.get(kind) if isinstance(kind, str) else None
+    if event is None:
+        raise ValueError(f"unknown search event type {kind!r}")
     try:
-        if kind == SessionOpened.type:
-            return SessionOpened(data["name"], data["model"], bool(data.get("resumed", False)))
-        if kind == PlanUpdated.type:
-            return PlanUpdated(
-                int(data["done"]),
-                int(data["planned"]),
-                data.get("seconds"),
-                data.get("budget_left"),
-            )
-        if kind == StageStarted.type:
-            return StageStarted(data["stage"], data["message"])
-        if kind == TrialStarted.type:
-            return TrialStarted(data["number"], data["stage"], TrialSpec.from_dict(data["spec"]))
-        if kind == WorkerReported.type:
-            # The message never raises: one this version cannot read is kept as it came.
-            return WorkerReported(data["number"], parse_message(data["event"]))
-        if kind == TrialFinished.type:
-            return TrialFinished(
-                data["number"], data["stage"], TrialResult.from_dict(data["result"])
-            )
-        if kind == LeaderChanged.type:
-            return LeaderChanged(
-                Setup.from_dict(data["setup"]),
-                float(data["samples_per_second"]),
-                tuple(int(n) for n in data["trials"]),
-            )
-        if kind == Recommended.type:
-            return Recommended(Recommendation.from_dict(data["recommendation"]))
+        return event.from_dict(data)  # type: ignore[no-any-return]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {kind} event: {exc!r}") from None
-    raise ValueError(f"unknown search event type {kind!r}")

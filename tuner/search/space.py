@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from tuner.hardware.advice import default_float32
 from tuner.policies import BACKENDS, POLICIES, TENSORFLOW
+from tuner.record import added, from_data, to_data
 from tuner.said import setting
 from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
 
@@ -98,8 +99,9 @@ class SearchSpace:
     xla: str = "auto"
     global_batch: int | None = None
     user_batch: int | None = None
-    user_policy: str | None = None
-    user_policy_at: str | None = None
+    # Said where a script sets its own precision: spaces stored before read the same.
+    user_policy: str | None = added()
+    user_policy_at: str | None = added()
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -140,51 +142,29 @@ class SearchSpace:
         return self.batch_sizes
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form (a session's ``space`` attribute)."""
-        return {
-            "policies": list(self.policies),
-            "batch_sizes": list(self.batch_sizes),
-            "loss_scales": [str(s) for s in self.loss_scales],
-            "start_batch": self.start_batch,
-            "refine": self.refine,
-            "xla": self.xla,
-            "global_batch": self.global_batch,
-            "user_batch": self.user_batch,
-            # Said where a script sets its own precision: spaces stored before read the same.
-            **({"user_policy": self.user_policy} if self.user_policy else {}),
-            **({"user_policy_at": self.user_policy_at} if self.user_policy_at else {}),
-        }
+        """The stored form (a session's ``space`` attribute), from the declared fields
+        (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchSpace:
-        """Inverse of :meth:`to_dict` (sessions stored before ``refine`` was kept refine).
+        """Inverse of :meth:`to_dict`: a field stored empty, or before it existed, is its
+        default (sessions stored before ``refine`` was kept refine).
 
         Raises:
             ValueError: the stored space is not valid.
         """
-        return cls(
-            policies=tuple(data.get("policies") or POLICIES),
-            batch_sizes=tuple(int(b) for b in data.get("batch_sizes") or ()),
-            loss_scales=tuple(
-                LossScale.parse(str(s)) for s in data.get("loss_scales") or DEFAULT_LOSS_SCALES
-            ),
-            start_batch=int(data.get("start_batch") or DEFAULT_START_BATCH),
-            refine=bool(data.get("refine", True)),
-            xla=str(data.get("xla") or "auto"),
-            global_batch=_optional_int(data.get("global_batch")),
-            user_batch=_optional_int(data.get("user_batch")),
-            user_policy=data.get("user_policy") or None,
-            user_policy_at=data.get("user_policy_at") or None,
-        )
+        return from_data(cls, {k: v for k, v in data.items() if v not in ("", [])})
 
     def differences(self, other: SearchSpace) -> list[str]:
         """``name: mine -> other`` for each field that differs."""
         mine, theirs = self.to_dict(), other.to_dict()
-        return [f"{k} {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+        names = dict.fromkeys([*mine, *theirs])  # a field left out at its default in one
+        return [
+            f"{k} {mine.get(k)!r} -> {theirs.get(k)!r}"
+            for k in names
+            if mine.get(k) != theirs.get(k)
+        ]
 
 
 def ladder_range(low: int, high: int) -> tuple[int, ...]:
@@ -370,8 +350,9 @@ class SearchSettings:
     BUDGET_FIELDS: ClassVar[tuple[str, ...]] = ("max_trials", "budget_minutes", "timeout_s")
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form (a session's ``settings`` attribute)."""
-        return dataclasses.asdict(self)
+        """The stored form (a session's ``settings`` attribute), from the declared fields
+        (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchSettings:
@@ -380,8 +361,7 @@ class SearchSettings:
         Raises:
             ValueError: a stored value is out of range.
         """
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return from_data(cls, data)
 
     def differences(self, other: SearchSettings, ignore: tuple[str, ...] = ()) -> list[str]:
         """``name: mine -> other`` for each field that differs (except ``ignore``)."""

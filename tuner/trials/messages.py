@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Union, get_args
 
+from tuner.record import from_data, to_data
 from tuner.trials.events import as_float, encode_floats
 from tuner.trials.hazards import Hazard
-from tuner.trials.record import from_data, to_data
 from tuner.trials.result import InputRate, Measured, StageTimes
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class _Message:
         return data
 
     def _fields(self) -> dict[str, Any]:
-        """The message's own fields, as they are declared (:mod:`tuner.trials.record`)."""
+        """The message's own fields, as they are declared (:mod:`tuner.record`)."""
         return to_data(self, exclude=("t",))
 
     @classmethod

@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuner.record import added, from_data, to_data
 from tuner.trials.hazards import Hazard
-from tuner.trials.record import added, from_data, to_data
 from tuner.trials.spec import TrialSpec
 
 
@@ -296,7 +296,7 @@ class Measured:
     """What a trial's worker measured: one frozen record, declared once (issue 36). The worker
     sends it in its ``result`` message (:class:`~tuner.trials.messages.ResultMessage` is one,
     with what only the verdict reads) and the trial's :class:`TrialResult` is one, with what
-    the parent adds; :func:`tuner.trials.record.part` carries it from one to the other.
+    the parent adds; :func:`tuner.record.part` carries it from one to the other.
 
     ``losses`` and ``loss_scales`` hold the measured steps only (warm-up excluded);
     ``loss_scales`` entries are ``None`` when no loss scaling was applied.

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.record import part
 from tuner.setup import KNOBS
 from tuner.trials.environment import worker_environment
 from tuner.trials.events import EventReader
@@ -53,7 +54,6 @@ from tuner.trials.process import (
 )
 from tuner.trials.process import kill_all_workers as kill_all_workers
 from tuner.trials.protocol import EventCallback as EventCallback
-from tuner.trials.record import part
 from tuner.trials.result import (
     START_PHASE,
     Measured,

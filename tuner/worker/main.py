@@ -17,9 +17,9 @@ import json
 import os
 from typing import Any
 
+from tuner.record import from_data
 from tuner.trials.events import STACK_SIGNAL
 from tuner.trials.models import ModelSource
-from tuner.trials.record import from_data
 from tuner.trials.spec import TrialSpec
 from tuner.worker.channel import Channel, hold_lifeline
 from tuner.worker.pipeline import timing_ends

@@ -8,8 +8,12 @@ read back without a second list of names (issue 36: before, each record had a ha
 ``to_dict`` and ``from_dict`` that restated its fields).
 
 The types understood: ``None``, ``bool``, ``int``, ``float``, ``str``, an :class:`enum.Enum`,
-``X | None``, ``tuple[X, ...]``, ``dict[str, X]``, ``Any`` (kept as it is), and a nested record
-(its own ``to_dict``/``from_dict`` where it has them, else this module's). A missing key takes
+``X | None``, ``tuple[X, ...]``, ``dict[str, X]``, ``Any`` (kept as it is), a value with a
+written form of one line (a ``parse`` classmethod and its own ``__str__``: a loss scale, a
+policy), and a nested record (its own ``to_dict``/``from_dict`` where it has them, else this
+module's). Every record of the engine is written so, from the trial's figures to the search's
+space, its recommendation and the hardware profile (issue 52): this module is on the lowest
+floor, below everything that stores a record. A missing key takes
 the field's default, and so does a ``null`` where the field cannot be None. JSON has no NaN:
 a ``null`` or ``"nan"`` where a plain ``float`` is declared reads as NaN, where
 ``float | None`` is declared ``null`` reads as None.
@@ -95,9 +99,20 @@ def _hints(record_type: Any) -> dict[str, Any]:
     return typing.get_type_hints(record_type)
 
 
+def _written(kind: Any) -> bool:
+    """``kind`` is a value with a written form of one line (``parse`` and its own ``__str__``)."""
+    return (
+        isinstance(kind, type)
+        and callable(getattr(kind, "parse", None))
+        and ("__str__" in vars(kind))
+    )
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
+    if _written(type(value)):
+        return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         to_dict = getattr(value, "to_dict", None)
         return to_dict() if to_dict is not None else to_data(value)
@@ -135,6 +150,8 @@ def _decode(hint: Any, value: Any) -> Any:
         return str(value)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return hint(value)
+    if _written(hint):
+        return hint.parse(str(value))
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         from_dict = getattr(hint, "from_dict", None)
         return from_dict(value) if from_dict is not None else from_data(hint, value)
