@@ -14,6 +14,7 @@ from typing import Any
 from tuner.hardware.capability import CapabilityUnits
 from tuner.hardware.gpu_use import UnusedGpu, unused_gpu, unused_gpus
 from tuner.policies import JAX, TENSORFLOW, TORCH
+from tuner.record import from_data, to_data
 from tuner.setup import BACKEND_NAMES
 
 #: The version of :meth:`HardwareProfile.to_dict`'s layout.
@@ -113,33 +114,21 @@ class CpuInfo:
         flags: only the relevant instruction sets present (see :mod:`tuner.hardware.cpu`).
     """
 
-    model: str | None
-    arch: str
-    physical_cores: int | None
-    logical_cores: int | None
-    ram_total_mb: float | None
+    model: str | None = None
+    arch: str = ""
+    physical_cores: int | None = None
+    logical_cores: int | None = None
+    ram_total_mb: float | None = None
     flags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data."""
-        return {
-            "model": self.model,
-            "arch": self.arch,
-            "physical_cores": self.physical_cores,
-            "logical_cores": self.logical_cores,
-            "ram_total_mb": self.ram_total_mb,
-            "flags": list(self.flags),
-        }
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CpuInfo:
-        """Inverse of :meth:`to_dict`."""
-        values = _known(cls, data)
-        for name in ("model", "physical_cores", "logical_cores", "ram_total_mb"):
-            values.setdefault(name, None)
-        values.setdefault("arch", "")
-        values["flags"] = tuple(values.get("flags") or ())
-        return cls(**values)
+        """Inverse of :meth:`to_dict` (a field stored before it was read: its default)."""
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True)
@@ -244,16 +233,16 @@ class PolicyAdvice:
     """
 
     policy: str
-    reason: str
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data."""
-        return {"policy": self.policy, "reason": self.reason}
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PolicyAdvice:
         """Inverse of :meth:`to_dict`."""
-        return cls(policy=str(data["policy"]), reason=str(data.get("reason", "")))
+        return from_data(cls, data, policy=str(data["policy"]))
 
 
 def _flatten_parentheses(text: str) -> str:

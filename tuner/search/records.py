@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.hardware.gpu_use import UnusedGpu
+from tuner.record import from_data, to_data
 from tuner.search.measures import Candidate, Paired
 from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
@@ -48,7 +49,7 @@ class SessionFailure:
     trial: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "trial": self.trial}
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> SessionFailure | None:
@@ -147,8 +148,8 @@ class KnobEvidence:
     """
 
     knob: str
-    setting: str
-    detail: str
+    setting: str = ""
+    detail: str = ""
     gain: float | None = None
     trials: tuple[int, ...] = ()
 
@@ -160,24 +161,11 @@ class KnobEvidence:
         return self.LABELS.get(self.knob, self.knob)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "knob": self.knob,
-            "setting": self.setting,
-            "detail": self.detail,
-            "gain": self.gain,
-            "trials": list(self.trials),
-        }
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KnobEvidence:
-        gain = data.get("gain")
-        return cls(
-            str(data["knob"]),
-            str(data.get("setting", "")),
-            str(data.get("detail", "")),
-            None if gain is None else float(gain),
-            tuple(int(n) for n in data.get("trials") or ()),
-        )
+        return from_data(cls, data, knob=str(data["knob"]))
 
 
 def _pair(value: Any) -> tuple[float, float] | None:
