@@ -8,8 +8,8 @@ read back without a second list of names (issue 36: before, each record had a ha
 ``to_dict`` and ``from_dict`` that restated its fields).
 
 The types understood: ``None``, ``bool``, ``int``, ``float``, ``str``, an :class:`enum.Enum`,
-``X | None``, ``tuple[X, ...]``, ``dict[str, X]``, ``Any`` (kept as it is), a value with a
-written form of one line (a ``parse`` classmethod and its own ``__str__``: a loss scale, a
+``X | None``, ``tuple[X, ...]``, ``list[X]``, ``dict[str, X]``, ``Any`` (kept as it is), a value
+with a written form of one line (a ``parse`` classmethod and its own ``__str__``: a loss scale, a
 policy), and a nested record (its own ``to_dict``/``from_dict`` where it has them, else this
 module's). Every record of the engine is written so, from the trial's figures to the search's
 space, its recommendation and the hardware profile (issue 52): this module is on the lowest
@@ -73,7 +73,12 @@ def to_data(record: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
 
 def from_data(record_type: Callable[..., R], data: dict[str, Any], **given: Any) -> R:
     """A ``record_type`` of ``data`` (as :func:`to_data` wrote it; keys it does not declare are
-    ignored), ``given`` values taking the place of what ``data`` says."""
+    ignored), ``given`` values taking the place of what ``data`` says.
+
+    Raises:
+        ValueError: a field's value cannot be read, naming the field.
+        TypeError: a field without a default is missing.
+    """
     hints = _hints(record_type)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(record_type):  # type: ignore[arg-type]
@@ -81,7 +86,10 @@ def from_data(record_type: Callable[..., R], data: dict[str, Any], **given: Any)
             continue
         if data[f.name] is None and not _nullable(hints[f.name]):
             continue  # null where a value must be: the field's default (NaN for a float)
-        values[f.name] = _decode(hints[f.name], data[f.name])
+        try:
+            values[f.name] = _decode(hints[f.name], data[f.name])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a malformed {f.name}: {exc}") from None
     return record_type(**values, **given)
 
 
@@ -135,6 +143,9 @@ def _decode(hint: Any, value: Any) -> Any:
     if origin is tuple:
         item = typing.get_args(hint)[0]
         return tuple(_decode(item, v) for v in value or ())
+    if origin is list:
+        item = typing.get_args(hint)[0]
+        return [_decode(item, v) for v in value or ()]
     if origin is dict:
         item = typing.get_args(hint)[1]
         return {str(k): _decode(item, v) for k, v in (value or {}).items()}

@@ -200,5 +200,5 @@ def from_dict(data: dict[str, Any]) -> SearchEvent:
         raise ValueError(f"unknown search event type {kind!r}")
     try:
         return event.from_dict(data)  # type: ignore[no-any-return]
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed {kind} event: {exc!r}") from None

@@ -8,12 +8,12 @@ execution knob; or, for a search that failed in the model's own code, its
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tuner.errors import EXIT_TRIAL_FAILED, MptuneError
 from tuner.hardware.gpu_use import UnusedGpu
-from tuner.record import from_data, to_data
+from tuner.record import added, from_data, to_data
 from tuner.search.measures import Candidate, Paired
 from tuner.setup import KNOBS, SETUP_FIELDS, Setup
 from tuner.trials.hazards import Hazard
@@ -77,44 +77,28 @@ class Alternative:
     """A candidate that was not recommended, with its figures or why it was rejected."""
 
     setup: Setup
-    samples_per_second: float | None
-    speedup_vs_float32: float | None
-    loss_gap: float | None
-    rejected: str | None
+    samples_per_second: float | None = None
+    speedup_vs_float32: float | None = None
+    loss_gap: float | None = None
+    rejected: str | None = None
     trials: tuple[int, ...] = ()
     #: lowest and highest samples/s measured; None in alternatives stored by earlier versions
-    spread: tuple[float, float] | None = None
+    spread: tuple[float, float] | None = added()
     #: the median of its runs' samples/s before the steps the loss scale skipped are taken
     #: off (:attr:`samples_per_second` is what they trained); None where none was skipped
-    measured_samples_per_second: float | None = None
+    measured_samples_per_second: float | None = added()
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            **self.setup.to_dict(),
-            "samples_per_second": self.samples_per_second,
-            "speedup_vs_float32": self.speedup_vs_float32,
-            "loss_gap": self.loss_gap,
-            "rejected": self.rejected,
-            "trials": list(self.trials),
-        }
-        if self.spread is not None:
-            data["spread"] = list(self.spread)
-        if self.measured_samples_per_second is not None:
-            data["measured_samples_per_second"] = self.measured_samples_per_second
-        return data
+        """The setup's fields, then the alternative's own (:mod:`tuner.record`)."""
+        return {**self.setup.to_dict(), **to_data(self, exclude=("setup",))}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Alternative:
-        return cls(
-            Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data}),
-            data.get("samples_per_second"),
-            data.get("speedup_vs_float32"),
-            data.get("loss_gap"),
-            data.get("rejected"),
-            tuple(data.get("trials", ())),
-            _pair(data.get("spread")),
-            data.get("measured_samples_per_second"),
-        )
+        setup = Setup.from_dict({k: data[k] for k in SETUP_FIELDS if k in data})
+        spread = data.get("spread")
+        if not (isinstance(spread, list) and len(spread) == 2 and None not in spread):
+            data = {k: v for k, v in data.items() if k != "spread"}  # unreadable: none
+        return from_data(cls, data, setup=setup)
 
     @classmethod
     def of(cls, c: Candidate, f32: Candidate | None) -> Alternative:
@@ -168,13 +152,6 @@ class KnobEvidence:
         return from_data(cls, data, knob=str(data["knob"]))
 
 
-def _pair(value: Any) -> tuple[float, float] | None:
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        return None
-    low, high = value
-    return (float(low), float(high)) if low is not None and high is not None else None
-
-
 @dataclass(frozen=True)
 class Recommendation:
     """The chosen setup and the evidence for it. ``to_dict`` is what ``tune --json`` prints and
@@ -202,7 +179,7 @@ class Recommendation:
     device: str | None = None
     #: NVML saw NVIDIA GPUs the backend could not use, and the trials ran on the CPU
     #: (:mod:`tuner.hardware.gpu_use`); None when no GPU went unused
-    unused_gpu: UnusedGpu | None = None
+    unused_gpu: UnusedGpu | None = added()  # said only where a GPU went unused
     versions: dict[str, str] = field(default_factory=dict)
     #: viable setups whose measurements overlap the chosen one's, or lie within the noise
     ties: tuple[Alternative, ...] = ()
@@ -245,19 +222,15 @@ class Recommendation:
     setup_trials: tuple[int, ...] = ()
     #: where a training script sets :attr:`reference` itself (``train.py:9``): what the user
     #: runs today is the script's own choice (issue 49); None: not set by a script
-    reference_at: str | None = None
+    reference_at: str | None = added()
     #: what the script's fit does that the figures leave out (validation, callbacks, class or
     #: sample weights), and one validation pass's seconds at the setup's batch size
-    left_out: tuple[str, ...] = ()
-    validation_s: float | None = None
+    left_out: tuple[str, ...] = added(())
+    validation_s: float | None = added()
     #: the distribution the script trains in (``MirroredStrategy``) and over how many devices:
     #: the batch size is fit's global batch, each device takes its share
-    distribution: str | None = None
-    replicas: int = 1
-
-    #: Fields written only where they say something, so that recommendations stored before
-    #: them read and compare as they were written.
-    _SAID_WHEN_SET = ("reference_at", "left_out", "validation_s", "distribution", "replicas")
+    distribution: str | None = added()
+    replicas: int = added(1)
 
     @property
     def input_bound(self) -> bool:
@@ -265,98 +238,31 @@ class Recommendation:
         return input_bound(self.device_samples_per_second, self.input)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["input"] = self.input.to_dict() if self.input else None
-        data.update(self.setup.to_dict())
-        data["setup"] = self.setup.to_dict()
-        data["samples_per_second_spread"] = list(self.samples_per_second_spread)
-        data["trials"] = list(self.trials)
-        data["alternatives"] = [alt.to_dict() for alt in self.alternatives]
-        data["ties"] = [alt.to_dict() for alt in self.ties]
-        data["not_tried"] = [dict(item) for item in self.not_tried]
-        data["notes"] = list(self.notes)
-        data["versions"] = dict(self.versions)
-        # Said only where a GPU went unused: recommendations without it read as before.
-        unused = data.pop("unused_gpu")
-        if unused is not None:
-            data["unused_gpu"] = unused.to_dict()
-        data["hazards"] = [h.to_dict() for h in self.hazards]
-        data["knobs"] = [k.to_dict() for k in self.knobs]
-        data["paired"] = [p.to_dict() for p in self.paired]
-        data["float32_setup"] = self.float32_setup.to_dict() if self.float32_setup else None
-        data["float32_trials"] = list(self.float32_trials)
-        data["baseline_trials"] = list(self.baseline_trials)
-        data["setup_trials"] = list(self.setup_trials)
-        data["left_out"] = list(self.left_out)
-        defaults = fields_defaults()
-        for key in self._SAID_WHEN_SET:
-            if data[key] == defaults[key]:
-                del data[key]
-        return data
+        """Its declared fields (:mod:`tuner.record`; one added since recommendations were first
+        stored is written where it says something), and the setup's fields at the top level as
+        well, as recommendations were first stored."""
+        return {**to_data(self), **self.setup.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recommendation:
-        """Inverse of :meth:`to_dict`; reads recommendations stored by earlier versions too.
+        """Inverse of :meth:`to_dict`; reads recommendations stored by earlier versions too
+        (the setup's fields at the top level only).
 
         Raises:
-            ValueError: the data names no valid setup or lacks a figure.
+            ValueError: the data names no valid setup, lacks a figure or is malformed.
         """
         setup_data = (
             data.get("setup")
             if isinstance(data.get("setup"), dict)
             else {k: data[k] for k in SETUP_FIELDS if k in data}
         )
-        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        values["setup"] = Setup.from_dict(setup_data)
+        setup = Setup.from_dict(setup_data)
+        if not isinstance(data.get("samples_per_second_spread"), list):
+            raise ValueError("the recommendation has no measured spread")
         try:
-            values["samples_per_second_spread"] = tuple(values["samples_per_second_spread"])
-        except (KeyError, TypeError):
-            raise ValueError("the recommendation has no measured spread") from None
-        values["alternatives"] = tuple(
-            Alternative.from_dict(a) for a in values.get("alternatives", ())
-        )
-        values["ties"] = tuple(Alternative.from_dict(a) for a in values.get("ties") or ())
-        values["hazards"] = tuple(Hazard.from_dict(h) for h in values.get("hazards") or ())
-        values["knobs"] = tuple(KnobEvidence.from_dict(k) for k in values.get("knobs") or ())
-        unused = values.get("unused_gpu")
-        values["unused_gpu"] = UnusedGpu.from_dict(unused) if isinstance(unused, dict) else None
-        fed = values.get("input")
-        try:
-            values["input"] = InputRate.from_dict(fed) if isinstance(fed, dict) else None
+            return from_data(cls, data, setup=setup)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"a malformed input rate: {exc}") from None
-        try:
-            values["paired"] = tuple(Paired.from_dict(p) for p in values.get("paired") or ())
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"a malformed paired comparison: {exc}") from None
-        f32 = values.get("float32_setup")
-        values["float32_setup"] = Setup.from_dict(f32) if isinstance(f32, dict) else None
-        for key in (
-            "trials",
-            "not_tried",
-            "notes",
-            "float32_trials",
-            "baseline_trials",
-            "setup_trials",
-            "left_out",
-        ):
-            values[key] = tuple(values.get(key) or ())
-        try:
-            return cls(**values)
-        except TypeError as exc:
-            raise ValueError(f"an incomplete recommendation: {exc}") from None
-
-
-def fields_defaults() -> dict[str, Any]:
-    """Each of :class:`Recommendation`'s fields that has a plain default, with it (as
-    :meth:`Recommendation.to_dict` writes it)."""
-    from dataclasses import MISSING
-
-    found = {}
-    for f in fields(Recommendation):
-        if f.default is not MISSING:
-            found[f.name] = list(f.default) if isinstance(f.default, tuple) else f.default
-    return found
+            raise ValueError(f"an incomplete or malformed recommendation: {exc}") from None
 
 
 def plain_knobs(setup: Setup) -> tuple[KnobEvidence, ...]:

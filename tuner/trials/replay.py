@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.record import from_data, to_data
 from tuner.trials.messages import WorkerMessage
 from tuner.trials.protocol import TrialRunner
 from tuner.trials.result import TrialResult
@@ -32,11 +33,11 @@ class RecordedTrial:
     result: TrialResult
 
     def to_dict(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "result": self.result.to_dict()}
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RecordedTrial:
-        return cls(TrialSpec.from_dict(data["spec"]), TrialResult.from_dict(data["result"]))
+        return from_data(cls, data)
 
 
 @dataclass
@@ -53,27 +54,16 @@ class Recording:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "note": self.note,
-            "model": self.model,
-            "space": self.space,
-            "settings": self.settings,
-            "profile": self.profile,
-            "trials": [t.to_dict() for t in self.trials],
-            "recommendation": self.recommendation,
-        }
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recording:
-        return cls(
-            model=data["model"],
-            space=data["space"],
-            settings=data["settings"],
-            profile=data["profile"],
-            trials=[RecordedTrial.from_dict(t) for t in data.get("trials", [])],
-            recommendation=data.get("recommendation"),
-            note=data.get("note", ""),
-        )
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            TypeError: the model, space, settings or profile is missing.
+        """
+        return from_data(cls, data)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
