@@ -36,12 +36,20 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 
 _ADDED = "mptune_added"
+_CODED = "mptune_coded"
 
 
 def added(default: Any = None) -> Any:
     """A field added after records of its class were first stored: its ``default`` is left out
     of :func:`to_data`'s output (see the module's docstring)."""
     return dataclasses.field(default=default, metadata={_ADDED: True})
+
+
+def coded(write: Callable[[Any], Any], read: Callable[[Any], Any], default: Any = None) -> Any:
+    """A field with a stored form of its own: ``write`` turns its value into JSON-ready data,
+    ``read`` turns that back (a GPU's compute capability ``(8, 0)`` stored as ``"8.0"``); a
+    ``null`` stored reads as ``default``."""
+    return dataclasses.field(default=default, metadata={_CODED: (write, read)})
 
 
 def names(record_type: type) -> tuple[str, ...]:
@@ -67,7 +75,8 @@ def to_data(record: Any, exclude: Iterable[str] = ()) -> dict[str, Any]:
         value = getattr(record, f.name)
         if f.metadata.get(_ADDED) and value == f.default:
             continue
-        data[f.name] = _encode(value)
+        codec = f.metadata.get(_CODED)
+        data[f.name] = codec[0](value) if codec and value is not None else _encode(value)
     return data
 
 
@@ -86,7 +95,11 @@ def from_data(record_type: Callable[..., R], data: dict[str, Any], **given: Any)
             continue
         if data[f.name] is None and not _nullable(hints[f.name]):
             continue  # null where a value must be: the field's default (NaN for a float)
+        codec = f.metadata.get(_CODED)
         try:
+            if codec is not None:
+                values[f.name] = None if data[f.name] is None else codec[1](data[f.name])
+                continue
             values[f.name] = _decode(hints[f.name], data[f.name])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a malformed {f.name}: {exc}") from None

@@ -25,8 +25,10 @@ takes the GPU's name to catch them.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from tuner.record import from_data, to_data
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,13 @@ class CapabilityUnits:
     summary: str
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data."""
-        return asdict(self)
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CapabilityUnits:
         """Inverse of :meth:`to_dict`; keys this version does not know are ignored."""
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.policies import BACKENDS, JAX, TENSORFLOW, TORCH
+from tuner.record import from_data, to_data
 from tuner.setup import BACKEND_NAMES
 
 if TYPE_CHECKING:  # the profile is above: it asks this module for its findings
@@ -61,11 +62,11 @@ class UnusedGpu:
             the CPU).
     """
 
-    backend: str
-    gpus: int
-    gpu_name: str | None
-    reason: str | None
-    fix: str | None
+    backend: str = TENSORFLOW
+    gpus: int = 0
+    gpu_name: str | None = None
+    reason: str | None = None
+    fix: str | None = None
     evidence: str = STATIC
 
     @property
@@ -84,27 +85,13 @@ class UnusedGpu:
         return text + (f": fix it with {self.fix}" if self.fix else "")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data."""
-        return {
-            "backend": self.backend,
-            "gpus": self.gpus,
-            "gpu_name": self.gpu_name,
-            "reason": self.reason,
-            "fix": self.fix,
-            "evidence": self.evidence,
-        }
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`)."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UnusedGpu:
         """Inverse of :meth:`to_dict`."""
-        return cls(
-            backend=str(data.get("backend", TENSORFLOW)),
-            gpus=int(data.get("gpus") or 0),
-            gpu_name=data.get("gpu_name"),
-            reason=data.get("reason"),
-            fix=data.get("fix"),
-            evidence=str(data.get("evidence", STATIC)),
-        )
+        return from_data(cls, data)
 
 
 def _version_tuple(text: str | None) -> tuple[int, int] | None:

@@ -8,13 +8,13 @@ ignores keys it does not know, so a profile stored by a newer mptune still loads
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.hardware.capability import CapabilityUnits
 from tuner.hardware.gpu_use import UnusedGpu, unused_gpu, unused_gpus
 from tuner.policies import JAX, TENSORFLOW, TORCH
-from tuner.record import from_data, to_data
+from tuner.record import coded, from_data, to_data
 from tuner.setup import BACKEND_NAMES
 
 #: The version of :meth:`HardwareProfile.to_dict`'s layout.
@@ -38,9 +38,16 @@ INSTALL_HINTS: dict[str, str] = {
 }
 
 
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+def _capability_text(cc: tuple[int, int]) -> str:
+    return f"{cc[0]}.{cc[1]}"
+
+
+def _capability(value: Any) -> tuple[int, int]:
+    """A compute capability as stored: ``"8.0"``, or ``[8, 0]``."""
+    if isinstance(value, str):
+        major, _, minor = value.partition(".")
+        return int(major), int(minor or 0)
+    return int(value[0]), int(value[1])
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class GpuInfo:
     index: int
     name: str | None = None
     uuid: str | None = None
-    compute_capability: tuple[int, int] | None = None
+    compute_capability: tuple[int, int] | None = coded(_capability_text, _capability)
     memory_total_mb: float | None = None
     memory_used_mb: float | None = None
     memory_free_mb: float | None = None
@@ -70,35 +77,14 @@ class GpuInfo:
         return f"{cc[0]}.{cc[1]}" if cc else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data; ``compute_capability`` as ``"8.0"`` or ``None``."""
-        return {
-            "index": self.index,
-            "name": self.name,
-            "uuid": self.uuid,
-            "compute_capability": self.capability_text,
-            "memory_total_mb": self.memory_total_mb,
-            "memory_used_mb": self.memory_used_mb,
-            "memory_free_mb": self.memory_free_mb,
-            "power_limit_w": self.power_limit_w,
-            "sm_clock_mhz": self.sm_clock_mhz,
-            "memory_clock_mhz": self.memory_clock_mhz,
-            "mig_mode": self.mig_mode,
-            "units": self.units.to_dict() if self.units else None,
-        }
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`);
+        ``compute_capability`` as ``"8.0"`` or ``None``."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuInfo:
         """Inverse of :meth:`to_dict`; also takes ``compute_capability`` as ``[8, 0]``."""
-        values = _known(cls, data)
-        cc = values.get("compute_capability")
-        if isinstance(cc, str):
-            major, _, minor = cc.partition(".")
-            values["compute_capability"] = (int(major), int(minor or 0))
-        elif isinstance(cc, (list, tuple)):
-            values["compute_capability"] = (int(cc[0]), int(cc[1]))
-        units = values.get("units")
-        values["units"] = CapabilityUnits.from_dict(units) if isinstance(units, dict) else None
-        return cls(**values)
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True)
@@ -149,7 +135,7 @@ class SoftwareInfo:
             ``torch/version.py`` (``cuda = '12.6'``; ``None`` in a CPU or ROCm build).
     """
 
-    python: str
+    python: str = ""
     tensorflow: str | None = None
     keras: str | None = None
     tf_keras: str | None = None
@@ -183,29 +169,10 @@ class SoftwareInfo:
         return {name: INSTALL_HINTS[name] for name, v in self.backends.items() if not v}
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data; ``backends`` and ``missing_backends`` are derived, not read
-        back."""
+        """Plain JSON-able data, from the declared fields (:mod:`tuner.record`), and what they
+        mean for the backends (``backends``, ``missing_backends``: not read back)."""
         return {
-            "python": self.python,
-            "tensorflow": self.tensorflow,
-            "keras": self.keras,
-            "tf_keras": self.tf_keras,
-            "tf_cuda_version": self.tf_cuda_version,
-            "tf_cudnn_version": self.tf_cudnn_version,
-            "tf_is_cuda_build": self.tf_is_cuda_build,
-            "tf_cuda_compute_capabilities": list(self.tf_cuda_compute_capabilities),
-            "jax": self.jax,
-            "jaxlib": self.jaxlib,
-            "torch": self.torch,
-            "tf_cuda_libraries_missing": (
-                None
-                if self.tf_cuda_libraries_missing is None
-                else list(self.tf_cuda_libraries_missing)
-            ),
-            "jax_is_cuda_build": self.jax_is_cuda_build,
-            "jax_cuda_version": self.jax_cuda_version,
-            "torch_is_cuda_build": self.torch_is_cuda_build,
-            "torch_cuda_version": self.torch_cuda_version,
+            **to_data(self),
             "backends": self.backends,
             "missing_backends": self.missing_backends,
         }
@@ -213,14 +180,7 @@ class SoftwareInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SoftwareInfo:
         """Inverse of :meth:`to_dict`."""
-        values = _known(cls, data)
-        values.setdefault("python", "")
-        values["tf_cuda_compute_capabilities"] = tuple(
-            values.get("tf_cuda_compute_capabilities") or ()
-        )
-        missing = values.get("tf_cuda_libraries_missing")
-        values["tf_cuda_libraries_missing"] = None if missing is None else tuple(missing)
-        return cls(**values)
+        return from_data(cls, data)
 
 
 @dataclass(frozen=True)
@@ -264,13 +224,13 @@ class HardwareProfile:
         advice: every policy, most promising first (:func:`tuner.hardware.advice.advise`).
     """
 
-    gpus: tuple[GpuInfo, ...]
-    gpu_unavailable_reason: str | None
-    driver_version: str | None
-    cuda_driver_version: str | None
-    cpu: CpuInfo
-    software: SoftwareInfo
-    advice: tuple[PolicyAdvice, ...] = field(default_factory=tuple)
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_unavailable_reason: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    cpu: CpuInfo = field(default_factory=CpuInfo)
+    software: SoftwareInfo = field(default_factory=SoftwareInfo)
+    advice: tuple[PolicyAdvice, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -345,15 +305,10 @@ class HardwareProfile:
         return "on this CPU float32 is expected to be fastest"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data: the layout ``mptune detect --json`` prints (``schema`` 1)."""
+        """Plain JSON-able data: the layout ``mptune detect --json`` prints (``schema`` 1): the
+        declared fields (:mod:`tuner.record`), then what is read from them."""
         return {
-            "gpus": [g.to_dict() for g in self.gpus],
-            "gpu_unavailable_reason": self.gpu_unavailable_reason,
-            "driver_version": self.driver_version,
-            "cuda_driver_version": self.cuda_driver_version,
-            "cpu": self.cpu.to_dict(),
-            "software": self.software.to_dict(),
-            "advice": [a.to_dict() for a in self.advice],
+            **to_data(self),
             "verdict": self.verdict,
             "unused_gpus": [u.to_dict() for u in self.unused_gpus],
             "schema": SCHEMA,
@@ -362,13 +317,5 @@ class HardwareProfile:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HardwareProfile:
         """Inverse of :meth:`to_dict` (``verdict`` and ``unused_gpus`` are recomputed, not
-        read)."""
-        return cls(
-            gpus=tuple(GpuInfo.from_dict(g) for g in data.get("gpus") or ()),
-            gpu_unavailable_reason=data.get("gpu_unavailable_reason"),
-            driver_version=data.get("driver_version"),
-            cuda_driver_version=data.get("cuda_driver_version"),
-            cpu=CpuInfo.from_dict(data.get("cpu") or {}),
-            software=SoftwareInfo.from_dict(data.get("software") or {}),
-            advice=tuple(PolicyAdvice.from_dict(a) for a in data.get("advice") or ()),
-        )
+        read); a part stored empty or not at all is its default."""
+        return from_data(cls, data)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.policies import FLOAT32
+from tuner.record import from_data, to_data
 from tuner.search.space import SearchSettings
 from tuner.setup import KNOBS, LossScale, Setup, losses_grouped
 from tuner.trials.result import TrialResult
@@ -192,12 +193,7 @@ class Paired:
         return tuple(sorted(turn[c] for turn in self.trials for c in columns))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "setups": [s.to_dict() for s in self.setups],
-            "speeds": [list(t) for t in self.speeds],
-            "trials": [list(t) for t in self.trials],
-        }
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Paired:
@@ -206,12 +202,11 @@ class Paired:
         Raises:
             ValueError: a turn does not have one figure and one trial per setup.
         """
-        setups = tuple(Setup.from_dict(s) for s in data["setups"])
-        speeds = tuple(tuple(float(v) for v in t) for t in data["speeds"])
-        trials = tuple(tuple(int(n) for n in t) for t in data["trials"])
+        paired = from_data(cls, data)
+        setups, speeds, trials = paired.setups, paired.speeds, paired.trials
         if any(len(t) != len(setups) for t in (*speeds, *trials)) or len(speeds) != len(trials):
             raise ValueError("a paired comparison whose turns do not match its setups")
-        return cls(str(data["stage"]), setups, speeds, trials)
+        return paired
 
 
 def paired_ratio(paired: Sequence[Paired], a: Setup, b: Setup) -> float | None:
