@@ -14,6 +14,7 @@ end :class:`Recommended`.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
@@ -171,20 +172,8 @@ SearchEvent = Union[  # noqa: UP007 - a runtime alias: `|` on classes needs Pyth
 ]
 
 
-#: Each event by its ``type``.
-EVENTS: dict[str, type[_Event]] = {
-    e.type: e
-    for e in (
-        SessionOpened,
-        PlanUpdated,
-        StageStarted,
-        TrialStarted,
-        WorkerReported,
-        TrialFinished,
-        LeaderChanged,
-        Recommended,
-    )
-}
+#: Each event of :data:`SearchEvent` by its ``type``.
+EVENTS: dict[str, type[_Event]] = {e.type: e for e in typing.get_args(SearchEvent)}
 
 
 def from_dict(data: dict[str, Any]) -> SearchEvent:
