@@ -113,6 +113,17 @@ def test_scripted_h100_figures() -> None:
     assert gpu.mig_mode is False and gpu.units is not None and gpu.units.fp8
 
 
+@pytest.mark.parametrize(("scenario", "fp8"), [("hopper_9.0", True), ("ampere_8.0", False)])
+def test_detect_says_what_keras_does_with_fp8_tensor_cores(scenario: str, fp8: bool) -> None:
+    """A card with FP8 Tensor Cores (8.9 and later) is said to have them, with what Keras does
+    with them and where; an A100 (8.0) has none, and nothing is said."""
+    text = " ".join(render_text(profile_of(scenario)).split())
+    said = "FP8 Tensor Cores: Keras trains Dense and EinsumDense layers in float8 after model"
+    assert (said in text) is fp8
+    if fp8:
+        assert "on JAX or on TensorFlow with XLA (jit_compile=True" in text
+
+
 def test_wsl2_unsupported_fields_are_none_not_a_crash() -> None:
     profile = profile_of("wsl2")
     (gpu,) = profile.gpus

@@ -63,6 +63,21 @@ class CapabilityUnits:
         return from_data(cls, data)
 
 
+#: What Keras 3 does with FP8 Tensor Cores (:attr:`CapabilityUnits.fp8`), for people.
+#: ``model.quantize("float8")`` on a built model gives its ``Dense`` and ``EinsumDense`` layers
+#: the ``float8_from_<policy>`` policy (E4M3 forward, E5M2 gradients, delayed scaling from an
+#: amax history; keras/src/layers/core/dense.py, Keras 3.3 and later); XLA turns those
+#: quantize-matmul patterns into FP8 GEMMs on compute capability 8.9 and later with CUDA 12 or
+#: later, so it can pay on JAX and on TensorFlow with ``jit_compile=True``; the PyTorch backend
+#: emulates it.
+FP8_IN_KERAS = (
+    "FP8 Tensor Cores: Keras trains Dense and EinsumDense layers in float8 after "
+    'model.quantize("float8") on the built model, as FP8 matmuls on JAX or on TensorFlow with '
+    "XLA (jit_compile=True; PyTorch emulates it, no gain); whether it pays depends on the "
+    "layers' sizes: mptune does not search it yet, so measure it against mixed_bfloat16"
+)
+
+
 @dataclass(frozen=True)
 class _Row:
     first: tuple[int, int]

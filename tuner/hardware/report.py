@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tuner.hardware.advice import default_lines
+from tuner.hardware.capability import FP8_IN_KERAS
 from tuner.hardware.gpu_use import unused_gpu, unused_gpus
 from tuner.hardware.profile import GpuInfo, HardwareProfile, SoftwareInfo
 from tuner.policies import JAX, TENSORFLOW
@@ -106,7 +107,10 @@ def _gpu_lines(gpu: GpuInfo) -> list[str]:
         f"MIG {_on_off(gpu.mig_mode)}"
     )
     indent = "       "
-    return _wrap(head, indent) + _wrap(memory, indent, indent) + _wrap(board, indent, indent)
+    lines = _wrap(head, indent) + _wrap(memory, indent, indent) + _wrap(board, indent, indent)
+    if units is not None and units.fp8:
+        lines += _wrap(FP8_IN_KERAS, indent, indent)
+    return lines
 
 
 def backends_text(software: SoftwareInfo) -> str:
