@@ -43,7 +43,8 @@ class Controller(QObject):
     def __init__(self, engine: ModuleType | Any = api, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.engine = engine
-        self._threads: set[threading.Thread] = set()
+        self._threads: set[threading.Thread] = set()  # calls whose result is not yet handed over
+        self._started: list[threading.Thread] = []  # every thread not yet joined, for `wait`
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
@@ -73,15 +74,20 @@ class Controller(QObject):
         )
         with self._lock:
             self._threads.add(thread)
+            self._started = [t for t in self._started if t.is_alive()] + [thread]
         thread.start()
 
     def wait(self, timeout: float) -> bool:
         """Join the calls under way for up to ``timeout`` seconds in all; True when none is
         left. For tests only: the window never calls it."""
         deadline = time.monotonic() + timeout
-        for thread in list(self._threads):
+        # Every thread, not only the busy ones: a call is off the books before its thread has
+        # returned, and a thread still alive then is one a test would see left behind.
+        with self._lock:
+            started = list(self._started)
+        for thread in started:
             thread.join(max(0.0, deadline - time.monotonic()))
-        return not self.busy
+        return not self.busy and not any(t.is_alive() for t in started)
 
     def close(self) -> None:
         """Deliver nothing more: results of calls still under way are dropped (their daemon
