@@ -86,6 +86,13 @@ def _backends(path: str, name: str, ids: list[str]) -> str:
         for n in tree.body
         if isinstance(n, ast.FunctionDef) and n.name == name
     )
+    # A module's constant the test names (``FAST``: the CLI flags its trials run with) says
+    # the backend as the body would.
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and re.search(rf"\b{t.id}\b", body) for t in node.targets
+        ):
+            body += "\n" + (ast.get_source_segment(source, node) or "")
     words = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch", "pytorch": "torch"}
     said = sorted(
         {b for w, b in words.items() if re.search(rf"(^|_){w}(_|$)", name)}

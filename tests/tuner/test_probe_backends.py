@@ -20,8 +20,9 @@ import pytest
 
 from tuner.trials.hazards import DIVERGENCE, INTEGER_CAST, OVERFLOW, POLICY_FAILURE, UNDERFLOW
 
-#: One xdist worker runs the module (``--dist loadgroup``): its module-scoped fixture is made
-#: once, not once in each worker.
+#: One xdist worker runs the module (``--dist loadgroup``), and its fixture is session-scoped:
+#: made once. (Module-scoped, it was made twice in one run: xdist put another module's tests
+#: between this one's, and pytest tears a module's fixtures down between them.)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("probe_backends")]
 
 SCRIPT = Path(__file__).with_name("probe_cases.py")
@@ -40,7 +41,7 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jax_cases() -> dict[str, Any]:
     pytest.importorskip("jax")
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
