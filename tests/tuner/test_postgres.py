@@ -78,7 +78,7 @@ def test_the_lease_admits_one_search_across_connections(postgres_url: str) -> No
 def test_real_trials_store_their_results_in_postgresql(postgres_url: str) -> None:
     proc = cli(
         "tune", "--model", TINY_MLP, "--storage", postgres_url, "--study", "pg-real",
-        "--max-trials", "2", "--device", "cpu", "--json",
+        "--max-trials", "2", "--device", "cpu", "--json", "--measure-seconds", "0.3",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     trials = TuningSession.load("pg-real", postgres_url).trials()

@@ -25,7 +25,14 @@ from tuner.trials.spec import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
-KNOBS = ("loss_scale", "xla", "steps_per_execution", "gradient_accumulation_steps", "tf32")
+KNOBS = (
+    "loss_scale",
+    "xla",
+    "steps_per_execution",
+    "gradient_accumulation_steps",
+    "tf32",
+    "backend",
+)
 
 
 def spec(batch_size: int, model: str = TINY_MLP, **kwargs: object) -> TrialSpec:
@@ -260,24 +267,27 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
 
 @pytest.mark.slow
 def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all() -> None:
+    # Processes started, killed and cancelled: the same whatever they import, so on JAX (its
+    # workers start fastest).
     with WorkerPool() as pool:
-        pool.start_ahead([spec(16), spec(16)])
+        pool.start_ahead([spec(16, backend="jax"), spec(16, backend="jax")])
         dead, spare = pool.idle_pids
         os.kill(dead, signal.SIGKILL)
         assert gone(dead, 30)
         events: list[WorkerMessage] = []
-        assert pool.run(spec(16), events.append).ok
+        assert pool.run(spec(16, backend="jax"), events.append).ok
         assert pid_of(events) == spare, "the live one started ahead ran the trial"
         cancel = threading.Event()
         cancel.set()
         with pytest.raises(runner.TrialCancelled):
-            pool.start_ahead([spec(16, policy="mixed_bfloat16")] * 2, cancel)
+            pool.start_ahead([spec(16, policy="mixed_bfloat16", backend="jax")] * 2, cancel)
         assert pool.idle_pids == [spare]
     assert gone(spare, 30) and not process.LIVE
 
 
 @pytest.mark.slow
 def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
+    # A process's lifeline, the same whatever the worker imports: on JAX, which starts fastest.
     script = textwrap.dedent(
         f"""
         import json, sys, time
@@ -285,7 +295,7 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         from tuner.trials.spec import TrialSpec
         from tuner.setup import Setup
         pool = WorkerPool()
-        spec = TrialSpec(model={TINY_MLP!r}, setup=Setup("float32", 16), steps=2,
+        spec = TrialSpec(model={TINY_MLP!r}, setup=Setup("float32", 16, backend="jax"), steps=2,
                          warmup_steps=1, device="cpu", probe=False)
         result = pool.run(spec)
         pool.start_ahead([spec, spec])
