@@ -143,6 +143,23 @@ BAD_SCRIPTS = {
         ),
         "did not compile with a loss",
     ),
+    # Issue 53: Keras cannot build a model under a quantized global policy to train it
+    # (keras-team/keras#23479): one line that says to quantize after the build instead.
+    "float8_policy": (
+        textwrap.dedent(
+            """
+            import keras
+            import numpy as np
+
+            keras.mixed_precision.set_global_policy("float8_from_mixed_bfloat16")
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            model.compile(optimizer="adam", loss="mse")
+            model.fit(np.zeros((64, 4)), np.zeros((64, 1)))
+            """
+        ),
+        r"bad\.py:5: the global dtype policy float8_from_mixed_bfloat16 .*keras#23479.*set "
+        r'mixed_bfloat16 instead.*model\.quantize\("float8"\)',
+    ),
 }
 
 

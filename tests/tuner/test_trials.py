@@ -269,6 +269,34 @@ def test_user_errors_name_the_problem(
         assert result.error.location == f"{model}:{line}"
 
 
+def test_a_float8_policy_set_globally_is_one_line_saying_to_quantize_after_the_build(
+    tmp_path: Path,
+) -> None:
+    """Issue 53: under a global float8 policy Keras builds the layers' float8 variables with
+    them and then cannot build the model to train it (keras-team/keras#23479, "Unable to
+    automatically build the model"): the trial says where the policy is set, and how Keras
+    trains in float8 (on JAX: the worker's reading of the policy is the same everywhere)."""
+    model = write_model(
+        tmp_path,
+        """
+        import keras
+
+        def build_model():
+            keras.mixed_precision.set_global_policy("float8_from_mixed_bfloat16")
+            inputs = keras.Input((8,))
+            model = keras.Model(inputs, keras.layers.Dense(4)(inputs))
+            model.compile("adam", "mse")
+            return model
+    """,
+    )
+    result = trial(model, backend="jax")
+    assert result.status is TrialStatus.USER_ERROR, result.error
+    assert result.error.location == f"{model}:5"
+    assert "float8_from_mixed_bfloat16" in result.error.message
+    assert "set mixed_bfloat16 instead" in result.error.message
+    assert 'model.quantize("float8")' in result.error.message
+
+
 def test_float16_output_is_warned_and_cast(tmp_path: Path) -> None:
     model = write_model(
         tmp_path,

@@ -69,6 +69,8 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
     held: list[script.HeldSetting] = []
     call = script.take_fit(source, held)
     name = script.shown_name(source)
+    if held:
+        _refuse_quantized(keras.dtype_policies.get(held[-1].policy), held[-1].at)
     _check_is_model(call.model, f"the model {name} passes to fit")
     optimizer, loss, jit = compiled_with(call.model)
     if loss is None:
@@ -112,6 +114,36 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
     )
 
 
+def _refuse_quantized(policy: Any, at: str | None) -> None:
+    """A global dtype policy that quantizes (``float8_from_mixed_bfloat16``, set by the
+    user's code) is refused in one line: Keras builds the layers' quantized variables with the
+    layers, and cannot then build the model to train it (keras-team/keras#23479: fit fails with
+    "Unable to automatically build the model"). Keras quantizes a built model instead."""
+    mode = getattr(policy, "quantization_mode", None)
+    if mode is None:
+        return
+    name = str(policy.name)
+    base = name.split("_from_", 1)[1] if "_from_" in name else "a float policy"
+    raise UserCodeError(
+        f"the global dtype policy {name} set here leaves Keras unable to build the model to "
+        f"train it (keras-team/keras#23479): set {base} instead, and quantize the built model "
+        f'with model.quantize("{mode}")',
+        at,
+    )
+
+
+def _line_of(source: ModelSource, policy: str) -> str | None:
+    """The first line of a model file that names ``policy``, as its ``path:line``."""
+    try:
+        with open(source.path or "", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if policy in line:
+                    return f"{source.path}:{number}"
+    except OSError:
+        return None
+    return None
+
+
 def _line_naming(source: ModelSource, policy: str) -> str | None:
     """The first line of the script that names ``policy`` (a layer's ``dtype=``), as
     ``file:line``; None where none does (it is set in a module the script imports)."""
@@ -143,6 +175,8 @@ def _load_python(source: ModelSource) -> LoadedModel:
         raise UserCodeError(f"{source.spec}: build_model is not a function")
     model = call_user(build, "build_model()", source.path, source.spec)
     _check_is_model(model, "build_model()")
+    own = keras.config.dtype_policy()
+    _refuse_quantized(own, _line_of(source, own.name))
     optimizer, loss, jit = compiled_with(model)
     make = getattr(module, "make_dataset", None)
     return LoadedModel(model, optimizer, loss, jit, module, make if callable(make) else None)
