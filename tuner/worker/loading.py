@@ -132,26 +132,16 @@ def _refuse_quantized(policy: Any, at: str | None) -> None:
     )
 
 
-def _line_of(source: ModelSource, policy: str) -> str | None:
-    """The first line of a model file that names ``policy``, as its ``path:line``."""
+def _line_naming(source: ModelSource, policy: str, whole_path: bool = False) -> str | None:
+    """The first line of the file that names ``policy`` (a layer's ``dtype=``, a global
+    policy), as ``file:line`` (the file's whole path where ``whole_path``, as a model file's
+    errors are located); None where none does (it is set in a module the file imports)."""
+    path = source.path or ""
     try:
-        with open(source.path or "", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if policy in line:
-                    return f"{source.path}:{number}"
-    except OSError:
-        return None
-    return None
-
-
-def _line_naming(source: ModelSource, policy: str) -> str | None:
-    """The first line of the script that names ``policy`` (a layer's ``dtype=``), as
-    ``file:line``; None where none does (it is set in a module the script imports)."""
-    try:
-        with open(source.path or "", encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if policy in line or (policy == "float32" and "dtype" in line):
-                    return f"{os.path.basename(source.path or '')}:{number}"
+                    return f"{path if whole_path else os.path.basename(path)}:{number}"
     except OSError:
         pass
     return None
@@ -176,7 +166,7 @@ def _load_python(source: ModelSource) -> LoadedModel:
     model = call_user(build, "build_model()", source.path, source.spec)
     _check_is_model(model, "build_model()")
     own = keras.config.dtype_policy()
-    _refuse_quantized(own, _line_of(source, own.name))
+    _refuse_quantized(own, _line_naming(source, own.name, whole_path=True))
     optimizer, loss, jit = compiled_with(model)
     make = getattr(module, "make_dataset", None)
     return LoadedModel(model, optimizer, loss, jit, module, make if callable(make) else None)
