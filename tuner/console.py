@@ -125,6 +125,8 @@ def _as_trained_rows(result: TrialResult) -> list[tuple[str, str]]:
     got = result.trained
     if got is not None:
         words = f"{got.policy}, loss scale {got.loss_scale or 'none'}"
+        if got.quantized:
+            words += f", {got.quantized} layers ({got.quantized}_from_{got.policy})"
         if got.replicas > 1:
             share = result.spec.batch_size // got.replicas
             words += (
@@ -132,6 +134,8 @@ def _as_trained_rows(result: TrialResult) -> list[tuple[str, str]]:
                 f"{result.spec.batch_size} is fit's global batch, {share} on each"
             )
         rows.append(("read back", f"{words} (from the model the trial trained)"))
+        if got.quantized and got.not_quantizable:
+            rows.append(("left out", f"not in {got.quantized}: " + "; ".join(got.not_quantizable)))
     own = result.script
     if own is not None:
         words = f"{own.policy}, batch size {own.batch_size or 'unknown'}"

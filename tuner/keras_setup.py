@@ -1,6 +1,6 @@
 """Where a :class:`~tuner.setup.Setup` meets Keras 3: the policy, TF32 and rematerialisation
-before the model is built, the loss scaling and gradient accumulation on the optimizer, and
-compile() (XLA, steps per execution).
+before the model is built, float8 on the built model, the loss scaling and gradient
+accumulation on the optimizer, and compile() (XLA, steps per execution).
 
 The trial worker and :func:`tuner.apply_config` (in the user's training process) both go
 through these functions, so a setup trains the same way in a trial and in the user's script.
@@ -188,10 +188,12 @@ def compile_kwargs(loss_scale: LossScale | Setup) -> dict[str, Any]:
 def compile_model(
     model: Any, setup: Setup, optimizer: Any = None, loss: Any = None, **kwargs: Any
 ) -> None:
-    """Compile ``model`` for ``setup``: its loss scaling and accumulation on ``optimizer`` (Adam
-    1e-3 when ``None``), ``loss`` (mean squared error when ``None``), XLA and steps per execution
-    as the setup says (they win over the same names in ``kwargs``)."""
+    """Compile ``model`` for ``setup`` (after :func:`after_build`): its loss scaling and
+    accumulation on ``optimizer`` (Adam 1e-3 when ``None``), ``loss`` (mean squared error when
+    ``None``), XLA and steps per execution as the setup says (they win over the same names in
+    ``kwargs``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
+    after_build(model, setup)
     with in_its_strategy(model) as strategy:
         # A model built under a tf.distribute strategy (a script's) is compiled again in it:
         # its optimizer must be made in it too (a TensorFlow optimizer keeps the strategy it
@@ -203,6 +205,33 @@ def compile_model(
             loss=loss if loss is not None else "mean_squared_error",
             **{**kwargs, **compile_kwargs(setup)},
         )
+
+
+def after_build(model: Any, setup: Setup) -> None:
+    """What ``setup`` does to the built ``model`` before it is compiled: with ``float8``, Keras'
+    ``model.quantize("float8")``, which gives its ``Dense`` and ``EinsumDense`` layers (those
+    classes themselves: Keras refuses their subclasses) the ``float8_from_<policy>`` policy.
+    Layers with LoRA enabled are left as they are (Keras' float8 call refuses LoRA). Once
+    quantized, a model is left alone: a warm worker compiles it again for another setup of the
+    same model, and ``apply_config`` may be handed a model already done."""
+    if not setup.float8 or quantized_layers(model):
+        return
+    import warnings
+
+    with warnings.catch_warnings():
+        # Keras warns of each layer it does not quantize (a subclass of Dense); the trial
+        # names them itself (as_trained.not_quantizable).
+        warnings.simplefilter("ignore")
+        model.quantize("float8", filters=lambda layer: not getattr(layer, "lora_enabled", False))
+
+
+def quantized_layers(model: Any) -> list[Any]:
+    """``model``'s layers that Keras has quantized (their policy has a quantization mode)."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if getattr(getattr(layer, "dtype_policy", None), "quantization_mode", None)
+    ]
 
 
 def in_its_strategy(model: Any) -> Any:

@@ -60,11 +60,18 @@ class Searching:
         choice: the search space's choice for the knob (``--xla auto|on|off``): the
             :class:`~tuner.search.space.SearchSpace` field of the knob's name, ``on`` where it
             has none.
+        compute_capability: the NVIDIA GPU's the trials run on (``(9, 0)``); None on a CPU or
+            when unknown.
+        quantizable_share: the share of the model's multiply-adds in the layers Keras'
+            ``model.quantize()`` takes (:attr:`~tuner.trials.result.AsTrained.quantizable_share`),
+            as the search's first trial read it; None before one did.
     """
 
     backend: str
     gpu: bool
     choice: str
+    compute_capability: tuple[int, int] | None = None
+    quantizable_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class Knob:
         rank: its place in :meth:`Setup.simplicity` (lower weighs first); the loss scale's
             fixed kind is :data:`FIXED_SCALE_RANK`.
         refuses: why a value cannot go with a policy and a backend (None where it can).
+        brings: the other knobs' values it needs on a backend when it is away from its default
+            (float8 on TensorFlow brings XLA: its FP8 matmuls are XLA's); a setup takes them.
         on_backend: the value a backend turns it into (JAX always compiles: ``xla`` False).
         label: its name for people: the row of the recommendation's evidence.
         evidence: the key of that row (``KnobEvidence.knob``).
@@ -158,6 +167,7 @@ class Knob:
     most: int = 1
     what: str = ""
     refuses: Callable[[Any, Policy, str], str | None] | None = None
+    brings: Callable[[str], dict[str, Any]] | None = None
     on_backend: Callable[[Any, str], Any] | None = None
     stage: str | None = None
     keras2: bool = True
@@ -244,6 +254,29 @@ KNOBS: tuple[Knob, ...] = (
         say=lambda s: ("torch.compile" if s.backend == TORCH else "XLA") if s.xla else None,
         aliases=lambda s: ("xla", "torch.compile"),
         setting=lambda s: _on(s.xla),
+    ),
+    Knob(
+        name="float8",
+        default=False,
+        kind=bool,
+        rank=35,
+        label="Float8",
+        what="float8",
+        evidence="float8",
+        warm=False,  # model.quantize() changes the built layers for good
+        option="float8",
+        help='train the Dense and EinsumDense layers in float8 (model.quantize("float8") on '
+        "the built model): FP8 matmuls on NVIDIA compute capability 8.9 and later, on JAX, or "
+        "on TensorFlow with XLA, which it brings",
+        stage="float8",
+        keras2=False,
+        brings=lambda backend: {"xla": True} if backend == TENSORFLOW else {},
+        unsupported="the model does not train in float8",
+        skipped=lambda w: _float8_skipped(w),
+        short=lambda s: "fp8" if s.float8 else None,
+        say=lambda s: "float8 matmuls" if s.float8 else None,
+        aliases=lambda s: ("float8", "fp8"),
+        setting=lambda s: _on(s.float8),
     ),
     Knob(
         name="steps_per_execution",
@@ -356,6 +389,47 @@ KNOBS: tuple[Knob, ...] = (
         setting=lambda s: _on(s.remat),
     ),
 )
+
+
+#: The least compute capability with FP8 Tensor Cores (Ada Lovelace 8.9, Hopper 9.0, Blackwell),
+#: where XLA makes Keras' float8 quantize-matmul patterns FP8 GEMMs.
+FP8_COMPUTE_CAPABILITY = (8, 9)
+#: The least share of a model's multiply-adds that the layers Keras trains in float8 (Dense and
+#: EinsumDense themselves) must carry for float8 to be tried: were their matmuls twice as fast,
+#: the step would gain at most a third (Amdahl); under it the quantize and amax work around
+#: each matmul (openxla/xla#7432) leaves nothing to find.
+FLOAT8_SHARE = 0.5
+
+
+def _float8_skipped(searching: Searching) -> str | None:
+    """Why a search does not try float8: the backend, the card, or the model's layers."""
+    cc = searching.compute_capability
+    share = searching.quantizable_share
+    if searching.backend == TORCH:
+        return (
+            "Keras runs float8 on PyTorch as emulation (quantize, dequantize, then a matmul in "
+            "the policy's dtype): there are no FP8 matmuls to gain; JAX, or TensorFlow with "
+            "XLA, has them"
+        )
+    if not searching.gpu:
+        return "float8 needs FP8 Tensor Cores, and the trials ran on the CPU"
+    if cc is None or cc < FP8_COMPUTE_CAPABILITY:
+        card = (
+            "of unknown compute capability"
+            if cc is None
+            else f"of compute capability {cc[0]}.{cc[1]}"
+        )
+        return (
+            f"float8 needs FP8 Tensor Cores (NVIDIA compute capability 8.9 and later: L4, "
+            f"L40S, H100, H200, Blackwell); the GPU is {card}"
+        )
+    if share is not None and share < FLOAT8_SHARE:
+        return (
+            f"the layers Keras trains in float8 (Dense and EinsumDense) carry {share:.0%} of "
+            f"the model's multiply-adds, under the {FLOAT8_SHARE:.0%} where float8 could pay "
+            "(convolutions and other layers stay in the policy's dtype)"
+        )
+    return None
 
 
 def _tf32_decided(setup: Setup, decided: Decided) -> str:

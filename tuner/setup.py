@@ -244,6 +244,10 @@ class Setup:
         loss_scale: the loss-scale setting.
         xla: compile the training step with XLA (``jit_compile=True``); off means a plain
             ``tf.function`` (``jit_compile=False``), never Keras' device-dependent ``"auto"``.
+        float8: the model's Dense and EinsumDense layers train in float8
+            (``model.quantize("float8")`` once it is built: Keras' ``float8_from_<policy>``,
+            E4M3 forward and E5M2 gradients with delayed scaling), FP8 matmuls on compute
+            capability 8.9 and later; on TensorFlow it brings XLA (its FP8 GEMMs are XLA's).
         steps_per_execution: training steps one ``train_function`` call runs (Keras'
             ``steps_per_execution``): more steps per call hide the host's per-step overhead.
         tf32: float32 storage with TensorFloat-32 matrix multiplies and convolutions (NVIDIA
@@ -267,6 +271,7 @@ class Setup:
     batch_size: int
     loss_scale: LossScale
     xla: bool
+    float8: bool
     steps_per_execution: int
     tf32: bool
     gradient_accumulation_steps: int
@@ -303,6 +308,9 @@ class Setup:
         if unknown:
             raise TypeError(f"Setup() got an unexpected keyword argument {unknown[0]!r}")
         values = {knob.name: knob.parse(knobs.get(knob.name, knob.default)) for knob in KNOBS}
+        for knob in KNOBS:  # what a knob needs of the others (float8 on TensorFlow: XLA)
+            if knob.brings is not None and values[knob.name] != knob.default:
+                values.update(knob.brings(backend))
         for knob in KNOBS:
             refused = knob.refuses(values[knob.name], parsed, backend) if knob.refuses else None
             if refused:

@@ -47,6 +47,7 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
         "batch_size": 16,
         "loss_scale": "dynamic:1024:500",
         "xla": False,
+        "float8": False,
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,

@@ -21,7 +21,7 @@ from tuner.search.space import SearchSettings, SearchSpace, parse_batch_sizes
 from tuner.search.tune import tune
 from tuner.setup import Setup
 from tuner.trials.hazards import Hazard
-from tuner.trials.result import TrialError, TrialResult, TrialStatus
+from tuner.trials.result import AsTrained, TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import TrialSpec
 
 STEPS = 40
@@ -90,6 +90,10 @@ class Machine:
     knob_factor: dict[tuple[bool, int], float] = field(default_factory=dict)
     #: measured steps a policy's dynamic loss scale skips in each of its trials
     skipped: dict[str, int] = field(default_factory=dict)
+    #: float8's throughput factor, and the model's share of multiply-adds in the layers it
+    #: quantizes as each trial reads it back (None: not read)
+    float8_factor: float = 1.0
+    quantizable_share: float | None = None
 
     def runs_of(self, policy: str, batch_size: int) -> int:
         return sum(1 for s in self.calls if s.setup == Setup(policy, batch_size))
@@ -133,6 +137,8 @@ class Machine:
             if setup.xla:
                 sps *= self.xla_factor
             sps *= self.spe_factor.get(setup.steps_per_execution, 1.0)
+        if setup.float8:
+            sps *= self.float8_factor
         offset = self.loss_offset.get(setup.precision, 0.0)
         # As a worker reports them: warm-up in whole executions, then one loss per execution
         # (the mean of its steps'), repeated for each of its steps.
@@ -162,6 +168,13 @@ class Machine:
             else 0,
             device="cpu",
             background_load=self.background_load,
+            trained=AsTrained(
+                policy=str(spec.policy),
+                quantized="float8" if setup.float8 else None,
+                quantizable_share=self.quantizable_share,
+            )
+            if self.quantizable_share is not None
+            else None,
         )
 
 

@@ -245,6 +245,7 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
         "batch_size": 64,
         "loss_scale": "dynamic:1024:500",
         "xla": False,
+        "float8": False,
         "steps_per_execution": 1,
         "tf32": False,
         "gradient_accumulation_steps": 1,
@@ -259,6 +260,7 @@ def test_to_dict_leaves_default_knobs_out_unless_explicit() -> None:
     }
     assert KNOBBED.to_dict(explicit=True) == {
         **KNOBBED.to_dict(),
+        "float8": False,
         "remat": False,
         "backend": "tensorflow",
     }

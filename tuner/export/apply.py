@@ -4,7 +4,8 @@
 
     tuned = apply_config("mptune.json")        # sets the precision policy (and TF32); refuses
                                                # a config tuned on another Keras backend
-    model = build_model()                      # build after the policy is set
+    model = tuned.prepare(build_model())       # build after the policy is set (float8
+                                               # quantizes the built model)
     model.compile(optimizer=tuned.wrap_optimizer(keras.optimizers.Adam()), loss=...,
                   **tuned.compile_kwargs())
     model.fit(dataset.batch(tuned.batch_size), ...)
@@ -90,6 +91,15 @@ class AppliedConfig:
         from tuner import keras_setup
 
         return keras_setup.wrap_optimizer(optimizer, self.setup)
+
+    def prepare(self, model: Any) -> Any:
+        """``model``, built, as the setup trains it, before ``model.compile``: with float8 its
+        Dense and EinsumDense layers quantized (:func:`tuner.keras_setup.after_build`; nothing
+        for other setups, nor for a model done already)."""
+        from tuner import keras_setup
+
+        keras_setup.after_build(model, self.setup)
+        return model
 
     def compile_kwargs(self) -> dict[str, Any]:
         """Arguments for ``model.compile``: ``jit_compile`` and ``steps_per_execution`` as tuned,

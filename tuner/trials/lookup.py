@@ -39,7 +39,7 @@ from typing import Any
 from tuner.setup import Setup
 from tuner.trials.fit import memory_line
 from tuner.trials.messages import WorkerMessage
-from tuner.trials.result import Timings, TrialError, TrialResult, TrialStatus
+from tuner.trials.result import AsTrained, Timings, TrialError, TrialResult, TrialStatus
 from tuner.trials.spec import (
     EPOCH_BATCHES,
     EPOCH_BYTES,
@@ -128,6 +128,9 @@ class MachineTable:
             batches (:func:`pool_samples`); None: unknown.
         pool_batches: the batches of the batch size that each of the table's trials made
             (its worker's pool): the ``build_s`` line's per-sample part is making them.
+        quantizable_share: the model's share of multiply-adds in the layers Keras quantizes
+            (:func:`tuner.worker.as_trained.quantizable_work`), which each trial reads back as
+            a real one does (whether float8 can pay); None: not known.
     """
 
     setups: list[Measurement]
@@ -138,6 +141,7 @@ class MachineTable:
     probes: dict[str, float] = field(default_factory=dict)
     sample_bytes: int | None = None
     pool_batches: int = 8
+    quantizable_share: float | None = None
     by_key: dict[tuple[str, int], Measurement] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -155,6 +159,7 @@ class MachineTable:
             probes={k: float(v) for k, v in data.get("probes", {}).items()},
             sample_bytes=int(data["sample_bytes"]) if data.get("sample_bytes") else None,
             pool_batches=int(data.get("pool_batches", 8)),
+            quantizable_share=data.get("quantizable_share"),
         )
 
     @property
@@ -596,8 +601,8 @@ class Lookup:
         device = float(m.device_rate or sps) * sps / float(m.samples_per_second or sps)
         return self._ok(spec, m, sps, device, pruned, p["probe"], timings)
 
-    @staticmethod
     def _ok(
+        self,
         spec: TrialSpec,
         m: Measurement,
         sps: float,
@@ -628,4 +633,5 @@ class Lookup:
             timings=timings,
             device="gpu:0 (replayed)",
             pruned=pruned,
+            trained=AsTrained(quantizable_share=self.table.quantizable_share),
         )

@@ -212,6 +212,15 @@ class AsTrained:
     #: seconds one validation pass of the script's fit takes (timed once by the trial; it is
     #: left out of the ranking figure, said beside it): None where the fit validates nothing
     validation_s: float | None = None
+    #: the quantization mode its quantized layers train in (``float8``: Keras'
+    #: ``float8_from_<policy>``), read from their policies; None where none is quantized
+    quantized: str | None = added(None)
+    #: the share of its multiply-adds per sample in the layers ``model.quantize()`` takes
+    #: (``Dense`` and ``EinsumDense`` themselves: :func:`tuner.worker.as_trained.quantizable_work`);
+    #: None: no layer with a kernel, or a record from before it was read
+    quantizable_share: float | None = added(None)
+    #: the Dense and EinsumDense layers it leaves in the policy's dtype, each with why
+    not_quantizable: tuple[str, ...] = added(())
 
 
 @dataclass(frozen=True)

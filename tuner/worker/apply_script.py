@@ -118,6 +118,8 @@ def trains_words(model: Any, setup: Any, held: list[Any]) -> str:
         words += f", loss scale {scale}"
     if got.get("jit_compile") and setup.backend != "jax":
         words += ", XLA"
+    if got.get("quantized"):
+        words += f", {got['quantized']} layers ({got['quantized']}_from_{got['policy']})"
     if (got.get("steps_per_execution") or 1) > 1:
         words += f", {got['steps_per_execution']} steps per execution"
     words += f", batch size {setup.batch_size}"

@@ -80,14 +80,93 @@ def distribution_of(model: Any) -> tuple[str | None, int]:
     return None, 1
 
 
+def quantization_of(model: Any) -> str | None:
+    """The quantization mode (``float8``) most of ``model``'s layers that Keras quantized are
+    in, read from their policies (``float8_from_mixed_bfloat16``); None where none is."""
+    modes: collections.Counter[str] = collections.Counter()
+    for layer in _leaves(model):
+        mode = getattr(getattr(layer, "dtype_policy", None), "quantization_mode", None)
+        if mode:
+            modes[str(mode)] += 1
+    return modes.most_common(1)[0][0] if modes else None
+
+
+def quantizable_work(model: Any) -> tuple[float | None, tuple[str, ...]]:
+    """The share of ``model``'s multiply-adds per sample that sit in the layers Keras'
+    ``model.quantize()`` takes (``Dense`` and ``EinsumDense`` themselves, without LoRA), and
+    the layers of those kinds it leaves out, each with why (a subclass, LoRA).
+
+    A layer's multiply-adds are its kernel's size times the places it is applied: its output's
+    size over the kernel's output dimensions (a Dense layer's tokens, a convolution's output
+    positions), from the shape it was built for; a dimension unknown then (None) counts as 1.
+    Matmuls outside layers with a kernel (attention's scores) are not counted. None for a
+    model with no layer with a kernel."""
+    from keras.layers import Dense, EinsumDense
+
+    taken = total = 0.0
+    left: list[str] = []
+    for layer in _leaves(model):
+        kernel = getattr(layer, "_kernel", None)
+        if kernel is None:
+            kernel = getattr(layer, "kernel", None)
+        shape = tuple(int(d or 1) for d in getattr(kernel, "shape", ()) or ())
+        if not shape:
+            continue
+        work = float(_product(shape) * _places(layer, shape))
+        total += work
+        if isinstance(layer, (Dense, EinsumDense)):
+            if type(layer) not in (Dense, EinsumDense):
+                left.append(
+                    f"{layer.name} (a {type(layer).__name__}: a subclass of "
+                    f"{type(layer).__mro__[1].__name__})"
+                )
+            elif getattr(layer, "lora_enabled", False):
+                left.append(f"{layer.name} (LoRA enabled)")
+            else:
+                taken += work
+    return (taken / total if total else None), tuple(left)
+
+
+def _places(layer: Any, kernel_shape: tuple[int, ...]) -> int:
+    """How many times per sample ``layer`` applies its kernel (see :func:`quantizable_work`)."""
+    shapes = getattr(layer, "_build_shapes_dict", None) or {}
+    input_shape = next(iter(shapes.values()), None)
+    try:
+        output = getattr(layer, "full_output_shape", None) or layer.compute_output_shape(
+            input_shape
+        )
+    except Exception:  # noqa: BLE001 - a layer that cannot say: applied once
+        return 1
+    if not isinstance(output, (tuple, list)) or not output or isinstance(output[0], (tuple, list)):
+        return 1
+    equation = getattr(layer, "equation", None)
+    if isinstance(equation, str) and "->" in equation and "," in equation:
+        inputs, out_spec = equation.split("->")
+        kernel_spec = inputs.split(",")[1].replace("...", "")
+        channels = _product(
+            d for d, letter in zip(kernel_shape, kernel_spec, strict=False) if letter in out_spec
+        )
+    else:
+        channels = kernel_shape[-1]
+    return max(1, _product(int(d or 1) for d in output[1:]) // max(1, channels))
+
+
+def _product(values: Any) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
 def read(model: Any) -> dict[str, Any]:
     """Everything :mod:`tuner.worker.as_trained` reads, as the trial record's ``trained``
     (:class:`tuner.trials.result.AsTrained`) fields: ``policy``, ``loss_scale`` (its text),
-    ``jit_compile`` (where compiled), ``steps_per_execution``, ``distribution`` and
-    ``replicas``."""
+    ``jit_compile`` (where compiled), ``steps_per_execution``, ``distribution``, ``replicas``,
+    ``quantized``, ``quantizable_share`` and ``not_quantizable``."""
     compiled = bool(getattr(model, "compiled", False))
     optimizer = getattr(model, "optimizer", None) if compiled else None
     distribution, replicas = distribution_of(model)
+    share, left = quantizable_work(model)
     jit = getattr(model, "jit_compile", None) if compiled else None
     return {
         "policy": layer_policy(model),
@@ -98,6 +177,9 @@ def read(model: Any) -> dict[str, Any]:
         else None,
         "distribution": distribution,
         "replicas": replicas,
+        "quantized": quantization_of(model),
+        "quantizable_share": share if share is None else round(share, 4),
+        "not_quantizable": left,
     }
 
 

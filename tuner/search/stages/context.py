@@ -546,7 +546,16 @@ class SearchContext:
         if knob.skipped is None:
             return None
         choice = getattr(self.space, knob.name, "on")
-        return knob.skipped(Searching(self.settings.backend, self.device.gpu, str(choice)))
+        trained = self.baseline.result.trained if self.baseline is not None else None
+        return knob.skipped(
+            Searching(
+                self.settings.backend,
+                self.device.gpu or self.device.knobs_of_gpu,
+                str(choice),
+                self.device.compute_capability,
+                trained.quantizable_share if trained is not None else None,
+            )
+        )
 
     def start_setup(self, precision: str, batch_size: int) -> Setup:
         """A precision's first setup in the policies stage."""

@@ -1,0 +1,290 @@
+"""Float8 (issue 53): a knob on top of a policy, offered where the GPU has FP8 Tensor Cores, the
+backend makes FP8 matmuls of Keras' float8 layers (JAX, TensorFlow with XLA) and the model's
+Dense and EinsumDense layers carry its work; measured like any setup, and carried by the trial
+record, the table, the export and ``mptune run``, read back from the model's layers.
+
+The real searches play an H100 (``MPTUNE_FAKE_NVML=hopper_9.0``) and run its knobs on this CPU
+(``MPTUNE_TEST_KNOBS_OF_GPU=1``), where Keras' float8 trains correctly but is emulated: what is
+checked is that float8 is offered, runs, and reaches every face, not that it pays."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_search_knobs import rows
+from test_search_strategy import FakeGpu, FakeProfile, Machine, run
+from tests_support import make_config
+
+from tuner.export.config import ConfigError
+from tuner.export.render import render
+from tuner.knobs import FLOAT8_SHARE, KNOB_BY_NAME, Searching
+from tuner.search.request import TuneRequest
+from tuner.search.session import TuningSession
+from tuner.search.space import SearchSettings, SearchSpace
+from tuner.search.tune import tune
+from tuner.setup import Setup
+
+DATA = Path(__file__).resolve().parent / "data"
+BLOCK = DATA / "transformer_block.py"
+FLOAT8 = KNOB_BY_NAME["float8"]
+H100, A100 = (9, 0), (8, 0)
+
+
+def test_float8_on_tensorflow_brings_xla_and_every_face_words_it() -> None:
+    tf = Setup("mixed_bfloat16", 32, float8=True)
+    assert tf.xla  # its FP8 matmuls are XLA's
+    assert tf.label == "mixed_bfloat16 b32 none xla fp8"
+    assert "float8 matmuls" in tf.in_words()
+    jax = Setup("mixed_bfloat16", 32, float8=True, backend="jax")
+    assert not jax.xla and jax.label == "mixed_bfloat16 b32 none fp8 jax"
+    for setup in (tf, jax):
+        assert Setup.from_dict(setup.to_dict()) == setup
+    assert Setup.from_dict({"policy": "float32", "batch_size": 8}).float8 is False  # stored before
+    # Keras 2 (tf_keras) has no float8 training: refused on one line.
+    config = dataclasses.replace(make_config(), setup=tf)
+    with pytest.raises(ConfigError, match="float8"):
+        render(config, "snippet", keras="2")
+    for fmt in ("snippet", "script"):
+        assert 'quantize("float8"' in render(config, fmt)
+        assert "quantize(" not in render(
+            dataclasses.replace(config, setup=Setup("mixed_bfloat16", 32)), fmt
+        )
+
+
+@pytest.mark.parametrize(
+    ("searching", "why"),
+    [
+        (Searching("jax", True, "on", H100, 0.9), None),
+        (Searching("tensorflow", True, "on", H100, 0.9), None),
+        (Searching("jax", True, "on", H100, None), None),  # before a trial read the model
+        (Searching("torch", True, "on", H100, 0.9), "PyTorch as emulation"),
+        (Searching("jax", False, "on", None, 0.9), "the trials ran on the CPU"),
+        (Searching("jax", True, "on", A100, 0.9), "the GPU is of compute capability 8.0"),
+        (Searching("jax", True, "on", None, 0.9), "of unknown compute capability"),
+        (Searching("jax", True, "on", H100, 0.025), "carry 2% of the model's multiply-adds"),
+    ],
+    ids=["h100-jax", "h100-tf", "unread", "torch", "cpu", "a100", "unknown-card", "convolutions"],
+)
+def test_float8_is_offered_by_the_card_the_backend_and_the_layers(
+    searching: Searching, why: str | None
+) -> None:
+    skipped = FLOAT8.skipped(searching) if FLOAT8.skipped else None
+    if why is None:
+        assert skipped is None
+    else:
+        assert skipped is not None and why in skipped
+
+
+def test_the_share_of_multiply_adds_and_the_layers_left_out() -> None:
+    """Read from the built layers: a transformer block's work is in its Dense and EinsumDense
+    layers, a convnet's in its convolutions; a subclass of Dense and a LoRA layer are named."""
+    import importlib.util
+
+    import keras
+
+    from tuner.worker.as_trained import quantizable_work
+
+    spec = importlib.util.spec_from_file_location("block", BLOCK)
+    assert spec is not None and spec.loader is not None
+    block = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(block)
+    share, left = quantizable_work(block.build_model())
+    assert share is not None and share > 0.99 and left == ()
+
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(32, 3)(inputs)
+    x = keras.layers.Conv2D(64, 3)(x)
+    outputs = keras.layers.Dense(10)(keras.layers.Flatten()(x))
+    share, _ = quantizable_work(keras.Model(inputs, outputs))
+    # Convolutions: 26x26 places x 288 and 24x24 x 18,432; the Dense layer 36,864 x 10.
+    convolutions = 26 * 26 * 288 + 24 * 24 * 18432
+    assert share == pytest.approx(368640 / (368640 + convolutions))
+    assert share < FLOAT8_SHARE
+
+    class MyDense(keras.layers.Dense):
+        pass
+
+    inputs = keras.Input((8,))
+    lora = keras.layers.Dense(16, name="adapted")
+    x = lora(MyDense(16, name="mine")(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(x))
+    lora.enable_lora(2)
+    share, left = quantizable_work(model)
+    assert share == pytest.approx(16 / (128 + 256 + 16))
+    assert left == ("mine (a MyDense: a subclass of Dense)", "adapted (LoRA enabled)")
+
+
+@pytest.mark.parametrize(
+    ("backend", "cc", "share", "why"),
+    [
+        ("jax", A100, 0.9, "compute capability 8.0"),
+        ("torch", H100, 0.9, "PyTorch as emulation"),
+        ("jax", H100, 0.02, "carry 2% of the model's multiply-adds"),
+    ],
+    ids=["a100", "torch", "convolutions"],
+)
+def test_a_search_does_not_try_float8_and_its_evidence_says_why(
+    tmp_path: Path, backend: str, cc: tuple[int, int], share: float, why: str
+) -> None:
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 1700},
+        float8_factor=1.5,
+        quantizable_share=share,
+    )
+    settings = SearchSettings(device="gpu:0", backend=backend, max_trials=30)
+    rec = run(machine, tmp_path, settings=settings, profile=FakeProfile(gpus=(FakeGpu(cc),)))
+    rec = rec.recommendation
+    assert not any(s.setup.float8 for s in machine.calls)
+    assert rows(rec)["Float8"].startswith("off: not tried (") and why in rows(rec)["Float8"]
+    assert why in {item["what"]: item["why"] for item in rec.not_tried}["Float8"]
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_a_search_on_an_h100_tries_float8_on_each_pick_and_adopts_it_where_it_pays(
+    tmp_path: Path, backend: str
+) -> None:
+    machine = Machine(
+        speed={"float32": 1000, "mixed_bfloat16": 1800, "mixed_float16": 1700},
+        float8_factor=1.4,
+        quantizable_share=0.93,
+    )
+    settings = SearchSettings(device="gpu:0", backend=backend, max_trials=40)
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"))
+    result = run(
+        machine,
+        tmp_path,
+        settings=settings,
+        space=space,
+        profile=FakeProfile(gpus=(FakeGpu(H100),)),
+    )
+    rec = result.recommendation
+    tried = [s.setup for s in machine.calls if s.setup.float8]
+    assert tried and all(s.xla is (backend == "tensorflow") for s in tried)
+    assert rec.setup.float8 and rec.setup.policy.name == "mixed_bfloat16"
+    assert rows(rec)["Float8"].startswith("on: float8 matmuls at batch size")
+    assert "adopted" in rows(rec)["Float8"]
+    stages = {t.stage for t in TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()}
+    assert "float8" in stages
+
+
+def _real_search(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MPTUNE_FAKE_NVML", "hopper_9.0")
+    monkeypatch.setenv("MPTUNE_TEST_KNOBS_OF_GPU", "1")
+    settings = SearchSettings(
+        measure_seconds=0.3,
+        warmup_steps=1,
+        min_steps=8,
+        guard_steps=8,
+        device="cpu",
+        timeout_s=120,
+        backend=backend,
+        max_trials=6,
+    )
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(32,), xla="off")
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    request = TuneRequest(str(BLOCK), space=space, settings=settings, storage=storage, study="f8")
+    result = tune(request)
+    return result, TuningSession.load("f8", storage).trials()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The knob runs for real: its trial quantizes the model (read back from its layers), and
+    the guard compares its losses with float32's."""
+    result, trials = _real_search(tmp_path, backend, monkeypatch)
+    rec = result.recommendation
+    # float8 on the recommended precision's pick (each precision's knob stage tries it; one
+    # far behind on this CPU has none)
+    (trial,) = [
+        t
+        for t in trials
+        if t.stage == "float8" and t.result and t.result.spec.setup.precision == rec.setup.precision
+    ]
+    assert trial.result is not None and trial.result.ok, trial.result and trial.result.error
+    setup = trial.result.spec.setup
+    assert setup.float8 and setup.xla is (backend == "tensorflow")
+    trained = trial.result.trained
+    assert trained is not None and trained.quantized == "float8"
+    assert trained.policy == str(setup.policy) and trained.quantizable_share == 1.0
+    assert setup.knobs == ("xla", "fp8") if backend == "tensorflow" else ("fp8", "jax")
+    row = rows(rec)["Float8"]
+    assert f"#{trial.number}" in row  # measured against its pick, on the evidence
+    assert trial.result.losses  # the guard's losses, compared with float32's
+
+
+@pytest.mark.slow
+def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) -> None:
+    """TensorFlow: the script and ``run`` quantize the built model and compile it with XLA; the
+    layers read ``float8_from_mixed_bfloat16`` (the float32 output layer
+    ``float8_from_float32``)."""
+    setup = Setup("mixed_bfloat16", 32, float8=True)
+    config = dataclasses.replace(make_config(), setup=setup, model=str(BLOCK))
+    script = tmp_path / "train_tuned.py"
+    script.write_text(render(config, "script"), encoding="utf-8")
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
+    checked = textwrap.dedent(f"""
+        import runpy, sys
+        import keras
+        fit = keras.Model.fit
+        def reading_fit(self, *args, **kwargs):
+            policies = {{l.dtype_policy.name for l in self._flatten_layers()}}
+            print("layers", sorted(p for p in policies if "float8" in p), self.jit_compile)
+            return fit(self, *args, **kwargs)
+        keras.Model.fit = reading_fit
+        sys.argv = [{str(script)!r}, "--max-steps", "3"]
+        runpy.run_path({str(script)!r}, run_name="__main__")
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", checked],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "layers ['float8_from_float32', 'float8_from_mixed_bfloat16'] True" in proc.stdout
+
+    # mptune run: a training script as a user writes it, which reads its own layers after fit.
+    config_path = tmp_path / "tuned.json"
+    config.save(config_path)
+    train = tmp_path / "train.py"
+    train.write_text(
+        textwrap.dedent(f"""
+        import importlib.util
+        import keras
+        import numpy as np
+
+        spec = importlib.util.spec_from_file_location("block", {str(BLOCK)!r})
+        block = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(block)
+        model = block.build_model()
+        x = np.random.default_rng(0).integers(0, block.VOCAB, (128, block.MAXLEN))
+        y = keras.utils.to_categorical(np.arange(128) % block.CLASSES, block.CLASSES)
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        policies = {{l.dtype_policy.name for l in model._flatten_layers()}}
+        print("trained", sorted(p for p in policies if "float8" in p))
+        """),
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "run", "--config", str(config_path), str(train)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trained ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
+    assert "float8 layers (float8_from_mixed_bfloat16)" in proc.stderr
+    assert ", XLA," in proc.stderr
