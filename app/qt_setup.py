@@ -136,14 +136,20 @@ class QtSetupPanel(QWidget):
         self.loss_scales.changed.connect(self._revalidate)
         form.addRow("Loss scales", self.loss_scales)
 
-        self.xla = QComboBox()
-        for mode in api.XLA_MODES:
-            self.xla.addItem(mode)
-            self.xla.setItemData(
-                self.xla.count() - 1, TOOLTIPS[f"xla_{mode}"], Qt.ItemDataRole.ToolTipRole
-            )
-        self.xla.setToolTip(TOOLTIPS["xla"])
-        form.addRow("XLA", self.xla)
+        # A choice for each knob whose search the user switches (XLA, float8): auto, on, off.
+        self.switches: dict[str, QComboBox] = {}
+        for knob in api.SWITCHED:
+            switch = QComboBox()
+            for mode in api.SWITCH_MODES:
+                switch.addItem(mode)
+                switch.setItemData(
+                    switch.count() - 1,
+                    TOOLTIPS[f"{knob.name}_{mode}"],
+                    Qt.ItemDataRole.ToolTipRole,
+                )
+            switch.setToolTip(TOOLTIPS[knob.name])
+            form.addRow(knob.label, switch)
+            self.switches[knob.name] = switch
 
         # "Keep global batch": a tick and B beside it, on one short line.
         global_batch = QWidget()
@@ -352,7 +358,7 @@ class QtSetupPanel(QWidget):
             policies=tuple(checked),
             batch_sizes=self.engine.ladder_range(self.batch_min.value(), self.batch_max.value()),
             loss_scales=scales or api.SearchSpace().loss_scales,  # unused without float16
-            xla=self.xla.currentText(),
+            switches={name: box.currentText() for name, box in self.switches.items()},
             global_batch=self.global_batch.value() if self.keep_global_batch.isChecked() else None,
         )
 
@@ -395,7 +401,8 @@ class QtSetupPanel(QWidget):
         s.setValue("batch_max", self.batch_max.value())
         s.setValue("loss_scales", ",".join(str(c) for c in self.loss_scales.candidates()))
         s.setValue("loss_scale_candidates", ",".join(self.loss_scales.written()))
-        s.setValue("xla", self.xla.currentText())
+        for name, box in self.switches.items():
+            s.setValue(name, box.currentText())
         s.setValue("keep_global_batch", self.keep_global_batch.isChecked())
         s.setValue("global_batch", self.global_batch.value())
         s.setValue("objective", self.objective.currentText())
@@ -438,8 +445,9 @@ class QtSetupPanel(QWidget):
         self.batch_min.setValue(int(str(s.value("batch_min", 8))))
         self.batch_max.setValue(int(str(s.value("batch_max", 1024))))
         self._load_loss_scales()
-        xla = str(s.value("xla", "auto"))
-        self.xla.setCurrentText(xla if xla in api.XLA_MODES else "auto")
+        for name, switch in self.switches.items():
+            choice = str(s.value(name, "auto"))
+            switch.setCurrentText(choice if choice in api.SWITCH_MODES else "auto")
         # A stored global batch that is not a whole number reads as 0: kept, it is reported.
         self.global_batch.setValue(_whole(s.value("global_batch", DEFAULT_GLOBAL_BATCH)))
         keep = str(s.value("keep_global_batch", "false")).strip().lower()

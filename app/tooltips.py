@@ -51,14 +51,6 @@ TOOLTIPS = {
         "of the searched GPU's model; one on a CPU, where trials side by side would slow each "
         "other's figures)."
     ),
-    "xla": (
-        "XLA compiles the training step into fused kernels (Keras' jit_compile), which can "
-        "speed it up or fail for some layers. auto: try XLA on a GPU, where Keras turns it "
-        "on by itself. on: try it on any device, the CPU too. off: never try it."
-    ),
-    "xla_auto": "Try XLA on a GPU, where Keras turns it on by itself; not on a CPU.",
-    "xla_on": "Try XLA on any device, the CPU too.",
-    "xla_off": "Never try XLA: every trial runs without it.",
     "backend": (
         "The Keras 3 backend every trial runs on. A session is measured on one backend: its "
         "recommendation and exports are for that backend (exported code sets KERAS_BACKEND "
@@ -90,6 +82,14 @@ TOOLTIPS = {
         "while it ran): it has no figures and counts for nothing. Resume runs its setup "
         "again if the search still needs it."
     ),
+    # Each switched knob's control and choices, from its row (Knob.switch): "xla", "xla_auto".
+    **{knob.name: knob.switch.tooltip for knob in api.SWITCHED if knob.switch is not None},
+    **{
+        f"{knob.name}_{mode}": words
+        for knob in api.SWITCHED
+        if knob.switch is not None
+        for mode, words in knob.switch.modes.items()
+    },
 }
 
 

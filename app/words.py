@@ -35,7 +35,8 @@ CONTROLS: dict[str, tuple[str, str]] = {
     "study": ("session name", ""),
     "timeout": ("the trial time limit", ""),
     "workers": ("workers (mptune worker)", ""),
-    "xla": ("XLA", " in the Search panel"),
+    # Each switched knob's control in the Search panel, by its label (Knob.switch).
+    **{knob.name: (knob.label, " in the Search panel") for knob in api.SWITCHED},
 }
 
 

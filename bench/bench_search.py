@@ -156,7 +156,7 @@ def main() -> int:
     args = parser.parse_args()
 
     profile = detect()
-    space = SearchSpace(policies=hardware_prior(profile), xla="on")
+    space = SearchSpace(policies=hardware_prior(profile), switches={"xla": "on"})
     settings = SearchSettings(device=args.device)
     setups = grid_setups(space)
     with tempfile.TemporaryDirectory() as tmp:

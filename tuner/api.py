@@ -57,7 +57,16 @@ from tuner.search.space import (
     parse_policies,
 )
 from tuner.search.stage import Stage
-from tuner.setup import BACKEND_NAMES, KNOBS, Knob, LossScale, Policy, Setup
+from tuner.setup import (
+    BACKEND_NAMES,
+    KNOBS,
+    SWITCH_MODES,
+    SWITCHED,
+    Knob,
+    LossScale,
+    Policy,
+    Setup,
+)
 from tuner.trials.events import PHASES
 from tuner.trials.hazards import Hazard
 from tuner.trials.messages import (
@@ -121,6 +130,8 @@ __all__ = [
     "POLICIES",
     "RUN_CONTEXT_VARIABLE",
     "RUN_SETUP_VARIABLE",
+    "SWITCHED",
+    "SWITCH_MODES",
     "TENSORFLOW",
     "XLA_MODES",
     "AdviceRow",

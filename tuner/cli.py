@@ -273,8 +273,11 @@ def _space_and_settings(
         given_space["start_batch"] = args.start_batch
     if args.global_batch is not None:
         given_space["global_batch"] = args.global_batch
-    if args.xla is not None:
-        given_space["xla"] = args.xla
+    switches = {
+        knob.name: getattr(args, knob.name)
+        for knob in api.SWITCHED
+        if getattr(args, knob.name, None) is not None
+    }
     if stored is None:
         # The user's own batch size, for the recommendation's learning-rate note: the one given,
         # else the model file's BATCH_SIZE. A continued session keeps the one it was given.
@@ -294,6 +297,7 @@ def _space_and_settings(
             else api.SearchSpace(policies=api.hardware_prior(profile, settings.device))
         )
         space = dataclasses.replace(base_space, **given_space) if given_space else base_space
+        space = space.switched(**switches) if switches else space
     except ValueError as exc:
         raise MptuneError(str(exc)) from None
     return space, settings

@@ -213,8 +213,12 @@ _TUNE_ARGUMENTS: tuple[Argument, ...] = (
     _arg("--global-batch", type=_positive_int, metavar="B",
          help="keep B samples per optimizer update (the batch your learning rate is tuned "
          "for): search the per-step batch and gradient accumulation whose product is B"),
-    _arg("--xla", choices=api.XLA_MODES,
-         help="try XLA (jit_compile): auto on a GPU only, on anywhere, off never (default auto)"),
+    # A knob whose search the user switches (Knob.switch): --xla auto|on|off, --float8 ...
+    *(
+        _arg(f"--{knob.option}", choices=api.SWITCH_MODES, dest=knob.name, help=knob.switch.flag)
+        for knob in api.SWITCHED
+        if knob.switch is not None
+    ),
     _arg("--loss-scales", type=_loss_scales, metavar="S[,S...]",
          help="float16 loss-scale candidates (default dynamic,dynamic:1024:500,"
          "fixed:1024,fixed:128)"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tuner.policies import FLOAT32, JAX, TENSORFLOW, TF32, TORCH
-from tuner.said import setting
+from tuner.said import name_switches, setting
 
 if TYPE_CHECKING:
     from tuner.setup import Policy, Setup
@@ -57,9 +57,9 @@ class Searching:
     Attributes:
         backend: the Keras backend the trials run on.
         gpu: the trials run on a GPU.
-        choice: the search space's choice for the knob (``--xla auto|on|off``): the
-            :class:`~tuner.search.space.SearchSpace` field of the knob's name, ``on`` where it
-            has none.
+        choice: the user's choice for the knob's search (``--xla auto|on|off``): its switch
+            in :attr:`~tuner.search.space.SearchSpace.switches`, ``on`` for a knob without one
+            (:attr:`Knob.switch`).
         compute_capability: the NVIDIA GPU's the trials run on (``(9, 0)``); None on a CPU or
             when unknown.
         quantizable_share: the share of the model's multiply-adds in the layers Keras'
@@ -87,6 +87,27 @@ class Decided:
     tried: bool
     global_batch: int | None
     user_batch: int | None
+
+
+#: A switch's choices (:attr:`Knob.switch`): ``auto`` tries the knob where it can pay, ``on``
+#: wherever it runs, ``off`` never.
+SWITCH_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """How a user switches a knob's search (``--xla auto|on|off``; a control in the window's
+    Search panel): the search space's choice for it (``SearchSpace.switches``).
+
+    Attributes:
+        flag: the ``mptune tune`` flag's help.
+        tooltip: the window control's tooltip.
+        modes: each of :data:`SWITCH_MODES` in a sentence (each choice's tooltip).
+    """
+
+    flag: str
+    tooltip: str
+    modes: dict[str, str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +170,8 @@ class Knob:
         skipped: why no precision's stage tries it in a search (None: it is tried).
         tries: about how many trials its stage takes on a precision's pick, for the progress
             plan (0 for a stage that runs only where a step is short or memory ran out).
+        switch: the user switches its search (auto, on, off), as :class:`Switch` says; None:
+            the search decides alone.
     """
 
     name: str
@@ -181,6 +204,7 @@ class Knob:
     unsupported: str = ""
     skipped: Callable[[Searching], str | None] | None = None
     tries: int = 1
+    switch: Switch | None = None
 
     @property
     def words(self) -> str:
@@ -250,6 +274,17 @@ KNOBS: tuple[Knob, ...] = (
             if w.choice == "auto" and not w.gpu
             else None
         ),
+        switch=Switch(
+            flag="try XLA (jit_compile): auto on a GPU only, on anywhere, off never (default auto)",
+            tooltip="XLA compiles the training step into fused kernels (Keras' jit_compile), which "
+            "can speed it up or fail for some layers. auto: try XLA on a GPU, where Keras turns "
+            "it on by itself. on: try it on any device, the CPU too. off: never try it.",
+            modes={
+                "auto": "Try XLA on a GPU, where Keras turns it on by itself; not on a CPU.",
+                "on": "Try XLA on any device, the CPU too.",
+                "off": "Never try XLA: every trial runs without it.",
+            },
+        ),
         short=lambda s: "xla" if s.xla else None,
         say=lambda s: ("torch.compile" if s.backend == TORCH else "XLA") if s.xla else None,
         aliases=lambda s: ("xla", "torch.compile"),
@@ -273,6 +308,23 @@ KNOBS: tuple[Knob, ...] = (
         brings=lambda backend: {"xla": True} if backend == TENSORFLOW else {},
         unsupported="the model does not train in float8",
         skipped=lambda w: _float8_skipped(w),
+        switch=Switch(
+            flag="try float8 (model.quantize): auto where it can pay (an FP8 GPU, JAX or "
+            "TensorFlow, Dense layers), on anywhere, off never (default auto)",
+            tooltip="Float8 trains the Dense and EinsumDense layers in float8 (Keras' "
+            'model.quantize("float8") on the built model: E4M3 forward, E5M2 gradients), as '
+            "FP8 matmuls on NVIDIA compute capability 8.9 and later (L4, L40S, H100, H200, "
+            "Blackwell) under XLA. auto: try it where it can pay: such a GPU, JAX or "
+            "TensorFlow, and Dense layers that carry most of the model's work. on: try it on "
+            "any device and model. off: never try it.",
+            modes={
+                "auto": "Try float8 on a GPU with FP8 Tensor Cores, on JAX or TensorFlow, for a "
+                "model whose Dense and EinsumDense layers carry most of its work.",
+                "on": "Try float8 on any device and model (elsewhere Keras emulates it: "
+                "correct, not fast).",
+                "off": "Never try float8.",
+            },
+        ),
         short=lambda s: "fp8" if s.float8 else None,
         say=lambda s: "float8 matmuls" if s.float8 else None,
         aliases=lambda s: ("float8", "fp8"),
@@ -405,6 +457,8 @@ def _float8_skipped(searching: Searching) -> str | None:
     """Why a search does not try float8: the backend, the card, or the model's layers."""
     cc = searching.compute_capability
     share = searching.quantizable_share
+    if searching.choice in ("on", "off"):
+        return setting("float8", "off") if searching.choice == "off" else None
     if searching.backend == TORCH:
         return (
             "Keras runs float8 on PyTorch as emulation (quantize, dequantize, then a matmul in "
@@ -486,6 +540,9 @@ def optimizer_arguments(setup: Setup) -> dict[str, Any]:
     return dict(k.optimizer_argument(setup) for k in KNOBS if k.optimizer_argument is not None)
 
 
+#: The knobs whose search the user switches (:attr:`Knob.switch`).
+SWITCHED: tuple[Knob, ...] = tuple(knob for knob in KNOBS if knob.switch is not None)
+name_switches(knob.name for knob in SWITCHED)  # the engine's words may name their settings
 #: The execution knobs' field names.
 KNOB_NAMES: frozenset[str] = frozenset(knob.name for knob in KNOBS)
 #: The execution knobs by their field names.

@@ -18,16 +18,17 @@ later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 OPEN, CLOSE = "[[", "]]"
 
 #: The settings the engine names: TuneRequest's fields, and ``resume`` (a stored session
 #: continued), ``workers`` (a search shared with joining workers), ``format`` and ``keras``
-#: (how a config is exported). A name outside it is refused where a text is written, and left
-#: as written where one is read.
-SETTINGS = frozenset(
+#: (how a config is exported); and each knob whose search the user switches (``xla``: its
+#: ``Knob.switch``), named by the knobs' rows (:func:`name_switches`). A name outside them is
+#: refused where a text is written, and left as written where one is read.
+_FIELDS = frozenset(
     {
         "backend",
         "budget_minutes",
@@ -46,22 +47,36 @@ SETTINGS = frozenset(
         "study",
         "timeout",
         "workers",
-        "xla",
     }
 )
 
 
+#: The knobs whose search the user switches, by name: :mod:`tuner.knobs` names them here
+#: (:func:`name_switches`), as this floor may not import it.
+_SWITCHES: set[str] = set()
+
+
+def name_switches(names: Iterable[str]) -> None:
+    """Make each of ``names`` (a switched knob: ``xla``) a setting the engine may name."""
+    _SWITCHES.update(names)
+
+
+def known() -> frozenset[str]:
+    """Every setting the engine may name: :data:`_FIELDS` and the switched knobs."""
+    return _FIELDS | _SWITCHES
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One setting named in a text: its name (one of :data:`SETTINGS`) and the value it is said
+    """One setting named in a text: its name (one of :func:`known`) and the value it is said
     with, if any (``xla`` with ``off``; ``resume`` with the session's name)."""
 
     name: str
     value: str | None = None
 
     def __post_init__(self) -> None:
-        if self.name not in SETTINGS:
-            raise ValueError(f"unknown setting {self.name!r}: one of {', '.join(sorted(SETTINGS))}")
+        if self.name not in known():
+            raise ValueError(f"unknown setting {self.name!r}: one of {', '.join(sorted(known()))}")
         if self.value is not None and (CLOSE in self.value or not self.value.strip()):
             raise ValueError(f"a setting's value cannot be empty or hold {CLOSE!r}: {self.value!r}")
 
@@ -82,7 +97,7 @@ def parts(text: str) -> Iterator[str | Setting]:
         before, _, after = rest.partition(OPEN)
         inner, closed, tail = after.partition(CLOSE)
         name, _, value = inner.partition(" ")
-        if not closed or name not in SETTINGS:
+        if not closed or name not in known():
             yield before + OPEN
             rest = after
             continue

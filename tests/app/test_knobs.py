@@ -68,40 +68,57 @@ def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) ->
     panel = panel_at(qtbot, tmp_path / "settings.ini")
     assert panel.valid
     space = panel.tune_request(list(api.POLICIES)).space
-    assert space.xla == "auto" and space.global_batch is None  # the defaults: as the CLI's
+    # the defaults: as the CLI's
+    assert space.choice("xla") == "auto" and space.global_batch is None
     assert space.batch_sizes == api.ladder_range(8, 1024)
     assert not panel.global_batch.isEnabled()  # off until "keep" is ticked
 
-    panel.xla.setCurrentText("off")
+    panel.switches["xla"].setCurrentText("off")
     panel.keep_global_batch.setChecked(True)
     assert panel.global_batch.isEnabled()
     panel.global_batch.setValue(128)
     space = panel.tune_request(list(api.POLICIES)).space
-    assert space.xla == "off" and space.global_batch == 128
+    assert space.choice("xla") == "off" and space.global_batch == 128
     # The search keeps batch x accumulation = 128: every per-step batch size divides it.
     assert space.batch_sizes and all(128 % b == 0 for b in space.batch_sizes)
     assert 128 in space.batch_sizes and space.start_batch == 128
     assert panel.valid
 
     # Each choice explains itself, and so does the global batch.
-    assert [panel.xla.itemText(i) for i in range(panel.xla.count())] == list(api.XLA_MODES)
-    tips = [panel.xla.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(panel.xla.count())]
+    xla = panel.switches["xla"]
+    assert [xla.itemText(i) for i in range(xla.count())] == list(api.XLA_MODES)
+    tips = [xla.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(xla.count())]
     assert "GPU" in tips[0] and "any device" in tips[1] and "Never" in tips[2]
-    assert panel.xla.toolTip() == TOOLTIPS["xla"] and "jit_compile" in TOOLTIPS["xla"]
+    assert xla.toolTip() == TOOLTIPS["xla"] and "jit_compile" in TOOLTIPS["xla"]
     for widget in (panel.keep_global_batch, panel.global_batch):
         assert "learning rate" in widget.toolTip() and "accumulat" in widget.toolTip()
 
 
+def test_float8_has_its_switch_in_the_search_panel(qtbot, tmp_path: Path) -> None:
+    """Like XLA's: auto, on, off, each explained, into the space the search is given."""
+    panel = panel_at(qtbot, tmp_path / "settings.ini")
+    float8 = panel.switches["float8"]
+    assert [float8.itemText(i) for i in range(float8.count())] == list(api.SWITCH_MODES)
+    tips = [float8.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(float8.count())]
+    assert "FP8 Tensor Cores" in tips[0] and "any device" in tips[1] and "Never" in tips[2]
+    assert "quantize" in float8.toolTip() and "8.9" in float8.toolTip()
+    assert panel.tune_request(list(api.POLICIES)).space.choice("float8") == "auto"
+    float8.setCurrentText("off")
+    assert panel.tune_request(list(api.POLICIES)).space.switches == {"xla": "auto", "float8": "off"}
+
+
 def test_the_knob_settings_survive_a_restart(make_window, qtbot) -> None:
     first = make_window()
-    first.setup.xla.setCurrentText("on")
+    first.setup.switches["xla"].setCurrentText("on")
+    first.setup.switches["float8"].setCurrentText("off")
     first.setup.keep_global_batch.setChecked(True)
     first.setup.global_batch.setValue(96)
     first.shutdown()  # saves the settings, as closing the window does
     path = first.settings.fileName()
     panel = QtSetupPanel(QSettings(path, QSettings.Format.IniFormat))
     qtbot.addWidget(panel)
-    assert panel.xla.currentText() == "on"
+    assert panel.switches["xla"].currentText() == "on"
+    assert panel.switches["float8"].currentText() == "off"
     assert panel.keep_global_batch.isChecked() and panel.global_batch.isEnabled()
     assert panel.global_batch.value() == 96
 
@@ -145,7 +162,7 @@ def test_a_bad_stored_global_batch_is_reported_not_used(qtbot, tmp_path: Path, s
     settings.setValue("xla", "sometimes")  # not a mode: back to the default
     settings.sync()
     panel = panel_at(qtbot, path)
-    assert panel.xla.currentText() == "auto"
+    assert panel.switches["xla"].currentText() == "auto"
     assert panel.keep_global_batch.isChecked() and panel.global_batch.value() == 0
     assert not panel.valid and "global batch" in (panel.problem() or "")
 
@@ -153,7 +170,7 @@ def test_a_bad_stored_global_batch_is_reported_not_used(qtbot, tmp_path: Path, s
 def test_the_global_batch_starts_at_its_default(qtbot, tmp_path: Path) -> None:
     panel = panel_at(qtbot, tmp_path / "settings.ini")
     assert panel.global_batch.value() == DEFAULT_GLOBAL_BATCH
-    assert panel.xla.currentText() == "auto"
+    assert panel.switches["xla"].currentText() == "auto"
 
 
 # -- the trials table -----------------------------------------------------------------------

@@ -114,9 +114,13 @@ def test_a_wheel_over_the_search_panel_scrolls_it_and_changes_nothing(
     panel.keep_global_batch.setChecked(True)
     shown_and_active(window, qtbot, (1100, 420))  # short: the Search panel scrolls
     controls = wheel_controls(panel)
-    assert {panel.model, panel.xla, panel.objective, panel.batch_min, panel.measure_seconds} <= set(
-        controls
-    )
+    assert {
+        panel.model,
+        panel.switches["xla"],
+        panel.objective,
+        panel.batch_min,
+        panel.measure_seconds,
+    } <= set(controls)
     assert len(controls) >= 11
     bar = window.settings_scroll.verticalScrollBar()
     assert bar.maximum() > 0, "the panel does not scroll at this size: nothing is checked"

@@ -46,7 +46,7 @@ def test_recorded_searches_name_settings_each_face_words() -> None:
 
 
 def test_every_setting_the_engine_may_name_has_words_in_each_face() -> None:
-    for name in api.said.SETTINGS:
+    for name in api.said.known():
         assert name in CONTROLS, f"the window has no words for {name}"
         assert name in FLAGS, f"the command line has no flag for {name}"
         for value in (None, "2"):

@@ -371,12 +371,14 @@ def test_tune_flags_and_the_model_files_batch_size_reach_the_space(
         return spaces[-1]
 
     space = tune_with()
-    assert (space.user_batch, space.xla, space.global_batch) == (48, "auto", None)
+    assert (space.user_batch, space.choice("xla"), space.global_batch) == (48, "auto", None)
     space = tune_with("--start-batch", "32", "--xla", "off")
-    assert (space.user_batch, space.start_batch, space.xla) == (32, 32, "off")
+    assert (space.user_batch, space.start_batch, space.choice("xla")) == (32, 32, "off")
     space = tune_with("--global-batch", "96", "--xla", "on")
-    assert (space.global_batch, space.start_batch, space.xla) == (96, 96, "on")
+    assert (space.global_batch, space.start_batch, space.choice("xla")) == (96, 96, "on")
     assert all(96 % b == 0 for b in space.batch_sizes)
+    space = tune_with("--float8", "off")
+    assert space.switches == {"xla": "auto", "float8": "off"}
 
 
 def test_the_console_shows_knobs_and_the_unsupported_status() -> None:

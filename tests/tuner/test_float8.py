@@ -60,16 +60,29 @@ def test_float8_on_tensorflow_brings_xla_and_every_face_words_it() -> None:
 @pytest.mark.parametrize(
     ("searching", "why"),
     [
-        (Searching("jax", True, "on", H100, 0.9), None),
-        (Searching("tensorflow", True, "on", H100, 0.9), None),
-        (Searching("jax", True, "on", H100, None), None),  # before a trial read the model
-        (Searching("torch", True, "on", H100, 0.9), "PyTorch as emulation"),
-        (Searching("jax", False, "on", None, 0.9), "the trials ran on the CPU"),
-        (Searching("jax", True, "on", A100, 0.9), "the GPU is of compute capability 8.0"),
-        (Searching("jax", True, "on", None, 0.9), "of unknown compute capability"),
-        (Searching("jax", True, "on", H100, 0.025), "carry 2% of the model's multiply-adds"),
+        (Searching("jax", True, "auto", H100, 0.9), None),
+        (Searching("tensorflow", True, "auto", H100, 0.9), None),
+        (Searching("jax", True, "auto", H100, None), None),  # before a trial read the model
+        (Searching("torch", True, "auto", H100, 0.9), "PyTorch as emulation"),
+        (Searching("jax", False, "auto", None, 0.9), "the trials ran on the CPU"),
+        (Searching("jax", True, "auto", A100, 0.9), "the GPU is of compute capability 8.0"),
+        (Searching("jax", True, "auto", None, 0.9), "of unknown compute capability"),
+        (Searching("jax", True, "auto", H100, 0.025), "carry 2% of the model's multiply-adds"),
+        (Searching("jax", False, "on", None, 0.02), None),  # on: wherever Keras runs it
+        (Searching("jax", True, "off", H100, 0.9), "[[float8 off]]"),
     ],
-    ids=["h100-jax", "h100-tf", "unread", "torch", "cpu", "a100", "unknown-card", "convolutions"],
+    ids=[
+        "h100-jax",
+        "h100-tf",
+        "unread",
+        "torch",
+        "cpu",
+        "a100",
+        "unknown-card",
+        "convolutions",
+        "on",
+        "off",
+    ],
 )
 def test_float8_is_offered_by_the_card_the_backend_and_the_layers(
     searching: Searching, why: str | None
@@ -186,7 +199,9 @@ def _real_search(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch):
         backend=backend,
         max_trials=6,
     )
-    space = SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(32,), xla="off")
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16"), batch_sizes=(32,), switches={"xla": "off"}
+    )
     storage = f"sqlite:///{tmp_path / 's.db'}"
     request = TuneRequest(str(BLOCK), space=space, settings=settings, storage=storage, study="f8")
     result = tune(request)

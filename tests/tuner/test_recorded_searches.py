@@ -136,7 +136,7 @@ def _scripted() -> dict[str, tuple[Machine, Any, dict[str, Any]]]:
             gpu,
             {
                 "settings": SearchSettings(device="gpu:0"),
-                "space": SearchSpace(xla="on"),
+                "space": SearchSpace(switches={"xla": "on"}),
             },
         ),
         "cpu-knobs": (
@@ -147,7 +147,7 @@ def _scripted() -> dict[str, tuple[Machine, Any, dict[str, Any]]]:
                 spe_factor={4: 1.2, 16: 1.25},
             ),
             FakeProfile(),
-            {"space": SearchSpace(xla="on")},
+            {"space": SearchSpace(switches={"xla": "on"})},
         ),
         "guard-rejects": (
             Machine(

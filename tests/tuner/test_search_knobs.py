@@ -72,7 +72,9 @@ def test_the_xla_stage_runs_only_where_it_should(
     tmp_path: Path, mode: str, profile: FakeProfile, tried: bool
 ) -> None:
     machine = float32_only(xla_factor=1.2)
-    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla=mode)
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16", "mixed_float16"), switches={"xla": mode}
+    )
     result = run(machine, tmp_path, space=space, profile=profile)
     rec = result.recommendation
     assert bool(xla_trials(machine)) is tried
@@ -97,7 +99,9 @@ def test_xla_is_adopted_only_beyond_the_noise_floor(tmp_path: Path) -> None:
     """2% faster is inside the 3% noise floor: not adopted, and the XLA trial (the fastest
     raw figure of the session) never becomes the pick."""
     machine = float32_only(xla_factor=1.02)
-    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="on")
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16", "mixed_float16"), switches={"xla": "on"}
+    )
     rec = run(machine, tmp_path, space=space).recommendation
     (tried,) = xla_trials(machine)
     assert tried == Setup("float32", 256, xla=True)
@@ -149,7 +153,7 @@ def test_a_failed_xla_trial_ends_xla_for_its_precision_only(tmp_path: Path) -> N
             return TrialResult(spec, TrialStatus.OOM, error=TrialError("OOM under XLA"))
         return real(spec, *args, **kwargs)
 
-    space = SearchSpace(policies=("float32", "mixed_bfloat16"), xla="on")
+    space = SearchSpace(policies=("float32", "mixed_bfloat16"), switches={"xla": "on"})
     rec = run(runner, tmp_path, space=space).recommendation  # type: ignore[arg-type]
     session = TuningSession.load("t", _url(tmp_path))
     stage = [t.result.spec.setup for t in session.trials() if t.stage == "xla"]
@@ -210,7 +214,9 @@ def test_tf32_is_tried_only_on_compute_capability_8_and_up(
     tmp_path: Path, profile: FakeProfile, tried: bool
 ) -> None:
     machine = float32_only(tf32_factor=1.5)
-    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="off")
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16", "mixed_float16"), switches={"xla": "off"}
+    )
     rec = run(machine, tmp_path, space=space, profile=profile).recommendation
     tf32 = [s.setup for s in machine.calls if s.setup.tf32]
     assert bool(tf32) is tried
@@ -234,7 +240,9 @@ def test_tf32_is_tried_only_on_compute_capability_8_and_up(
 
 def test_tf32_is_rejected_when_its_loss_drifts_from_ieee_float32(tmp_path: Path) -> None:
     machine = float32_only(tf32_factor=1.5, loss_offset={"float32+tf32": 0.5})
-    space = SearchSpace(policies=("float32", "mixed_bfloat16", "mixed_float16"), xla="off")
+    space = SearchSpace(
+        policies=("float32", "mixed_bfloat16", "mixed_float16"), switches={"xla": "off"}
+    )
     rec = run(machine, tmp_path, space=space, profile=gpu()).recommendation
     assert rec.setup == Setup("float32", 256)
     (tf32,) = [a for a in rec.alternatives if a.setup.tf32]
@@ -342,7 +350,7 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
         knob_factor={(True, 1): 0.9, (False, 4): 1.02, (False, 16): 1.02, (True, 4): 1.1,
                      (True, 16): 1.4},
     )  # fmt: skip
-    space = SearchSpace(xla="on")
+    space = SearchSpace(switches={"xla": "on"})
     rec = run(machine, tmp_path, space=space).recommendation
     assert rec.setup.xla and rec.setup.steps_per_execution == 16
     stages = [s.stage for s in TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()]
@@ -361,7 +369,7 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
 
 def test_the_neighbourhood_does_not_climb_past_a_batch_that_did_not_fit(tmp_path: Path) -> None:
     machine = fast(oom_at={"float32": 512}, knob_factor={(True, 16): 1.5})
-    rec = run(machine, tmp_path, space=SearchSpace(xla="on")).recommendation
+    rec = run(machine, tmp_path, space=SearchSpace(switches={"xla": "on"})).recommendation
     trials = TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()
     around = [t.result.spec.setup for t in trials if t.stage == "neighbourhood"]
     assert around, "the neighbourhood ran"

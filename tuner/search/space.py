@@ -13,7 +13,14 @@ from tuner.hardware.advice import default_float32
 from tuner.policies import BACKENDS, POLICIES, TENSORFLOW
 from tuner.record import added, from_data, to_data
 from tuner.said import setting
-from tuner.setup import MAX_ACCUMULATION_STEPS, MAX_BATCH_SIZE, LossScale, Policy
+from tuner.setup import (
+    MAX_ACCUMULATION_STEPS,
+    MAX_BATCH_SIZE,
+    SWITCH_MODES,
+    SWITCHED,
+    LossScale,
+    Policy,
+)
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
 #: dynamic default, a dynamic scale that starts lower and grows sooner, and two fixed scales.
@@ -22,8 +29,8 @@ DEFAULT_BATCH_RANGE = (8, 1024)
 DEFAULT_START_BATCH = 64
 OBJECTIVES = ("speed", "memory", "balanced")
 #: ``--xla``: ``auto`` tries XLA where Keras' own default turns it on (a GPU), ``on`` tries it on
-#: any device, ``off`` never.
-XLA_MODES = ("auto", "on", "off")
+#: any device, ``off`` never; every switched knob's choices (:data:`tuner.knobs.SWITCH_MODES`).
+XLA_MODES = SWITCH_MODES
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 #: The least time, in seconds, in which a fresh trial worker starts and runs a step: a time
 #: limit or a time budget under it cannot hold a single trial, and is refused before any runs
@@ -95,7 +102,9 @@ class SearchSpace:
         loss_scales: float16 loss-scale candidates for the loss-scale stage.
         start_batch: where the ladders start (the float32 baseline's batch size).
         refine: whether batch sizes between the ladder's rungs may be tried.
-        xla: whether the search tries XLA (one of :data:`XLA_MODES`).
+        switches: the user's choice (one of :data:`tuner.knobs.SWITCH_MODES`) for each knob whose
+            search they switch (:data:`tuner.knobs.SWITCHED`: ``{"xla": "off"}``), by its name;
+            one not given is ``auto``. Spaces stored before read their ``xla`` as its switch.
         global_batch: keep the samples per optimizer update at this: the search tries per-step
             batch sizes that divide it, with gradient accumulation making up the rest.
         user_batch: the batch size the user trains with today (``--start-batch`` or the model
@@ -109,7 +118,7 @@ class SearchSpace:
     loss_scales: tuple[LossScale, ...] = tuple(LossScale.parse(s) for s in DEFAULT_LOSS_SCALES)
     start_batch: int = DEFAULT_START_BATCH
     refine: bool = True
-    xla: str = "auto"
+    switches: dict[str, str] = dataclasses.field(default_factory=dict)
     global_batch: int | None = None
     user_batch: int | None = None
     # Said where a script sets its own precision: spaces stored before read the same.
@@ -126,10 +135,20 @@ class SearchSpace:
         object.__setattr__(self, "batch_sizes", tuple(sorted(set(self.batch_sizes))))
         if self.batch_sizes[0] < 1:
             raise ValueError("batch sizes must be at least 1")
-        if self.xla not in XLA_MODES:
-            raise ValueError(
-                f"unknown {setting('xla')} {self.xla!r}: choose one of {', '.join(XLA_MODES)}"
-            )
+        switched = {knob.name for knob in SWITCHED}
+        for name, choice in self.switches.items():
+            if name not in switched:
+                raise ValueError(
+                    f"no switch for {name!r}: the switched knobs are {', '.join(sorted(switched))}"
+                )
+            if choice not in SWITCH_MODES:
+                raise ValueError(
+                    f"unknown {setting(name)} {choice!r}: choose one of {', '.join(SWITCH_MODES)}"
+                )
+        # Every switch, at auto where not given: a space reads the same however it was written.
+        object.__setattr__(
+            self, "switches", {k.name: self.switches.get(k.name, "auto") for k in SWITCHED}
+        )
         if self.global_batch is not None:
             if not 1 <= self.global_batch <= MAX_BATCH_SIZE:
                 raise ValueError(
@@ -150,6 +169,16 @@ class SearchSpace:
             closest = min(self.batch_sizes, key=lambda b: (abs(b - self.start_batch), b))
             object.__setattr__(self, "start_batch", closest)
 
+    def choice(self, knob: str) -> str:
+        """The user's choice for ``knob``'s search (``auto``, ``on`` or ``off``); ``on`` for a
+        knob the user does not switch (the search decides)."""
+        return self.switches.get(knob, "on")
+
+    def switched(self, **choices: str) -> SearchSpace:
+        """A copy with ``choices`` for the named knobs' switches (``xla="off"``), the others as
+        they are."""
+        return dataclasses.replace(self, switches={**self.switches, **choices})
+
     def rungs(self) -> tuple[int, ...]:
         """The ladder's rungs: the explicit list, or the powers of two in the range."""
         return self.batch_sizes
@@ -167,7 +196,10 @@ class SearchSpace:
         Raises:
             ValueError: the stored space is not valid.
         """
-        return from_data(cls, {k: v for k, v in data.items() if v not in ("", [])})
+        data = {k: v for k, v in data.items() if v not in ("", [])}
+        if "xla" in data:  # stored before the switches: XLA's alone
+            data["switches"] = {"xla": data.pop("xla"), **(data.get("switches") or {})}
+        return from_data(cls, data)
 
     def differences(self, other: SearchSpace) -> list[str]:
         """``name: mine -> other`` for each field that differs."""

@@ -545,7 +545,7 @@ class SearchContext:
             return self.knobs_skipped[knob.name]
         if knob.skipped is None:
             return None
-        choice = getattr(self.space, knob.name, "on")
+        choice = self.space.choice(knob.name)
         trained = self.baseline.result.trained if self.baseline is not None else None
         return knob.skipped(
             Searching(
