@@ -134,8 +134,6 @@ def _as_trained_rows(result: TrialResult) -> list[tuple[str, str]]:
                 f"{result.spec.batch_size} is fit's global batch, {share} on each"
             )
         rows.append(("read back", f"{words} (from the model the trial trained)"))
-        if got.quantized and got.not_quantizable:
-            rows.append(("left out", f"not in {got.quantized}: " + "; ".join(got.not_quantizable)))
     own = result.script
     if own is not None:
         words = f"{own.policy}, batch size {own.batch_size or 'unknown'}"

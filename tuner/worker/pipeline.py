@@ -94,6 +94,10 @@ def run(
     keras_setup.compile_model(
         model, spec.setup, loaded.optimizer, loaded.loss, **loaded.compile_extras
     )
+    left_out = _not_quantized(model, spec.policy.name)
+    if left_out is not None:
+        warnings.append(("not_quantized", left_out))
+        channel.emit("warning", code="not_quantized", message=left_out)
     on_cpu = device.startswith("cpu")
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
@@ -122,6 +126,22 @@ def run(
     if kept is not None:
         kept.spent = runner
     return kept
+
+
+def _not_quantized(model: Any, policy: str) -> str | None:
+    """What a quantized model's setup leaves in ``policy``: the Dense and EinsumDense layers
+    Keras does not quantize (a subclass, LoRA enabled), named; None where nothing was
+    quantized or nothing was left out."""
+    from tuner.worker import as_trained
+
+    mode = as_trained.quantization_of(model)
+    left = as_trained.quantizable_work(model)[1] if mode else ()
+    if not left:
+        return None
+    return (
+        f"{mode} leaves {len(left)} of the model's Dense and EinsumDense layers in {policy}: "
+        f"{'; '.join(left)} (Keras quantizes those classes themselves, without LoRA)"
+    )
 
 
 def start(spec: TrialSpec, channel: Channel, warm: WarmModel | None) -> tuple[str, bool]:
