@@ -126,11 +126,25 @@ def test_the_share_of_multiply_adds_and_the_layers_left_out() -> None:
     inputs = keras.Input((8,))
     lora = keras.layers.Dense(16, name="adapted")
     x = lora(MyDense(16, name="mine")(inputs))
-    model = keras.Model(inputs, keras.layers.Dense(1)(x))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="out")(x))
     lora.enable_lora(2)
     share, left = quantizable_work(model)
     assert share == pytest.approx(16 / (128 + 256 + 16))
     assert left == ("mine (a MyDense: a subclass of Dense)", "adapted (LoRA enabled)")
+
+    # Quantized as a trial, apply_config and run do it (once: a second call changes nothing),
+    # the two are left in float32 and the trial's warning names them.
+    from tuner import keras_setup
+    from tuner.worker.pipeline import _not_quantized
+
+    setup = Setup("float32", 8, float8=True)
+    keras_setup.after_build(model, setup)
+    keras_setup.after_build(model, setup)
+    policies = {layer.name: layer.dtype_policy.name for layer in model.layers[1:]}
+    assert policies == {"mine": "float32", "adapted": "float32", "out": "float8_from_float32"}
+    warning = _not_quantized(model, "float32")
+    assert warning is not None and warning.startswith("float8 leaves 2 of the model's Dense")
+    assert "mine (a MyDense" in warning and "adapted (LoRA enabled)" in warning
 
 
 @pytest.mark.parametrize(
