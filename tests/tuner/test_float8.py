@@ -252,9 +252,9 @@ def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
 
 @pytest.mark.slow
 def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) -> None:
-    """TensorFlow: the script and ``run`` quantize the built model and compile it with XLA; the
-    layers read ``float8_from_mixed_bfloat16`` (the float32 output layer
-    ``float8_from_float32``)."""
+    """TensorFlow: the script, ``run`` and ``apply_config``'s ``prepare`` quantize the built
+    model and compile it with XLA; the layers read ``float8_from_mixed_bfloat16`` (the float32
+    output layer ``float8_from_float32``)."""
     setup = Setup("mixed_bfloat16", 32, float8=True)
     config = dataclasses.replace(make_config(), setup=setup, model=str(BLOCK))
     script = tmp_path / "train_tuned.py"
@@ -317,3 +317,28 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
     assert "trained ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
     assert "float8 layers (float8_from_mixed_bfloat16)" in proc.stderr
     assert ", XLA," in proc.stderr
+
+    # apply_config in the user's own script: prepare() quantizes the built model.
+    applied = textwrap.dedent(f"""
+        import importlib.util
+        from tuner import apply_config
+
+        tuned = apply_config({str(config_path)!r}, warn_on_mismatch=False)
+        spec = importlib.util.spec_from_file_location("block", {str(BLOCK)!r})
+        block = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(block)
+        model = tuned.prepare(block.build_model())
+        policies = {{l.dtype_policy.name for l in model._flatten_layers()}}
+        print("prepared", sorted(p for p in policies if "float8" in p), tuned.compile_kwargs())
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", applied],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "prepared ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
+    assert "'jit_compile': True" in proc.stdout
