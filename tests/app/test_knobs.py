@@ -338,6 +338,37 @@ def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
         assert controller.wait(10), "an engine call did not end"
 
 
+def test_float8_shows_in_the_table_the_recommendation_and_the_export(qtbot) -> None:
+    """Issue 53: a float8 setup (on TensorFlow, with the XLA it brings) reads fp8 in the trials
+    table's knobs column, float8 in the recommendation's setup line and its evidence row, and
+    the export dialog's setup and snippet."""
+    setup = api.Setup("mixed_bfloat16", 64, float8=True)
+    table = QtTrialsTable()
+    qtbot.addWidget(table)
+    table.trials.add(TrialRow(0, "float8", result(setup, sps=900.0)))
+    assert not table.isColumnHidden(COLUMNS.index("knobs"))
+    assert cell(table.trials, 0, "knobs", Qt.ItemDataRole.DisplayRole) == "xla fp8"
+    assert "float8 matmuls" in cell(table.trials, 0, "knobs", Qt.ItemDataRole.ToolTipRole)
+
+    panel = QtRecommendation()
+    qtbot.addWidget(panel)
+    panel.set_recommendation(recommendation(setup))
+    text = panel.text()
+    assert "float8 matmuls" in text[: text.index("Throughput")]
+    assert "<b>Float8</b></td><td>on" in text
+
+    controller = Controller(api)
+    dialog = QtExportDialog(tuned_config(setup), controller)
+    qtbot.addWidget(dialog)
+    try:
+        qtbot.waitUntil(lambda: dialog.text() != "", timeout=10_000)
+        assert "float8 matmuls" in dialog.setup_line.text()
+        assert json.loads(dialog.text())["setup"]["float8"] is True
+    finally:
+        dialog.close()
+        assert controller.wait(10), "an engine call did not end"
+
+
 def test_the_trials_table_fits_beside_the_settings_with_knobs(make_window, qtbot) -> None:
     """At 1280 pixels across every figure keeps its width and nothing scrolls sideways; the
     stage gives way first, but never below a readable width (it read only "..."), the status
