@@ -94,10 +94,7 @@ def run(
     keras_setup.compile_model(
         model, spec.setup, loaded.optimizer, loaded.loss, **loaded.compile_extras
     )
-    left_out = _not_quantized(model, spec.policy.name)
-    if left_out is not None:
-        warnings.append(("not_quantized", left_out))
-        channel.emit("warning", code="not_quantized", message=left_out)
+    warnings += _warn_not_quantized(model, spec.policy.name, channel)
     on_cpu = device.startswith("cpu")
     runner = training.StepRunner(
         model, batches, spec.setup, channel.emit, spec.memory_limit_mb if on_cpu else None
@@ -126,6 +123,17 @@ def run(
     if kept is not None:
         kept.spent = runner
     return kept
+
+
+def _warn_not_quantized(model: Any, policy: str, channel: Channel) -> list[tuple[str, str]]:
+    """The ``not_quantized`` warning (:func:`_not_quantized`), sent, and returned to be kept
+    with the model's other warnings (a warm worker sends them with each trial); none where
+    nothing was left out."""
+    message = _not_quantized(model, policy)
+    if message is None:
+        return []
+    channel.emit("warning", code="not_quantized", message=message)
+    return [("not_quantized", message)]
 
 
 def _not_quantized(model: Any, policy: str) -> str | None:
