@@ -250,6 +250,16 @@ def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
     assert trial.result.losses  # the guard's losses, compared with float32's
 
 
+def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Python run with ``args`` on TensorFlow on the CPU, which must end well."""
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.slow
 def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) -> None:
     """TensorFlow: the script, ``run`` and ``apply_config``'s ``prepare`` quantize the built
@@ -259,7 +269,6 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
     config = dataclasses.replace(make_config(), setup=setup, model=str(BLOCK))
     script = tmp_path / "train_tuned.py"
     script.write_text(render(config, "script"), encoding="utf-8")
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
     checked = textwrap.dedent(f"""
         import runpy, sys
         import keras
@@ -272,15 +281,7 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
         sys.argv = [{str(script)!r}, "--max-steps", "3"]
         runpy.run_path({str(script)!r}, run_name="__main__")
     """)
-    proc = subprocess.run(
-        [sys.executable, "-c", checked],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _python(tmp_path, "-c", checked)
     assert "layers ['float8_from_float32', 'float8_from_mixed_bfloat16'] True" in proc.stdout
 
     # mptune run: a training script as a user writes it, which reads its own layers after fit.
@@ -305,15 +306,7 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
         """),
         encoding="utf-8",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "tuner", "run", "--config", str(config_path), str(train)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _python(tmp_path, "-m", "tuner", "run", "--config", str(config_path), str(train))
     assert "trained ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
     assert "float8 layers (float8_from_mixed_bfloat16)" in proc.stderr
     assert ", XLA," in proc.stderr
@@ -331,14 +324,6 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
         policies = {{l.dtype_policy.name for l in model._flatten_layers()}}
         print("prepared", sorted(p for p in policies if "float8" in p), tuned.compile_kwargs())
     """)
-    proc = subprocess.run(
-        [sys.executable, "-c", applied],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _python(tmp_path, "-c", applied)
     assert "prepared ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
     assert "'jit_compile': True" in proc.stdout
