@@ -327,3 +327,18 @@ def test_the_exported_script_and_mptune_run_train_float8_layers(tmp_path: Path) 
     proc = _python(tmp_path, "-c", applied)
     assert "prepared ['float8_from_float32', 'float8_from_mixed_bfloat16']" in proc.stdout
     assert "'jit_compile': True" in proc.stdout
+
+
+def test_a_search_that_ends_before_the_knobs_says_why_they_were_never_to_run(
+    tmp_path: Path,
+) -> None:
+    """Three trials, on the CPU: the knob stages are never reached, but float8 (no FP8 card) and
+    XLA (JAX compiles every step) would not have run anyway, and their evidence says that."""
+    machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 800})
+    settings = SearchSettings(backend="jax", max_trials=3)
+    rec = run(machine, tmp_path, settings=settings).recommendation
+    assert "the trials ran on the CPU" in rows(rec)["Float8"]
+    assert "JAX compiles every training step" in rows(rec)["XLA"]
+    assert (
+        "the search ended before its steps per execution stage" in rows(rec)["Steps per execution"]
+    )

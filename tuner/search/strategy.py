@@ -103,6 +103,7 @@ class Search:
             except BudgetExhausted as exc:
                 stopped = str(exc)
                 ctx.note(f"stopped before re-measuring: {exc}")
+        self._skip_knobs()  # a search that ended before the knobs: why they were never to run
         return SearchOutcome(
             candidates,
             ctx.baseline,
@@ -117,6 +118,16 @@ class Search:
             ctx.reference,
             DEFAULT_NOTES[ctx.settings.backend] if ctx.device.tf32 else None,
         )
+
+    def _skip_knobs(self) -> None:
+        """Keep why each knob with a stage that its row skips in this search is not tried (the
+        backend, the device, the user's switch, the model's layers), so that its evidence says
+        that rather than that the search ended before its stage."""
+        ctx = self.ctx
+        for knob in KNOBS:
+            skipped = ctx.knob_skipped(knob) if knob.stage else None
+            if skipped:
+                ctx.skip_knob(knob.name, skipped)
 
     def _paired_order(self, key: tuple[str, str]) -> tuple[int, int]:
         """Runoffs before the final, each in the order its trials ran."""
@@ -198,10 +209,7 @@ class Search:
         with several steps per call, or at a smaller batch): the leading picks then look
         around them (neighbourhood, runoff)."""
         ctx = self.ctx
-        for knob in KNOBS:
-            skipped = ctx.knob_skipped(knob) if knob.stage else None
-            if skipped:
-                ctx.skip_knob(knob.name, skipped)
+        self._skip_knobs()
 
         def tried(precision: str) -> tuple[Measured, Measured] | None:
             base = ctx.base_pick(precision)
