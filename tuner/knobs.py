@@ -457,8 +457,10 @@ def _float8_skipped(searching: Searching) -> str | None:
     """Why a search does not try float8: the backend, the card, or the model's layers."""
     cc = searching.compute_capability
     share = searching.quantizable_share
-    if searching.choice in ("on", "off"):
-        return setting("float8", "off") if searching.choice == "off" else None
+    if searching.choice == "off":
+        return setting("float8", "off")
+    if searching.choice == "on":
+        return None
     if searching.backend == TORCH:
         return (
             "Keras runs float8 on PyTorch as emulation (quantize, dequantize, then a matmul in "

@@ -83,11 +83,11 @@ def distribution_of(model: Any) -> tuple[str | None, int]:
 def quantization_of(model: Any) -> str | None:
     """The quantization mode (``float8``) most of ``model``'s layers that Keras quantized are
     in, read from their policies (``float8_from_mixed_bfloat16``); None where none is."""
-    modes: collections.Counter[str] = collections.Counter()
-    for layer in _leaves(model):
-        mode = getattr(getattr(layer, "dtype_policy", None), "quantization_mode", None)
-        if mode:
-            modes[str(mode)] += 1
+    from tuner import keras_setup
+
+    modes = collections.Counter(
+        str(layer.dtype_policy.quantization_mode) for layer in keras_setup.quantized_layers(model)
+    )
     return modes.most_common(1)[0][0] if modes else None
 
 
