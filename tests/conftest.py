@@ -10,7 +10,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 
 # Before anything can import Qt: tests never need a display.
@@ -81,16 +80,24 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 
 
 @pytest.fixture(autouse=True)
+def fork_servers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial workers in this process fork from a fork server per environment, which the first
+    worker that needs one starts (tuner/trials/forking.py, ``EAGER``): hundreds of workers skip
+    their imports. Not in a serial test, which judges time: nothing imports beside it that a
+    search would not."""
+    from tuner.trials import forking
+
+    monkeypatch.setattr(forking, "EAGER", request.node.get_closest_marker("serial") is None)
+
+
+@pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
     """Fail a test that leaves a thread or a child process running."""
     threads_before = set(threading.enumerate())
     yield
-    me = psutil.Process()
-    children = [
-        c
-        for c in me.children(recursive=True)
-        if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-    ]
+    from tests_support import running_children
+
+    children = running_children()
     threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     for child in children:  # clean up so that one failure does not cascade
         child.kill()

@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from test_search_strategy import FakeGpu, FakeProfile, Machine, run, tune_with
+from tests_support import running_children
 
 from tuner.errors import MptuneError
 from tuner.search.lease import Heartbeat
@@ -212,8 +212,7 @@ def test_the_heartbeat_keeps_every_running_trial_alive() -> None:
 def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     """Real workers, two slots, on a CPU (for correctness: the figures distort each other, as
     the note says): every trial ends ok, none twice, and no worker outlives the search."""
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+    before = {p.pid for p in running_children()}
     result = tune(
         TuneRequest(
             "builtin:mlp",
@@ -230,7 +229,7 @@ def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers)) and len(trials) <= 6
     assert any("at once on the CPU" in n for n in result.recommendation.notes)
-    left = {p.pid for p in me.children(recursive=True)} - before
+    left = {p.pid for p in running_children()} - before
     assert not left, f"workers outlived the search: {left}"
 
 

@@ -15,9 +15,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import psutil
 import pytest
 from test_backends import BACKENDS, _installed
+from tests_support import running_children
 
 from tuner import cli
 from tuner.errors import MptuneError
@@ -180,7 +180,7 @@ def test_a_bad_script_is_one_line_and_exit_2_with_no_worker_left(
     assert len(lines) == 1, err
     assert re.search(said, lines[0]), lines[0]
     assert "Traceback" not in err
-    assert not psutil.Process().children(recursive=True)
+    assert not running_children()
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,7 @@ import pytest
 
 from tuner.setup import Setup
 from tuner.trials import process, runner
+from tuner.trials.forking import FORK_ENV
 from tuner.trials.messages import StartedMessage, WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
@@ -50,13 +52,21 @@ def spec(batch_size: int, model: str = TINY_MLP, **kwargs: object) -> TrialSpec:
 
 
 def gone(pid: int, timeout: float) -> bool:
-    try:
-        psutil.Process(pid).wait(timeout)
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.TimeoutExpired:
-        return False
-    return True
+    """Whether process ``pid`` ends within ``timeout``: a forked worker killed stays a zombie
+    (its keeper reaps it once the runner has read its status), ended all the same."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+            proc.wait(0.1)
+            return True
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return False
 
 
 def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None:
@@ -84,7 +94,9 @@ def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None
 
 
 @pytest.mark.slow
-def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
+def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would(monkeypatch) -> None:
+    # Fresh workers start afresh here (not forked): the start a warm one skips is the whole.
+    monkeypatch.setenv(FORK_ENV, "off")
     with WorkerPool() as pool:
         first = pool.run(spec(16))
         warm = pool.run(spec(32))
@@ -154,7 +166,10 @@ def test_a_search_going_from_policy_to_policy_and_back_finds_its_workers_warm() 
 
 
 @pytest.mark.slow
-def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one() -> None:
+def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one(
+    monkeypatch,
+) -> None:
+    monkeypatch.setenv(FORK_ENV, "off")  # the cold worker starts afresh, as above
     knobs = {"xla": True, "steps_per_execution": 2, "gradient_accumulation_steps": 2}
     with WorkerPool() as pool:
         first = pool.run(spec(16, steps=8))
@@ -239,7 +254,8 @@ def pid_of(result_events: list[WorkerMessage]) -> int:
 
 
 @pytest.mark.slow
-def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
+def test_workers_started_ahead_run_their_trials_as_fresh_ones_would(monkeypatch) -> None:
+    monkeypatch.setenv(FORK_ENV, "off")  # started afresh, ahead or not: the start is compared
     mixed = spec(16, policy="mixed_bfloat16", probe=True)
     with WorkerPool() as pool:
         pool.start_ahead([spec(16), mixed])
@@ -291,6 +307,7 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import json, sys, time
+        from tuner.trials import forking
         from tuner.trials.runner import WorkerPool
         from tuner.trials.spec import TrialSpec
         from tuner.setup import Setup
@@ -299,7 +316,8 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
                          warmup_steps=1, device="cpu", probe=False)
         result = pool.run(spec)
         pool.start_ahead([spec, spec])
-        print(json.dumps({{"ok": result.ok, "pids": pool.idle_pids}}), flush=True)
+        line = {{"ok": result.ok, "pids": pool.idle_pids, "servers": forking.server_pids()}}
+        print(json.dumps(line), flush=True)
         sys.stdin.read()  # idle, its worker warm, until killed
         """
     )
@@ -316,9 +334,12 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         line = json.loads(parent.stdout.readline())
         assert line["ok"] and len(line["pids"]) == 3  # two started ahead, one warm
         assert all(psutil.Process(pid).is_running() for pid in line["pids"])
+        # The two started ahead forked from the search's fork server, which ends with it too.
+        assert len(line["servers"]) == 1
         parent.send_signal(signal.SIGKILL)
         parent.wait(60)
         assert all(gone(pid, 30) for pid in line["pids"]), "a worker outlived its parent"
+        assert gone(line["servers"][0], 30), "the fork server outlived its parent"
     finally:
         parent.kill()
         parent.wait()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tuner import __version__
 from tuner.export import Evidence, HardwareFingerprint, Hazard, Setup, TunedConfig
 
@@ -67,3 +69,23 @@ HAZARDS = (
         "use dynamic loss scaling (LossScaleOptimizer)",
     ),
 )
+
+
+def running_children() -> list[Any]:
+    """This process's descendants that run, but for the fork servers it keeps between tests
+    and their keepers (each ends with its worker, which is counted)."""
+    import psutil
+
+    from tuner.trials.forking import server_pids
+
+    servers = set(server_pids())
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid in servers or child.ppid() in servers:
+                continue
+            if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found

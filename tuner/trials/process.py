@@ -17,7 +17,9 @@ import threading
 import time
 from typing import IO, Any
 
+from tuner.trials import forking
 from tuner.trials.events import STACK_SIGNAL
+from tuner.trials.forking import ForkedProcess, WorkerHandle
 
 #: How often the parent samples the worker's resident memory (live plots, the CPU limit).
 MEMORY_SAMPLE_INTERVAL_S = 0.25
@@ -39,7 +41,7 @@ class TrialCancelled(Exception):
 
 #: The worker processes this process has running, so that all of them can be ended at once
 #: (the window closing must not wait for a search thread that may be blocked on storage).
-LIVE: set[subprocess.Popen[bytes]] = set()
+LIVE: set[WorkerHandle] = set()
 LIVE_LOCK = threading.Lock()
 
 
@@ -75,16 +77,10 @@ class WorkerProcess:
         # the worker has it, so nothing is left behind however this process ends, and its tail
         # is read back through this process's own descriptor once the worker is gone.
         self.log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
+        args = ["--announce-import"] if announce_import else []
         try:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tuner.worker",
-                    "--channel-fd",
-                    str(write_fd),
-                    *(["--announce-import"] if announce_import else []),
-                ],
+            self.proc = _forked(env, args, self.log.fileno(), write_fd) or subprocess.Popen(
+                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd), *args],
                 stdin=subprocess.PIPE,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
@@ -257,7 +253,22 @@ class WorkerProcess:
         return self._ended
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _forked(
+    env: dict[str, str], args: list[str], log_fd: int, channel_fd: int
+) -> WorkerHandle | None:
+    """The worker forked from its environment's fork server when one is up
+    (:mod:`tuner.trials.forking`); None: it starts afresh."""
+    server = forking.ready(env)
+    if server is None:
+        return None
+    try:
+        return server.fork(env, args, log_fd, channel_fd)
+    except OSError:
+        forking.discard(server)
+        return None
+
+
+def kill_group(proc: WorkerHandle) -> None:
     """Kill the worker and anything it started (it leads its own process group).
 
     Until the worker is reaped its pid, and so its group id, cannot be reused, so this is safe
@@ -270,10 +281,12 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def has_exited(proc: subprocess.Popen[bytes]) -> bool:
+def has_exited(proc: WorkerHandle) -> bool:
     """Whether the worker has exited, without reaping it (so its group can still be killed)."""
     if proc.returncode is not None:
         return True
+    if isinstance(proc, ForkedProcess):
+        return proc.exited()
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:

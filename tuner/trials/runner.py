@@ -16,7 +16,6 @@ import math
 import os
 import secrets
 import selectors
-import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -25,8 +24,10 @@ from typing import Any
 
 from tuner.record import part
 from tuner.setup import KNOBS
+from tuner.trials import forking
 from tuner.trials.environment import worker_environment
 from tuner.trials.events import EventReader
+from tuner.trials.forking import WorkerHandle
 from tuner.trials.hazards import Hazard, merge
 from tuner.trials.messages import (
     ErrorMessage,
@@ -135,6 +136,8 @@ class WorkerPool:
         self._spares: list[tuple[str, WorkerProcess]] = []
         self.max_idle = max(1, max_idle)
         self.started = 0  #: workers started
+        #: the fork servers started for this pool's workers, ended with it
+        self._servers: list[forking.ForkServer] = []
         self.reused = 0  #: trials that ran in a warm worker
 
     def run(
@@ -221,10 +224,11 @@ class WorkerPool:
         Raises:
             TrialCancelled: ``cancel`` was set; every worker started here is ended.
         """
+        self._start_servers(specs, cancel)
         started: list[tuple[str, WorkerProcess, float]] = []
         for spec in specs:
             env = worker_environment(spec)
-            worker = WorkerProcess(env, announce_import=True)
+            worker = WorkerProcess(env, announce_import=True)  # forked where a server is up
             started.append((_env_key(env), worker, worker.spawned + spec.timeout_s))
         waiting = {w.read_fd: (key, w, deadline) for key, w, deadline in started}
         try:
@@ -267,6 +271,27 @@ class WorkerPool:
             self._spares = [(k, w) for k, w in self._spares if not w.closed]
             raise
 
+    def _start_servers(self, specs: Sequence[TrialSpec], cancel: threading.Event | None) -> None:
+        """Start a fork server for each environment of ``specs`` (where forking is on) and wait
+        until each is up, within the shortest of their trials' limits: the workers started
+        ahead then fork from it, one import for them all instead of one each, and so do the
+        search's later fresh workers. One that fails, stalls or is not up in time is ended, and
+        the workers start afresh as without it."""
+        servers: list[forking.ForkServer] = []
+        for spec in specs:
+            server = forking.prepare(worker_environment(spec))
+            if server is not None and server not in servers:
+                servers.append(server)
+        if not servers:
+            return
+        for server in servers:
+            if server not in self._servers:
+                self._servers.append(server)
+        deadline = time.monotonic() + min(spec.timeout_s for spec in specs)
+        forking.wait_up(servers, deadline, cancel)
+        if cancel is not None and cancel.is_set():
+            raise TrialCancelled("workers started ahead")
+
     def _spare(self, env: dict[str, str]) -> WorkerProcess | None:
         """A worker started ahead for this environment, if one waits: one that is up first,
         then one still starting (its trial waits for it), then one stopped at its limit while
@@ -307,6 +332,9 @@ class WorkerPool:
         spares, self._spares = self._spares, []
         for worker in [*(w for _, w in spares), *idle.values()]:
             worker.close()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            forking.discard(server)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -458,9 +486,7 @@ class _WorkerRun:
             model_spec=self.source.spec,
         )
 
-    def _pump(
-        self, proc: subprocess.Popen[bytes], read_fd: int, t0: float, deadline: float
-    ) -> None:
+    def _pump(self, proc: WorkerHandle, read_fd: int, t0: float, deadline: float) -> None:
         next_sample = t0
         with selectors.DefaultSelector() as selector:
             selector.register(read_fd, selectors.EVENT_READ)
@@ -547,7 +573,7 @@ class _WorkerRun:
     def _measured(self) -> list[StepMessage]:
         return [s for s in self.steps if s.phase == "measure"]
 
-    def _sample_memory(self, proc: subprocess.Popen[bytes], t: float) -> bool:
+    def _sample_memory(self, proc: WorkerHandle, t: float) -> bool:
         """Record the worker's RSS; True when it passed the CPU memory limit."""
         rss_mb = _rss_mb(proc.pid)
         if rss_mb is None:

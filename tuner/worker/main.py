@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     lifeline = hold_lifeline(0)
     # The imports first, before the trial is known: a worker started ahead of its trial
     # (WorkerPool.start_ahead) spends them beside other workers', and then waits.
-    import_error = _import_frameworks()
+    import_error = import_frameworks()
     if args.announce_import:
         os.write(args.channel_fd, b'{"type": "imported"}\n')
     payload = json.loads(lifeline.next_line())
@@ -71,7 +71,20 @@ def main(argv: list[str]) -> int:
         channel.close()
 
 
-def _import_frameworks() -> BaseException | None:
+#: A file each worker adds its process id to when it starts, where set: the test suite's way to
+#: see which tests start real workers (tests/conftest.py keeps them out of the fast lane).
+WORKER_LOG_ENV = "MPTUNE_WORKER_LOG"
+
+
+def note_start() -> None:
+    """Add this worker's process id to :data:`WORKER_LOG_ENV`'s file, where it is set."""
+    log = os.environ.get(WORKER_LOG_ENV)
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def import_frameworks() -> BaseException | None:
     """Import the backend's framework (``KERAS_BACKEND``, set by the runner), Keras and the
     worker's own modules that use them (most of a fresh worker's start-up); what failed, to be
     reported as the first trial's import error."""

@@ -1,0 +1,129 @@
+"""Workers forked from a fork server (tuner/trials/forking.py, tuner/worker/forkserver.py):
+the same trial as a fresh worker's, the exit status and the process group the runner's as for
+a child of its own, one server per environment, and every worker started afresh where forking
+is off or the server cannot serve."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from tuner.setup import Setup
+from tuner.trials import forking
+from tuner.trials.environment import worker_environment
+from tuner.trials.forking import FORK_ENV, ForkedProcess
+from tuner.trials.process import WorkerProcess, has_exited
+from tuner.trials.result import TrialStatus
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
+
+TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
+
+
+def spec(backend: str = "jax", **kwargs: object) -> TrialSpec:
+    values: dict[str, object] = {
+        "steps": 6,
+        "warmup_steps": 2,
+        "device": "cpu",
+        "timeout_s": 120.0,
+        "probe": False,
+    }
+    values.update(kwargs)
+    return TrialSpec(model=TINY_MLP, setup=Setup("float32", 16, backend=backend), **values)  # type: ignore[arg-type]
+
+
+def up_server(env: dict[str, str]) -> forking.ForkServer:
+    server = forking.prepare(env)
+    assert server is not None and server.is_up(timeout=120), "the fork server never came up"
+    return server
+
+
+def test_forking_is_on_for_cpu_workers_on_linux_only_and_off_when_asked() -> None:
+    cpu = worker_environment(spec())
+    assert forking.mode({**cpu, FORK_ENV: "on"}) == "on" == forking.mode(cpu)
+    assert forking.mode({**cpu, FORK_ENV: "off"}) == "off"
+    assert forking.mode({**cpu, FORK_ENV: "sometimes"}) == "off"
+    gpu = worker_environment(spec(device="gpu:0"))
+    assert forking.mode(gpu) == "off"  # a GPU: not yet checked on a device
+
+
+def test_a_server_serves_one_environment_whatever_mptunes_own_variables() -> None:
+    env = worker_environment(spec())
+    same = {**env, "MPTUNE_WORKER_LOG": "/elsewhere", "PYTEST_CURRENT_TEST": "another"}
+    assert forking.server_key(env) == forking.server_key(same)
+    assert forking.server_key(env) != forking.server_key(worker_environment(spec("torch")))
+    assert forking.server_key(env) != forking.server_key({**env, "XLA_FLAGS": "--xla_dump_to=x"})
+
+
+@pytest.mark.slow
+def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
+    monkeypatch.setenv(FORK_ENV, "off")
+    fresh = run_trial(spec())
+    monkeypatch.setenv(FORK_ENV, "on")
+    env = worker_environment(spec())
+    up_server(env)
+    started: list[int] = []
+
+    def on_event(message: object) -> None:
+        pid = getattr(message, "pid", None)
+        if getattr(message, "type", None) == "started" and pid is not None:
+            started.append(pid)
+
+    forked = run_trial(spec(), on_event)
+    assert fresh.ok and forked.ok, (fresh.error, forked.error)
+    # Forked: the worker's parent is the server's keeper, not this process.
+    (pid,) = started
+    assert pid not in {c.pid for c in psutil.Process().children()}
+    # The same seed, data and starting weights: the same losses, step by step.
+    assert forked.losses == pytest.approx(fresh.losses, rel=1e-6)
+    assert forked.versions == fresh.versions and forked.device == fresh.device == "cpu"
+
+
+@pytest.mark.slow
+def test_a_forked_workers_exit_status_and_group_are_the_runners(monkeypatch) -> None:
+    monkeypatch.setenv(FORK_ENV, "on")
+    env = worker_environment(spec())
+    up_server(env)
+    worker = WorkerProcess(env)
+    assert isinstance(worker.proc, ForkedProcess)
+    assert not has_exited(worker.proc)
+    # Its own process group (as start_new_session gives a fresh one), which the runner kills.
+    assert os.getpgid(worker.proc.pid) == worker.proc.pid
+    os.killpg(worker.proc.pid, signal.SIGKILL)
+    code, _log = worker.close()
+    assert code == -signal.SIGKILL
+    assert not psutil.pid_exists(worker.proc.pid) or (
+        psutil.Process(worker.proc.pid).status() == psutil.STATUS_ZOMBIE
+    )
+    # A worker that exits by itself: its status as it gave it (a payload that is not JSON).
+    worker = WorkerProcess(env)
+    assert isinstance(worker.proc, ForkedProcess)
+    worker.send({"spec": None})  # not a trial: the worker fails reading it and exits 1
+    assert worker.proc.wait() == 1
+    worker.close()
+
+
+@pytest.mark.slow
+def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatch) -> None:
+    monkeypatch.setenv(FORK_ENV, "on")
+    env = worker_environment(spec())
+    # One whose imports fail never comes up (a worker forked from it would only fail so).
+    broken = forking.ForkServer({**env, "KERAS_BACKEND": "no-such-backend"})
+    try:
+        assert not broken.is_up(timeout=60) and broken.proc.wait(30) == 1
+    finally:
+        broken.close()
+    # One that died: the next worker starts afresh, and its trial runs.
+    server = up_server(env)
+    server.proc.kill()
+    server.proc.wait(30)
+    worker = WorkerProcess(env)
+    try:
+        assert not isinstance(worker.proc, ForkedProcess)
+    finally:
+        worker.close()
+    result = run_trial(spec())
+    assert result.status is TrialStatus.OK, result.error
