@@ -29,6 +29,8 @@ from tuner.search.session import TuningSession
 from tuner.search.space import SearchSettings, SearchSpace
 from tuner.search.tune import tune
 from tuner.setup import Setup
+from tuner.trials.runner import run_trial
+from tuner.trials.spec import TrialSpec
 
 #: The transformer bench/bench_float8.py measures on a GPU, at a CPU's size here (one block of
 #: width 64, sequence 16): Dense and EinsumDense carry all of its multiply-adds.
@@ -232,12 +234,13 @@ def _real_search(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
 def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
-    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The knob runs for real: its trial quantizes the model (read back from its layers), and
-    the guard compares its losses with float32's."""
+    the guard compares its losses with float32's. The search's stage is the same on every
+    backend (JAX here); what TensorFlow adds, XLA brought along, is the trial below."""
+    backend = "jax"
     result, trials = _real_search(tmp_path, backend, monkeypatch)
     rec = result.recommendation
     # float8 on the recommended precision's pick (each precision's knob stage tries it; one
@@ -257,6 +260,23 @@ def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
     row = rows(rec)["Float8"]
     assert f"#{trial.number}" in row  # measured against its pick, on the evidence
     assert trial.result.losses  # the guard's losses, compared with float32's
+
+
+@pytest.mark.slow
+def test_a_float8_trial_on_tensorflow_brings_xla_and_trains_float8_layers() -> None:
+    """TensorFlow's FP8 matmuls are XLA's: a float8 setup brings ``xla``, and its trial
+    compiles the quantized model with it (read back from the model)."""
+    setup = Setup("mixed_bfloat16", 32, float8=True)
+    assert setup.backend == "tensorflow" and setup.xla and setup.knobs == ("xla", "fp8")
+    spec = TrialSpec(
+        model=str(BLOCK), setup=setup, steps=3, warmup_steps=1, device="cpu", probe=False
+    )
+    result = run_trial(spec)
+    assert result.ok, result.error
+    trained = result.trained
+    assert trained is not None and trained.quantized == "float8"
+    assert trained.policy == "mixed_bfloat16" and trained.quantizable_share == 1.0
+    assert trained.jit_compile, "the quantized model was compiled without XLA"
 
 
 def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
