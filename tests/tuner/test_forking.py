@@ -23,7 +23,9 @@ from tuner.trials.spec import TrialSpec
 TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
 
 
-def spec(backend: str = "jax", **kwargs: object) -> TrialSpec:
+def spec(backend: str, **kwargs: object) -> TrialSpec:
+    """A tiny trial. The fork server is the same program whatever it imports: JAX, which
+    imports fastest, unless a test compares environments."""
     values: dict[str, object] = {
         "steps": 6,
         "warmup_steps": 2,
@@ -42,28 +44,28 @@ def up_server(env: dict[str, str]) -> forking.ForkServer:
 
 
 def test_forking_is_on_for_cpu_workers_on_linux_only_and_off_when_asked() -> None:
-    cpu = worker_environment(spec())
+    cpu = worker_environment(spec(backend="jax"))
     assert forking.mode({**cpu, FORK_ENV: "on"}) == "on" == forking.mode(cpu)
     assert forking.mode({**cpu, FORK_ENV: "off"}) == "off"
     assert forking.mode({**cpu, FORK_ENV: "sometimes"}) == "off"
-    gpu = worker_environment(spec(device="gpu:0"))
+    gpu = worker_environment(spec(backend="jax", device="gpu:0"))
     assert forking.mode(gpu) == "off"  # a GPU: not yet checked on a device
 
 
 def test_a_server_serves_one_environment_whatever_mptunes_own_variables() -> None:
-    env = worker_environment(spec())
+    env = worker_environment(spec(backend="jax"))
     same = {**env, "MPTUNE_WORKER_LOG": "/elsewhere", "PYTEST_CURRENT_TEST": "another"}
     assert forking.server_key(env) == forking.server_key(same)
-    assert forking.server_key(env) != forking.server_key(worker_environment(spec("torch")))
+    assert forking.server_key(env) != forking.server_key(worker_environment(spec(backend="torch")))
     assert forking.server_key(env) != forking.server_key({**env, "XLA_FLAGS": "--xla_dump_to=x"})
 
 
 @pytest.mark.slow
 def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
     monkeypatch.setenv(FORK_ENV, "off")
-    fresh = run_trial(spec())
+    fresh = run_trial(spec(backend="jax"))
     monkeypatch.setenv(FORK_ENV, "on")
-    env = worker_environment(spec())
+    env = worker_environment(spec(backend="jax"))
     up_server(env)
     started: list[int] = []
 
@@ -72,7 +74,7 @@ def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
         if getattr(message, "type", None) == "started" and pid is not None:
             started.append(pid)
 
-    forked = run_trial(spec(), on_event)
+    forked = run_trial(spec(backend="jax"), on_event)
     assert fresh.ok and forked.ok, (fresh.error, forked.error)
     # Forked: the worker's parent is the server's keeper, not this process.
     (pid,) = started
@@ -85,7 +87,7 @@ def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
 @pytest.mark.slow
 def test_a_forked_workers_exit_status_and_group_are_the_runners(monkeypatch) -> None:
     monkeypatch.setenv(FORK_ENV, "on")
-    env = worker_environment(spec())
+    env = worker_environment(spec(backend="jax"))
     up_server(env)
     worker = WorkerProcess(env)
     assert isinstance(worker.proc, ForkedProcess)
@@ -109,7 +111,7 @@ def test_a_forked_workers_exit_status_and_group_are_the_runners(monkeypatch) -> 
 @pytest.mark.slow
 def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatch) -> None:
     monkeypatch.setenv(FORK_ENV, "on")
-    env = worker_environment(spec())
+    env = worker_environment(spec(backend="jax"))
     # One whose imports fail never comes up (a worker forked from it would only fail so).
     broken = forking.ForkServer({**env, "KERAS_BACKEND": "no-such-backend"})
     try:
@@ -125,5 +127,5 @@ def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatc
         assert not isinstance(worker.proc, ForkedProcess)
     finally:
         worker.close()
-    result = run_trial(spec())
+    result = run_trial(spec(backend="jax"))
     assert result.status is TrialStatus.OK, result.error
