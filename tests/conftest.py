@@ -81,12 +81,13 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 
 @pytest.fixture(autouse=True)
 def fork_servers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trial workers in this process fork from a fork server per environment, which the first
-    worker that needs one starts (tuner/trials/forking.py, ``EAGER``): hundreds of workers skip
-    their imports. Not in a serial test, which judges time: nothing imports beside it that a
-    search would not."""
+    """Trial workers fork from a fork server per environment (``MPTUNE_FORK_SERVER=on``, for
+    the CLIs the tests run too), and in this process the first worker that needs one starts it
+    (tuner/trials/forking.py, ``EAGER``): hundreds of workers skip their imports. Not in a
+    serial test, which judges time: nothing imports beside it that a search would not."""
     from tuner.trials import forking
 
+    monkeypatch.setenv(forking.FORK_ENV, "on")  # off by default: the CPU memory figure
     monkeypatch.setattr(forking, "EAGER", request.node.get_closest_marker("serial") is None)
 
 

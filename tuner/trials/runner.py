@@ -27,7 +27,7 @@ from tuner.setup import KNOBS
 from tuner.trials import forking
 from tuner.trials.environment import worker_environment
 from tuner.trials.events import EventReader
-from tuner.trials.forking import WorkerHandle
+from tuner.trials.forking import ForkedProcess, WorkerHandle
 from tuner.trials.hazards import Hazard, merge
 from tuner.trials.messages import (
     ErrorMessage,
@@ -576,6 +576,8 @@ class _WorkerRun:
     def _sample_memory(self, proc: WorkerHandle, t: float) -> bool:
         """Record the worker's RSS; True when it passed the CPU memory limit."""
         rss_mb = _rss_mb(proc.pid)
+        if rss_mb is not None and isinstance(proc, ForkedProcess):
+            rss_mb += proc.untouched_mb()  # as a fresh worker holds it (the worker's peak too)
         if rss_mb is None:
             return False
         self.peak_rss_mb = max(self.peak_rss_mb or 0.0, rss_mb)

@@ -31,7 +31,7 @@ import sys
 import threading
 from typing import Any
 
-from tuner.trials.forking import MAX_REQUEST_BYTES, REQUEST_FDS, UP_MESSAGE
+from tuner.trials.forking import MAX_REQUEST_BYTES, REQUEST_FDS, UP_MESSAGE, status_mb
 
 
 def main(argv: list[str]) -> int:
@@ -64,6 +64,7 @@ def main(argv: list[str]) -> int:
                 os.close(fd)
             continue
         request = json.loads(message)
+        request["file_mb"] = status_mb("RssFile")  # what its worker shares of its own
         if os.fork() == 0:
             control.close()
             _keeper(request, fds)  # never returns
@@ -129,6 +130,9 @@ def _worker(request: dict[str, Any], stdin_fd: int, log_fd: int, channel_fd: int
                     os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        from tuner.worker import training
+
+        training.FORKED_FILE_MB = request.get("file_mb")
         from tuner.worker.main import main as worker_main
         from tuner.worker.main import note_start
 
