@@ -10,8 +10,8 @@ import signal
 
 import psutil
 import pytest
+from test_warm import spec as warm_spec
 
-from tuner.setup import Setup
 from tuner.trials import forking
 from tuner.trials.environment import worker_environment
 from tuner.trials.forking import FORK_ENV, ForkedProcess
@@ -20,21 +20,11 @@ from tuner.trials.result import TrialStatus
 from tuner.trials.runner import run_trial
 from tuner.trials.spec import TrialSpec
 
-TINY_MLP = "builtin:mlp:features=16,width=32,depth=1"
-
 
 def spec(backend: str, **kwargs: object) -> TrialSpec:
-    """A tiny trial. The fork server is the same program whatever it imports: JAX, which
-    imports fastest, unless a test compares environments."""
-    values: dict[str, object] = {
-        "steps": 6,
-        "warmup_steps": 2,
-        "device": "cpu",
-        "timeout_s": 120.0,
-        "probe": False,
-    }
-    values.update(kwargs)
-    return TrialSpec(model=TINY_MLP, setup=Setup("float32", 16, backend=backend), **values)  # type: ignore[arg-type]
+    """test_warm's tiny trial. The fork server is the same program whatever it imports: JAX,
+    which imports fastest, unless a test compares environments."""
+    return warm_spec(16, backend=backend, **kwargs)
 
 
 def up_server(env: dict[str, str]) -> forking.ForkServer:
