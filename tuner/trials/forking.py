@@ -112,9 +112,7 @@ class ForkedProcess:
         server's file-backed pages (the shared libraries) it has not touched again. A forked
         process counts only those it touched; a fresh one, and the user's training process,
         hold them all (0.3-0.4 GB on TensorFlow). The worker adds it to its peak alike."""
-        if self.server_file_mb is None:
-            return 0.0
-        return max(0.0, self.server_file_mb - (status_mb("RssFile", self.pid) or 0.0))
+        return untouched_file_mb(self.server_file_mb, self.pid)
 
     def exited(self) -> bool:
         """Whether the worker has exited (it stays unreaped until :meth:`wait`). Its keeper
@@ -242,6 +240,15 @@ def status_mb(field: str, pid: int | str = "self") -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def untouched_file_mb(server_file_mb: float | None, pid: int | str = "self") -> float:
+    """Of a fork server's resident file-backed memory when it forked worker ``pid``, what the
+    worker has not touched again (0 for a worker not forked): what a fresh worker would hold
+    resident beside what this one holds."""
+    if server_file_mb is None:
+        return 0.0
+    return max(0.0, server_file_mb - (status_mb("RssFile", pid) or 0.0))
 
 
 def _ended(pid: int) -> bool:

@@ -19,7 +19,7 @@ import keras
 from tuner import keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
-from tuner.trials.forking import status_mb
+from tuner.trials.forking import status_mb, untouched_file_mb
 from tuner.trials.spec import FLOOR_STEPS, PRUNE_AFTER
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
@@ -176,9 +176,7 @@ def peak_rss_mb() -> float:
     server's file pages, :data:`FORKED_FILE_MB`; elsewhere the process's lifetime peak)."""
     peak_mb = status_mb("VmHWM")
     if peak_mb is not None:
-        if FORKED_FILE_MB is not None:
-            peak_mb += max(0.0, FORKED_FILE_MB - (status_mb("RssFile") or 0.0))
-        return peak_mb
+        return peak_mb + untouched_file_mb(FORKED_FILE_MB)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes vs KiB
 
