@@ -84,11 +84,47 @@ def fork_servers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """Trial workers fork from a fork server per environment (``MPTUNE_FORK_SERVER=on``, for
     the CLIs the tests run too), and in this process the first worker that needs one starts it
     (tuner/trials/forking.py, ``EAGER``): hundreds of workers skip their imports. Not in a
-    serial test, which judges time: nothing imports beside it that a search would not."""
+    serial test, which judges time: nothing may import beside it that a search would not; its
+    servers are started before it, and up (:func:`serial_fork_servers`)."""
     from tuner.trials import forking
 
     monkeypatch.setenv(forking.FORK_ENV, "on")  # off by default: the CPU memory figure
-    monkeypatch.setattr(forking, "EAGER", request.node.get_closest_marker("serial") is None)
+    serial = request.node.get_closest_marker("serial") is not None
+    monkeypatch.setattr(forking, "EAGER", not serial)
+    if serial and request.node.get_closest_marker("slow") is not None:
+        request.getfixturevalue("serial_fork_servers")
+
+
+#: The backends whose CPU workers the serial pass forks (its tests run all three).
+SERIAL_BACKENDS = ("tensorflow", "jax", "torch")
+
+
+@pytest.fixture(scope="session")
+def serial_fork_servers() -> list[Any]:
+    """A fork server per backend for the serial pass's CPU trials, started before its first
+    slow test and waited for until up, so that no import runs beside a test that judges time
+    (a worker whose environment matches none of them starts afresh, as before). They serve
+    the whole pass and end with it (``forking.close_all`` at exit)."""
+    import time
+
+    from tuner.setup import Setup
+    from tuner.trials import forking
+    from tuner.trials.environment import worker_environment
+    from tuner.trials.spec import TrialSpec
+
+    base = {**os.environ, forking.FORK_ENV: "on"}
+    servers = []
+    for backend in SERIAL_BACKENDS:
+        spec = TrialSpec(
+            model="builtin:mlp:features=8,width=16,depth=1",
+            setup=Setup("float32", 8, backend=backend),
+            device="cpu",
+        )
+        server = forking.prepare(worker_environment(spec, base))
+        if server is not None:
+            servers.append(server)
+    forking.wait_up(servers, time.monotonic() + 120.0)
+    return [s for s in servers if s.is_up()]
 
 
 @pytest.fixture(autouse=True)

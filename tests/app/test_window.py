@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from PySide6.QtCore import QSettings, Qt, QTimer
+from tests_support import running_children
 
 from app.qt_export import FORMATS
 from app.qt_setup import QtSetupPanel
@@ -149,7 +150,7 @@ def start_a_long_trial(window, qtbot) -> list[psutil.Process]:
     qtbot.waitUntil(window.start_button.isEnabled, timeout=10_000)
     window.start_search()
     qtbot.waitUntil(lambda: bool(measuring), timeout=120_000)
-    workers = psutil.Process().children(recursive=True)
+    workers = running_children()  # the fork servers kept between tests aside
     assert workers, "a trial worker should be running"
     return workers
 

@@ -17,7 +17,7 @@ from tuner.trials.environment import worker_environment
 from tuner.trials.forking import FORK_ENV, ForkedProcess
 from tuner.trials.process import WorkerProcess, has_exited
 from tuner.trials.result import TrialStatus
-from tuner.trials.runner import run_trial
+from tuner.trials.runner import WorkerPool, run_trial
 from tuner.trials.spec import TrialSpec
 
 
@@ -138,3 +138,23 @@ def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatc
         worker.close()
     result = run_trial(spec(backend="jax"))
     assert result.status is TrialStatus.OK, result.error
+
+
+@pytest.mark.slow
+def test_a_pool_ends_the_servers_it_started_and_leaves_anothers(monkeypatch) -> None:
+    """A search's pool starts a server for its workers and ends it when it closes; one that was
+    up already (another owner's: the serial pass's, another search's) it forks from and leaves
+    running."""
+    monkeypatch.setenv(FORK_ENV, "on")
+    jax_spec, torch_spec = spec(backend="jax"), spec(backend="torch")
+    theirs = up_server(worker_environment(jax_spec))
+    with WorkerPool() as pool:
+        pool.start_ahead([jax_spec, torch_spec])
+        mine = forking.kept(worker_environment(torch_spec))
+        assert mine is not None and mine is not theirs and mine.is_up()
+        forked = [pid for pid in pool.idle_pids if psutil.Process(pid).ppid() != os.getpid()]
+        assert len(forked) == 2  # both workers forked, each from its environment's server
+    assert mine.proc.poll() is not None  # ended with the pool that started it
+    assert theirs.is_up() and theirs.proc.poll() is None
+    assert forking.kept(worker_environment(jax_spec)) is theirs
+    forking.discard(theirs)

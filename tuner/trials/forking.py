@@ -348,6 +348,12 @@ def prepare(env: dict[str, str]) -> ForkServer | None:
     return server
 
 
+def kept(env: dict[str, str]) -> ForkServer | None:
+    """The fork server kept for this environment, up or not, if any (its owner ends it)."""
+    with _LOCK:
+        return _SERVERS.get(server_key(env))
+
+
 def ready(env: dict[str, str]) -> ForkServer | None:
     """The fork server to fork this environment's worker from: one that is up, else None
     (with :data:`EAGER`, one is started then, for the next worker)."""

@@ -276,17 +276,20 @@ class WorkerPool:
         until each is up, within the shortest of their trials' limits: the workers started
         ahead then fork from it, one import for them all instead of one each, and so do the
         search's later fresh workers. One that fails, stalls or is not up in time is ended, and
-        the workers start afresh as without it."""
+        the workers start afresh as without it. The pool ends the servers it started when it
+        closes; one that was running already (another owner's) is left to its owner."""
         servers: list[forking.ForkServer] = []
         for spec in specs:
-            server = forking.prepare(worker_environment(spec))
-            if server is not None and server not in servers:
-                servers.append(server)
+            env = worker_environment(spec)
+            before = forking.kept(env)
+            server = forking.prepare(env)
+            if server is None or server in servers:
+                continue
+            servers.append(server)
+            if server is not before and server not in self._servers:
+                self._servers.append(server)
         if not servers:
             return
-        for server in servers:
-            if server not in self._servers:
-                self._servers.append(server)
         deadline = time.monotonic() + min(spec.timeout_s for spec in specs)
         forking.wait_up(servers, deadline, cancel)
         if cancel is not None and cancel.is_set():
