@@ -98,7 +98,7 @@ def plain_fit(model: str, setup: Setup, args: argparse.Namespace) -> float | Non
     env = {**os.environ, "KERAS_BACKEND": setup.backend}
     if args.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="-1", JAX_PLATFORMS="cpu")
-    seconds = str(FIT_SECONDS[args.size])
+    seconds = str(args.fit_seconds or FIT_SECONDS[args.size])
     command = [sys.executable, str(HERE / "_fit_run.py"), model, json.dumps(setup.to_dict())]
     done = subprocess.run([*command, seconds], capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (the GPU) or cpu")
     parser.add_argument("--budget-minutes", type=float, default=6.0)
     parser.add_argument("--measure-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--fit-seconds", type=float, default=None, help="each plain fit's timed seconds"
+    )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--out", default=None, help="also write the section's text here")
     args = parser.parse_args(argv)

@@ -29,6 +29,8 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
             "0.2",
             "--measure-seconds",
             "0.3",
+            "--fit-seconds",
+            "0.5",
             "--out",
             str(out),
         ],

@@ -153,6 +153,8 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
         "8",
         "--measure-seconds",
         "0.3",
+        "--max-trials",  # the ladder and a knob: the resume is the mechanism, not the stages
+        "6",
         "--device",
         "cpu",
         "--storage",
