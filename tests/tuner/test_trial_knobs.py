@@ -50,8 +50,14 @@ def test_steps_per_execution_runs_whole_executions_and_reports_both_figures() ->
     assert [e.step for e in steps] == list(range(1, 9))
     assert len({e.time_ms for e in steps[:4]}) == 1 and len({e.loss for e in steps[4:]}) == 1
     assert result.samples_per_second and result.median_samples_per_second
-    # The wall figure counts every gap between calls: it is never above the median's by much.
-    assert result.samples_per_second <= result.median_samples_per_second * 1.5
+    # Both figures, each from what it names (compared as rates they are bench/'s, not a test's
+    # on a loaded machine: a median of two executions beside other tests once read 0.56x fit's):
+    # the median from the executions' step times, the figure from fit's own loop.
+    assert result.median_samples_per_second == pytest.approx(
+        16 * 1000 / result.step_time_ms["p50"], rel=1e-6
+    )
+    assert result.input is not None and result.input.fit_loop
+    assert result.samples_per_second == result.input.samples_per_second
     assert all(math.isfinite(v) for v in result.losses)
 
 
