@@ -82,10 +82,11 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 @pytest.fixture(autouse=True)
 def fork_servers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Trial workers fork from a fork server per environment (``MPTUNE_FORK_SERVER=on``, for
-    the CLIs the tests run too), and in this process the first worker that needs one starts it
-    (tuner/trials/forking.py, ``EAGER``): hundreds of workers skip their imports. Not in a
-    serial test, which judges time: nothing may import beside it that a search would not; its
-    servers are started before it, and up (:func:`serial_fork_servers`)."""
+    the CLIs the tests run too), and in this process a worker whose environment was seen
+    before starts one for the next (tuner/trials/forking.py, ``EAGER``): hundreds of workers
+    skip their imports. Not in a serial test, which judges time: nothing may import beside it
+    that a search would not; its servers are started before it, and up
+    (:func:`serial_fork_servers`)."""
     from tuner.trials import forking
 
     monkeypatch.setenv(forking.FORK_ENV, "on")  # off by default: the CPU memory figure

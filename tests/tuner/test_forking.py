@@ -50,6 +50,21 @@ def test_a_server_serves_one_environment_whatever_mptunes_own_variables() -> Non
     assert forking.server_key(env) != forking.server_key({**env, "XLA_FLAGS": "--xla_dump_to=x"})
 
 
+def test_eager_serves_an_environment_from_its_second_worker_on(monkeypatch) -> None:
+    """The suite's EAGER: an environment seen once (a test's own variable) starts no server
+    that would push a used one out; from its second worker on, one is started for the next."""
+    monkeypatch.setattr(forking, "EAGER", True)
+    monkeypatch.setattr(forking, "_SEEN", set())
+    started: list[str] = []
+    monkeypatch.setattr(forking, "prepare", lambda env: started.append(env["ONE_OFF"]))
+    env = {**worker_environment(spec(backend="jax")), FORK_ENV: "on"}
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == []
+    assert forking.ready({**env, "ONE_OFF": "b"}) is None and started == []
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == ["a"]
+    monkeypatch.setattr(forking, "EAGER", False)  # a user's process: only searches start them
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == ["a"]
+
+
 @pytest.mark.slow
 def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
     monkeypatch.setenv(FORK_ENV, "off")

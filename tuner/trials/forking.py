@@ -297,9 +297,11 @@ _LOCK = threading.Lock()
 
 
 #: In this process, a worker that finds no server up for its environment starts one too, for
-#: the next (the test suite sets it: hundreds of single trials, none of them timed). Off, only
-#: a search's workers started ahead start servers.
+#: the next, from the second worker of that environment on (the test suite sets it: hundreds
+#: of single trials, none of them timed; an environment seen once, a test's own variable, would
+#: only push a used server out). Off, only a search's workers started ahead start servers.
 EAGER = False
+_SEEN: set[str] = set()
 
 
 def mode(env: dict[str, str]) -> str:
@@ -364,7 +366,10 @@ def ready(env: dict[str, str]) -> ForkServer | None:
     if server is not None and server.is_up():
         return server
     if EAGER and (server is None or server.broken):
-        prepare(env)
+        key = server_key(env)
+        if key in _SEEN:
+            prepare(env)
+        _SEEN.add(key)
     return None
 
 
