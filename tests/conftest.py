@@ -114,18 +114,18 @@ def serial_fork_servers() -> list[Any]:
     from tuner.trials.spec import TrialSpec
 
     base = {**os.environ, forking.FORK_ENV: "on"}
-    servers = []
-    for backend in SERIAL_BACKENDS:
-        spec = TrialSpec(
-            model="builtin:mlp:features=8,width=16,depth=1",
-            setup=Setup("float32", 8, backend=backend),
-            device="cpu",
+    envs = [
+        worker_environment(
+            TrialSpec(
+                model="builtin:mlp:features=8,width=16,depth=1",
+                setup=Setup("float32", 8, backend=backend),
+                device="cpu",
+            ),
+            base,
         )
-        server = forking.prepare(worker_environment(spec, base))
-        if server is not None:
-            servers.append(server)
-    forking.wait_up(servers, time.monotonic() + 120.0)
-    return [s for s in servers if s.is_up()]
+        for backend in SERIAL_BACKENDS
+    ]
+    return [s for s in forking.start(envs, time.monotonic() + 120.0) if s.is_up()]
 
 
 @pytest.fixture(autouse=True)

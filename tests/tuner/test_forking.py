@@ -165,11 +165,11 @@ def test_a_pool_ends_the_servers_it_started_and_leaves_anothers(monkeypatch) -> 
     theirs = up_server(worker_environment(jax_spec))
     with WorkerPool() as pool:
         pool.start_ahead([jax_spec, torch_spec])
-        mine = forking.kept(worker_environment(torch_spec))
+        mine = forking.ready(worker_environment(torch_spec))
         assert mine is not None and mine is not theirs and mine.is_up()
         forked = [pid for pid in pool.idle_pids if psutil.Process(pid).ppid() != os.getpid()]
         assert len(forked) == 2  # both workers forked, each from its environment's server
     assert mine.proc.poll() is not None  # ended with the pool that started it
     assert theirs.is_up() and theirs.proc.poll() is None
-    assert forking.kept(worker_environment(jax_spec)) is theirs
+    assert forking.ready(worker_environment(jax_spec)) is theirs
     forking.discard(theirs)

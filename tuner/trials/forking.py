@@ -328,6 +328,28 @@ def server_key(env: dict[str, str]) -> str:
     )
 
 
+def start(
+    envs: list[dict[str, str]], deadline: float, cancel: threading.Event | None = None
+) -> list[ForkServer]:
+    """A fork server for each of ``envs`` (where forking is on), waited for until up
+    (:func:`wait_up`); returns those started here, which their caller ends (:func:`discard`):
+    one that ran already is another owner's."""
+    servers: list[ForkServer] = []
+    started: list[ForkServer] = []
+    for env in envs:
+        with _LOCK:
+            before = _SERVERS.get(server_key(env))
+        server = prepare(env)
+        if server is None or server in servers:
+            continue
+        servers.append(server)
+        if server is not before:
+            started.append(server)
+    if servers:
+        wait_up(servers, deadline, cancel)
+    return started
+
+
 def prepare(env: dict[str, str]) -> ForkServer | None:
     """Start a fork server for this environment unless one runs (or forking is off for it);
     returns it, up or still importing."""
@@ -348,12 +370,6 @@ def prepare(env: dict[str, str]) -> ForkServer | None:
     for old in ended:
         old.close()
     return server
-
-
-def kept(env: dict[str, str]) -> ForkServer | None:
-    """The fork server kept for this environment, up or not, if any (its owner ends it)."""
-    with _LOCK:
-        return _SERVERS.get(server_key(env))
 
 
 def ready(env: dict[str, str]) -> ForkServer | None:

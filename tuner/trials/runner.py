@@ -278,20 +278,13 @@ class WorkerPool:
         search's later fresh workers. One that fails, stalls or is not up in time is ended, and
         the workers start afresh as without it. The pool ends the servers it started when it
         closes; one that was running already (another owner's) is left to its owner."""
-        servers: list[forking.ForkServer] = []
-        for spec in specs:
-            env = worker_environment(spec)
-            before = forking.kept(env)
-            server = forking.prepare(env)
-            if server is None or server in servers:
-                continue
-            servers.append(server)
-            if server is not before and server not in self._servers:
-                self._servers.append(server)
-        if not servers:
+        envs = [worker_environment(spec) for spec in specs]
+        if all(forking.mode(env) == "off" for env in envs):
             return
         deadline = time.monotonic() + min(spec.timeout_s for spec in specs)
-        forking.wait_up(servers, deadline, cancel)
+        for server in forking.start(envs, deadline, cancel):
+            if server not in self._servers:
+                self._servers.append(server)
         if cancel is not None and cancel.is_set():
             raise TrialCancelled("workers started ahead")
 
