@@ -193,6 +193,24 @@ def test_steps_per_execution_stops_at_the_first_rung_that_does_not_pay(tmp_path:
     assert any("beat" in n and "spe16" in n for n in rec.notes)
 
 
+def test_a_search_ended_inside_a_knob_stage_recommends_the_knob_it_adopted(
+    tmp_path: Path,
+) -> None:
+    # The trial limit falls just after the ladder's first rung paid: the search stops before
+    # the next rung, the confirming run and the search around the pick. What its evidence
+    # calls adopted is what it recommends.
+    whole = fast(spe_factor={4: 1.3, 16: 1.6})
+    run(whole, tmp_path, study="whole")
+    at = next(i for i, s in enumerate(whole.calls) if s.setup.steps_per_execution == 4)
+    assert at + 1 < len(whole.calls)  # the whole search goes on past the rung
+    cut = fast(spe_factor={4: 1.3, 16: 1.6})
+    rec = run(cut, tmp_path, settings=SearchSettings(max_trials=at + 1)).recommendation
+    assert [s.setup for s in cut.calls] == [s.setup for s in whole.calls[: at + 1]]
+    assert rec.setup.steps_per_execution == 4
+    assert rows(rec)["Steps per execution"].endswith("adopted")
+    assert "4 steps per execution" in rows(rec)["Setup"]
+
+
 def test_steps_per_execution_is_not_tried_on_long_steps(tmp_path: Path) -> None:
     machine = float32_only(spe_factor={4: 2.0})  # b256: ~150 ms a step
     rec = run(machine, tmp_path).recommendation

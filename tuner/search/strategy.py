@@ -232,7 +232,8 @@ class Search:
             if speeds[precision] >= (1 - final.REMEASURE_WITHIN) * fastest:
                 current = neighbourhood.explore(ctx, precision, current)
                 current = runoff.run(ctx, precision, current)
-            if current is not base:
-                ctx.adopt(precision, base.result.spec.setup, current)
+            # What the search around the pick left stands, even where it is the pick the knob
+            # stages started from (a runoff may keep it over an adopted knob).
+            ctx.adopt(precision, base.result.spec.setup, current)
 
         ctx.concurrently(list(picks), around)

@@ -312,7 +312,8 @@ class SearchContext:
 
     def adopt(self, precision: str, base: Setup, current: Measured) -> None:
         """``precision``'s knob stages and the search around its pick left ``current`` where
-        they started from ``base``."""
+        they started from ``base``: said as each knob's try is adopted, and again once the
+        search around the pick is done."""
         self.adopted[precision] = (base, current)
 
     def leap(self, precision: str, batch_size: int) -> None:
