@@ -193,22 +193,42 @@ def test_steps_per_execution_stops_at_the_first_rung_that_does_not_pay(tmp_path:
     assert any("beat" in n and "spe16" in n for n in rec.notes)
 
 
-def test_a_search_ended_inside_a_knob_stage_recommends_the_knob_it_adopted(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("factors", "switches"),
+    [
+        ({"spe_factor": {4: 1.3, 16: 1.6}}, {}),
+        (
+            {"knob_factor": {(True, 1): 0.9, (False, 4): 1.02, (False, 16): 1.02,
+                             (True, 4): 1.1, (True, 16): 1.4}},
+            {"xla": "on"},
+        ),
+    ],
+    ids=["steps-per-execution-ladder", "neighbourhood"],
+)  # fmt: skip
+def test_a_search_that_ends_before_the_runoff_recommends_what_it_took(
+    tmp_path: Path, factors: dict[str, Any], switches: dict[str, str]
 ) -> None:
-    # The trial limit falls just after the ladder's first rung paid: the search stops before
-    # the next rung, the confirming run and the search around the pick. What its evidence
-    # calls adopted is what it recommends.
-    whole = fast(spe_factor={4: 1.3, 16: 1.6})
-    run(whole, tmp_path, study="whole")
-    at = next(i for i, s in enumerate(whole.calls) if s.setup.steps_per_execution == 4)
-    assert at + 1 < len(whole.calls)  # the whole search goes on past the rung
-    cut = fast(spe_factor={4: 1.3, 16: 1.6})
-    rec = run(cut, tmp_path, settings=SearchSettings(max_trials=at + 1)).recommendation
-    assert [s.setup for s in cut.calls] == [s.setup for s in whole.calls[: at + 1]]
-    assert rec.setup.steps_per_execution == 4
-    assert rows(rec)["Steps per execution"].endswith("adopted")
-    assert "4 steps per execution" in rows(rec)["Setup"]
+    """A search cut short by its trial limit after every trial up to the runoff: what its
+    evidence says was taken (a knob adopted on the pick, a neighbour that beat it) is what it
+    recommends, never the pick without it."""
+    space = SearchSpace(switches=switches)
+    run(fast(**factors), tmp_path, space=space, study="whole")
+    stages = [
+        t.stage for t in TuningSession.load("whole", f"sqlite:///{tmp_path / 's.db'}").trials()
+    ]
+    first_knob = next(
+        i for i, s in enumerate(stages) if s not in ("baseline", "policies", "batch", "refine")
+    )
+    cuts = range(first_knob + 1, stages.index("runoff") + 1)
+    took_any = 0
+    for limit in cuts:
+        settings = SearchSettings(max_trials=limit)
+        cut = run(fast(**factors), tmp_path, space=space, settings=settings, study=f"cut{limit}")
+        took = [k for k in cut.outcome.knobs if k.adopted and k.precision == "float32"]
+        if took:
+            took_any += 1
+            assert cut.recommendation.setup == took[-1].tried, limit
+    assert took_any >= 2  # cuts inside and after the stage that took it
 
 
 def test_steps_per_execution_is_not_tried_on_long_steps(tmp_path: Path) -> None:

@@ -316,6 +316,14 @@ class SearchContext:
         search around the pick is done."""
         self.adopted[precision] = (base, current)
 
+    def move_pick(self, precision: str, frm: Setup, to: Measured) -> None:
+        """``precision``'s pick moves from ``frm`` to ``to`` (a knob's try adopted, a
+        neighbour that beat it), so that a search that ends before the stages around the pick
+        are done (its trial limit, budget, a Stop) recommends what its evidence says was
+        taken. Where the pick moved before, it still started from where it first started."""
+        started = self.adopted.get(precision, (frm, to))[0]
+        self.adopt(precision, started, to)
+
     def leap(self, precision: str, batch_size: int) -> None:
         """``precision``'s ladder leapt to ``batch_size`` first."""
         self.leaps[precision] = batch_size

@@ -242,11 +242,7 @@ def _record_try(
         found = dataclasses.replace(found, reason=judged or None)
     ctx.record_knob(found)
     if found.adopted:
-        # The pick is the adopted try from here on, so that a search that ends inside a knob
-        # stage (its trial limit, budget, a Stop) recommends what its evidence says was
-        # adopted; :meth:`SearchContext.pick` starts from the precision's first pick.
-        started = ctx.adopted.get(precision, (setup, base))[0]
-        ctx.adopt(precision, started, m)
+        ctx.move_pick(precision, setup, m)
     return found
 
 

@@ -124,5 +124,6 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
             )
         )
         ctx.move(precision, center, best_speed / speed)  # one lane a precision
+        ctx.move_pick(precision, center.result.spec.setup, best)
         center, speed, behind = best, best_speed, best_behind
     return center
