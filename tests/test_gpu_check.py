@@ -26,7 +26,7 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
             "--device",
             "cpu",
             "--budget-minutes",
-            "0.2",
+            "0.1",
             "--measure-seconds",
             "0.3",
             "--fit-seconds",
