@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import HAZARDS, make_config
+from tests_support import HAZARDS, make_config, run_python
 
 from tuner.export import HardwareFingerprint, Hazard, Setup, TunedConfig, render
 from tuner.policies import POLICIES
@@ -44,8 +44,17 @@ def tuned(**kwargs: Any) -> TunedConfig:
 
 
 def python(
-    code: str, cwd: Path, *args: str, env: dict[str, str] | None = None
+    code: str,
+    cwd: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    backend: str | None = "tensorflow",
 ) -> subprocess.CompletedProcess[str]:
+    """``python -c code *args``: forked from an interpreter that imported ``backend`` once
+    (:func:`tests_support.run_python`), or a fresh interpreter where ``backend`` is None (a
+    test of which backend a program's first import of Keras picks, or of tf_keras)."""
+    if backend is not None:
+        return run_python(["-c", code, *args], cwd, env, backend)
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
@@ -136,30 +145,31 @@ def test_keras2_snippets_train_with_tf_keras(tmp_path: Path) -> None:
     code = "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n" + "\n".join(
         f"exec({c!r})" for c in checks
     )
-    proc = python(code, tmp_path)
+    proc = python(code, tmp_path, backend=None)  # tf_keras: chosen before TensorFlow loads
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == 2
 
 
-def script_run(config, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Write the script for ``config`` and run it for three steps; it must end well."""
+def script_run(config, tmp_path: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """Write the script for ``config`` and run it for three steps; it must end well. Forked
+    from an interpreter that imported TensorFlow once, or as a user runs it where ``fresh``."""
     script = tmp_path / "train_tuned.py"
     script.write_text(render(config, "script"), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, str(script), "--max-steps", "3"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    args = [str(script), "--max-steps", "3"]
+    if fresh:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+    else:
+        proc = run_python(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
-def run_script(config, tmp_path: Path) -> str:
+def run_script(config, tmp_path: Path, fresh: bool = False) -> str:
     """Run the script for ``config``, with the awkward hazards, for three steps."""
     config = dataclasses.replace(config, hazards=AWKWARD_HAZARDS)
-    proc = script_run(config, tmp_path)
+    proc = script_run(config, tmp_path, fresh)
     assert "os.system('exit 3')" in (tmp_path / "train_tuned.py").read_text(encoding="utf-8")
     found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
     assert found, proc.stdout[-2000:]
@@ -168,7 +178,10 @@ def run_script(config, tmp_path: Path) -> str:
 
 
 def test_script_for_a_builtin_model(tmp_path: Path) -> None:
-    out = run_script(make_config(policy="mixed_float16", loss_scale="dynamic"), tmp_path)
+    # As a user runs it: `python train_tuned.py` in an interpreter of its own.
+    out = run_script(
+        make_config(policy="mixed_float16", loss_scale="dynamic"), tmp_path, fresh=True
+    )
     assert "after 3 steps (mixed_float16, batch 16, loss scale dynamic)" in out
 
 
@@ -735,7 +748,9 @@ def test_keras3_snippets_train_on_other_backends(tmp_path: Path, backend: str) -
             print("ok", {setup.label!r})
         """)
         )
-    proc = python("\n".join(f"exec({c!r})" for c in checks), tmp_path, env=cpu_only(backend))
+    proc = python(  # the snippet's own KERAS_BACKEND, in a fresh interpreter, wins
+        "\n".join(f"exec({c!r})" for c in checks), tmp_path, env=cpu_only(backend), backend=None
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("ok ") == len(checks), proc.stdout
 
@@ -743,7 +758,7 @@ def test_keras3_snippets_train_on_other_backends(tmp_path: Path, backend: str) -
 def test_a_snippet_refuses_keras_imported_on_another_backend(tmp_path: Path) -> None:
     pytest.importorskip("jax")
     snippet = render(knob_config("mixed_bfloat16", "none", backend="jax"), "snippet")
-    proc = python("import keras\n" + snippet, tmp_path, env=cpu_only("jax"))
+    proc = python("import keras\n" + snippet, tmp_path, env=cpu_only("jax"), backend=None)
     assert proc.returncode == 1
     assert (
         "RuntimeError: this setup was tuned on the jax backend, but Keras was already imported "
@@ -810,7 +825,7 @@ def test_scripts_train_on_other_backends(
                 import keras
                 print("backend", keras.backend.backend())
         """)
-        proc = python(checked, tmp_path, env=cpu_only(backend))
+        proc = python(checked, tmp_path, env=cpu_only(backend), backend=None)  # the script's wins
         assert proc.returncode == 0, proc.stderr[-3000:]
         found = re.search(r"^final loss (\S+) after 3 steps", proc.stdout, re.MULTILINE)
         assert found, proc.stdout[-2000:]
@@ -881,6 +896,7 @@ def test_apply_config_checks_the_backend(tmp_path: Path, backend: str) -> None:
     """),
         tmp_path,
         env={**cpu_only(backend), "KERAS_BACKEND": backend},
+        backend=backend,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"applied on {backend}" in proc.stdout

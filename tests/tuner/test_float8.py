@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from test_search_knobs import rows
 from test_search_strategy import FakeGpu, FakeProfile, Machine, run
-from tests_support import make_config
+from tests_support import make_config, run_python
 
 from tuner.export.config import ConfigError
 from tuner.export.render import render
@@ -280,11 +279,10 @@ def test_a_float8_trial_on_tensorflow_brings_xla_and_trains_float8_layers() -> N
 
 
 def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Python run with ``args`` on TensorFlow on the CPU, which must end well."""
+    """Python run with ``args`` on TensorFlow on the CPU, which must end well (forked from an
+    interpreter that imported TensorFlow once: :func:`tests_support.run_python`)."""
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300, env=env
-    )
+    proc = run_python(list(args), cwd, env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from tuner import __version__
@@ -78,7 +87,7 @@ def running_children() -> list[Any]:
 
     from tuner.trials.forking import server_pids
 
-    servers = set(server_pids())
+    servers = set(server_pids()) | {server.pid for server in _SCRIPT_SERVERS.values()}
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
@@ -89,3 +98,92 @@ def running_children() -> list[Any]:
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+#: The script servers of this process (tests/tuner/script_server.py), by what a program's
+#: imports read from the environment.
+_SCRIPT_SERVERS: dict[tuple[str | None, ...], subprocess.Popen[str]] = {}
+#: The environment a program's first imports read: a server serves only programs that agree.
+_IMPORT_ENV = ("KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")
+_SERVER = Path(__file__).with_name("script_server.py")
+
+
+def run_python(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    backend: str = "tensorflow",
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` in ``cwd`` (``script.py ...``, ``-m module ...`` or ``-c code ...``),
+    as ``subprocess.run`` with ``capture_output=True, text=True`` runs it, on Keras'
+    ``backend`` (the one the program picks: an exported script sets ``KERAS_BACKEND`` itself),
+    but forked from a server that imported that backend once (tests/tuner/script_server.py):
+    the program's own imports find the framework loaded, its Keras state untouched. A test of
+    what a fresh interpreter does (the order of imports) runs ``subprocess`` itself."""
+    env = dict(os.environ if env is None else env)
+    server_env = {**env, "KERAS_BACKEND": backend}
+    key = tuple(server_env.get(name) for name in _IMPORT_ENV)
+    server = _SCRIPT_SERVERS.get(key)
+    if server is None or server.poll() is not None:
+        server = _start_server(server_env)
+        _SCRIPT_SERVERS[key] = server
+    with tempfile.TemporaryDirectory(prefix="mptune-script-") as folder:
+        out, err = Path(folder, "out"), Path(folder, "err")
+        request = {"argv": args, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err)}
+        assert server.stdin is not None
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        pid = _read(server, 30)["pid"]
+        try:
+            status = _read(server, timeout)["status"]
+        except subprocess.TimeoutExpired:
+            os.killpg(pid, signal.SIGKILL)
+            _read(server, 30)
+            raise subprocess.TimeoutExpired(args, timeout) from None
+        return subprocess.CompletedProcess(
+            [sys.executable, *args],
+            status,
+            out.read_text(encoding="utf-8", errors="replace"),
+            err.read_text(encoding="utf-8", errors="replace"),
+        )
+
+
+def _start_server(env: dict[str, str]) -> subprocess.Popen[str]:
+    server = subprocess.Popen(
+        [sys.executable, str(_SERVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    if not _read(server, 120).get("up"):
+        raise AssertionError("the script server did not start")
+    return server
+
+
+def _read(server: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The server's next reply, within ``timeout`` seconds."""
+    assert server.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(server.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise subprocess.TimeoutExpired([str(_SERVER)], timeout)
+    line = server.stdout.readline()
+    if not line:
+        raise AssertionError(f"the script server ended ({server.wait()})")
+    reply: dict[str, Any] = json.loads(line)
+    return reply
+
+
+@atexit.register
+def _end_servers() -> None:
+    for server in _SCRIPT_SERVERS.values():
+        if server.stdin is not None:
+            server.stdin.close()  # end-of-file: it ends
+    for server in _SCRIPT_SERVERS.values():
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
