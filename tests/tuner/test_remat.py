@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 from test_backends import BACKENDS
 from test_search_knobs import float32_only, rows
 from test_search_strategy import Machine, run
-from tests_support import make_config
+from tests_support import make_config, run_python
 
 from tuner.export.render import render
 from tuner.keras_setup import remat_mode
@@ -192,8 +190,6 @@ def test_the_exported_tensorflow_snippet_rematerialises_the_activations(tmp_path
         )
     )
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
-    )
+    proc = run_python([str(script)], script.parent, env)  # forked: TensorFlow imported once
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"remat {remat_mode('tensorflow')}" in proc.stdout
