@@ -163,6 +163,11 @@ def test_a_pool_ends_the_servers_it_started_and_leaves_anothers(monkeypatch) -> 
     monkeypatch.setenv(FORK_ENV, "on")
     jax_spec, torch_spec = spec(backend="jax"), spec(backend="torch")
     theirs = up_server(worker_environment(jax_spec))
+    # None of an earlier test's (forking.EAGER) for the pool's own environment: it starts its own.
+    monkeypatch.setattr(forking, "EAGER", False)
+    earlier = forking.prepare(worker_environment(torch_spec))
+    assert earlier is not None
+    forking.discard(earlier)
     with WorkerPool() as pool:
         pool.start_ahead([jax_spec, torch_spec])
         mine = forking.ready(worker_environment(torch_spec))
