@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -12,6 +13,12 @@ from typing import Any
 
 import pytest
 
+# Where the environment asks Python to write no bytecode (PYTHONDONTWRITEBYTECODE=1, as on this
+# project's machines), every process the suite starts (a trial worker, an mptune CLI, an exported
+# script) compiles mptune's modules again (0.15 s each), and every pytest process rewrites the
+# test modules' assertions again (6 s): the suite writes them, into __pycache__ (ignored by git).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # Before anything can import Qt: tests never need a display.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests must not see a developer's scripted GPUs by accident.
