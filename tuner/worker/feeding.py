@@ -81,6 +81,10 @@ SETTLING_FACTOR = 2.5
 #: execution into its second epoch and the figure was 7 executions over 0.75 s, about 1% of a
 #: plain fit's (2026-11-29).
 COMPILE_FACTOR = 5.0
+#: The steady executions the median that :data:`COMPILE_FACTOR` multiplies is taken over (the
+#: first epoch's first ones): the clock runs on fit's callback thread, beside the training, and
+#: a median over every execution of a long first epoch would be a sort a step.
+STEADY_SAMPLE = 32
 #: Epochs fit is asked for: its clock stops it (``stop_training``) long before.
 EPOCHS = 1_000_000
 
@@ -196,7 +200,7 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         #: when the last warm execution began to run (the one before it had ended)
         self._warm_began: float | None = None
         self._done_times: list[float] = []  #: when each timed execution ended
-        #: the timed executions' seconds, end to end, but those that compiled
+        #: the first epoch's first timed executions' seconds, end to end, but those that compiled
         self._steady: list[float] = []
         #: seconds the first epoch's executions that compiled took over a steady one
         self.compiled_s = 0.0
@@ -315,13 +319,15 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         :data:`COMPILE_FACTOR` times the steady one (the median so far, else the last warm
         one's) compiled, and only a steady one's time of it is counted in foreseeing the next
         and against the bound."""
+        if self._first_epoch_over:
+            return  # only the first epoch compiles a new signature
         assert self.start is not None
         took = now - (self._done_times[-1] if self._done_times else self.start)
         warm = self.start - (self._warm_began or self.start)
         steady = statistics.median(self._steady) if self._steady else warm
-        if not self._first_epoch_over and steady > 0 and took > COMPILE_FACTOR * steady:
+        if steady > 0 and took > COMPILE_FACTOR * steady:
             self.compiled_s += took - steady
-        else:
+        elif len(self._steady) < STEADY_SAMPLE:  # a median each step stays cheap
             self._steady.append(took)
 
     def on_train_end(self, logs: Any = None) -> None:
