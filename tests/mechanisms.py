@@ -99,7 +99,10 @@ def _backends(path: str, name: str, ids: list[str]) -> str:
         | {
             b
             for b in BACKENDS
-            if re.search(rf'backend="{b}"|"--backend", "{b}"|KERAS_BACKEND": "{b}"', body)
+            # "--backend", "jax" in an argument list, on one line or two (a comment between)
+            if re.search(
+                rf'backend="{b}"|"--backend",(\s|#[^\n]*)*"{b}"|KERAS_BACKEND": "{b}"', body
+            )
         },
         key=BACKENDS.index,
     )

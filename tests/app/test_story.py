@@ -89,7 +89,7 @@ def test_search_stop_resume_reopen_tell_one_story(make_window, qtbot, tmp_path: 
         box.setChecked(policy in ("float32", "mixed_float16", "mixed_bfloat16"))
     setup.batch_min.setValue(8)
     setup.batch_max.setValue(32)
-    setup.measure_seconds.setValue(0.5)
+    setup.measure_seconds.setValue(0.3)
     setup.max_trials.setValue(10)  # the ladder, loss scales and a knob: the story, not every stage
     assert bar(window) == "no trials yet"
     qtbot.waitUntil(window.start_button.isEnabled, timeout=30_000)  # the model was checked

@@ -194,7 +194,7 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
         "--measure-seconds",
         "0.3",
         "--max-trials",
-        "14",
+        "9",
         "--json",
     ]
     search = subprocess.Popen(

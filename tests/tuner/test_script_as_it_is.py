@@ -201,7 +201,7 @@ def test_data_parallel_over_two_jax_devices_tunes_float16_and_run_keeps_its_figu
         out = tmp_path / "tuned.json"
         code = cli.main(
             ["tune", "--script", str(DATA_PARALLEL), "--backend", "jax", "--device", "cpu",
-             "--policies", "float32,mixed_float16", "--batch-sizes", "64,128",
+             "--policies", "mixed_float16", "--batch-sizes", "64,128",
              "--measure-seconds", "0.5", "--max-trials", "6", "--storage", store,
              "--out", str(out), "--json"]
         )  # fmt: skip
@@ -216,7 +216,9 @@ def test_data_parallel_over_two_jax_devices_tunes_float16_and_run_keeps_its_figu
     results = [t["result"] for t in view["trials"] if t["result"]]
     f16 = [r for r in results if r["spec"]["policy"] == "mixed_float16"]
     # float16 at both batch sizes and under a second loss scale: the warm worker's optimizer
-    # built once each time.
+    # built once each time. (float16 alone is searched, float32 coming only as the guard's
+    # reference: beside float32 the search could drop float16, slower on this CPU, after one
+    # trial, and a run under load once did.)
     assert len(f16) >= 3 and all(r["status"] == "ok" for r in f16), [r.get("error") for r in f16]
     assert all(r["trained"]["replicas"] == 2 for r in results if r["status"] == "ok")
     # Each figure over whole epochs of fit's loop (16 batches, far under the window): the

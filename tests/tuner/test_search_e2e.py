@@ -157,6 +157,8 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
         "6",
         "--device",
         "cpu",
+        "--backend",  # the resume is the same on every backend; JAX starts fastest
+        "jax",
         "--storage",
         storage,
         "--study",
@@ -218,6 +220,8 @@ def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
             "0.3",
             "--device",
             "cpu",
+            "--backend",  # the JSON is the same on every backend; JAX starts fastest
+            "jax",
             "--storage",
             f"sqlite:///{tmp_path / 's.db'}",
             "--json",
