@@ -125,6 +125,48 @@ def test_the_check_it_lacks_is_named_with_the_command(tmp_path: Path) -> None:
     assert "[[resume s]] runs that check" in lacking[0]  # the CLI: mptune tune --resume s
 
 
+def test_under_a_time_budget_every_stage_after_the_ladders_runs(tmp_path: Path) -> None:
+    """Issue 50: the H100's trials of fresh workers cost about a minute and each new batch
+    size compiles, so the ladders alone would take twenty minutes. Each ladder makes its first
+    step (its leap), then ends where the stages after it would lose their first trials: those
+    stages each run, in order, within the budget, and the notes say what was cut short."""
+    table = MachineTable.load(H100)
+    result, runner = search(table, tmp_path, budget_minutes=20)
+    runs = [m for ms in result.outcome.measured.values() for m in ms]
+    stages = [str(m.stage) for m in runs]
+    for stage in ("loss-scale", "remeasure", "neighbourhood", "runoff", "guard", "final"):
+        assert stage in stages, (stage, stages)
+    # Every precision left after the policies stage made its ladder's first step.
+    kept = {m.result.spec.setup.precision for m in runs if m.stage == "policies"}
+    kept -= set(result.outcome.abandoned)
+    assert {m.result.spec.setup.precision for m in runs if m.stage == "batch"} >= kept
+    assert any(
+        "batch-size ladder for" in note
+        and "cut short: the rest of the time budget of 20 min is kept for the stages after it"
+        in note
+        for note in result.outcome.notes
+    ), result.outcome.notes
+    assert runner.clock.now <= 20 * 60
+    # The pick: the grid's best as the search without the cuts found it.
+    best, _ = grid_best(table)
+    setup = result.recommendation.setup
+    assert (table.predict(setup.precision, setup.batch_size).samples_per_second or 0) >= (
+        0.95 * best
+    )
+
+
+def test_the_stages_after_the_ladders_keep_their_first_trials_in_order() -> None:
+    """What each stage leaves for those after it: every later stage's first trials from the
+    ladders, the final's from the runoff, nothing from the final or the guard."""
+    from tuner.search.stage import FIRST_TRIALS, Stage, first_trials_after
+
+    assert first_trials_after(Stage.BATCH) == first_trials_after(Stage.REFINE) == FIRST_TRIALS
+    assert [name for name, _ in first_trials_after(Stage.RUNOFF)] == [Stage.FINAL]
+    assert next(name for name, _ in first_trials_after("xla")) == Stage.REMEASURE
+    assert first_trials_after(Stage.FINAL) == first_trials_after(Stage.GUARD) == ()
+    assert first_trials_after(Stage.POLICIES) == ()
+
+
 def test_the_ladder_leaps_to_the_predicted_batch_and_bisects_after_an_oom(
     tmp_path: Path,
 ) -> None:

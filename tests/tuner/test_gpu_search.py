@@ -71,6 +71,17 @@ def default_runs(bench: ModuleType, table: MachineTable) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def long_runs(bench: ModuleType, table: MachineTable) -> dict[str, Any]:
+    """Both designs without a time budget (the whole search, no stage cut short): the same
+    search's trials on the same prices."""
+    profile = bench.h200_profile()
+    return {
+        "today": bench.simulate(table, TODAY, None, profile, max_trials=200),
+        "warm": bench.simulate(table, bench.warm_design(table), None, profile, max_trials=200),
+    }
+
+
 def test_todays_design_replays_the_recorded_search(bench: ModuleType, table: MachineTable) -> None:
     """Under the record's own 7.5 minutes, today's design runs the record's trials in its
     order and at their cost (the table's setups are the record's trials, in order), but for
@@ -93,7 +104,8 @@ def test_the_default_budget_is_the_gpus_default(
     bench: ModuleType, default_runs: dict[str, Any]
 ) -> None:
     """Both designs run under the search's own default: GPU_BUDGET_TRIALS of their median
-    trial, within the floor and the ceiling; today's trials, dearer, reach the ceiling."""
+    trial, within the floor and the ceiling (10 minutes, issue 50); today's trials, dearer,
+    reach the ceiling."""
     for run in default_runs.values():
         minutes = bench.default_minutes(run)
         assert run.budget is None
@@ -104,7 +116,9 @@ def test_the_default_budget_is_the_gpus_default(
             assert "default time budget on a GPU" in run.outcome.stopped_early
     today, warm = default_runs["today"], default_runs["warm"]
     assert bench.default_minutes(today) == pytest.approx(GPU_BUDGET_MAX_S / 60)
-    assert bench.default_minutes(warm) < bench.default_minutes(today)
+    assert bench.default_minutes(warm) <= bench.default_minutes(today)
+    # Issue 50: within ten minutes, every stage reached (the test below).
+    assert warm.minutes <= GPU_BUDGET_MAX_S / 60 <= 10
 
 
 def test_warm_design_keeps_a_worker_per_precision_waiting(
@@ -151,15 +165,15 @@ def test_warm_design_reaches_every_stage_under_the_default_budget(
     assert all(reached for reached, _ in states.values()), states
 
 
-def test_warm_design_runs_twice_todays_trials_per_minute(default_runs: dict[str, Any]) -> None:
-    warm, today = default_runs["warm"], default_runs["today"]
+def test_warm_design_runs_twice_todays_trials_per_minute(long_runs: dict[str, Any]) -> None:
+    warm, today = long_runs["warm"], long_runs["today"]
     assert warm.per_minute >= 2 * today.per_minute
 
 
-def test_warm_design_beats_today_under_the_same_prices(default_runs: dict[str, Any]) -> None:
-    """What holds already: more trials a minute, and the stages today's design reaches only
-    with its budget at the ceiling reached in about half the time."""
-    warm, today = default_runs["warm"], default_runs["today"]
+def test_warm_design_beats_today_under_the_same_prices(long_runs: dict[str, Any]) -> None:
+    """More trials a minute, and the whole search, every stage today's design reaches, in
+    about half its time."""
+    warm, today = long_runs["warm"], long_runs["today"]
     assert warm.per_minute > 1.5 * today.per_minute
     assert warm.minutes < 0.6 * today.minutes
     assert set(today.reached()) - {"guard", "final"} <= set(warm.reached())

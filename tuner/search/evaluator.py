@@ -53,13 +53,16 @@ class SearchState(Protocol):
     """What the evaluator asks of the search it serves (issue 36: asked of one declared
     object, not of callbacks the search planted in it): the rate under which a trial of a setup
     in a stage stops measuring, how many trials the leader's check against float32 still needs
-    (side stages leave the time and the trials for them, :data:`CHECKS`), and the leader's
-    setup, whose trial prices that check. :class:`~tuner.search.stages.context.SearchContext`
+    (side stages leave the time and the trials for them, :data:`CHECKS`), how many trials a
+    time budget keeps from a stage for the stages after it, and the leader's setup, whose
+    trial prices that check. :class:`~tuner.search.stages.context.SearchContext`
     is one."""
 
     def prune_below(self, setup: Setup, stage: str) -> float | None: ...
 
     def reserved(self) -> int: ...
+
+    def kept_after(self, stage: str) -> tuple[int, int]: ...
 
     def leader_setup(self) -> Setup | None: ...
 
@@ -75,6 +78,9 @@ class _NoSearch:
     def reserved(self) -> int:
         return 0
 
+    def kept_after(self, stage: str) -> tuple[int, int]:
+        return 0, 0
+
     def leader_setup(self) -> Setup | None:
         return None
 
@@ -86,17 +92,24 @@ class BudgetExhausted(Exception):
     """The next trial would pass ``--max-trials`` or ``--budget-minutes``."""
 
 
+class StageCut(Exception):
+    """The next trial of a stage would spend the time a time budget keeps for the stages after
+    it (``SearchState.kept_after``): that stage ends with what it measured, and the search
+    goes on to the next."""
+
+
 #: Without ``--budget-minutes`` or ``--max-trials`` a search on a GPU gets a time budget of
 #: this many of its own trials (their median cost, the probe taken out), at least
 #: :data:`GPU_BUDGET_MIN_S` and at most :data:`GPU_BUDGET_MAX_S`: on a GPU a trial costs half a
 #: minute or more (XLA's compile of each new batch size, the probe) and an open-ended search
-#: would run for hours. The simulated GPU search of ResNet50 on an H200 with warm workers runs
-#: to its end in 33-46 of its median trials (bench/bench_gpu_search.py, docs/benchmarks.md):
-#: 48 lets it try every stage. Ten, the number before warm workers, reached 0.95 of the grid's
-#: best but ended in the ladders. A CPU search stays open-ended.
+#: would run for hours. Ten minutes at most (issue 50): the simulated GPU search of ResNet50 on
+#: an H200 with warm workers reaches every stage within them, each stage after the ladders
+#: keeping its first trials from the stages before it (``SearchState.kept_after``), and picks
+#: the grid's best (bench/bench_gpu_search.py, docs/benchmarks.md); run to its end it takes
+#: 16-17 min. A CPU search stays open-ended.
 GPU_BUDGET_TRIALS = 48
-GPU_BUDGET_MIN_S = 10 * 60.0
-GPU_BUDGET_MAX_S = 30 * 60.0
+GPU_BUDGET_MIN_S = 5 * 60.0
+GPU_BUDGET_MAX_S = 10 * 60.0
 #: The stages whose trials may use the time reserved for the leader's checks.
 CHECKS = frozenset({Stage.GUARD})
 
@@ -487,6 +500,18 @@ class Evaluator:
             elapsed = self.clock() - self.started
             if elapsed + self.cost(probe) + reserved * self.check_cost() > budget:
                 raise BudgetExhausted(f"{self.budget_words()} was reached{kept}")
+            # The stages after this one keep their first trials; the guard's references are
+            # priced as the leader's check is (each compiles a batch size of its own).
+            later, checks = (0, 0) if stage in CHECKS else self.search.kept_after(stage)
+            kept_s = later * self.cost() + checks * self.check_cost()
+            if (
+                kept_s
+                and elapsed + self.cost(probe) + reserved * self.check_cost() + kept_s > budget
+            ):
+                raise StageCut(
+                    f"the rest of {self.budget_words()} is kept for the stages after it "
+                    f"(about {later + checks} trials)"
+                )
 
     def over_memory_budget(self, m: Measured) -> bool:
         peak = m.result.peak_memory_mb

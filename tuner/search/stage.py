@@ -61,6 +61,44 @@ AFTER_STANDING = frozenset({Stage.RUNOFF, Stage.GUARD, Stage.FINAL})
 #: pick (each knob's ``stage``; :data:`tuner.search.stages.knobs.TRIES` holds what each runs).
 KNOB_STAGES: tuple[str, ...] = tuple(knob.stage for knob in KNOBS if knob.stage)
 
+#: Under a time budget, what each stage after the ladders keeps for itself from the stages
+#: before it, in trials: its first (two for one that measures back to back), so that a budget
+#: that ends reaches every stage instead of ending in the ladders, where each new batch size
+#: compiles (on a GPU, tens of seconds a rung). In the order the stages run; the knob stages
+#: keep one between them (``"knobs"``). The guard's reference is kept apart
+#: (``SearchState.reserved``).
+FIRST_TRIALS: tuple[tuple[str, int], ...] = (
+    (Stage.LOSS_SCALE, 1),
+    ("knobs", 1),
+    (Stage.REMEASURE, 1),
+    (Stage.NEIGHBOURHOOD, 1),
+    (Stage.RUNOFF, 2),
+    (Stage.FINAL, 2),
+)
+
+
+def budget_group(stage: str) -> str:
+    """The name :data:`FIRST_TRIALS` knows ``stage`` by: ``"knobs"`` for an execution knob's
+    stage, ``"ladders"`` for the ladders' rungs and refinements, else the stage itself."""
+    if stage in KNOB_STAGES:
+        return "knobs"
+    if stage in (Stage.BATCH, Stage.REFINE):
+        return "ladders"
+    return stage
+
+
+def first_trials_after(stage: str) -> tuple[tuple[str, int], ...]:
+    """The stages after ``stage`` that keep their first trials from it (:data:`FIRST_TRIALS`):
+    every one after the ladders; none after the baseline and policies (which run before any is
+    kept), the guard (its reference is reserved apart) or the final."""
+    names = [name for name, _ in FIRST_TRIALS]
+    group = budget_group(stage)
+    if group == "ladders":
+        return FIRST_TRIALS
+    if group in names:
+        return FIRST_TRIALS[names.index(group) + 1 :]
+    return ()
+
 
 def knob_stage(knob: str) -> str:
     """The stored name of the stage that tries the execution knob named ``knob``.

@@ -36,9 +36,11 @@ it stopped) and enforces the trial and time budgets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tuner.hardware.advice import DEFAULT_NOTES
 from tuner.policies import FLOAT32, MIXED_FLOAT16
-from tuner.search.evaluator import BudgetExhausted, Evaluator
+from tuner.search.evaluator import BudgetExhausted, Evaluator, StageCut
 from tuner.search.measures import Measured, SearchOutcome
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import Stage
@@ -139,7 +141,7 @@ class Search:
         alive = [p for p in ctx.precisions if p not in ctx.abandoned]
         self._ladders(alive, at_start)
         if MIXED_FLOAT16 in alive and ctx.base_pick(MIXED_FLOAT16) is not None:
-            loss_scales.run(ctx)
+            self._cut_short("mixed_float16's loss scales", lambda: loss_scales.run(ctx))
         ctx.plan(ctx.left(alive, 0, scales=False))
         self._knobs(alive)
 
@@ -188,19 +190,32 @@ class Search:
             # A budget may end before every ladder ran: the most promising climbs first, and
             # on a GPU each leaps towards its largest batch before any climbs on.
             alive = sorted(alive, key=lambda p: -at_start[p].speed)
-            ctx.concurrently(alive, lambda p: ladder.scout(ctx, p, at_start[p]))
+            ctx.concurrently(
+                alive,
+                lambda p: self._cut_short(f"{p}'s leap", lambda: ladder.scout(ctx, p, at_start[p])),
+            )
             alive = sorted(alive, key=lambda p: -max((m.speed for m in ctx.usable(p)), default=0))
 
         def climb(precision: str) -> None:
             ctx.announce(Stage.BATCH, f"batch-size ladder for {precision}")
-            if ctx.space.global_batch is None:
-                ladder.climb(ctx, precision, at_start[precision])
-            else:
-                ladder.climb_global(ctx, precision, at_start[precision])
+            climb = ladder.climb if ctx.space.global_batch is None else ladder.climb_global
+            self._cut_short(
+                f"the batch-size ladder for {precision}",
+                lambda: climb(ctx, precision, at_start[precision]),
+            )
             climbed.add(precision)
             ctx.plan(ctx.left(alive, len(alive) - len(climbed)))
 
         ctx.concurrently(alive, climb)
+
+    def _cut_short(self, what: str, work: Callable[[], object]) -> None:
+        """``work``, a stage's trials; where a time budget keeps the rest of its time for the
+        stages after it (:class:`~tuner.search.evaluator.StageCut`), what it measured stands,
+        the notes say so, and the search goes on."""
+        try:
+            work()
+        except StageCut as cut:
+            self.ctx.note(f"{what} cut short: {cut}")
 
     def _knobs(self, alive: list[str]) -> None:
         """The knobs, on each surviving precision's pick: XLA, then steps per execution. A knob
@@ -217,7 +232,11 @@ class Search:
                 return None
             current = base
             for stage in knobs.STAGES:
-                current = stage(ctx, precision, current)
+                try:
+                    current = stage(ctx, precision, current)
+                except StageCut as cut:
+                    ctx.note(f"{precision}'s execution knobs cut short: {cut}")
+                    break
             return base, current
 
         found = zip(alive, ctx.concurrently(alive, tried), strict=True)

@@ -26,7 +26,15 @@ from tuner.search.measures import (
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.stage import AFTER_STANDING, KNOB_STAGES, LATE_STAGES, Stage
+from tuner.search.stage import (
+    AFTER_STANDING,
+    FIRST_TRIALS,
+    KNOB_STAGES,
+    LATE_STAGES,
+    Stage,
+    budget_group,
+    first_trials_after,
+)
 from tuner.search.wording import where
 from tuner.setup import KNOBS, TF32, Knob, Searching, Setup
 from tuner.trials.result import START_PHASE, TrialStatus
@@ -228,6 +236,80 @@ class SearchContext:
         ran = [s.batch_size for s in f32 if first_ok(known[s]) is not None]
         below = [b for b in ran if b < setup.batch_size]
         return 0 if below and self.at_batch(setup, max(below)) in known else 1
+
+    def kept_after(self, stage: str) -> tuple[int, int]:
+        """Under a time budget, the trials a trial of ``stage`` leaves for the stages after it:
+        the first trials of those that will run (:data:`~tuner.search.stage.FIRST_TRIALS`;
+        the loss scales where mixed_float16 is searched with a choice of scales, the knobs
+        where one is tried here, the runoff for the speed objective, the final where two
+        precisions are left), and apart the guard's references (:meth:`_guard_trials`, each
+        priced as the leader's check). None for a stage's own first trials (the stages before
+        it kept them), and none for the ladders' first steps, one a precision."""
+        group = budget_group(stage)
+        own = dict(FIRST_TRIALS).get(group, 0)
+        if group == "ladders":
+            # Each ladder's first step (on a GPU its leap towards the largest batch that fits,
+            # the search's largest gain) comes before anything kept for later.
+            own = len([p for p in self.precisions if p not in self.abandoned])
+        if own and self._ran_in(group) < own:
+            return 0, 0
+        later = first_trials_after(stage)
+        kept = sum(trials for name, trials in later if self._will_run(name))
+        # Every stage that keeps trials for others comes before the guard.
+        return kept, (self._guard_trials() if later else 0)
+
+    def _guard_trials(self) -> int:
+        """The trials the leader's check is expected to run beyond the one :meth:`reserved`
+        keeps: where its batch is larger than any float32 ran at, float32 may not fit there,
+        and the two are then compared at a smaller batch, the leader's precision run there
+        too. (The other picks' checks run in the time left: :meth:`affords_check`.)"""
+        leader = self.leader()
+        if leader is None:
+            return 0
+        known = self.evaluator.known
+        ran = [
+            s.batch_size
+            for s, runs in known.items()
+            if s.precision in (FLOAT32, TF32) and plain(s) and first_ok(runs) is not None
+        ]
+        if reference_of(leader.result.spec.setup) in known:
+            return 0
+        return 1 if leader.result.spec.batch_size > max(ran, default=0) else 0
+
+    def affords_check(self) -> bool:
+        """Whether a time budget leaves room, after the leader's, for one more pick's check
+        against float32 (two trials at the leader's price, where float32 may not fit) and the
+        final's first turn; always without a time budget."""
+        ev = self.evaluator
+        budget = ev.budget_s()
+        if budget is None:
+            return True
+        final = dict(FIRST_TRIALS)[Stage.FINAL] if self._will_run(Stage.FINAL) else 0
+        need = 2 * ev.check_cost() + final * ev.cost()
+        return ev.clock() - ev.started + need <= budget
+
+    def _ran_in(self, group: str) -> int:
+        """The runs of this session's stages in ``group`` (:func:`budget_group`)."""
+        return sum(
+            1
+            for runs in self.evaluator.known.values()
+            for m in runs
+            if budget_group(m.stage) == group
+        )
+
+    def _will_run(self, group: str) -> bool:
+        """Whether the stages of ``group`` have trials to run in this search, as far as it
+        can tell before they begin."""
+        alive = [p for p in self.precisions if p not in self.abandoned]
+        if group == Stage.LOSS_SCALE:
+            return MIXED_FLOAT16 in alive and len(self.space.loss_scales) > 1
+        if group == "knobs":
+            return any(self.knob_skipped(k) is None for k in KNOBS if k.stage)
+        if group == Stage.RUNOFF:
+            return self.settings.objective == "speed"
+        if group == Stage.FINAL:
+            return len(alive) > 1
+        return True
 
     @property
     def reference(self) -> str:

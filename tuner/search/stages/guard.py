@@ -37,9 +37,12 @@ def finalists(ctx: SearchContext, allow_new_trials: bool) -> list[Candidate]:
     (:meth:`SearchContext.reserved`); the others are checked against what ran."""
     others = {p: c for p in ctx.precisions if p != FLOAT32 and (c := ctx.pick(p)) is not None}
     leader = max(others.values(), key=lambda c: c.runs[0].speed, default=None)
+    # The leader's check first; under a time budget the others' run in the time it left,
+    # the final's first turn kept (issue 50), else they are checked against what ran.
+    ordered = sorted(others.values(), key=lambda c: c is not leader)
     ctx.concurrently(
-        others.values(),
-        lambda cand: check(ctx, cand, allow_new_trials or cand is leader),
+        ordered,
+        lambda cand: check(ctx, cand, cand is leader or (allow_new_trials and ctx.affords_check())),
     )
     f32 = ctx.pick(FLOAT32) if FLOAT32 in ctx.precisions else None
     if f32 is not None:

@@ -9,6 +9,7 @@ import itertools
 import math
 from typing import Any
 
+from tuner.search.evaluator import StageCut
 from tuner.search.measures import KnobTrial, Measured
 from tuner.search.stage import Stage
 from tuner.search.stages.context import SPE_STEP_MS, SearchContext, multiple_of_8
@@ -97,7 +98,14 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
             Stage.NEIGHBOURHOOD,
             f"around {precision}'s pick ({center.result.spec.setup.label}): {_TOGETHER}",
         )
-        tried = ctx.concurrently(setups, lambda s: ctx.measure(s, Stage.NEIGHBOURHOOD))
+        cut: StageCut | None = None
+        try:
+            tried = ctx.concurrently(setups, lambda s: ctx.measure(s, Stage.NEIGHBOURHOOD))
+        except StageCut as exc:  # the budget keeps the rest for the runoff and the final
+            cut = exc
+            ctx.note(f"around {precision}'s pick: cut short: {exc}")
+            known = ctx.evaluator.known
+            tried = [known[s][0] for s in setups if known.get(s)]
         scored = [(ctx.standing(m), m) for m in tried if ctx.fits(m)]
         if not scored:
             break
@@ -126,4 +134,6 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
         ctx.move(precision, center, best_speed / speed)  # one lane a precision
         ctx.move_pick(precision, center.result.spec.setup, best)
         center, speed, behind = best, best_speed, best_behind
+        if cut is not None:
+            break
     return center

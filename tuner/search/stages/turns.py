@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tuner.search.evaluator import StageCut
 from tuner.search.measures import Measured, Paired, median_bounds, settled
 from tuner.search.stages.context import SearchContext
 from tuner.setup import Setup
@@ -39,7 +40,11 @@ def back_to_back(
         def one(s: Setup) -> Measured:
             return ctx.measure(s, stage, nxt[s])
 
-        ran = dict(zip(order, ctx.concurrently(order, one), strict=True))
+        try:
+            ran = dict(zip(order, ctx.concurrently(order, one), strict=True))
+        except StageCut as cut:  # a turn cut short: the turns before it decide
+            ctx.note(f"{stage}: turn {turn + 1} of {turns} cut short: {cut}")
+            break
         for s, m in ran.items():
             nxt[s] = [r.number for r in ctx.evaluator.known[s]].index(m.number) + 1
         speeds.append(tuple(ran[s].speed if ran[s].result.ok else 0.0 for s in setups))
