@@ -56,7 +56,7 @@ from tuner.search.measures import SearchOutcome
 from tuner.search.recommend import Recommendation
 from tuner.search.request import TuneRequest
 from tuner.search.space import SearchSettings, SearchSpace
-from tuner.search.stage import KNOB_STAGES, Stage
+from tuner.search.stage import Stage, budget_group
 from tuner.search.stages.context import SPE_STEP_MS
 from tuner.search.tune import hardware_prior, tune
 from tuner.setup import KNOBS
@@ -115,14 +115,6 @@ STAGES: tuple[tuple[str, frozenset[str]], ...] = (
     ("guard", frozenset({Stage.GUARD})),
     ("final", frozenset({Stage.FINAL})),
 )
-#: What the search's notes say of a stage a time budget cut short (``StageCut``), by label.
-CUT_NOTES = {
-    "ladders": ("'s leap cut short", "batch-size ladder for"),
-    "loss scales": ("loss scales cut short",),
-    "knobs": ("execution knobs cut short",),
-    "neighbourhood": ("'s pick: cut short",),
-    "runoff": ("runoff: turn",),
-}
 #: The stages issue 34 names for a default GPU search to try ("policies, ladders, loss scales,
 #: XLA, steps per execution").
 ISSUE_STAGES = ("policies", "ladders", "loss scales", "XLA", "steps per execution")
@@ -215,11 +207,10 @@ class Run:
         return 1 - sum(parts[p] for p in WORK_PARTS) / total if total else 0.0
 
     def cut_short(self, label: str) -> bool:
-        """Whether the search's notes say a time budget cut the stage ``label`` short, to keep
-        the rest for the stages after it (``StageCut``)."""
-        knob_labels = {name for name, stages in STAGES if stages <= set(KNOB_STAGES)}
-        said = CUT_NOTES.get("knobs" if label in knob_labels else label, ())
-        return any(words in note for note in self.outcome.notes for words in said)
+        """Whether a time budget cut the stage ``label`` short, to keep the rest for the stages
+        after it (``StageCut``: ``SearchOutcome.cut_short``)."""
+        names = dict(STAGES)[label]
+        return any(budget_group(stage) in self.outcome.cut_short for stage in names)
 
     def stage_states(self) -> dict[str, tuple[bool, str]]:
         """Each stage of :data:`STAGES`: whether the search reached it, and how (its trials,

@@ -497,17 +497,14 @@ class Evaluator:
         budget = self.budget_s()
         if budget is not None:
             probe = self.spec(setup).probe
-            elapsed = self.clock() - self.started
-            if elapsed + self.cost(probe) + reserved * self.check_cost() > budget:
+            needed = self.clock() - self.started + self.cost(probe) + reserved * self.check_cost()
+            if needed > budget:
                 raise BudgetExhausted(f"{self.budget_words()} was reached{kept}")
-            # The stages after this one keep their first trials; the guard's references are
-            # priced as the leader's check is (each compiles a batch size of its own).
+            # The stages after this one keep their first trials; the leader's check's extra
+            # trial is priced as that check is (it compiles a batch size of its own).
             later, checks = (0, 0) if stage in CHECKS else self.search.kept_after(stage)
             kept_s = later * self.cost() + checks * self.check_cost()
-            if (
-                kept_s
-                and elapsed + self.cost(probe) + reserved * self.check_cost() + kept_s > budget
-            ):
+            if kept_s and needed + kept_s > budget:
                 raise StageCut(
                     f"the rest of {self.budget_words()} is kept for the stages after it "
                     f"(about {later + checks} trials)"

@@ -150,6 +150,9 @@ class SearchOutcome:
     #: what the backend's float32 computes in by default on this device, in words, where TF32
     #: exists (``space.DEFAULT_NOTES``); None elsewhere
     reference_note: str | None = None
+    #: the stages a time budget cut short to keep their successors' first trials
+    #: (``StageCut``), by :func:`~tuner.search.stage.budget_group`, in the order they were cut
+    cut_short: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

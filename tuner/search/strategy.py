@@ -43,7 +43,7 @@ from tuner.policies import FLOAT32, MIXED_FLOAT16
 from tuner.search.evaluator import BudgetExhausted, Evaluator, StageCut
 from tuner.search.measures import Measured, SearchOutcome
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
-from tuner.search.stage import Stage
+from tuner.search.stage import KNOB_STAGES, Stage
 from tuner.search.stages import (
     final,
     guard,
@@ -119,6 +119,7 @@ class Search:
             [ctx.paired[key] for key in sorted(ctx.paired, key=self._paired_order)],
             ctx.reference,
             DEFAULT_NOTES[ctx.settings.backend] if ctx.device.tf32 else None,
+            list(dict.fromkeys(ctx.cut_short)),
         )
 
     def _skip_knobs(self) -> None:
@@ -138,10 +139,12 @@ class Search:
     def _search(self) -> None:
         at_start = self._baseline_and_policies()
         ctx = self.ctx
-        alive = [p for p in ctx.precisions if p not in ctx.abandoned]
+        alive = ctx.alive()
         self._ladders(alive, at_start)
         if MIXED_FLOAT16 in alive and ctx.base_pick(MIXED_FLOAT16) is not None:
-            self._cut_short("mixed_float16's loss scales", lambda: loss_scales.run(ctx))
+            self._cut_short(
+                Stage.LOSS_SCALE, "mixed_float16's loss scales", lambda: loss_scales.run(ctx)
+            )
         ctx.plan(ctx.left(alive, 0, scales=False))
         self._knobs(alive)
 
@@ -192,7 +195,9 @@ class Search:
             alive = sorted(alive, key=lambda p: -at_start[p].speed)
             ctx.concurrently(
                 alive,
-                lambda p: self._cut_short(f"{p}'s leap", lambda: ladder.scout(ctx, p, at_start[p])),
+                lambda p: self._cut_short(
+                    Stage.BATCH, f"{p}'s leap", lambda: ladder.scout(ctx, p, at_start[p])
+                ),
             )
             alive = sorted(alive, key=lambda p: -max((m.speed for m in ctx.usable(p)), default=0))
 
@@ -200,6 +205,7 @@ class Search:
             ctx.announce(Stage.BATCH, f"batch-size ladder for {precision}")
             climb = ladder.climb if ctx.space.global_batch is None else ladder.climb_global
             self._cut_short(
+                Stage.BATCH,
                 f"the batch-size ladder for {precision}",
                 lambda: climb(ctx, precision, at_start[precision]),
             )
@@ -208,14 +214,14 @@ class Search:
 
         ctx.concurrently(alive, climb)
 
-    def _cut_short(self, what: str, work: Callable[[], object]) -> None:
-        """``work``, a stage's trials; where a time budget keeps the rest of its time for the
-        stages after it (:class:`~tuner.search.evaluator.StageCut`), what it measured stands,
-        the notes say so, and the search goes on."""
+    def _cut_short(self, stage: str, what: str, work: Callable[[], object]) -> None:
+        """``work``, trials of ``stage``; where a time budget keeps the rest of its time for
+        the stages after it (:class:`~tuner.search.evaluator.StageCut`), what it measured
+        stands (:meth:`SearchContext.cut`), and the search goes on."""
         try:
             work()
         except StageCut as cut:
-            self.ctx.note(f"{what} cut short: {cut}")
+            self.ctx.cut(stage, what, cut)
 
     def _knobs(self, alive: list[str]) -> None:
         """The knobs, on each surviving precision's pick: XLA, then steps per execution. A knob
@@ -235,7 +241,7 @@ class Search:
                 try:
                     current = stage(ctx, precision, current)
                 except StageCut as cut:
-                    ctx.note(f"{precision}'s execution knobs cut short: {cut}")
+                    ctx.cut(KNOB_STAGES[0], f"{precision}'s execution knobs", cut)
                     break
             return base, current
 

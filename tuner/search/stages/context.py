@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from tuner.policies import FLOAT32, MIXED_FLOAT16
-from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped
+from tuner.search.evaluator import BudgetExhausted, Evaluator, LaneStopped, StageCut
 from tuner.search.events import LeaderChanged, PlanUpdated, StageStarted
 from tuner.search.measures import (
     Candidate,
@@ -147,6 +147,8 @@ class SearchContext:
         self.device = device or DeviceTraits()
         self.abandoned: dict[str, str] = {}
         self.notes: list[str] = []
+        #: the stages a time budget cut short (:meth:`cut`), by their budget group
+        self.cut_short: list[str] = []
         self.baseline: Measured | None = None
         self.planned = 0
         #: policies the model is unsafe under, with the trial that found it
@@ -237,6 +239,16 @@ class SearchContext:
         below = [b for b in ran if b < setup.batch_size]
         return 0 if below and self.at_batch(setup, max(below)) in known else 1
 
+    def alive(self) -> list[str]:
+        """The precisions the search has not abandoned, in its order."""
+        return [p for p in self.precisions if p not in self.abandoned]
+
+    def cut(self, stage: str, what: str, cut: StageCut) -> None:
+        """A time budget cut ``what`` (trials of ``stage``) short, to keep the first trials of
+        the stages after it: kept in :attr:`cut_short`, and said in the notes."""
+        self.cut_short.append(budget_group(stage))
+        self.note(f"{what} cut short: {cut}")
+
     def kept_after(self, stage: str) -> tuple[int, int]:
         """Under a time budget, the trials a trial of ``stage`` leaves for the stages after it:
         the first trials of those that will run (:data:`~tuner.search.stage.FIRST_TRIALS`;
@@ -250,7 +262,7 @@ class SearchContext:
         if group == "ladders":
             # Each ladder's first step (on a GPU its leap towards the largest batch that fits,
             # the search's largest gain) comes before anything kept for later.
-            own = len([p for p in self.precisions if p not in self.abandoned])
+            own = len(self.alive())
         if own and self._ran_in(group) < own:
             return 0, 0
         later = first_trials_after(stage)
@@ -264,16 +276,14 @@ class SearchContext:
         and the two are then compared at a smaller batch, the leader's precision run there
         too. (The other picks' checks run in the time left: :meth:`affords_check`.)"""
         leader = self.leader()
-        if leader is None:
-            return 0
         known = self.evaluator.known
+        if leader is None or reference_of(leader.result.spec.setup) in known:
+            return 0
         ran = [
             s.batch_size
             for s, runs in known.items()
             if s.precision in (FLOAT32, TF32) and plain(s) and first_ok(runs) is not None
         ]
-        if reference_of(leader.result.spec.setup) in known:
-            return 0
         return 1 if leader.result.spec.batch_size > max(ran, default=0) else 0
 
     def affords_check(self) -> bool:
@@ -281,12 +291,9 @@ class SearchContext:
         against float32 (two trials at the leader's price, where float32 may not fit) and the
         final's first turn; always without a time budget."""
         ev = self.evaluator
-        budget = ev.budget_s()
-        if budget is None:
-            return True
+        left = ev.seconds_left()
         final = dict(FIRST_TRIALS)[Stage.FINAL] if self._will_run(Stage.FINAL) else 0
-        need = 2 * ev.check_cost() + final * ev.cost()
-        return ev.clock() - ev.started + need <= budget
+        return left is None or 2 * ev.check_cost() + final * ev.cost() <= left
 
     def _ran_in(self, group: str) -> int:
         """The runs of this session's stages in ``group`` (:func:`budget_group`)."""
@@ -300,7 +307,7 @@ class SearchContext:
     def _will_run(self, group: str) -> bool:
         """Whether the stages of ``group`` have trials to run in this search, as far as it
         can tell before they begin."""
-        alive = [p for p in self.precisions if p not in self.abandoned]
+        alive = self.alive()
         if group == Stage.LOSS_SCALE:
             return MIXED_FLOAT16 in alive and len(self.space.loss_scales) > 1
         if group == "knobs":

@@ -103,7 +103,7 @@ def explore(ctx: SearchContext, precision: str, center: Measured) -> Measured:
             tried = ctx.concurrently(setups, lambda s: ctx.measure(s, Stage.NEIGHBOURHOOD))
         except StageCut as exc:  # the budget keeps the rest for the runoff and the final
             cut = exc
-            ctx.note(f"around {precision}'s pick: cut short: {exc}")
+            ctx.cut(Stage.NEIGHBOURHOOD, f"the search around {precision}'s pick", exc)
             known = ctx.evaluator.known
             tried = [known[s][0] for s in setups if known.get(s)]
         scored = [(ctx.standing(m), m) for m in tried if ctx.fits(m)]

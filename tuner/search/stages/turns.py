@@ -43,7 +43,7 @@ def back_to_back(
         try:
             ran = dict(zip(order, ctx.concurrently(order, one), strict=True))
         except StageCut as cut:  # a turn cut short: the turns before it decide
-            ctx.note(f"{stage}: turn {turn + 1} of {turns} cut short: {cut}")
+            ctx.cut(stage, f"{stage}: turn {turn + 1} of {turns}", cut)
             break
         for s, m in ran.items():
             nxt[s] = [r.number for r in ctx.evaluator.known[s]].index(m.number) + 1
