@@ -233,6 +233,11 @@ def _over_epochs(fed: api.InputRate) -> str:
     """How fit's loop was timed: over whole epochs (and a settling one left out), or within
     one, whose start it does not count."""
     epochs, settling_s = fed.epochs, fed.settling_s
+    if not epochs and fed.epoch_end_wait_s:
+        return (
+            f" (within one epoch, and {fed.epoch_end_wait_s:.2f} s an epoch priced in: "
+            "TensorFlow's input autotuner holds each epoch's end until it wakes)"
+        )
     if not epochs:
         return " (within one epoch: the work at an epoch's start is not in it)"
     settled = (

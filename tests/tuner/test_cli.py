@@ -403,6 +403,32 @@ def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
     assert "xla spe4" in table and "unsupported: XLA cannot compile" in table
 
 
+def test_the_console_says_how_fits_loop_was_timed() -> None:
+    """Over whole epochs, within one, or within one with the wait at an epoch's end for
+    TensorFlow's input autotuner priced in (issue 50): said beside the figure it shapes."""
+    from tuner import api
+    from tuner.console import render_trial
+
+    spec = api.TrialSpec(model="builtin:cnn", setup=api.Setup("float32", 512))
+
+    def said(**fed: object) -> str:
+        rate = api.InputRate(700.0, "synthetic", "arrays", fit_loop=True, **fed)  # type: ignore[arg-type]
+        result = api.TrialResult(
+            spec,
+            api.TrialStatus.OK,
+            samples_per_second=700.0,
+            device_samples_per_second=720.0,
+            input=rate,
+        )
+        return next(line for line in render_trial(result).splitlines() if "throughput" in line)
+
+    assert "over 3 whole epochs" in said(epochs=3)
+    assert "the work at an epoch's start is not in it" in said(epochs=0)
+    priced = said(epochs=0, epoch_end_wait_s=0.32)
+    assert "within one epoch, and 0.32 s an epoch priced in" in priced
+    assert "TensorFlow's input autotuner" in priced
+
+
 def test_the_console_table_shows_loss_gaps_and_stopped_trials() -> None:
     """The trials table tells what the window tells: each mixed trial's loss gap to float32 at
     its batch size, and a trial stopped under its search with its setup, as stopped."""

@@ -251,6 +251,10 @@ class InputRate:
     #: batches at the start of an epoch left out of a window within one (the epoch's start is
     #: paid once an epoch; :data:`tuner.worker.feeding.STEADY_FROM`)
     left_out: int = added(0)
+    #: seconds each epoch waits at its end that a window within one epoch did not see, priced
+    #: into the rate (TensorFlow's input autotuner, for arrays:
+    #: :func:`tuner.worker.feeding.autotune_wait`); 0.0 where none was priced
+    epoch_end_wait_s: float = added(0.0)
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
