@@ -93,14 +93,21 @@ def search(
     return trials, result.recommendation, time.monotonic() - t0
 
 
+def run_program(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python *argv`` in a process of its own, its output captured: how each plain fit runs
+    (a test serves it from an interpreter that imported the backend once instead)."""
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env)
+
+
 def plain_fit(model: str, setup: Setup, args: argparse.Namespace) -> float | None:
     """A plain fit's samples a second (bench/_fit_run.py), or None where it failed."""
     env = {**os.environ, "KERAS_BACKEND": setup.backend}
     if args.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="-1", JAX_PLATFORMS="cpu")
     seconds = str(args.fit_seconds or FIT_SECONDS[args.size])
-    command = [sys.executable, str(HERE / "_fit_run.py"), model, json.dumps(setup.to_dict())]
-    done = subprocess.run([*command, seconds], capture_output=True, text=True, env=env)
+    done = run_program(
+        [str(HERE / "_fit_run.py"), model, json.dumps(setup.to_dict()), seconds], env
+    )
     if done.returncode != 0:
         print(done.stderr[-1500:], file=sys.stderr)
         return None
