@@ -223,14 +223,14 @@ def first_worker(proc: subprocess.Popen[str], within: float = 120) -> psutil.Pro
 
 #: The trials' limit in the stuck-worker test: above what two JAX workers starting side by side
 #: and running their trial take on the 2-core test machine (JAX starts fastest; the mechanism is
-#: the same on every backend), with room to spare (the test runs in the serial pass, alone), so
-#: that only the stopped one misses it.
-STUCK_LIMIT_S = 10
+#: the same on every backend), with room to spare beside another test (alone, in the serial
+#: pass, it ran under 10 s; the test now runs two at a time, and most of its wait is the stopped
+#: worker's, which takes no CPU), so that only the stopped one misses it.
+STUCK_LIMIT_S = 20
 #: How far past its limit the stopped worker may still be found running.
 LIMIT_MARGIN_S = 15
 
 
-@pytest.mark.serial("judges a stopped worker's end within seconds of its limit")
 @pytest.mark.slow
 def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goes_on(
     tmp_path: Path,
