@@ -8,12 +8,16 @@ file's ``make_dataset(batch_size)`` as it returns it (without one, the synthetic
 makes from the model's shapes, as a built-in's), a training script's own fit (issue 37: the
 script run up to it, then its fit compiled and fed as ``mptune run`` does). Epoch after epoch,
 no callback on its batches; fit stops at the end of the epoch in which ``SECONDS`` of timed
-epochs have passed. The figure is a long run's: the first epoch traces and compiles, the second
-is where an input settles (tf.data's autotuning on JAX took 5.5-6.5 s there in one process of
-three, where the others took 1.5-2.9 s, and never again in 25 s of epochs): a long run pays
-both once, so neither is timed. The backend is ``KERAS_BACKEND``'s.
+epochs have passed, and at least ``MIN_EPOCHS`` timed epochs (1 unless given): on TensorFlow an
+epoch of arrays can wait at its end for the input's autotuner every other epoch (docs/trials.md),
+so a single timed epoch of a long one reads either the waiting or the other kind, not the rate a
+long run alternates between (issue 50's rows: epochs of 8-18 s, one timed epoch, a spread of 44%
+between runs of one setup). The figure is a long run's: the first epoch traces and compiles,
+the second is where an input settles (tf.data's autotuning on JAX took 5.5-6.5 s there in one
+process of three, where the others took 1.5-2.9 s, and never again in 25 s of epochs): a long
+run pays both once, so neither is timed. The backend is ``KERAS_BACKEND``'s.
 
-    python bench/_fit_run.py MODEL SETUP_JSON SECONDS
+    python bench/_fit_run.py MODEL SETUP_JSON SECONDS [MIN_EPOCHS]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ UNTIMED = 2
 
 def main() -> int:
     model_spec, setup_json, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    min_epochs = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     import keras
 
     from tuner import keras_setup, workloads
@@ -44,7 +49,8 @@ def main() -> int:
     keras.utils.set_random_seed(0)
     keras_setup.apply_policy(setup)
     if source.kind == "script":
-        print(json.dumps({"samples_per_second": script_fit(source, setup, seconds)}))
+        figure = script_fit(source, setup, seconds, min_epochs)
+        print(json.dumps({"samples_per_second": figure}))
         return 0
     kwargs: dict[str, object] = {}
     if source.kind == "builtin":
@@ -75,16 +81,17 @@ def main() -> int:
             per_epoch = setup.batch_size * sum(1 for _ in data)  # a finite dataset's batches
     keras_setup.compile_model(model, setup, optimizer, loss)
 
-    clock = epoch_clock(seconds)
+    clock = epoch_clock(seconds, min_epochs)
     model.fit(epochs=10**6, verbose=0, callbacks=[clock], **kwargs)  # type: ignore[arg-type]
     clock.ends[-1] = time.perf_counter()  # fit's return: its last step waited for
     print(json.dumps({"samples_per_second": clock.rate(per_epoch)}))
     return 0
 
 
-def epoch_clock(seconds: float) -> Any:
+def epoch_clock(seconds: float, min_epochs: int = 1) -> Any:
     """A callback on epoch ends only (fit dispatches its batches as it would without it) that
-    stops fit once ``seconds`` of epochs after the UNTIMED ones have passed."""
+    stops fit once ``seconds`` of epochs after the UNTIMED ones have passed, and at least
+    ``min_epochs`` of them."""
     import keras
 
     class EpochClock(keras.callbacks.Callback):  # type: ignore[misc]
@@ -94,7 +101,8 @@ def epoch_clock(seconds: float) -> Any:
 
         def on_epoch_end(self, epoch: int, logs: object = None) -> None:
             self.ends.append(time.perf_counter())
-            if len(self.ends) > UNTIMED and self.ends[-1] - self.ends[UNTIMED - 1] >= seconds:
+            timed = len(self.ends) - UNTIMED
+            if timed >= max(1, min_epochs) and self.ends[-1] - self.ends[UNTIMED - 1] >= seconds:
                 self.model.stop_training = True
 
         def rate(self, per_epoch: int) -> float:
@@ -105,7 +113,7 @@ def epoch_clock(seconds: float) -> Any:
     return EpochClock()
 
 
-def script_fit(source: object, setup: object, seconds: float) -> float:
+def script_fit(source: object, setup: object, seconds: float, min_epochs: int = 1) -> float:
     """A training script's own fit, as ``mptune run`` runs it (the script up to its fit, the
     model compiled for the setup with the script's optimizer, loss and metrics, its data at the
     setup's batch size), timed over whole epochs as :func:`main` times the others."""
@@ -113,7 +121,7 @@ def script_fit(source: object, setup: object, seconds: float) -> float:
     from tuner import keras_setup
     from tuner.worker import loading, script
 
-    clock = epoch_clock(seconds)
+    clock = epoch_clock(seconds, min_epochs)
     samples = [0]
 
     def fit(call: script.FitCall) -> object:

@@ -52,6 +52,10 @@ BATCH_SIZES = (64, 256)
 #: epochs a tf.data pipeline has now and then, one in three or four here, averaged over more)
 MEASURE_S = 3.0
 FIT_S = 8.0
+#: ... and at least this many timed epochs: an even number, so that an every-other-epoch
+#: rhythm (TensorFlow's input autotuner holding an epoch's end, docs/trials.md) is counted as a
+#: long run counts it, twice, where epochs last over FIT_S / 4.
+FIT_EPOCHS = 4
 #: within this of fit's figure; two setups within TIE of each other rank as a tie
 WITHIN = 0.10
 TIE = 0.03
@@ -81,6 +85,7 @@ def fit(model: str, setup: Setup, device: str) -> float:
             model,
             json.dumps(setup.to_dict()),
             str(FIT_S),
+            str(FIT_EPOCHS),
         ],
         capture_output=True,
         text=True,
@@ -232,8 +237,9 @@ def report(
 {args.device}{models} --write`, {date.today().isoformat()}, on {machine_line()}. Each setup ran
 as a trial ({MEASURE_S:g} s measured on batches in memory, then as long in fit's own loop on
 the input) and as a plain `model.fit` in a process of its own (same model, data and compile
-arguments; the input as a script gives it; whole epochs for at least {FIT_S:g} s after one that
-compiles and one where the input settles, each paid once by a long run), side by side,
+arguments; the input as a script gives it; whole epochs for at least {FIT_S:g} s, and at least
+{FIT_EPOCHS} of them, after one that compiles and one where the input settles, each paid once
+by a long run), side by side,
 interleaved over {args.rounds} rounds ({minutes:.0f} min; every other
 round in reverse, and with fit before the trial); a ratio is the median of the rounds' own
 ratios (each trial against the fit run beside it), the range is theirs, "trial" and "fit" are
