@@ -211,13 +211,16 @@ def test_the_heartbeat_keeps_every_running_trial_alive() -> None:
 @pytest.mark.slow
 def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     """Real workers, two slots, on a CPU (for correctness: the figures distort each other, as
-    the note says): every trial ends ok, none twice, and no worker outlives the search."""
+    the note says): every trial ends ok, none twice, and no worker outlives the search. The
+    slots are the search's, the same whatever the workers import: on JAX, a small MLP."""
     before = {p.pid for p in running_children()}
     result = tune(
         TuneRequest(
-            "builtin:mlp",
+            "builtin:mlp:features=16,width=32,depth=1",
             space=SearchSpace(policies=("float32", "mixed_bfloat16"), batch_sizes=(32, 64, 128)),
-            settings=SearchSettings(measure_seconds=0.3, warmup_steps=2, max_trials=6),
+            settings=SearchSettings(
+                measure_seconds=0.3, warmup_steps=2, max_trials=6, backend="jax"
+            ),
             storage=f"sqlite:///{tmp_path / 's.db'}",
             study="real",
             parallel=2,
