@@ -273,6 +273,57 @@ def test_script_for_a_model_with_two_inputs(tmp_path: Path, inputs: str) -> None
     assert "doesn't match the expected structure" not in proc.stderr
 
 
+#: Keras' two-input models as a tutorial writes them: token ids in a float32 Input beside a
+#: numeric feature, one-hot labels, make_dataset returning arrays with x a dict of named inputs.
+DICT_ARRAYS_MODEL = """
+import keras
+import numpy as np
+
+def build_model():
+    ids = keras.Input((12,), name="ids")
+    num = keras.Input((3,), name="num")
+    x = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
+    x = keras.layers.Concatenate()([x, keras.layers.Dense(4)(num)])
+    model = keras.Model([ids, num], keras.layers.Dense(3, activation="softmax")(x))
+    model.compile("adam", "categorical_crossentropy")
+    return model
+
+def make_dataset(batch_size):
+    rng = np.random.default_rng(0)
+    n = SAMPLES
+    x = {"ids": rng.integers(0, 50, (n, 12)).astype("float32"),
+         "num": rng.normal(size=(n, 3)).astype("float32")}
+    return x, keras.utils.to_categorical(rng.integers(0, 3, n), 3)
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_script_for_make_dataset_arrays_of_named_inputs(tmp_path: Path, backend: str) -> None:
+    """make_dataset's arrays with x a dict of named inputs: the script batches them key by key
+    (on JAX and PyTorch its own batches: it once read the dict's two keys as two samples and
+    looped for ever without a batch), and arrays of fewer samples than a batch are refused on
+    one line, not trained on for ever."""
+    if backend != "tensorflow":
+        pytest.importorskip(backend)
+    model = tmp_path / "two_inputs.py"
+    config = dataclasses.replace(
+        make_config(model=str(model), batch_size=8),
+        setup=Setup("float32", 8, "none", backend=backend),
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    script = tmp_path / "train_tuned.py"
+    script.write_text(render(config, "script"), encoding="utf-8")
+    for samples, ends in ((64, 0), (5, 1)):
+        model.write_text(DICT_ARRAYS_MODEL.replace("SAMPLES", str(samples)), encoding="utf-8")
+        proc = run_python([str(script), "--max-steps", "3"], tmp_path, env, backend, timeout=120)
+        assert proc.returncode == ends, proc.stderr[-3000:]
+    assert "final loss" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "train_tuned.py: the data holds 5 samples, fewer than one batch of 8: give make_dataset "
+        "more, or tune a smaller batch size"
+    )
+
+
 def test_script_for_a_saved_keras_model(tmp_path: Path) -> None:
     saved = tmp_path / "tiny.keras"
     proc = python(
