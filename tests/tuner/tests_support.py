@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +104,7 @@ def running_children() -> list[Any]:
 
 #: The script servers of this process (tests/tuner/script_server.py), by what a program's
 #: imports read from the environment.
-_SCRIPT_SERVERS: dict[tuple[str | None, ...], subprocess.Popen[str]] = {}
+_SCRIPT_SERVERS: dict[tuple[str | None, ...], subprocess.Popen[bytes]] = {}
 #: The environment a program's first imports read: a server serves only programs that agree.
 _IMPORT_ENV = ("KERAS_BACKEND", "CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "XLA_FLAGS", "PYTHONPATH")
 _SERVER = Path(__file__).with_name("script_server.py")
@@ -132,13 +134,14 @@ def run_python(
         out, err = Path(folder, "out"), Path(folder, "err")
         request = {"argv": args, "cwd": str(cwd), "env": env, "out": str(out), "err": str(err)}
         assert server.stdin is not None
-        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.write(json.dumps(request).encode() + b"\n")
         server.stdin.flush()
         pid = _read(server, 30)["pid"]
         try:
             status = _read(server, timeout)["status"]
         except subprocess.TimeoutExpired:
-            os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended as the wait did
+                os.killpg(pid, signal.SIGKILL)
             _read(server, 30)
             raise subprocess.TimeoutExpired(args, timeout) from None
         return subprocess.CompletedProcess(
@@ -149,13 +152,12 @@ def run_python(
         )
 
 
-def _start_server(env: dict[str, str]) -> subprocess.Popen[str]:
+def _start_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
     server = subprocess.Popen(
         [sys.executable, str(_SERVER)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        text=True,
         env=env,
     )
     if not _read(server, 120).get("up"):
@@ -163,16 +165,29 @@ def _start_server(env: dict[str, str]) -> subprocess.Popen[str]:
     return server
 
 
-def _read(server: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+#: What each server (by pid) has written that is not yet read as a reply: its replies are read
+#: from the pipe's descriptor, never through a buffered file, whose buffer ``select`` cannot
+#: see (a program that ended at once wrote its ``status`` line with its ``pid`` line, the
+#: file's first ``readline`` took both, and the next ``select`` waited out its timeout).
+_UNREAD: dict[int, bytearray] = {}
+
+
+def _read(server: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
     """The server's next reply, within ``timeout`` seconds."""
     assert server.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(server.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
+    fd = server.stdout.fileno()
+    unread = _UNREAD.setdefault(server.pid, bytearray())
+    deadline = time.monotonic() + timeout
+    while b"\n" not in unread:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
             raise subprocess.TimeoutExpired([str(_SERVER)], timeout)
-    line = server.stdout.readline()
-    if not line:
-        raise AssertionError(f"the script server ended ({server.wait()})")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise AssertionError(f"the script server ended ({server.wait()})")
+        unread += chunk
+    line, _, rest = unread.partition(b"\n")
+    unread[:] = rest
     reply: dict[str, Any] = json.loads(line)
     return reply
 
