@@ -52,6 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 "pytest-xdist cannot group these tests with this pytest (pin pytest below 9): "
                 + ", ".join(split[:3])
             )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _quick_tests_last(items)
     unexplained = [
         item.nodeid
         for item in items
@@ -63,6 +65,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             'a serial test says why it judges time: @pytest.mark.serial("why") on '
             + ", ".join(sorted(set(unexplained)))
         )
+
+
+#: How many of the last quick tests (not ``slow``) the parallel pass runs after every other test.
+QUICK_TAIL = 150
+
+
+def _quick_tests_last(items: list[pytest.Item]) -> None:
+    """The parallel pass in collection order, but its last :data:`QUICK_TAIL` quick tests
+    (about 20 s of the pass, under a second each) moved to its end: a real trial of 10-40 s
+    running last on one worker left the other idle for it (the collection ends in
+    test_warm.py's real workers). Every worker sorts alike, as pytest-xdist requires; the
+    slow tests keep their places among the quick ones (all of them first made the pass
+    slower: real trials side by side leave their waits unfilled)."""
+    quick = [item for item in items if item.get_closest_marker("slow") is None]
+    tail = {id(item) for item in quick[-QUICK_TAIL:]}
+    items[:] = [i for i in items if id(i) not in tail] + [i for i in items if id(i) in tail]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` as pytest-xdist schedules it, but a worker is sent its next test
+    once it holds one (xdist's own waits until it holds two, so that at the end of the pass a
+    worker could still have two queued while the other had none left)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class OneAhead(LoadGroupScheduling):  # type: ignore[misc]
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
+
+    return OneAhead(config, log)
 
 
 @pytest.fixture(autouse=True)
