@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import itertools
 import subprocess
 import sys
@@ -27,11 +28,17 @@ def test_hardware_is_shown_without_a_gpu(make_window) -> None:
     text = window.hardware.verdict.text()
     assert "no NVIDIA GPU found" in text and "no NVIDIA driver" in text
     # Said once: no card repeats it (the verdict's tooltip says what it means); the advice,
-    # as `mptune detect` gives it, says it only as float32's reason.
+    # as `mptune detect` gives it, says it at most as float32's reason. Which reason float32
+    # gets is this CPU's (with avx512_bf16 "no NVIDIA GPU and no AMX units", on an AVX2-only
+    # CPU "no bf16/AMX units"): the rows are read from the profile, not assumed.
     labels = window.hardware.findChildren(type(window.status))
     cards = [label.text() for label in labels if label is not window.hardware.advice]
     assert sum("NVIDIA GPU" in card for card in cards) == 1
-    assert "float32</b>: no NVIDIA GPU" in window.hardware.advice.text()
+    items = window.hardware.advice.text().split("<li>")[1:]
+    rows = api.advice_rows(window.profile)
+    assert [item.split("</b>")[0] for item in items] == [f"<b>{row.policy}" for row in rows]
+    assert all(html.escape(row.reason) in item for row, item in zip(rows, items, strict=True))
+    assert all("NVIDIA GPU" not in item for item in items[1:])
     assert "CPU" in window.hardware.verdict.toolTip()
     assert window.start_button.isEnabled()  # no GPU: it still tunes, on the CPU
 
