@@ -83,28 +83,6 @@ def _quick_tests_last(items: list[pytest.Item]) -> None:
     items[:] = [i for i in items if id(i) not in tail] + [i for i in items if id(i) in tail]
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` as pytest-xdist schedules it, but a worker is sent its next test
-    once it holds one (xdist's own waits until it holds two, so that at the end of the pass a
-    worker could still have two queued while the other had none left)."""
-    if config.getoption("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadGroupScheduling
-
-    class OneAhead(LoadGroupScheduling):  # type: ignore[misc]
-        def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) > 1:
-                return
-            self._assign_work_unit(node)
-
-    return OneAhead(config, log)
-
-
 @pytest.fixture(autouse=True)
 def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test that starts a real trial worker (here, or in an ``mptune`` it runs) without
