@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from tuner import api
+from tuner.search.space import SearchSettings
 from tuner.setup import Setup
-from tuner.trials.spec import FLOOR_STEPS
+from tuner.trials.spec import FLOOR_STEPS, WARMUP_FLOOR
 from tuner.worker import feeding, training
 
 WINDOW_S = 2.5
@@ -174,23 +175,60 @@ def test_the_least_steps_follow_one_rule_in_the_worker_and_the_simulation(
         assert count * step_s <= max(10.0 + step_s, FLOOR_STEPS * step_s)
 
 
+@pytest.mark.parametrize("step_s", [0.001, 0.3, 0.7, 0.9, 1.1, 4.0])
+def test_the_warm_up_follows_one_rule_in_the_worker_and_the_simulation(
+    step_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search's 5 warm-up steps end at its ``warmup_seconds`` (3 s) once WARMUP_FLOOR
+    ran: the worker's phase, run step by step on a clock of ``step_s`` steps, ends where
+    :meth:`TrialSpec.warmup_count` (the simulated trials' price) says; all 5 where they fit."""
+    spec = api.TrialSpec(
+        model="builtin:mlp", setup=Setup("float32", 64), warmup_steps=5, warmup_seconds=3.0
+    )
+    least = training._Least(min(WARMUP_FLOOR, spec.warmup_steps))
+    count = 0
+    monkeypatch.setattr(training, "time", SimpleNamespace(perf_counter=lambda: count * step_s))
+    assert spec.warmup_seconds is not None
+    while not training.StepRunner._ended(
+        count, None, least, spec.warmup_steps, spec.warmup_seconds, 0.0
+    ):
+        count += 1
+    assert count == spec.warmup_count(step_s)
+    if 5 * step_s <= 3.0:
+        assert count == 5
+    else:
+        assert WARMUP_FLOOR <= count <= 5  # 0.7 s: the fifth begins at 2.8 s, within them
+        assert count * step_s <= max(3.0 + step_s, WARMUP_FLOOR * step_s)
+        assert count < 5 or (count - 1) * step_s < 3.0
+    # Without the seconds (``mptune trial --warmup N``), N steps whatever they take.
+    assert dataclasses.replace(spec, warmup_seconds=None).warmup_count(step_s) == 5
+    assert dataclasses.replace(spec, warmup_steps=1).warmup_count(step_s) == 1
+
+
 def test_the_seconds_for_the_least_steps_round_trip_and_leave_old_specs_as_they_were() -> None:
     plain = api.TrialSpec(model="builtin:mlp", setup=Setup("float32", 64))
     assert "min_steps_seconds" not in plain.to_dict()  # specs stored before it read the same
-    timed = dataclasses.replace(plain, min_steps_seconds=10.0)
+    assert "warmup_seconds" not in plain.to_dict()
+    timed = dataclasses.replace(plain, min_steps_seconds=10.0, warmup_seconds=3.0)
     assert api.TrialSpec.from_dict(timed.to_dict()) == timed
     with pytest.raises(ValueError, match="positive"):
         dataclasses.replace(plain, min_steps_seconds=0.0)
+    with pytest.raises(ValueError, match="warm-up's seconds must be positive"):
+        dataclasses.replace(plain, warmup_seconds=-1.0)
+    with pytest.raises(ValueError, match="warm-up's seconds must be positive"):
+        SearchSettings(warmup_seconds=math.inf)
 
 
 @pytest.mark.slow
-def test_a_trials_least_steps_end_at_their_seconds() -> None:
-    """A real trial asked for 2,000 steps at least, which may take 0.5 s: it measures what
-    fits in them (at least FLOOR_STEPS), not the 2,000, and its losses say how many."""
+def test_a_trials_warm_up_and_least_steps_end_at_their_seconds() -> None:
+    """A real trial asked for 5 warm-up steps within 1 ms and 2,000 measured steps at least,
+    which may take 0.5 s: it warms up with WARMUP_FLOOR steps and measures what fits in the
+    0.5 s (at least FLOOR_STEPS), not the 2,000; its result says how many of each."""
     spec = api.TrialSpec(
         model="builtin:mlp",
         setup=Setup("float32", 64, backend="jax"),
-        warmup_steps=2,
+        warmup_steps=5,
+        warmup_seconds=0.001,
         measure_seconds=0.2,
         min_steps=2000,
         min_steps_seconds=0.5,
@@ -199,4 +237,5 @@ def test_a_trials_least_steps_end_at_their_seconds() -> None:
     )
     result = api.run_trial(spec)
     assert result.ok, result.error
+    assert result.warmup_updates == WARMUP_FLOOR
     assert FLOOR_STEPS <= len(result.losses) < 2000

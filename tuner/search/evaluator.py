@@ -520,13 +520,15 @@ class Evaluator:
 def trial_spec(
     source: ModelSource, settings: SearchSettings, setup: Setup, probe: bool = False
 ) -> TrialSpec:
-    """The trial a search runs for ``setup``: its settings' warm-up, measuring time (at least
+    """The trial a search runs for ``setup``: its settings' warm-up (bounded in seconds),
+    measuring time (at least
     the guard's window of steps), seed, time limit and device."""
     s = settings
     return TrialSpec(
         model=source.spec,
         setup=setup,
         warmup_steps=s.warmup_steps,
+        warmup_seconds=s.warmup_seconds,
         measure_seconds=s.measure_seconds,
         min_steps=max(s.min_steps, s.guard_steps),
         min_steps_seconds=s.guard_seconds,

@@ -300,7 +300,12 @@ class SearchSettings:
         loss_tolerance: the largest relative loss gap to float32 a candidate may show.
         memory_headroom: the share of device memory kept free.
         measure_seconds: measuring time per trial.
-        warmup_steps: warm-up steps per trial.
+        warmup_steps: warm-up steps per trial, at most.
+        warmup_seconds: the seconds they may take: where ``warmup_steps`` would take longer, a
+            trial warms up until these have passed, with at least
+            :data:`~tuner.trials.spec.WARMUP_FLOOR` steps (issue 50: on a 2-core CPU the 5
+            warm-up steps of Keras' ResNet50 at 32x32 took 11-43 s a trial, 198 s of an 8-trial
+            search); the guard compares losses after as many updates, whatever the warm-ups.
         min_steps: measured steps at least, so the numerical guard has a window to compare.
         guard_steps: the window of measured steps the loss gap is computed over (its last
             quarter), the same for both trials compared.
@@ -323,6 +328,7 @@ class SearchSettings:
     memory_headroom: float = 0.10
     measure_seconds: float = 2.0
     warmup_steps: int = 5
+    warmup_seconds: float = 3.0
     min_steps: int = 20
     guard_steps: int = 40
     guard_seconds: float = 10.0
@@ -358,6 +364,8 @@ class SearchSettings:
             raise ValueError(
                 f"{setting('timeout')} must be a positive number, not {self.timeout_s}"
             )
+        if not (math.isfinite(self.warmup_seconds) and self.warmup_seconds > 0):
+            raise ValueError(f"the warm-up's seconds must be positive, not {self.warmup_seconds}")
         if not (math.isfinite(self.guard_seconds) and self.guard_seconds > 0):
             raise ValueError(f"the guard's seconds must be positive, not {self.guard_seconds}")
         if not (math.isfinite(self.measure_seconds) and self.measure_seconds > 0):

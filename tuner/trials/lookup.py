@@ -445,7 +445,9 @@ class Pricing:
             if spec.probe and setup.policy.is_mixed:
                 parts["probe"] = self._probe(setup.policy.name)
             parts["compile"] = (
-                spec.warmup_steps * b / rate if setup in compiled else self._phase(m, "warmup_s", b)
+                spec.warmup_count(b / rate) * b / rate
+                if setup in compiled
+                else self._phase(m, "warmup_s", b)
             )
             if pruned:
                 parts["measure"] = PRUNE_AFTER * b / rate
@@ -612,7 +614,7 @@ class Lookup:
         timings: Timings,
     ) -> TrialResult:
         steps = PRUNE_AFTER if pruned else LOSS_STEPS
-        start = spec.warmup_steps
+        start = spec.warmup_count(spec.batch_size / device)  # updates before the measured
         scale = spec.setup.loss_scale
         # Keras' dynamic loss scale skips steps while it comes down from its initial scale;
         # another scale skips none here (the table measured none).
@@ -629,6 +631,7 @@ class Lookup:
             losses=tuple(2.0 - 0.01 * (start + i) for i in range(steps)),
             steps_completed=steps,
             skipped_steps=skipped,
+            warmup_updates=start,
             numerics={"probe_s": probe_s} if probe_s else {},
             timings=timings,
             device="gpu:0 (replayed)",

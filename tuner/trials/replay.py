@@ -131,12 +131,13 @@ class Replay:
             )
         expected = trials[n].spec
         # How long to measure is not what is measured: a pruning threshold, or the seconds
-        # the least steps may take, set by a newer search does not part it from the recorded
-        # one.
+        # the least steps or the warm-up may take, set by a newer search does not part it
+        # from the recorded one.
         asked = dataclasses.replace(
             spec,
             prune_below=expected.prune_below,
             min_steps_seconds=expected.min_steps_seconds,
+            warmup_seconds=expected.warmup_seconds,
         )
         if expected.to_dict() != asked.to_dict():
             raise ReplayDiverged(

@@ -54,6 +54,12 @@ EPOCH_BYTES = 1 << 30
 #: (issue 50): twice the numerical guard's least (its loss gap compares the last quarter of the
 #: steps two trials both measured, :data:`tuner.search.measures.MIN_GAP_STEPS` at least).
 FLOOR_STEPS = 8
+#: The least warm-up steps of a warm-up whose steps outlast its ``warmup_seconds`` (issue 50):
+#: the first may still trace or compile (TensorFlow, PyTorch), the second runs as the measured
+#: ones will. Where a step takes seconds, what the other warm-up steps absorb (an allocator
+#: growing, an autotuner's first picks) is milliseconds beside it; five such steps were 198 s
+#: of a 848 s search of Keras' ResNet50 at 32x32 on a 2-core AVX2-only CPU (docs/benchmarks.md).
+WARMUP_FLOOR = 2
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,11 @@ class TrialSpec:
             ends at ``measure_seconds`` once :data:`FLOOR_STEPS` steps ran, so a model of
             one-second steps measures a few, not the numerical guard's 40. None: ``min_steps``
             whatever they take. How long to measure, like ``prune_below``.
+        warmup_seconds: the seconds the warm-up may take: past them it ends once
+            :data:`WARMUP_FLOOR` steps ran (never more than ``warmup_steps``), so a model of
+            seconds-long steps warms up with 2 or 3, not 5; the result's ``warmup_updates``
+            says how many applied. None: ``warmup_steps`` whatever they take (``mptune
+            trial``'s ``--warmup``).
     """
 
     model: str
@@ -101,6 +112,7 @@ class TrialSpec:
     probe: bool = True
     prune_below: float | None = None
     min_steps_seconds: float | None = None
+    warmup_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.setup, Setup):
@@ -123,6 +135,8 @@ class TrialSpec:
             raise ValueError(
                 f"the seconds for the least steps must be positive, not {self.min_steps_seconds}"
             )
+        if self.warmup_seconds is not None and not self.warmup_seconds > 0:
+            raise ValueError(f"the warm-up's seconds must be positive, not {self.warmup_seconds}")
 
     # The setup's parts, read often enough in the worker and the reports to name them here.
     @property
@@ -158,7 +172,7 @@ class TrialSpec:
         }
         if data["probe"]:
             del data["probe"]  # the default, left out: specs stored before it existed match
-        for unset in ("prune_below", "min_steps_seconds"):
+        for unset in ("prune_below", "min_steps_seconds", "warmup_seconds"):
             if data[unset] is None:
                 del data[unset]  # specs stored before it existed match
         return {"model": data.pop("model"), **self.setup.to_dict(), **data}
@@ -187,6 +201,19 @@ class TrialSpec:
             return least
         within = math.ceil(self.min_steps_seconds / step_s)
         return max(min(FLOOR_STEPS, least), min(least, within))
+
+    def warmup_count(self, step_s: float) -> int:
+        """The warm-up steps a trial of steps of ``step_s`` seconds runs: ``warmup_steps``, or
+        where they would take over ``warmup_seconds``, the steps until those have passed (at
+        least :data:`WARMUP_FLOOR`). The worker's rule (:func:`tuner.worker.measuring.warm_up`)
+        in closed form, for the simulated trials of :mod:`tuner.trials.lookup`."""
+        most = self.warmup_steps
+        if self.warmup_seconds is None or step_s <= 0 or most * step_s <= self.warmup_seconds:
+            return most
+        within = math.ceil(self.warmup_seconds / step_s)
+        if (within - 1) * step_s >= self.warmup_seconds:  # a quotient rounded up past a whole
+            within -= 1
+        return min(most, max(WARMUP_FLOOR, within))
 
     def fit_seconds(self, window_s: float) -> float:
         """How long fit's own loop is timed on the input, after the measured steps took

@@ -13,7 +13,7 @@ from tuner.trials.events import Phase
 from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
 from tuner.trials.result import AsTrained, InputRate
-from tuner.trials.spec import TrialSpec
+from tuner.trials.spec import WARMUP_FLOOR, TrialSpec
 from tuner.worker import as_trained
 from tuner.worker.channel import Channel
 
@@ -40,7 +40,7 @@ def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: 
     context.runner = runner
     context.enter(Phase.WARMUP, channel)
     prediction = _predict(spec, channel, runner, on_cpu)
-    warmup_s, before = _warm_up(spec, runner)
+    warmup_s, before = warm_up(spec, runner)
     if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
@@ -160,11 +160,16 @@ def _step_times(times: Any) -> dict[str, float]:
     }
 
 
-def _warm_up(spec: TrialSpec, runner: Any) -> tuple[float, list[bool]]:
-    """The warm-up steps, then a dynamic loss scale's way down from its initial value, which is
-    calibration, run and counted apart so that the measured steps start with it settled (issue
-    35): their seconds, and which of their steps were skipped."""
-    warmup = runner.run("warmup", spec.warmup_steps)
+def warm_up(spec: TrialSpec, runner: Any) -> tuple[float, list[bool]]:
+    """The warm-up steps (``warmup_steps``, or fewer where they outlast ``warmup_seconds``:
+    :meth:`TrialSpec.warmup_count`), then a dynamic loss scale's way down from its initial
+    value, which is calibration, run and counted apart so that the measured steps start with it
+    settled (issue 35): their seconds, and which of their steps were skipped."""
+    if spec.warmup_seconds is None:
+        warmup = runner.run("warmup", spec.warmup_steps)
+    else:
+        least = min(WARMUP_FLOOR, spec.warmup_steps)
+        warmup = runner.run("warmup", None, spec.warmup_seconds, least, max_steps=spec.warmup_steps)
     calibration = runner.calibrate(warmup)
     if calibration is None:
         return warmup.elapsed_s, list(warmup.skipped)
