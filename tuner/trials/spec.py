@@ -62,6 +62,14 @@ FLOOR_STEPS = 8
 WARMUP_FLOOR = 2
 
 
+def _steps_until(seconds: float, step_s: float) -> int:
+    """The steps of ``step_s`` seconds after which ``seconds`` have passed: the least ``n``
+    with ``n * step_s >= seconds``, as a phase's clock finds it step by step (a quotient that
+    rounds up past a whole, 3.0 / 0.3, is not one step more)."""
+    n = math.ceil(seconds / step_s)
+    return n - 1 if (n - 1) * step_s >= seconds else n
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     """One short training run: a setup, a model, and how to measure it.
@@ -199,7 +207,7 @@ class TrialSpec:
         least = self.min_steps
         if self.min_steps_seconds is None or least * step_s <= self.min_steps_seconds:
             return least
-        within = math.ceil(self.min_steps_seconds / step_s)
+        within = _steps_until(self.min_steps_seconds, step_s)
         return max(min(FLOOR_STEPS, least), min(least, within))
 
     def warmup_count(self, step_s: float) -> int:
@@ -210,10 +218,7 @@ class TrialSpec:
         most = self.warmup_steps
         if self.warmup_seconds is None or step_s <= 0 or most * step_s <= self.warmup_seconds:
             return most
-        within = math.ceil(self.warmup_seconds / step_s)
-        if (within - 1) * step_s >= self.warmup_seconds:  # a quotient rounded up past a whole
-            within -= 1
-        return min(most, max(WARMUP_FLOOR, within))
+        return min(most, max(WARMUP_FLOOR, _steps_until(self.warmup_seconds, step_s)))
 
     def fit_seconds(self, window_s: float) -> float:
         """How long fit's own loop is timed on the input, after the measured steps took
