@@ -230,6 +230,79 @@ def _fit(clock: feeding.FitClock, timer: _Manual, epochs: list[list[float]]) -> 
     return model
 
 
+def _fit_ahead(
+    clock: feeding.FitClock, timer: _Manual, epochs: list[list[float]], dispatch_s: float = 1e-4
+) -> Any:
+    """Drive ``clock`` as Keras' JAX trainer drives it where no callback reads the logs: each
+    execution is dispatched ``dispatch_s`` after the one before, and the device runs them one
+    after another; an execution's batch-end callback runs once its result is ready (Keras
+    converts its logs first, off the main thread), and an epoch's end waits for every one in
+    flight. The clock's wait for the warm executions is met by delivering their ends before
+    the next dispatch. Returns the model and how many executions were ever in flight at once."""
+    import types
+
+    model = types.SimpleNamespace(stop_training=False)
+    clock.set_model(model)
+    clock.on_train_begin()
+    pending: list[tuple[float, int]] = []  # (end, batch) of the executions in flight
+
+    def deliver(upto: float) -> None:
+        while pending and pending[0][0] <= upto:
+            end, i = pending.pop(0)
+            timer.now = max(timer.now, end)
+            clock.on_train_batch_end(i)
+
+    deepest = 0
+    for n, executions in enumerate(epochs):
+        free = timer.now  # when the device is done with what it holds
+        for i, took in enumerate(executions):
+            if clock.start is None and pending:  # the clock waits for the warm ones to end
+                deliver(pending[-1][0])
+            clock.on_train_batch_begin(i)
+            free = max(free, timer.now) + took
+            pending.append((free, i))
+            deepest = max(deepest, len(pending))
+            if model.stop_training:
+                break
+            deliver(timer.now + dispatch_s)
+            timer.now += dispatch_s
+        if pending:
+            deliver(pending[-1][0])
+        clock.on_epoch_end(n)
+        if model.stop_training:
+            break
+    clock.on_train_end()
+    return model, deepest
+
+
+@pytest.mark.parametrize(
+    ("took", "per_epoch"), [(1.1, 12), (0.125, 16)], ids=["slow-steps", "short-epochs"]
+)
+def test_fit_queues_as_it_would_and_stays_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch, took: float, per_epoch: int
+) -> None:
+    """Fit's loop on JAX queues executions as a plain fit does (a whole epoch ahead; a queue
+    held at 2 made another fit than the user's), and each one's end is foreseen behind those
+    in flight: with steps of 1.1 s (Keras' ResNet50 at 32x32 on 2 cores) fit's loop still
+    ends within LONGEST times the window, and with epochs of 2 s the window holds whole ones
+    at the device's rate."""
+    timer = _Manual()
+    monkeypatch.setattr(feeding, "time", timer)
+    clock = feeding.FitClock(seconds=3.0, warm=2)
+    epochs = [[took] * per_epoch for _ in range(100)]
+    model, deepest = _fit_ahead(clock, timer, epochs)
+    assert model.stop_training and clock.start is not None
+    assert deepest > 2  # queued ahead, as without the clock
+    executions, seconds, _ = clock.window(timer.now)
+    assert executions >= 1 and seconds / executions == pytest.approx(took, rel=0.01)
+    # What was queued ran to its end within the bound, the foresight's error aside.
+    assert timer.now - clock.start <= feeding.LONGEST * 3.0 + 1e-6
+    if per_epoch * took < 3.0:
+        assert clock.epochs >= 1 and executions == per_epoch * clock.epochs  # whole epochs
+    else:
+        assert clock.epochs == 0  # within the first epoch
+
+
 @pytest.mark.parametrize("compile_in", [0, 1], ids=["first-epoch", "later-epoch"])
 def test_an_execution_that_compiles_in_the_first_epoch_is_not_held_against_the_bound(
     monkeypatch: pytest.MonkeyPatch, compile_in: int

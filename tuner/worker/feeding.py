@@ -56,12 +56,6 @@ from tuner.worker.usercode import UserCodeError, call_user, first_line
 STALL_FACTOR = 20.0
 #: Epochs without a finished step that make an input empty.
 EMPTY_EPOCHS = 3
-#: Executions in flight at most while fit's loop is timed: the one running and the one queued
-#: behind it, which keeps a device as busy as a plain fit does. Keras' JAX trainer dispatches
-#: ahead without bound where no callback reads the logs, and what was queued runs to its end
-#: after any stop: a trial of Keras' ResNet50 at 32x32 on JAX (steps of 1.1 s on a 2-core CPU)
-#: ran 123 executions, 135 s, of fit's loop where its window was 44 s.
-AHEAD = 2
 #: A window within one epoch begins after the executions that ended in this share of it
 #: (:meth:`FitClock.window`).
 STEADY_FROM = 1 / 3
@@ -201,8 +195,10 @@ def epoch_arrays(batches: list[Any]) -> tuple[Any, Any]:
 class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
     """Times ``fit``'s loop without changing it: it reads no log, and says it is safe to call
     off the main thread (``async_safe``), so Keras dispatches the batch callbacks as it would
-    without it. It only keeps fit from queueing more than :data:`AHEAD` executions, so that a
-    stop takes effect within one.
+    without it, and lets fit queue as many executions as it does without it (Keras' JAX trainer
+    dispatches a whole epoch ahead where no callback reads the logs): it only runs the warm
+    executions one at a time, and stops fit (``stop_training``) before it queues an execution
+    that would end past its bound, foreseeing the end of every one in flight.
 
     Its window holds the work between epochs as often as fit's own does. Where an epoch ends
     after the first ``warm`` executions (Keras calls ``on_epoch_end`` once the epoch's logs are
@@ -291,10 +287,13 @@ class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
         assert self.started is not None
         stall = STALL_FACTOR * self.seconds + 5
         with self._ended:
-            # No more than AHEAD executions in flight; one at a time until the warm ones have
-            # ended, so that the first timed one begins foreseen.
-            ahead = AHEAD if self.start is not None else 1
-            self._ended.wait_for(lambda: self.begun - self.done < ahead, timeout=stall)
+            # One at a time until the warm ones have ended, so that the first timed one begins
+            # foreseen; then as many in flight as fit queues without the clock, as a user's fit
+            # does (on JAX, an epoch ahead): each one's end is foreseen below, behind those in
+            # flight. A queue held at 2, as the bound first did, timed another fit than the
+            # user's (docs/benchmarks.md: JAX text_dataset.py b256).
+            if self.start is None:
+                self._ended.wait_for(lambda: self.begun == self.done, timeout=stall)
             self.begun += 1
             now = time.perf_counter()
             per = self._per_execution()
