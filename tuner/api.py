@@ -470,14 +470,14 @@ def kill_all_workers() -> int:
 
 def default_storage_url() -> str:
     """Where sessions are stored when no URL is given (SQLite in the user data directory)."""
-    from tuner.search.session import default_storage_url as _default
+    from tuner.search.storage import default_storage_url as _default
 
     return _default()
 
 
 def redact_url(url: str) -> str:
     """A storage URL with its password shown as ``***``, for messages."""
-    from tuner.search.session import redact_url as _redact
+    from tuner.search.storage import redact_url as _redact
 
     return _redact(url)
 

@@ -29,8 +29,9 @@ from tuner.errors import MptuneError
 from tuner.search.lease import Lease, SessionBusy
 from tuner.search.records import ModelFailed
 from tuner.search.request import TuneRequest
-from tuner.search.session import TuningSession, list_sessions, open_storage
+from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import WORKER_START_S, SearchSettings, SearchSpace
+from tuner.search.storage import open_storage
 from tuner.search.tune import refuse_unfit_batches, tune
 from tuner.setup import Setup
 from tuner.trials import process

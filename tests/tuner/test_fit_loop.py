@@ -357,6 +357,7 @@ class _SlowEpochs(keras.utils.PyDataset):  # type: ignore[misc]
 
 
 @pytest.mark.serial("judges an epoch's length against the next's (SETTLING_FACTOR) in real fit")
+@pytest.mark.slow  # a real fit of a slowed input, epoch after epoch: 3-4 s
 def test_a_first_epoch_of_the_input_settling_is_left_out() -> None:
     """The first timed epoch lasting far over the next (tf.data's autotuning on JAX took 5.5-6.5
     s there, in one process of three, where later epochs took 1.5-2.9 s): a long run pays it

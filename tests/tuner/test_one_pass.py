@@ -49,6 +49,7 @@ def _batch_for_a_second(model: keras.Model, width: int) -> int:
 
 
 @pytest.mark.serial("judges how long fit's loop ran after its warm executions")
+@pytest.mark.slow  # a real fit of 2 s steps: 15-20 s
 def test_steps_over_a_second_end_within_the_bound() -> None:
     """Steps of over a second in epochs of a dozen of them: fit's loop is timed within the
     first epoch and ends within LONGEST times the window after the warm executions (a 2.5 s
@@ -72,6 +73,7 @@ def test_steps_over_a_second_end_within_the_bound() -> None:
     assert end - clock.start <= feeding.LONGEST * WINDOW_S + 0.1 * seconds / executions
 
 
+@pytest.mark.slow  # fit runs until the limit, 5 s in
 def test_fit_loop_stops_at_the_trials_limit() -> None:
     """``until`` before the window's end: fit's loop stops there and gives what it timed."""
     inputs = keras.Input((8,))

@@ -18,8 +18,9 @@ from test_search_strategy import FakeProfile, Machine, tune_with
 from tuner.errors import MptuneError
 from tuner.search.lease import Lease, SessionBusy
 from tuner.search.request import TuneRequest
-from tuner.search.session import TuningSession, list_sessions, open_storage
+from tuner.search.session import TuningSession, list_sessions
 from tuner.search.space import SearchSettings
+from tuner.search.storage import open_storage
 from tuner.search.tune import tune
 
 ROOT = Path(__file__).resolve().parents[2]

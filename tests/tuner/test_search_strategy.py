@@ -378,6 +378,45 @@ def test_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     assert "secret" not in str(info.value)
 
 
+def test_a_storage_of_another_optuna_schema_is_refused_and_a_good_one_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's schema check runs on a URL's first open in a process (it loads Optuna's
+    migration scripts: five times the rest of an open); a storage left at an older schema is
+    refused in one line that says how to upgrade it."""
+    import sqlalchemy
+    from optuna.storages._rdb.storage import _VersionManager
+
+    from tuner.search import storage as storage_module
+
+    checks: list[str] = []
+    check = _VersionManager.check_table_schema_compatibility
+
+    def counted(self: _VersionManager) -> None:
+        checks.append(self.url)
+        check(self)
+
+    monkeypatch.setattr(_VersionManager, "check_table_schema_compatibility", counted)
+    good = f"sqlite:///{tmp_path / 'good.db'}"
+    for _ in range(3):
+        storage_module.open_storage(good)
+    assert checks == [good]
+
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    storage = storage_module.open_storage(old)
+    (first,) = [v for v in storage.get_all_versions() if v != storage.get_head_version()][-1:]
+    storage.engine.dispose()
+    with sqlalchemy.create_engine(old).begin() as connection:
+        stamp = sqlalchemy.text("UPDATE alembic_version SET version_num = :v")
+        connection.execute(stamp, {"v": first})
+    monkeypatch.setattr(storage_module, "_SCHEMA_CHECKED", set())  # another process
+    with pytest.raises(MptuneError, match="optuna storage upgrade") as info:
+        storage_module.open_storage(old)
+    assert "\n" not in str(info.value) and str(info.value).startswith(
+        f"cannot open session storage {old}: "
+    )
+
+
 def test_batch_size_parsing() -> None:
     assert parse_batch_sizes("8-64") == ((8, 16, 32, 64), True)
     assert parse_batch_sizes("24,8,16") == ((8, 16, 24), False)

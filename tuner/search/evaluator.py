@@ -30,9 +30,10 @@ from tuner.search.events import (
 )
 from tuner.search.lease import Heartbeat
 from tuner.search.measures import Measured
-from tuner.search.session import GRACE_S, TuningSession, stored_result
+from tuner.search.session import TuningSession, stored_result
 from tuner.search.space import SearchSettings
 from tuner.search.stage import Stage
+from tuner.search.storage import GRACE_S
 from tuner.setup import Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.outcome import lost

@@ -7,7 +7,7 @@ atomically (a row lock in PostgreSQL and MySQL): of two workers asking for one t
 one gets it, so no trial runs twice. The worker runs it in a fresh or warm trial process, like
 the search would, records Optuna's heartbeat of it while it runs, and stores the result; the
 search reads it from the store. A worker killed mid-trial stops sending that heartbeat: after
-:data:`~tuner.search.session.GRACE_S` the search closes the trial as ``crashed`` and, as for
+:data:`~tuner.search.storage.GRACE_S` the search closes the trial as ``crashed`` and, as for
 any crashed trial, runs it once more, wherever a slot is free.
 
 A worker measures only on the kind of machine the session was measured on (its hardware
@@ -31,15 +31,8 @@ from tuner.search.events import SearchEvent, TrialFinished, TrialStarted, Worker
 from tuner.search.lease import Lease
 from tuner.search.owned import same_hardware, same_model_file
 from tuner.search.request import JoinRequest
-from tuner.search.session import (
-    GRACE_S,
-    HEARTBEAT_S,
-    StoredTrial,
-    TuningSession,
-    needs_server,
-    redact_url,
-    storage_errors,
-)
+from tuner.search.session import StoredTrial, TuningSession, needs_server
+from tuner.search.storage import GRACE_S, HEARTBEAT_S, redact_url, storage_errors
 from tuner.trials.messages import WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.process import TrialCancelled

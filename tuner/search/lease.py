@@ -6,11 +6,11 @@ other's load. Before a search starts, it takes the session's lease: a study name
 storage Optuna supports (the name is unique), so of two searches started at once exactly one
 gets it; the other is refused naming the holder. The holder records its host, pid and a
 heartbeat; a lease whose holder is gone (a dead pid on this host, or no heartbeat for
-:data:`~tuner.search.session.GRACE_S` from another host) is taken over, so a search killed by
+:data:`~tuner.search.storage.GRACE_S` from another host) is taken over, so a search killed by
 SIGKILL or a power cut does not lock its session for ever.
 
 While the search runs, :class:`Heartbeat` renews the lease and records Optuna's heartbeat of the
-running trial every :data:`~tuner.search.session.HEARTBEAT_S`, so that a trial whose search died
+running trial every :data:`~tuner.search.storage.HEARTBEAT_S`, so that a trial whose search died
 on another host is failed by Optuna (``fail_stale_trials``) rather than left RUNNING.
 """
 
@@ -31,7 +31,8 @@ from optuna.study import StudyDirection
 
 from tuner.errors import MptuneError
 from tuner.said import setting
-from tuner.search.session import GRACE_S, HEARTBEAT_S, LOCK_PREFIX
+from tuner.search.session import LOCK_PREFIX
+from tuner.search.storage import GRACE_S, HEARTBEAT_S
 
 logger = logging.getLogger(__name__)
 

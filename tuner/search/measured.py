@@ -16,7 +16,8 @@ import optuna
 
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint, device_of, session_fingerprint
-from tuner.search.session import LOCK_PREFIX, open_storage
+from tuner.search.session import LOCK_PREFIX
+from tuner.search.storage import open_storage
 from tuner.setup import SETUP_FIELDS, Setup
 
 

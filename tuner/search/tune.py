@@ -26,13 +26,9 @@ from tuner.search.owned import same_hardware, same_model_file
 from tuner.search.recommend import Recommendation, recommend
 from tuner.search.records import ModelFailed
 from tuner.search.request import TuneRequest
-from tuner.search.session import (
-    SessionView,
-    TuningSession,
-    needs_server,
-    storage_errors,
-)
+from tuner.search.session import SessionView, TuningSession, needs_server
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
+from tuner.search.storage import storage_errors
 from tuner.search.strategy import Search
 from tuner.trials.models import ModelSource, ScriptCommand, parse_model_spec
 from tuner.trials.protocol import TrialRunner
