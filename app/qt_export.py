@@ -155,6 +155,9 @@ class QtExportDialog(QDialog):
         fmt, keras = self.fmt, self.keras.currentData()
         self.copy_button.setEnabled(False)
         self.save_button.setEnabled(False)
+        # A "Saved to" or "Copied" was of the choice before; the render on its way is not news
+        # of it (cleared as it arrived, a render that ended after a save hid the save's line).
+        self.confirmation.setText("")
         engine = self.controller.engine
         self.controller.call(
             lambda: engine.render_config(self.config, fmt, keras),
@@ -167,7 +170,6 @@ class QtExportDialog(QDialog):
         if (fmt, keras) != (self.fmt, self.keras.currentData()):
             return  # the user chose again meanwhile; that render is on its way
         self.problem.setText(window_words(problem or ""))
-        self.confirmation.setText("")
         self.preview.setPlainText(text)
         self.copy_button.setEnabled(problem is None)
         self.save_button.setEnabled(problem is None)

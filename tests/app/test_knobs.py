@@ -14,7 +14,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor
 
 from app.controller import Controller
-from app.qt_export import QtExportDialog
+from app.qt_export import FORMATS, QtExportDialog
 from app.qt_recommendation import QtRecommendation, with_knobs
 from app.qt_setup import DEFAULT_GLOBAL_BATCH, QtSetupPanel
 from app.qt_trials import (
@@ -333,6 +333,28 @@ def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
         setup = json.loads(dialog.text())["setup"]
         assert setup["xla"] is True and setup["tf32"] is True
         assert setup["steps_per_execution"] == 4 and setup["gradient_accumulation_steps"] == 2
+    finally:
+        dialog.close()
+        assert controller.wait(10), "an engine call did not end"
+
+
+def test_a_save_stays_confirmed_until_the_user_chooses_again(qtbot, tmp_path) -> None:
+    """ "Saved to" stays while the choice it saved does: a render of that choice ending after
+    the save (switching formats and back queues one) left it cleared in a real search's export
+    (CI, 2026-12-03); choosing another format clears it."""
+    controller = Controller(api)
+    dialog = QtExportDialog(tuned_config(KNOBBED), controller)
+    qtbot.addWidget(dialog)
+    try:
+        qtbot.waitUntil(lambda: dialog.text() != "", timeout=10_000)
+        with qtbot.waitSignal(dialog.saved) as saved:
+            dialog.save_to(tmp_path / "tuned.json")
+        assert dialog.confirmation.text() == f"Saved to {saved.args[0]}"
+        dialog._show(dialog.fmt, dialog.keras.currentData(), dialog.text(), None)  # late render
+        assert dialog.confirmation.text() == f"Saved to {saved.args[0]}"
+        dialog.format.setCurrentIndex(list(FORMATS.values()).index("snippet"))
+        assert dialog.confirmation.text() == ""
+        qtbot.waitUntil(lambda: not dialog.text().lstrip().startswith("{"))  # the snippet
     finally:
         dialog.close()
         assert controller.wait(10), "an engine call did not end"
