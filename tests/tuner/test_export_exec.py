@@ -608,6 +608,7 @@ def test_scripts_train_with_the_knobs(tmp_path: Path) -> None:
             with contextlib.redirect_stdout(out):
                 assert module.main(["--max-steps", "6"]) == 0
             assert "after 8 steps" in out.getvalue(), out.getvalue()
+            assert "6 steps an epoch asked: 8, whole calls of 4 steps" in out.getvalue()
             return models[-1]
 
         for name in ("dynamic", "tf32"):
