@@ -227,7 +227,7 @@ def first_worker(proc: subprocess.Popen[str], within: float = 120) -> psutil.Pro
 #: the same on every backend), with room to spare beside another test (alone, in the serial
 #: pass, it ran under 10 s; the test now runs two at a time, and most of its wait is the stopped
 #: worker's, which takes no CPU), so that only the stopped one misses it.
-STUCK_LIMIT_S = 20
+STUCK_LIMIT_S = 15
 #: How far past its limit the stopped worker may still be found running.
 LIMIT_MARGIN_S = 15
 
