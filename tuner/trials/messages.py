@@ -231,6 +231,26 @@ class ErrorMessage(_Message):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ObservedMessage(_Message):
+    """What a training script trains today, read back from the model and data its own ``fit``
+    got (issue 70): the worker of :func:`tuner.trials.observe.observe_script` sends it and
+    ends, training nothing.
+
+    Attributes:
+        setup: the :class:`~tuner.setup.Setup` it trains, as ``Setup.to_dict`` writes it;
+            None where that is no setup mptune can run (``reason`` says why).
+        at: where the script sets each part, by part (``policy``, ``batch_size``,
+            ``compile``), as ``file:line``.
+        reason: why the script's own setup cannot run as a trial; None where it can.
+    """
+
+    type: ClassVar[str] = "observed"
+    setup: dict[str, Any] | None = None
+    at: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReadyMessage(_Message):
     """A warm worker finished its trial and waits for the next one (the runner's business:
     listeners never get it)."""
@@ -286,6 +306,7 @@ WorkerMessage = Union[  # noqa: UP007 - a runtime alias: `from __future__` does 
     StepMessage,
     ResultMessage,
     ErrorMessage,
+    ObservedMessage,
     ReadyMessage,
     MemoryMessage,
     OtherMessage,

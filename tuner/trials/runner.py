@@ -34,6 +34,7 @@ from tuner.trials.messages import (
     HazardMessage,
     MemoryMessage,
     NumericsMessage,
+    ObservedMessage,
     PhaseMessage,
     PredictionMessage,
     ReadyMessage,
@@ -95,6 +96,21 @@ def run_trial(
     source = source or parse_model_spec(spec.model)
     result, _ = _WorkerRun(spec, source, on_event, cancel).run(None, warm=False)
     return result
+
+
+def observe_in_worker(
+    spec: TrialSpec, source: ModelSource, cancel: threading.Event | None = None
+) -> tuple[ObservedMessage | None, TrialResult]:
+    """Run an observing ``spec`` (:attr:`TrialSpec.observe`) in a fresh worker: what it read
+    of the script (None where it sent nothing: it failed, hung or exited first), and the run
+    as a trial's result (its error, where it failed).
+
+    Raises:
+        TrialCancelled: ``cancel`` was set.
+    """
+    run = _WorkerRun(spec, source, None, cancel)
+    result, _ = run.run(None, warm=False)
+    return run.observed, result
 
 
 class WorkerPool:
@@ -404,6 +420,8 @@ class _WorkerRun:
         self.background_load: float | None = None
         #: a warm worker finished this trial and waits for the next
         self.ready = False
+        #: what a script's fit trains, read back (a spec that observes: issue 70)
+        self.observed: ObservedMessage | None = None
 
     def run(
         self, worker: WorkerProcess | None, warm: bool
@@ -541,6 +559,8 @@ class _WorkerRun:
                 self.background_load = self.load_window.close()
         elif isinstance(message, ErrorMessage):
             self.error = message
+        elif isinstance(message, ObservedMessage):
+            self.observed = message
         elif isinstance(message, ReadyMessage):
             self.ready = self.result is not None or (
                 self.error is not None and self.error.predicted

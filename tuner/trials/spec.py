@@ -104,6 +104,9 @@ class TrialSpec:
             seconds-long steps warms up with 2 or 3, not 5; the result's ``warmup_updates``
             says how many applied. None: ``warmup_steps`` whatever they take (``mptune
             trial``'s ``--warmup``).
+        observe: a training script's worker reads back what the script's own ``fit`` trains
+            (its precision, batch and compile settings) and ends, training nothing
+            (:func:`tuner.trials.observe.observe_script`); ``setup`` is not run.
     """
 
     model: str
@@ -121,6 +124,7 @@ class TrialSpec:
     prune_below: float | None = None
     min_steps_seconds: float | None = None
     warmup_seconds: float | None = None
+    observe: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.setup, Setup):
@@ -180,6 +184,8 @@ class TrialSpec:
         }
         if data["probe"]:
             del data["probe"]  # the default, left out: specs stored before it existed match
+        if not data["observe"]:
+            del data["observe"]
         for unset in ("prune_below", "min_steps_seconds", "warmup_seconds"):
             if data[unset] is None:
                 del data[unset]  # specs stored before it existed match

@@ -124,6 +124,11 @@ def _one_trial(
     try:
         if import_error is not None:
             raise import_error
+        if spec.observe:
+            from tuner.worker import observe
+
+            observe.run(spec, source, channel, context)
+            return True, None
         keep = bool(payload.get("warm"))
         return True, pipeline.run(spec, source, channel, context, warm, keep)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event

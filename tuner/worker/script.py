@@ -42,6 +42,9 @@ class FitCall:
     arguments: dict[str, Any] = field(default_factory=dict)
     #: Keras' own ``fit``, to go on with (``mptune run``)
     fit: Callable[..., Any] | None = None
+    #: where the script calls it (``train.py:40``), or the innermost line of the user's that led
+    #: there (a fit in a module it imports)
+    at: str | None = None
 
     def go_on(self, **changed: Any) -> Any:
         """Keras' own ``fit`` on the script's model and arguments, ``changed`` ones replaced."""
@@ -92,10 +95,11 @@ def _user_frame() -> str | None:
 
 
 @contextmanager
-def policy_held(held: list[HeldSetting]) -> Iterator[None]:
+def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     """While it lasts, the global precision policy stays what mptune set: a call of the
     script's that sets it (every public name Keras has for it ends in the one global
-    attribute ``dtype_policy``) is recorded in ``held`` and changes nothing."""
+    attribute ``dtype_policy``) is recorded in ``held`` and changes nothing. With ``hold``
+    false the call is recorded and goes through: the script as it runs today (issue 70)."""
     from keras.src.backend.common import global_state
 
     original = global_state.set_global_attribute
@@ -103,7 +107,8 @@ def policy_held(held: list[HeldSetting]) -> Iterator[None]:
     def set_global_attribute(name: str, value: Any) -> None:
         if name == "dtype_policy":
             held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
-            return
+            if hold:
+                return
         original(name, value)
 
     global_state.set_global_attribute = set_global_attribute
@@ -156,7 +161,7 @@ def fit_hook(on_fit: Callable[[FitCall], Any], fit_call: int) -> Iterator[list[i
         bound = signature.bind(self, *args, **kwargs)
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
         arguments.update(arguments.pop("kwargs", {}))
-        return on_fit(FitCall(self, arguments, original))
+        return on_fit(FitCall(self, arguments, original, _user_frame()))
 
     keras.Model.fit = fit
     try:
@@ -166,10 +171,14 @@ def fit_hook(on_fit: Callable[[FitCall], Any], fit_call: int) -> Iterator[list[i
 
 
 def run_script(
-    source: ModelSource, on_fit: Callable[[FitCall], Any], held: list[HeldSetting] | None = None
+    source: ModelSource,
+    on_fit: Callable[[FitCall], Any],
+    held: list[HeldSetting] | None = None,
+    hold: bool = True,
 ) -> None:
     """Run the script as ``__main__``, its ``fit`` (the ``source.fit_call``-th) handed to
-    ``on_fit``, the precision mptune set held against the script's own (recorded in ``held``).
+    ``on_fit``, the precision mptune set held against the script's own (recorded in ``held``;
+    with ``hold`` false, recorded and let through: :func:`policy_held`).
 
     Raises:
         UserCodeError: the script failed (its own line named), or exited on its own before
@@ -178,8 +187,8 @@ def run_script(
     """
     assert source.path is not None
     name = shown_name(source)
-    hold = policy_held(held if held is not None else [])
-    with _as_the_user_runs_it(source), hold, fit_hook(on_fit, source.fit_call) as calls:
+    holding = policy_held(held if held is not None else [], hold)
+    with _as_the_user_runs_it(source), holding, fit_hook(on_fit, source.fit_call) as calls:
         try:
             call_user(
                 lambda: runpy.run_path(source.path or "", run_name="__main__"),
@@ -196,9 +205,12 @@ def run_script(
             ) from None
 
 
-def take_fit(source: ModelSource, held: list[HeldSetting] | None = None) -> FitCall:
+def take_fit(
+    source: ModelSource, held: list[HeldSetting] | None = None, hold: bool = True
+) -> FitCall:
     """Run the script up to the ``fit`` the trial takes over, and stop it there; the
-    precision the script set itself is recorded in ``held`` (:func:`policy_held`).
+    precision the script set itself is recorded in ``held`` (:func:`policy_held`), and held
+    off unless ``hold`` is false.
 
     Raises:
         UserCodeError: the script failed or exited first, ended without that ``fit``, or
@@ -211,7 +223,7 @@ def take_fit(source: ModelSource, held: list[HeldSetting] | None = None) -> FitC
         raise stops[-1]
 
     try:
-        run_script(source, stop, held)
+        run_script(source, stop, held, hold)
     except _FitReached as reached:
         return reached.call
     except UserCodeError:
