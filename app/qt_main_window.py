@@ -362,7 +362,8 @@ class QtMainWindow(ScreenPlacement, QMainWindow):
         the user says so (asked once a backend, :meth:`ask_tune_on_cpu`); ``None``: cancelled.
         The engine refuses such a search on the default device rather than run it on the CPU
         without a word."""
-        assert self.profile is not None and request.settings is not None
+        assert self.profile is not None
+        assert request.settings is not None
         backend = request.settings.backend
         unused = self.engine.unused_gpu(self.profile, backend)
         if unused is not None and request.settings.device == "auto":

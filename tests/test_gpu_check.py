@@ -26,7 +26,8 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(
     # In this process (its search's and its PyTorch trial's workers fork from the suite's
     # servers): the command line's parsing is the same function, given these arguments.
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
     # Its plain fits forked from an interpreter that imported their backend once (each would
@@ -53,15 +54,19 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(
     assert code == 0
     text = out.read_text()
     search = re.search(r"\*\*The search\*\*: (\d+) trials .*?stages reached: ([^;]+);", text, re.S)
-    assert search and int(search.group(1)) >= 1, text
-    assert "fit's loop" in text and "device window" in text  # the time by part
+    assert search, text
+    assert int(search.group(1)) >= 1, text
+    assert "fit's loop" in text
+    assert "device window" in text  # the time by part
     # Every JAX trial that ran its step has its peak predicted before its first step.
     rows = re.findall(r"^\| \d+ \| `([^`]+)` \| ok \| [\d,]+ \| ([\d,]+|-) \|", text, re.M)
-    assert rows and all(predicted != "-" for _, predicted in rows), text
+    assert rows, text
+    assert all(predicted != "-" for _, predicted in rows), text
     # The pick and its ladder neighbours, each with a plain fit's figure.
     fits = re.findall(r"^\| `([^`]+)` \| ([\d,]+) \| ", text, re.M)
     assert len(fits) >= 2, text
     pick = re.search(r"recommended `([^`]+)`", text)
-    assert pick and fits[0][0] == pick.group(1)
+    assert pick
+    assert fits[0][0] == pick.group(1)
     torch = r"\*\*A PyTorch trial\*\*: (`[^`]+ torch`: [\d,]+ samples/s|PyTorch is not)"
     assert re.search(torch, text), text

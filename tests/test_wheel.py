@@ -136,7 +136,8 @@ def test_wheel_holds_every_package_module_and_asset(wheel: Path) -> None:
     # Every package (and module) under tuner/ and app/: pyproject.toml lists the packages, so
     # a new subpackage must be added there.
     packages = _source_files("tuner", "__init__.py") + _source_files("app", "__init__.py")
-    assert "tuner/__init__.py" in packages and "app/__init__.py" in packages
+    assert "tuner/__init__.py" in packages
+    assert "app/__init__.py" in packages
     missing = [name for name in packages if name not in names]
     assert not missing, f"packages missing from the wheel (add them to pyproject.toml): {missing}"
     modules = _source_files("tuner", ".py") + _source_files("app", ".py")
@@ -185,7 +186,8 @@ def test_installed_wheel_runs_detect_and_every_export(venv: Path, tmp_path: Path
     assert where["version"] == where["dist"] == tuner.__version__
 
     profile = json.loads(_ok([mptune, "detect", "--json"], cwd=work))
-    assert "cpu" in profile and "gpus" in profile
+    assert "cpu" in profile
+    assert "gpus" in profile
 
     config_file = work / "tuned.json"
     make_config(

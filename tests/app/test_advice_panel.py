@@ -56,6 +56,7 @@ def test_the_panel_lists_the_advice_then_what_was_measured_here(make_window, qtb
     assert positions == sorted(positions)
     assert want[0].policy == "mixed_bfloat16"
     for row in want:
-        assert row.measured and row.measured in text
+        assert row.measured
+        assert row.measured in text
     # As the command line words it, from the same rows.
     assert want == api.advice_rows(profile, measured)

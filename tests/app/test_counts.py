@@ -81,7 +81,8 @@ def test_counts_agree_live_after_stop_resume_and_reopen(make_window, qtbot) -> N
     window.start_search()
     qtbot.waitUntil(lambda: engine.paused.is_set() and window.counts.running == 1)
     # Trial #1 runs: the bar never reads "1 / 1" while a trial is still to finish.
-    assert bar(window) == "1 / 2 trials" and window.table.trials.rowCount() == 1
+    assert bar(window) == "1 / 2 trials"
+    assert window.table.trials.rowCount() == 1
 
     with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
         window.stop_button.click()
@@ -132,9 +133,11 @@ def test_counts_agree_live_after_stop_resume_and_reopen(make_window, qtbot) -> N
 
 def test_counts_never_say_a_running_trial_is_the_last_done() -> None:
     counts = TrialCounts(finished=13, running=1, left=0, state="searching")
-    assert counts.total == 14 and counts.bar_format() == "%v / %m trials"
+    assert counts.total == 14
+    assert counts.bar_format() == "%v / %m trials"
     counts = TrialCounts(finished=4, running=3, left=5, state="searching")
-    assert counts.total == 9 and counts.bar_format() == "%v / %m trials, 3 running"
+    assert counts.total == 9
+    assert counts.bar_format() == "%v / %m trials, 3 running"
     assert TrialCounts(state="searching").busy
     assert TrialCounts(finished=1, state="stopped").bar_format() == "1 trial, stopped"
     assert TrialCounts(finished=21, state="done").bar_format() == "21 trials, finished"
@@ -172,7 +175,8 @@ def test_the_bar_says_the_plans_trials_and_time_left_and_moves_with_the_search(
     qtbot.waitUntil(lambda: bar(window).startswith("1 / 4"), timeout=5_000)
     # Three of the plan's four trials left, each priced at 30 s.
     assert bar(window) == "1 / 4 trials, ~1 min 30 s left"
-    assert window.progress.value() == 1 and window.progress.maximum() == 4
+    assert window.progress.value() == 1
+    assert window.progress.maximum() == 4
     engine.go_on.set()
     qtbot.waitUntil(lambda: not window.bridge.running, timeout=5_000)
 
@@ -195,6 +199,8 @@ def test_a_reopened_failed_session_says_what_failed_and_how_to_go_on(make_window
     )
     window.show_session(view, None)
     text = window.recommendation.text()
-    assert "fails in its own code" in text and "build_model() returned None" in text
-    assert "trial #0" in text and "Fix the model file, then press Resume" in text
+    assert "fails in its own code" in text
+    assert "build_model() returned None" in text
+    assert "trial #0" in text
+    assert "Fix the model file, then press Resume" in text
     assert window._resumable == ("broken", MODEL)

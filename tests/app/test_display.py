@@ -24,13 +24,16 @@ def missing(name: str) -> str | None:
 
 def test_no_display_at_all() -> None:
     problem = display_problem({}, "linux", installed)
-    assert problem is not None and "DISPLAY" in problem and "mptune tune" in problem
+    assert problem is not None
+    assert "DISPLAY" in problem
+    assert "mptune tune" in problem
     # An empty variable is no display either, and naming xcb needs an X display.
     assert display_problem({"DISPLAY": ""}, "linux", installed) is not None
     problem = display_problem(
         {"QT_QPA_PLATFORM": "xcb", "WAYLAND_DISPLAY": "wayland-0"}, "linux", installed
     )
-    assert problem is not None and "DISPLAY is not set" in problem
+    assert problem is not None
+    assert "DISPLAY is not set" in problem
 
 
 def test_a_display_is_enough() -> None:
@@ -57,8 +60,10 @@ def test_xcb_cursor_missing() -> None:
 
     for env in ({"DISPLAY": ":0"}, {"QT_QPA_PLATFORM": "xcb", "DISPLAY": ":0"}):
         problem = display_problem(env, "linux", find)
-        assert problem is not None and "\n" not in problem
-        assert "xcb-cursor" in problem and "libxcb-cursor0" in problem
+        assert problem is not None
+        assert "\n" not in problem
+        assert "xcb-cursor" in problem
+        assert "libxcb-cursor0" in problem
         assert "mptune tune" in problem
     assert looked_up == ["xcb-cursor", "xcb-cursor"]
 
@@ -86,4 +91,5 @@ def test_gui_without_a_display_says_so_on_one_line() -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("mptune: error: no display") and "mptune tune" in lines[0]
+    assert lines[0].startswith("mptune: error: no display")
+    assert "mptune tune" in lines[0]

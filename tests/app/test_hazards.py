@@ -167,12 +167,14 @@ def test_live_hazards_are_marked_on_their_plot_and_cleared(qtbot) -> None:
     # its own underflow goes on its loss plot instead.
     scale_markers = list(plots.scale_markers)
     plots.start_trial(scaled=False)
-    assert plots.loss_markers == [] and plots.scale_markers == scale_markers
+    assert plots.loss_markers == []
+    assert plots.scale_markers == scale_markers
     plots.add_hazard(UNDERFLOW)
     assert marker_labels(plots.loss_markers) == [marker_text(UNDERFLOW)]
 
     plots.clear()
-    assert plots.scale_markers == [] and plots.loss_markers == []
+    assert plots.scale_markers == []
+    assert plots.loss_markers == []
     for plot in (plots.loss_scale, plots.loss):
         assert not [i for i in plot.getPlotItem().items if i.__class__.__name__ == "InfiniteLine"]
 
@@ -184,7 +186,8 @@ def test_a_stored_trials_curves_come_with_its_hazard_markers(qtbot) -> None:
     assert marker_labels(plots.scale_markers) == [marker_text(UNDERFLOW)]
     assert marker_labels(plots.loss_markers) == [marker_text(DIVERGENCE)]
     plots.show_trial_curves([1.0, 0.9], [None, None])  # another trial, without hazards
-    assert plots.scale_markers == [] and plots.loss_markers == []
+    assert plots.scale_markers == []
+    assert plots.loss_markers == []
 
 
 def test_hazard_events_mark_the_running_trial_and_probe_reads_in_words(make_window, qtbot) -> None:
@@ -266,7 +269,8 @@ def test_the_recommendation_shows_each_hazard_with_evidence_and_fix(qtbot) -> No
     warning_at = text.index(html.escape(OUTPUT.evidence))
     alternative_at = text.index("Alternative")
     assert setup_at < unsafe_at < throughput_at < warning_at < alternative_at
-    assert "\u26a0&nbsp;Unsafe" in text and "\u26a0&nbsp;Hazard" in text
+    assert "\u26a0&nbsp;Unsafe" in text
+    assert "\u26a0&nbsp;Hazard" in text
     # A long recommendation scrolls inside its tab, the buttons stay in view; and it still
     # does after a search's "Searching..." stood in between (it did not after a resume).
     panel.resize(420, 220)
@@ -282,4 +286,5 @@ def test_the_recommendation_shows_each_hazard_with_evidence_and_fix(qtbot) -> No
     assert panel.export_button.isVisible()
 
     panel.set_recommendation(recommendation(()))
-    assert "Unsafe" not in panel.text() and "Hazard" not in panel.text()
+    assert "Unsafe" not in panel.text()
+    assert "Hazard" not in panel.text()

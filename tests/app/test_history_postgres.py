@@ -40,5 +40,6 @@ def test_the_history_lists_and_opens_sessions_stored_in_postgresql(
     qtbot.waitUntil(lambda: window.session_name == "pg-window", timeout=10_000)
     stored = [t for t in TuningSession.load("pg-window", postgres_url).trials() if t.result]
     qtbot.waitUntil(lambda: window.table.trials.rowCount() == len(stored), timeout=10_000)
-    assert window.session_name == "pg-window" and window.storage == postgres_url
+    assert window.session_name == "pg-window"
+    assert window.storage == postgres_url
     dialog.close()

@@ -69,7 +69,8 @@ def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) ->
     assert panel.valid
     space = panel.tune_request(list(api.POLICIES)).space
     # the defaults: as the CLI's
-    assert space.choice("xla") == "auto" and space.global_batch is None
+    assert space.choice("xla") == "auto"
+    assert space.global_batch is None
     assert space.batch_sizes == api.ladder_range(8, 1024)
     assert not panel.global_batch.isEnabled()  # off until "keep" is ticked
 
@@ -78,20 +79,27 @@ def test_xla_and_global_batch_go_into_the_search_space(qtbot, tmp_path: Path) ->
     assert panel.global_batch.isEnabled()
     panel.global_batch.setValue(128)
     space = panel.tune_request(list(api.POLICIES)).space
-    assert space.choice("xla") == "off" and space.global_batch == 128
+    assert space.choice("xla") == "off"
+    assert space.global_batch == 128
     # The search keeps batch x accumulation = 128: every per-step batch size divides it.
-    assert space.batch_sizes and all(128 % b == 0 for b in space.batch_sizes)
-    assert 128 in space.batch_sizes and space.start_batch == 128
+    assert space.batch_sizes
+    assert all(128 % b == 0 for b in space.batch_sizes)
+    assert 128 in space.batch_sizes
+    assert space.start_batch == 128
     assert panel.valid
 
     # Each choice explains itself, and so does the global batch.
     xla = panel.switches["xla"]
     assert [xla.itemText(i) for i in range(xla.count())] == list(api.XLA_MODES)
     tips = [xla.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(xla.count())]
-    assert "GPU" in tips[0] and "any device" in tips[1] and "Never" in tips[2]
-    assert xla.toolTip() == TOOLTIPS["xla"] and "jit_compile" in TOOLTIPS["xla"]
+    assert "GPU" in tips[0]
+    assert "any device" in tips[1]
+    assert "Never" in tips[2]
+    assert xla.toolTip() == TOOLTIPS["xla"]
+    assert "jit_compile" in TOOLTIPS["xla"]
     for widget in (panel.keep_global_batch, panel.global_batch):
-        assert "learning rate" in widget.toolTip() and "accumulat" in widget.toolTip()
+        assert "learning rate" in widget.toolTip()
+        assert "accumulat" in widget.toolTip()
 
 
 def test_float8_has_its_switch_in_the_search_panel(qtbot, tmp_path: Path) -> None:
@@ -100,8 +108,11 @@ def test_float8_has_its_switch_in_the_search_panel(qtbot, tmp_path: Path) -> Non
     float8 = panel.switches["float8"]
     assert [float8.itemText(i) for i in range(float8.count())] == list(api.SWITCH_MODES)
     tips = [float8.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(float8.count())]
-    assert "FP8 Tensor Cores" in tips[0] and "any device" in tips[1] and "Never" in tips[2]
-    assert "quantize" in float8.toolTip() and "8.9" in float8.toolTip()
+    assert "FP8 Tensor Cores" in tips[0]
+    assert "any device" in tips[1]
+    assert "Never" in tips[2]
+    assert "quantize" in float8.toolTip()
+    assert "8.9" in float8.toolTip()
     assert panel.tune_request(list(api.POLICIES)).space.choice("float8") == "auto"
     float8.setCurrentText("off")
     assert panel.tune_request(list(api.POLICIES)).space.switches == {"xla": "auto", "float8": "off"}
@@ -119,7 +130,8 @@ def test_the_knob_settings_survive_a_restart(make_window, qtbot) -> None:
     qtbot.addWidget(panel)
     assert panel.switches["xla"].currentText() == "on"
     assert panel.switches["float8"].currentText() == "off"
-    assert panel.keep_global_batch.isChecked() and panel.global_batch.isEnabled()
+    assert panel.keep_global_batch.isChecked()
+    assert panel.global_batch.isEnabled()
     assert panel.global_batch.value() == 96
 
     # Untick "keep": B is still remembered, for the next time it is ticked.
@@ -127,7 +139,8 @@ def test_the_knob_settings_survive_a_restart(make_window, qtbot) -> None:
     panel.save()
     again = QtSetupPanel(QSettings(path, QSettings.Format.IniFormat))
     qtbot.addWidget(again)
-    assert not again.keep_global_batch.isChecked() and not again.global_batch.isEnabled()
+    assert not again.keep_global_batch.isChecked()
+    assert not again.global_batch.isEnabled()
     assert again.global_batch.value() == 96
 
 
@@ -142,15 +155,17 @@ def test_a_bad_global_batch_is_rejected(make_window, qtbot) -> None:
     assert setup.problem() == "the global batch must be at least 1"
     assert setup.model_problem.text() == "the global batch must be at least 1"
     assert not window.start_button.isEnabled()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"global_batch\]\] must be from 1 to \d+, not 0"):
         setup.search_space(list(api.POLICIES))
     # Without "keep" the number does not matter.
     setup.keep_global_batch.setChecked(False)
-    assert setup.valid and window.start_button.isEnabled()
+    assert setup.valid
+    assert window.start_button.isEnabled()
     setup.keep_global_batch.setChecked(True)
     assert not setup.valid
     setup.global_batch.setValue(64)
-    assert setup.valid and window.start_button.isEnabled()
+    assert setup.valid
+    assert window.start_button.isEnabled()
 
 
 @pytest.mark.parametrize("stored", ["0", "-5", "many"])
@@ -163,8 +178,10 @@ def test_a_bad_stored_global_batch_is_reported_not_used(qtbot, tmp_path: Path, s
     settings.sync()
     panel = panel_at(qtbot, path)
     assert panel.switches["xla"].currentText() == "auto"
-    assert panel.keep_global_batch.isChecked() and panel.global_batch.value() == 0
-    assert not panel.valid and "global batch" in (panel.problem() or "")
+    assert panel.keep_global_batch.isChecked()
+    assert panel.global_batch.value() == 0
+    assert not panel.valid
+    assert "global batch" in (panel.problem() or "")
 
 
 def test_the_global_batch_starts_at_its_default(qtbot, tmp_path: Path) -> None:
@@ -197,11 +214,14 @@ def test_a_trial_row_shows_its_knobs(qtbot) -> None:
     assert cell(model, 0, "knobs", tooltip) is None
     words = cell(model, 1, "knobs", tooltip)
     assert words == KNOBBED.describe()
-    assert "TF32" in words and "XLA" in words and "global batch 64" in words
+    assert "TF32" in words
+    assert "XLA" in words
+    assert "global batch 64" in words
     assert cell(model, 1, "precision", tooltip) == KNOBBED.describe()
     # The headers explain the columns.
     header_tip = model.headerData(knobs_at, Qt.Orientation.Horizontal, tooltip)
-    assert "steps per execution" in header_tip and "accumulation steps" in header_tip
+    assert "steps per execution" in header_tip
+    assert "accumulation steps" in header_tip
     precision_at = COLUMNS.index("precision")
     assert "float32+tf32" in model.headerData(precision_at, Qt.Orientation.Horizontal, tooltip)
 
@@ -245,7 +265,8 @@ def test_an_unsupported_trial_has_its_own_colour_and_tooltip(qtbot) -> None:
     assert html.escape(TOOLTIPS["unsupported"], quote=False) in tip
     assert TOOLTIPS["unsupported"] not in (cell(model, 2, "status", tooltip) or "")
     # Only the status cell carries the look.
-    assert cell(model, 1, "knobs", colour) is None and cell(model, 1, "knobs", display) == "xla"
+    assert cell(model, 1, "knobs", colour) is None
+    assert cell(model, 1, "knobs", display) == "xla"
 
 
 def test_a_running_trials_status_line_names_its_knobs(make_window, qtbot) -> None:
@@ -285,7 +306,8 @@ def test_the_recommendation_shows_the_setups_knobs(qtbot) -> None:
     panel.set_recommendation(recommendation(KNOBBED))
     text = panel.text()
     setup_row = text[: text.index("Throughput")].lower()
-    assert "tf32" in setup_row and "xla" in setup_row
+    assert "tf32" in setup_row
+    assert "xla" in setup_row
     assert "steps per execution" in setup_row or "spe4" in setup_row
     assert "accumulat" in setup_row or "acc2" in setup_row
     assert "64" in setup_row  # the global batch
@@ -294,7 +316,9 @@ def test_the_recommendation_shows_the_setups_knobs(qtbot) -> None:
     text = panel.text()
     # A setup without knobs: its setup line adds none (the evidence rows say "off" for each).
     setup_row = text[: text.index("Throughput")]
-    assert "XLA" not in setup_row and "TF32" not in setup_row and "accumulation" not in setup_row
+    assert "XLA" not in setup_row
+    assert "TF32" not in setup_row
+    assert "accumulation" not in setup_row
     assert "<b>XLA</b></td><td>off" in text
 
 
@@ -331,8 +355,10 @@ def test_the_export_dialog_shows_the_knobs(qtbot) -> None:
         qtbot.waitUntil(lambda: dialog.text() != "", timeout=10_000)
         assert dialog.setup_line.text() == f"Setup: {KNOBBED.describe()}"
         setup = json.loads(dialog.text())["setup"]
-        assert setup["xla"] is True and setup["tf32"] is True
-        assert setup["steps_per_execution"] == 4 and setup["gradient_accumulation_steps"] == 2
+        assert setup["xla"] is True
+        assert setup["tf32"] is True
+        assert setup["steps_per_execution"] == 4
+        assert setup["gradient_accumulation_steps"] == 2
     finally:
         dialog.close()
         assert controller.wait(10), "an engine call did not end"
@@ -442,8 +468,10 @@ def test_the_backend_choice_goes_into_the_search_settings(
     panel.set_installed_backends({"tensorflow": "2.21.0", "jax": None, "torch": "2.7.1"})
     items = panel.backend.model()
     jax, torch = items.item(names.index("jax")), items.item(names.index("torch"))
-    assert not jax.isEnabled() and torch.isEnabled()
-    assert jax.text() == "JAX (not installed)" and torch.text() == "PyTorch 2.7.1"
+    assert not jax.isEnabled()
+    assert torch.isEnabled()
+    assert jax.text() == "JAX (not installed)"
+    assert torch.text() == "PyTorch 2.7.1"
     tooltip = panel.backend.itemData(names.index("jax"), Qt.ItemDataRole.ToolTipRole)
     assert tooltip == "Not installed here: pip install 'mptune[jax]'"
     assert "torch.compile" in panel.backend.itemData(
@@ -453,7 +481,8 @@ def test_the_backend_choice_goes_into_the_search_settings(
 
     panel.backend.setCurrentIndex(names.index("torch"))
     settings = panel.tune_request(list(api.POLICIES)).settings
-    assert isinstance(settings, api.SearchSettings) and settings.backend == "torch"
+    assert isinstance(settings, api.SearchSettings)
+    assert settings.backend == "torch"
     assert panel.valid
 
     # A choice that is not installed (a stored one, or picked by a script) stops the search,
@@ -465,7 +494,8 @@ def test_the_backend_choice_goes_into_the_search_settings(
     )
     assert "pip install 'mptune[jax]'" in panel.model_problem.text()
     panel.set_installed_backends({"tensorflow": "2.21.0", "jax": "0.6.2", "torch": "2.7.1"})
-    assert panel.valid and items.item(names.index("jax")).isEnabled()
+    assert panel.valid
+    assert items.item(names.index("jax")).isEnabled()
 
     # Remembered between runs.
     panel.save()

@@ -40,7 +40,8 @@ def test_the_star_follows_the_leader_not_the_highest_run(
     window.bridge.feed(events[:cut])
     qtbot.waitUntil(lambda: window.table.trials.rowCount() == again.number + 1, timeout=5_000)
     _, ys = _star(window)
-    assert len(ys) == 1 and ys[0] < OUTLIER
+    assert len(ys) == 1
+    assert ys[0] < OUTLIER
     # The outlier is still on the plot, as a point of its own: only the star left it.
     assert OUTLIER in set(window.plots.throughput_points["float32"].getData()[1])
 

@@ -35,7 +35,8 @@ def _tick(editor: LossScalesEditor, written: str, ticked: bool) -> None:
 def test_the_defaults_are_listed_ticked_in_words(qtbot, tmp_path: Path) -> None:
     panel = _panel(qtbot, _settings(tmp_path))
     editor = panel.loss_scales
-    assert editor.listed() == DEFAULTS and editor.candidates() == DEFAULTS
+    assert editor.listed() == DEFAULTS
+    assert editor.candidates() == DEFAULTS
     assert panel.search_space(list(api.POLICIES)).loss_scales == DEFAULTS
     shown = [editor.list.item(i).text() for i in range(editor.list.count())]
     assert shown[0] == "dynamic (Keras' default)"
@@ -81,7 +82,8 @@ def test_the_selected_candidate_is_removed(qtbot, tmp_path: Path) -> None:
     editor.list.setCurrentRow(3)
     assert editor.remove.isEnabled()
     qtbot.mouseClick(editor.remove, Qt.MouseButton.LeftButton)
-    assert "fixed:128" not in editor.written() and len(editor.written()) == 3
+    assert "fixed:128" not in editor.written()
+    assert len(editor.written()) == 3
 
 
 def test_float16_needs_a_ticked_loss_scale(qtbot, tmp_path: Path) -> None:

@@ -61,7 +61,8 @@ def test_unreadable_arguments_are_said_and_nothing_changes(make_window, answers)
     answers["line"] = "--note 'unclosed"
     window.open_script()
     assert window.setup.model_spec() == before
-    assert answers["warned"] and "unclosed" in str(answers["warned"][0])
+    assert answers["warned"]
+    assert "unclosed" in str(answers["warned"][0])
     answers["ok"] = False  # the arguments' box cancelled: nothing either
     answers["line"] = ""
     window.open_script()

@@ -43,7 +43,8 @@ def test_the_memory_line_breaks_where_a_resumed_search_begins(qtbot) -> None:
     plots.redraw(everything=True)
     xs, ys = plots.memory_curve.getData()
     assert list(xs) == [0.0, 1.0, 2.0, 2.5, 4.5, 5.5]  # time goes on: it never restarts at 0
-    assert np.isnan(ys[3]) and np.isfinite(ys[[0, 1, 2, 4, 5]]).all()
+    assert np.isnan(ys[3])
+    assert np.isfinite(ys[[0, 1, 2, 4, 5]]).all()
     assert plots.memory_curve.opts["connect"] == "finite"  # so no line crosses the gap
 
 
@@ -312,7 +313,9 @@ def test_trials_run_at_once_reopen_where_they_ran_live() -> None:
     ]
     clock, ends = SessionClock.of_session(stored)
     assert ends == pytest.approx(ends_live)
-    assert ends[0] == 4.0 and ends[1] == 3.0 and ends[2] == 3.0 + 2.0  # #2 started as #1 ended
+    assert ends[0] == 4.0
+    assert ends[1] == 3.0
+    assert ends[2] == 3.0 + 2.0  # #2 started as #1 ended
     # #3 ran 1.5 s from where the axis was (5.0), then the gap, then #4's own second.
     assert ends[4] == pytest.approx(5.0 + 1.5 + RESUME_GAP_S + 1.0)
     assert clock.end == pytest.approx(live.end)
@@ -330,9 +333,11 @@ def test_a_gpus_memory_is_drawn_on_the_session_axis_while_a_trial_runs(
     window.bridge.feed([first])
     qtbot.waitUntil(lambda: window.plots._memory.n >= 3, timeout=5_000)
     xs, ys = window.plots._memory.view()
-    assert np.all(np.isfinite(ys)) and np.all(np.diff(xs) >= 0)
+    assert np.all(np.isfinite(ys))
+    assert np.all(np.diff(xs) >= 0)
     # Seconds into the trial, from 0 (the session's first): no more than have gone by.
-    assert xs.min() >= 0.0 and xs.max() <= time.monotonic() - fed
+    assert xs.min() >= 0.0
+    assert xs.max() <= time.monotonic() - fed
     window.bridge.feed([finished])
     qtbot.waitUntil(lambda: len(window.plots._peaks) == 1)
     assert window.plots._peaks[0][0] == pytest.approx(finished.result.timings.total_s)

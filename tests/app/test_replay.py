@@ -45,7 +45,9 @@ def test_recorded_worker_messages_load_typed_and_round_trip(recorded_events) -> 
     assert api.OtherMessage not in kinds
     assert {api.StepMessage, api.PhaseMessage, api.StartedMessage, api.ResultMessage} <= kinds
     first_step = next(m for m in messages if isinstance(m, api.StepMessage))
-    assert first_step.phase == "warmup" and first_step.step == 1 and first_step.loss > 0
+    assert first_step.phase == "warmup"
+    assert first_step.step == 1
+    assert first_step.loss > 0
     again = [api.event_from_dict(e.to_dict()) for e in recorded_events]
     assert [e.to_dict() for e in again] == [e.to_dict() for e in recorded_events]
 
@@ -65,7 +67,8 @@ def test_sorting_and_selecting_a_trial_shows_its_curves(
     selected = []
     table.trialSelected.connect(selected.append)
     table.selectRow(0)
-    assert selected and selected[0].result.losses
+    assert selected
+    assert selected[0].result.losses
     window.plots.redraw(everything=True)
     xs, _ys = window.plots.loss_curve.getData()
     assert len(xs) == len(selected[0].result.losses)
@@ -101,9 +104,8 @@ def test_every_mixed_trial_shows_its_loss_gap_as_it_finishes(
             assert f"against float32 trial #{float32_at[setup.batch_size]} " in tip
             shown[setup] = cell.data()
         elif setup.policy.is_mixed:
-            assert cell.data() == "" and "no float32 trial" in cell.data(
-                Qt.ItemDataRole.ToolTipRole
-            )
+            assert cell.data() == ""
+            assert "no float32 trial" in cell.data(Qt.ItemDataRole.ToolTipRole)
         else:
             assert cell.data() == ""  # float32: what the others are compared with
     assert any(s.policy.name == "mixed_bfloat16" for s in shown)  # the issue saw none
@@ -136,7 +138,8 @@ def test_loss_scale_plot_marks_skipped_steps(qtbot) -> None:
     # The view stays around the scale (log10 of 16384..32768), not 10^-308..10^308.
     plots.loss_scale.getPlotItem().getViewBox().updateAutoRange()
     low, high = plots.loss_scale.getPlotItem().getViewBox().viewRange()[1]
-    assert 3 < low < 4.3 and 4.4 < high < 6
+    assert 3 < low < 4.3
+    assert 4.4 < high < 6
 
 
 def test_plots_save_one_figure_as_named(qtbot, tmp_path) -> None:
@@ -151,7 +154,8 @@ def test_plots_save_one_figure_as_named(qtbot, tmp_path) -> None:
     png = plots.save(str(tmp_path / "report.png"))
     assert png == str(tmp_path / "report.png")
     image = QImage(png)
-    assert image.width() >= 1600 and image.height() == round(440 * image.width() / 800)
+    assert image.width() >= 1600
+    assert image.height() == round(440 * image.width() / 800)
     # Drawn, not blank: the four plots' axes, text and curves leave many non-white pixels.
     white = image.pixel(0, 0)
     sampled = [
@@ -161,7 +165,9 @@ def test_plots_save_one_figure_as_named(qtbot, tmp_path) -> None:
     assert len(set(sampled)) > 5
     svg = plots.save(str(tmp_path / "report.svg"))
     text = Path(svg).read_text()
-    assert text.startswith("<?xml") and "<svg" in text and "Throughput" in text
+    assert text.startswith("<?xml")
+    assert "<svg" in text
+    assert "Throughput" in text
     assert plots.save(str(tmp_path / "noext")) == str(tmp_path / "noext.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noext.png", "report.png", "report.svg"]
 
@@ -183,7 +189,8 @@ def test_a_trial_whose_loss_scale_skipped_steps_has_one_figure_in_table_and_plot
         finished.result, skipped_steps=finished.result.steps_completed // 4
     )
     trained = result.trained_samples_per_second
-    assert trained is not None and result.samples_per_second is not None
+    assert trained is not None
+    assert result.samples_per_second is not None
     assert trained < result.samples_per_second
     window.add_trial(finished.number, finished.stage, result)
     model = window.table.trials
@@ -193,4 +200,5 @@ def test_a_trial_whose_loss_scale_skipped_steps_has_one_figure_in_table_and_plot
     window.plots.redraw(everything=True)
     policy = result.spec.setup.policy.name
     ys = window.plots.throughput_points[policy].yData
-    assert ys is not None and list(ys) == [pytest.approx(trained)]
+    assert ys is not None
+    assert list(ys) == [pytest.approx(trained)]

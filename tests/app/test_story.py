@@ -115,7 +115,8 @@ def test_search_stop_resume_reopen_tell_one_story(make_window, qtbot, tmp_path: 
     assert ended.args[0] == "stopped"
     stopped = rows(window)
     assert [n for n, _ in stopped] == list(range(len(stopped)))  # no gap in the numbering
-    assert stopped[-1][1] and not any(s for _, s in stopped[:-1])
+    assert stopped[-1][1]
+    assert not any(s for _, s in stopped[:-1])
     assert bar(window) == f"{len(stopped)} trials, stopped"
     assert window.start_button.text() == "Resume"
     assert "Resume" in window.recommendation.text()
@@ -172,11 +173,14 @@ def test_search_stop_resume_reopen_tell_one_story(make_window, qtbot, tmp_path: 
     for r in mixed:  # each shows its gap, or says why it has none
         text, tip = gaps[r.number]
         if reference_of(r.result.spec.setup) not in references:
-            assert text == "" and "no float32 trial at batch size" in tip
+            assert text == ""
+            assert "no float32 trial at batch size" in tip
         elif len(r.result.losses) < 4:  # pruned, or too short
-            assert text == "" and "too few measured steps" in tip
+            assert text == ""
+            assert "too few measured steps" in tip
         else:
-            assert text.endswith("%") and "against float32 trial #" in tip, r.number
+            assert text.endswith("%"), r.number
+            assert "against float32 trial #" in tip, r.number
     window.tabs.setCurrentWidget(window.table)
     window.table.select_number(mixed[0].number)
     shoot(window, "trials")
@@ -212,7 +216,8 @@ def test_search_stop_resume_reopen_tell_one_story(make_window, qtbot, tmp_path: 
     assert window.recommendation.text() == live_text
     qtbot.waitUntil(lambda: recommendation_reaches_its_end(window))
     peaks = [t for t, _ in window.plots._peaks]
-    assert len(peaks) == len(peaks_live) and peaks == sorted(peaks)
+    assert len(peaks) == len(peaks_live)
+    assert peaks == sorted(peaks)
     assert peaks[-1] > len(live)  # seconds of the session, not trial numbers
     # Each peak at the second the live search had it (issue 33: 8-10 s earlier); what is left
     # is the stopped trial's length, as its worker said it live and as storage keeps it.

@@ -102,17 +102,20 @@ def test_start_asks_once_before_tuning_on_the_cpu(
     cancel = Answer("Cancel")
     monkeypatch.setattr(QMessageBox, "exec", lambda box: cancel(box))
     window.start_search()
-    assert started == [] and len(cancel.asked) == 1
+    assert started == []
+    assert len(cancel.asked) == 1
     text, informative = cancel.asked[0]
     assert text == HEADLINE
-    assert FIX in informative and "the recommendation is the CPU's" in informative
+    assert FIX in informative
+    assert "the recommendation is the CPU's" in informative
     assert window.status.text().startswith("Not started: NVML sees 1 NVIDIA GPU")
 
     on_cpu = Answer("Tune on the CPU")
     monkeypatch.setattr(QMessageBox, "exec", lambda box: on_cpu(box))
     window.start_search()
     (request,) = started
-    assert request.settings is not None and request.settings.device == "cpu"
+    assert request.settings is not None
+    assert request.settings.device == "cpu"
     # The CPU's advice orders the policies, and the memory budget is the CPU's.
     cpu_order = api.hardware_prior(window.profile, "cpu")
     assert request.space is not None
@@ -121,8 +124,10 @@ def test_start_asks_once_before_tuning_on_the_cpu(
 
     # Chosen once: not asked again.
     window.start_search()
-    assert len(on_cpu.asked) == 1 and len(started) == 2
-    assert started[1].settings is not None and started[1].settings.device == "cpu"
+    assert len(on_cpu.asked) == 1
+    assert len(started) == 2
+    assert started[1].settings is not None
+    assert started[1].settings.device == "cpu"
 
 
 def test_with_no_gpu_start_asks_nothing(
@@ -137,7 +142,8 @@ def test_with_no_gpu_start_asks_nothing(
     window.start_search()
     assert never.asked == []
     (request,) = started
-    assert request.settings is not None and request.settings.device == "auto"
+    assert request.settings is not None
+    assert request.settings.device == "auto"
 
 
 def test_the_recommendation_says_it_first() -> None:

@@ -44,7 +44,8 @@ def test_a_title_too_wide_for_one_line_is_whole_on_two(qtbot) -> None:
 def test_a_title_is_cut_only_where_two_lines_do_not_fit_either(qtbot) -> None:
     _plots, plot = _memory_plot(qtbot, 230)
     shown = plot.title_shown
-    assert shown.endswith("\u2026") and len(shown) < len(TITLE)
+    assert shown.endswith("\u2026")
+    assert len(shown) < len(TITLE)
 
 
 @pytest.mark.parametrize("width, height", [(1280, 720), (1366, 768)])

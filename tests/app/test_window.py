@@ -26,7 +26,8 @@ TINY = "builtin:mlp:features=16,width=32,depth=1"
 def test_hardware_is_shown_without_a_gpu(make_window) -> None:
     window = make_window("no_driver")
     text = window.hardware.verdict.text()
-    assert "no NVIDIA GPU found" in text and "no NVIDIA driver" in text
+    assert "no NVIDIA GPU found" in text
+    assert "no NVIDIA driver" in text
     # Said once: no card repeats it (the verdict's tooltip says what it means); the advice,
     # as `mptune detect` gives it, says it at most as float32's reason. Which reason float32
     # gets is this CPU's (with avx512_bf16 "no NVIDIA GPU and no AMX units", on an AVX2-only
@@ -46,7 +47,8 @@ def test_hardware_is_shown_without_a_gpu(make_window) -> None:
 def test_gpu_cards_and_advice(make_window) -> None:
     window = make_window("ampere_8.0")
     cards = " ".join(label.text() for label in window.hardware.findChildren(type(window.status)))
-    assert "NVIDIA A100-SXM4-40GB" in cards and "compute capability 8.0" in cards
+    assert "NVIDIA A100-SXM4-40GB" in cards
+    assert "compute capability 8.0" in cards
     assert "float16 and bfloat16 Tensor Cores" in window.hardware.verdict.text()
     assert window.plots.budget_line.isVisible()
     assert window.plots.budget_line.value() == pytest.approx(40960 * 0.9)
@@ -104,7 +106,9 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
         qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
     assert finished.args[0] == "done", finished.args
     rec = window.recommendation.recommendation
-    assert rec is not None and rec.setup.policy == "float32" and rec.setup.batch_size in (8, 16)
+    assert rec is not None
+    assert rec.setup.policy == "float32"
+    assert rec.setup.batch_size in (8, 16)
     assert "float32 at batch size" in window.recommendation.text()
     assert window.table.trials.rowCount() >= 2
     assert window.tabs.currentWidget() is window.recommendation
@@ -120,7 +124,8 @@ def test_a_real_search_ends_with_a_recommendation_and_exports_a_script(
     # window's words; the snippet offers it.
     keras2 = dialog.keras.model().item(1)
     qtbot.waitUntil(lambda: bool(dialog.keras2_problems))
-    assert not keras2.isEnabled() and "Keras 3 only" in keras2.toolTip()
+    assert not keras2.isEnabled()
+    assert "Keras 3 only" in keras2.toolTip()
     assert "--" not in keras2.toolTip()
     dialog.format.setCurrentIndex(list(FORMATS.values()).index("snippet"))
     assert keras2.isEnabled()
@@ -174,7 +179,8 @@ def test_stop_ends_the_running_trial_within_two_seconds(make_window, qtbot) -> N
     assert finished.args[0] == "stopped"
     _gone, alive = psutil.wait_procs(workers, timeout=2)
     assert not alive
-    assert window.start_button.isEnabled() and not window.stop_button.isEnabled()
+    assert window.start_button.isEnabled()
+    assert not window.stop_button.isEnabled()
 
 
 class FakeEngine:
@@ -216,10 +222,13 @@ def test_a_stopped_search_resumes_its_session(make_window, qtbot) -> None:
     assert window.start_button.text() == "Resume"
     with qtbot.waitSignal(window.bridge.eventsReady, timeout=5_000):
         window.start_button.click()
-    assert calls[1]["study"] == "first-session" and calls[1]["resume"] is True
+    assert calls[1]["study"] == "first-session"
+    assert calls[1]["resume"] is True
     # The session owns its space and settings; the profile is the one the window detected.
-    assert calls[1]["space"] is None and calls[1]["settings"] is None
-    assert calls[0]["profile"] is window.profile and calls[0]["model"] == "builtin:mlp"
+    assert calls[1]["space"] is None
+    assert calls[1]["settings"] is None
+    assert calls[0]["profile"] is window.profile
+    assert calls[0]["model"] == "builtin:mlp"
     with qtbot.waitSignal(window.bridge.finished, timeout=5_000):
         window.stop_search()
 
@@ -241,12 +250,14 @@ def test_the_window_never_waits_on_a_blocking_storage(make_window, qtbot) -> Non
     # The storage is blocked, and the event loop keeps turning: the timer fires again and again.
     qtbot.waitUntil(lambda: len(ticks) >= 20, timeout=5_000)
     timer.stop()
-    assert window.controller.busy and dialog.table.rowCount() == 0
+    assert window.controller.busy
+    assert dialog.table.rowCount() == 0
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
     assert max(gaps) < 0.5
     engine.release.set()
     qtbot.waitUntil(lambda: dialog.table.rowCount() == 1)
-    assert dialog.table.item(0, 0).text() == "old-session" and dialog.open_button.isEnabled()
+    assert dialog.table.item(0, 0).text() == "old-session"
+    assert dialog.open_button.isEnabled()
     dialog.close()
 
 
@@ -289,7 +300,8 @@ def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -
     qtbot.waitExposed(window)
     qtbot.waitUntil(lambda: window.width() == width and window.height() == height)
     right_edge = window.plots.mapTo(window, window.plots.rect().bottomRight())
-    assert right_edge.x() < window.width() and right_edge.y() < window.height()
+    assert right_edge.x() < window.width()
+    assert right_edge.y() < window.height()
     for plot in (
         window.plots.memory,
         window.plots.throughput,
@@ -297,14 +309,17 @@ def test_nothing_is_clipped_at_common_sizes(make_window, qtbot, width, height) -
         window.plots.loss,
     ):
         corner = plot.mapTo(window, plot.rect().bottomRight())
-        assert corner.x() < window.width() and plot.width() > 200 and plot.height() > 100
+        assert corner.x() < window.width()
+        assert plot.width() > 200
+        assert plot.height() > 100
         # The plot and its legend row are laid out within the plot's view, not past its
         # right edge (four legend entries in one row were, at 1280 wide).
         for drawn in (plot.getPlotItem(), plot.getPlotItem().legend):
             right = drawn.sceneBoundingRect().right()
             assert right <= plot.viewport().width() + 1, (plot, drawn, right)
         # Its title whole (on two lines where one does not fit), never cut where it fits.
-        assert plot._title is not None and plot.title_shown == plot._title[0], plot.title_shown
+        assert plot._title is not None
+        assert plot.title_shown == plot._title[0], plot.title_shown
         title = plot.getPlotItem().titleLabel
         assert title.sceneBoundingRect().right() <= plot.viewport().width() + 1
         assert title.itemRect().height() <= title.size().height() + 1  # no line cut off below
@@ -382,7 +397,8 @@ def test_the_chosen_backend_reaches_the_search(make_window, monkeypatch) -> None
     assert window.start_button.isEnabled()
     window.start_search()
     (request,) = started
-    assert request.settings is not None and request.settings.backend == chosen
+    assert request.settings is not None
+    assert request.settings.backend == chosen
 
 
 class RecordingEngine:
@@ -467,7 +483,8 @@ def test_the_window_fits_the_screen_it_opens_on(make_window, qtbot, width, heigh
     window.move(600, 400)
     area = QRect(0, 0, width, height)
     window.fit_within(area)
-    assert window.width() <= width and window.height() <= height - 32
+    assert window.width() <= width
+    assert window.height() <= height - 32
     assert area.contains(window.geometry())
     assert window.minimumSizeHint().height() <= 720 - 32
     window.show()
@@ -515,7 +532,9 @@ def test_a_gpu_without_use_readings_is_a_gap_not_a_zero(qtbot) -> None:
     finally:
         sampler.stop()
     latest = sampler.latest()
-    assert latest is not None and latest.gpu_utilization == (None,) and latest.gpu_power == (None,)
+    assert latest is not None
+    assert latest.gpu_utilization == (None,)
+    assert latest.gpu_power == (None,)
 
 
 @pytest.mark.parametrize(
@@ -544,7 +563,8 @@ def test_the_use_curve_sits_beside_memory_says_what_it_is_and_is_saved(
     # The saved figure is the whole widget: the curve is drawn in it with the memory plot.
     assert plots.use_view.scene() is memory.scene()
     saved = QImage(plots.save(str(tmp_path / "plots.png"), width=1000))
-    assert not saved.isNull() and saved.width() == 1000
+    assert not saved.isNull()
+    assert saved.width() == 1000
 
 
 def test_a_gpu_that_waits_for_its_input_shows_in_the_use_plot(make_window, qtbot) -> None:
@@ -571,5 +591,6 @@ def test_a_gpu_that_waits_for_its_input_shows_in_the_use_plot(make_window, qtbot
     memory = list(window.plots.memory_curve.yData)
     assert memory == [s.gpu_used_mb[0] for s in samples]
     utilization = list(window.plots.utilization_curve.yData)
-    assert min(utilization) == min(FAKE_UTILIZATION) and max(utilization) == max(FAKE_UTILIZATION)
+    assert min(utilization) == min(FAKE_UTILIZATION)
+    assert max(utilization) == max(FAKE_UTILIZATION)
     shoot(window, "gpu-use")

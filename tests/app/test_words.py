@@ -40,9 +40,11 @@ def test_recorded_searches_name_settings_each_face_words() -> None:
         assert not _names_a_flag(text), f"the engine words a flag itself: {text}"
     for text in named:
         shown = window_words(text)
-        assert "[[" not in shown and not _names_a_flag(shown), shown
+        assert "[[" not in shown, shown
+        assert not _names_a_flag(shown), shown
         said = api.said.render(text, flag_words)
-        assert "[[" not in said and _names_a_flag(said), said
+        assert "[[" not in said, said
+        assert _names_a_flag(said), said
 
 
 def test_every_setting_the_engine_may_name_has_words_in_each_face() -> None:
@@ -51,7 +53,8 @@ def test_every_setting_the_engine_may_name_has_words_in_each_face() -> None:
         assert name in FLAGS, f"the command line has no flag for {name}"
         for value in (None, "2"):
             setting = api.said.Setting(name, value)
-            assert control_words(setting) and flag_words(setting).startswith(("--", "mptune"))
+            assert control_words(setting)
+            assert flag_words(setting).startswith(("--", "mptune"))
 
 
 @pytest.mark.parametrize(
@@ -149,7 +152,8 @@ def test_no_control_is_named_twice_in_a_row(qtbot, tmp_path: Path) -> None:
     not tried, then why, and the why began with the setting of the same knob; renamed to its
     control, the knob was named twice."""
     names = search_panel_names(qtbot, tmp_path)
-    assert "XLA" in names and "Global batch" in names
+    assert "XLA" in names
+    assert "Global batch" in names
     texts = engine_texts()
     for path in sorted(SEARCHES.glob("*.golden.json")):  # as the window shows a row: label, text
         texts += [f"{label}: {text}" for label, text in json.loads(path.read_text())["evidence"]]
@@ -157,6 +161,7 @@ def test_no_control_is_named_twice_in_a_row(qtbot, tmp_path: Path) -> None:
     for text in texts:
         shown = window_words(text)
         for name in names:
-            assert f"{name}: {name}" not in shown and f"{name} {name}" not in shown, shown
+            assert f"{name}: {name}" not in shown, shown
+            assert f"{name} {name}" not in shown, shown
             checked += name in shown
     assert checked, "no recorded text names a control: this test checks nothing"

@@ -49,4 +49,5 @@ def test_a_resumed_request_leaves_the_space_and_settings_to_its_session() -> Non
         None,
         None,
     )
-    assert resumed.model == request.model and resumed.storage == request.storage
+    assert resumed.model == request.model
+    assert resumed.storage == request.storage

@@ -67,12 +67,16 @@ def trained_on(result: Any, backend: str) -> None:
     assert result.status is TrialStatus.OK, result.error
     assert result.spec.setup.backend == backend
     assert FRAMEWORK[backend] in result.versions
-    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.samples_per_second
+    assert result.samples_per_second > 0
     if result.pruned:
-        assert result.losses and len(result.losses) == result.steps_completed
+        assert result.losses
+        assert len(result.losses) == result.steps_completed
     else:
-        assert len(result.losses) >= 8 and result.losses[-1] < result.losses[0]
-    assert result.memory_kind == "cpu_rss" and result.memory_method
+        assert len(result.losses) >= 8
+        assert result.losses[-1] < result.losses[0]
+    assert result.memory_kind == "cpu_rss"
+    assert result.memory_method
 
 
 #: TensorFlow alone: a JAX and a PyTorch trial are asserted alike in their short tune below.
@@ -129,7 +133,8 @@ def test_injected_oom_is_oom(backend: str, monkeypatch: pytest.MonkeyPatch) -> N
         "jax": "JaxRuntimeError",
         "torch": "OutOfMemoryError",
     }[backend]
-    assert result.error is not None and result.error.exception == expected
+    assert result.error is not None
+    assert result.error.exception == expected
     if backend == "tensorflow":
         assert "OOM when allocating" in result.error.message
 
@@ -140,7 +145,8 @@ def test_killed_worker_is_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPTUNE_TEST_FAULT", "crash@3")
     result = trial(TINY, backend="jax")
     assert result.status is TrialStatus.CRASHED
-    assert result.error is not None and "SIGKILL" in result.error.message
+    assert result.error is not None
+    assert "SIGKILL" in result.error.message
 
 
 TF_DATA_MODEL = """
@@ -189,7 +195,8 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     request = TuneRequest(TINY, space=space, settings=settings, storage=storage, study="b")
     result = tune(request, on_event=events.append)
     assert result.recommendation.setup.backend == backend
-    assert result.recommendation.samples_per_second > 0 and result.recommendation.trials
+    assert result.recommendation.samples_per_second > 0
+    assert result.recommendation.trials
     kinds = {e.type for e in events}
     assert {
         "session",
@@ -204,7 +211,8 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     for event in events:
         assert event_from_dict(json.loads(json.dumps(event.to_dict()))) == event
     trials = TuningSession.load("b", storage).trials()
-    assert trials and all(t.result and t.result.spec.setup.backend == backend for t in trials)
+    assert trials
+    assert all(t.result and t.result.spec.setup.backend == backend for t in trials)
     assert {t.number for t in trials} >= set(result.recommendation.trials)
     assert all(t.result and t.result.ok for t in trials), [
         (t.result.status, t.result.error) for t in trials if t.result and not t.result.ok
@@ -245,4 +253,5 @@ def test_a_jax_worker_holds_the_memory_limit_as_a_fraction_of_its_card(
     monkeypatch.setenv("MPTUNE_FAKE_NVML", "no_driver")  # the card's size unknown: nothing set
     assert "XLA_CLIENT_MEM_FRACTION" not in worker_environment(spec, base={})
     cpu = worker_environment(dataclasses.replace(spec, device="cpu"), base={})
-    assert cpu["JAX_PLATFORMS"] == "cpu" and "XLA_CLIENT_MEM_FRACTION" not in cpu
+    assert cpu["JAX_PLATFORMS"] == "cpu"
+    assert "XLA_CLIENT_MEM_FRACTION" not in cpu

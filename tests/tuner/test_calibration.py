@@ -42,13 +42,15 @@ def _spec(policy: str, loss_scale: str | None = None, warmup: int = 5) -> TrialS
 def test_a_loss_scale_coming_down_is_calibration_not_a_cost_of_the_setup() -> None:
     f16 = run_trial(_spec("mixed_float16", f"dynamic:{INITIAL:g}"))
     f32 = run_trial(_spec("float32"))
-    assert f16.status is TrialStatus.OK and f32.status is TrialStatus.OK, (f16.error, f32.error)
+    assert f16.status is TrialStatus.OK, f16.error
+    assert f32.status is TrialStatus.OK, f32.error
     # Its k skipped steps ran before the measured ones, each halving the scale: k of them took
     # it from its initial value to where the measured steps began.
     k = f16.calibration_steps
     assert k > 5  # more than the warm-up's own steps: calibration went on after it
     first = f16.loss_scales[0]
-    assert first is not None and INITIAL / first == pytest.approx(2.0**k)
+    assert first is not None
+    assert INITIAL / first == pytest.approx(2.0**k)
     # The setup ranks by its rate after calibration: the measured steps' own skips (the scale
     # settled at the edge of what fits: a step whose gradients grew may overflow again, as in
     # a real run) count against it, calibration's do not.
@@ -57,11 +59,14 @@ def test_a_loss_scale_coming_down_is_calibration_not_a_cost_of_the_setup() -> No
     assert f16.samples_per_second is not None
     assert Measured(1, f16).speed == pytest.approx(f16.samples_per_second * applied)
     # The updates it applied before measuring: its warm-up and calibration steps, less k.
-    assert f16.warmup_updates is not None and 0 < f16.warmup_updates < f32.updates_before
-    assert f32.warmup_updates == 5 and f32.calibration_steps == 0
+    assert f16.warmup_updates is not None
+    assert 0 < f16.warmup_updates < f32.updates_before
+    assert f32.warmup_updates == 5
+    assert f32.calibration_steps == 0
     # The guard compares its loss with float32's after as many updates, and passes it.
     gap = trial_loss_gaps({0: f32, 1: f16}, window=24)[1]
-    assert gap.reference == 0 and gap.gap is not None
+    assert gap.reference == 0
+    assert gap.gap is not None
     assert gap.gap < SearchSettings().loss_tolerance, gap
     # The record keeps both figures.
     back = TrialResult.from_dict(f16.to_dict())
@@ -74,7 +79,8 @@ def test_a_scale_that_keeps_falling_is_still_marked() -> None:
     # scale comes down, and they count against the setup.
     f16 = run_trial(_spec("mixed_float16", f"dynamic:{INITIAL:g}", warmup=0))
     assert f16.status is TrialStatus.OK, f16.error
-    assert f16.calibration_steps == 0 and f16.skipped_steps > 2
+    assert f16.calibration_steps == 0
+    assert f16.skipped_steps > 2
     assert f16.samples_per_second is not None
     assert Measured(1, f16).speed < f16.samples_per_second * (1 - 2 / f16.steps_completed)
 
@@ -98,7 +104,8 @@ def test_the_loss_gap_pairs_steps_after_as_many_updates() -> None:
     # Paired step for step instead, it would read a gap that is only the 4 updates it lacks.
     unaligned = dataclasses.replace(calibrated, warmup_updates=5)
     gap = loss_gap(unaligned, reference, 40)
-    assert gap is not None and gap > 0.05
+    assert gap is not None
+    assert gap > 0.05
     # Results without the figure compare step for step, as before.
     old = _result(5, None, _losses(5, 40))
     assert loss_gap(old, reference, 40) == 0.0

@@ -125,7 +125,8 @@ def test_user_error_in_build_model_is_exit_2_with_location(tmp_path: Path) -> No
         "4",
         *FAST,
     )
-    assert verbose.returncode == 2 and "Traceback" in verbose.stderr
+    assert verbose.returncode == 2
+    assert "Traceback" in verbose.stderr
 
 
 @pytest.mark.slow
@@ -158,8 +159,10 @@ def test_trial_json_has_the_documented_keys() -> None:
         "numerics",
     ):
         assert key in result
-    assert result["status"] == "ok" and result["error"] is None
-    assert len(result["losses"]) == 2 and result["loss_scales"] == [32768.0, 32768.0]
+    assert result["status"] == "ok"
+    assert result["error"] is None
+    assert len(result["losses"]) == 2
+    assert result["loss_scales"] == [32768.0, 32768.0]
     assert set(result["timings"]) >= {
         "startup_s",
         "build_s",
@@ -188,7 +191,8 @@ def test_no_probe_skips_the_numerics_probe() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["numerics"] == {} and result["timings"]["probe_s"] is None
+    assert result["numerics"] == {}
+    assert result["timings"]["probe_s"] is None
 
 
 @pytest.mark.slow
@@ -230,7 +234,9 @@ def test_detect_with_scripted_gpu_reports_it() -> None:
 
 def test_no_command_prints_help() -> None:
     proc = mptune()
-    assert proc.returncode == 0 and "detect" in proc.stdout and "trial" in proc.stdout
+    assert proc.returncode == 0
+    assert "detect" in proc.stdout
+    assert "trial" in proc.stdout
 
 
 def test_a_stop_signal_asks_and_a_second_one_raises() -> None:
@@ -245,7 +251,8 @@ def test_a_stop_signal_asks_and_a_second_one_raises() -> None:
         assert cli._STOP.is_set()
         # A trial or search cancelled through the event ends as that signal would have.
         stopped = cli._stop_exception(RuntimeError("cancelled"))
-        assert isinstance(stopped, Terminated) and stopped.exit_code == 128 + signals.SIGTERM
+        assert isinstance(stopped, Terminated)
+        assert stopped.exit_code == 128 + signals.SIGTERM
         with pytest.raises(KeyboardInterrupt):  # a second signal stops at once
             cli._on_stop_signal(signals.SIGINT, None)
         assert cli._stop_exception(RuntimeError("cancelled")) is stopped  # the first one counts
@@ -394,13 +401,15 @@ def test_the_console_shows_knobs_and_the_unsupported_status() -> None:
         spec, api.TrialStatus.UNSUPPORTED, error=TrialError("XLA cannot compile tf.py_function")
     )
     text = render_trial(result)
-    assert "status  unsupported" in text and "reason  XLA cannot compile" in text
+    assert "status  unsupported" in text
+    assert "reason  XLA cannot compile" in text
     assert "XLA  4 steps per execution" in text
     stored = api.StoredTrial(7, "xla", result, "FAIL")
     console = Console(width=200, record=True)
     console.print(trials_table([stored]))
     table = console.export_text()
-    assert "xla spe4" in table and "unsupported: XLA cannot compile" in table
+    assert "xla spe4" in table
+    assert "unsupported: XLA cannot compile" in table
 
 
 def test_the_console_says_how_fits_loop_was_timed() -> None:
@@ -456,10 +465,13 @@ def test_the_console_table_shows_loss_gaps_and_stopped_trials() -> None:
     lines = text.splitlines()
     assert any(line.split()[-1:] == ["status"] for line in lines)
     (bf16,) = [line for line in lines if "mixed_bfloat16" in line]
-    assert "2.50%" in bf16 and bf16.split()[-1] == "ok"
+    assert "2.50%" in bf16
+    assert bf16.split()[-1] == "ok"
     assert "knobs" not in text  # no trial has one: no column for them
     (row,) = [line for line in lines if "mixed_float16" in line]
-    assert "64" in row and "dynamic" in row and "stopped by its search" in row
+    assert "64" in row
+    assert "dynamic" in row
+    assert "stopped by its search" in row
     assert "failed" not in row
 
 
@@ -564,7 +576,8 @@ def test_the_backend_reaches_the_trials_setup(
     assert str(refused.value) == (
         "the JAX backend (jax) is not installed here: install it with pip install 'mptune[jax]'"
     )
-    assert refused.value.exit_code == 2 and len(seen) == runs
+    assert refused.value.exit_code == 2
+    assert len(seen) == runs
 
 
 def test_the_backend_reaches_the_search_settings(

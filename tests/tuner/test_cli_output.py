@@ -53,7 +53,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> s
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "internal error" not in proc.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
@@ -101,8 +102,10 @@ def test_export_to_a_read_only_place_is_one_line(
     target = tmp_path / "out" / "train.py"
     assert cli.main(["export", str(config_file), "--format", "script", "-o", str(target)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("mptune: error: ") and "internal error" not in line
-    assert str(target) in line and os.strerror(errno.EROFS) in line
+    assert line.startswith("mptune: error: ")
+    assert "internal error" not in line
+    assert str(target) in line
+    assert os.strerror(errno.EROFS) in line
     # Nothing is left behind: no half-written file, no temporary file.
     assert not target.exists()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["tuned.json"]
@@ -126,7 +129,8 @@ def test_export_says_which_folder_it_created(config_file: Path, tmp_path: Path) 
     assert f"created folder {target.parent}" in proc.stderr
     # Into a folder that exists, nothing is said about folders.
     again = mptune("export", str(config_file), "-o", str(tmp_path / "tuned2.json"))
-    assert again.returncode == 0 and "created folder" not in again.stderr
+    assert again.returncode == 0
+    assert "created folder" not in again.stderr
 
 
 def test_tune_out_says_which_folder_it_created_and_refuses_a_folder(tmp_path: Path) -> None:
@@ -139,7 +143,8 @@ def test_tune_out_says_which_folder_it_created_and_refuses_a_folder(tmp_path: Pa
     target = tmp_path / "configs" / "tuned.json"
     proc = mptune("tune", "--resume", "r", "--storage", storage, "--out", str(target))
     assert proc.returncode == 0, proc.stderr
-    assert target.is_file() and f"created folder {target.parent}" in proc.stderr
+    assert target.is_file()
+    assert f"created folder {target.parent}" in proc.stderr
     proc = mptune("tune", "--resume", "r", "--storage", storage, "--out", str(tmp_path))
     one_line_error(proc, str(tmp_path), "is a directory")
 
@@ -267,7 +272,8 @@ def test_a_long_status_is_cut_at_a_word_with_a_mark() -> None:
     (header,) = [line for line in lines if line.rstrip().endswith("status")]
     start = header.rindex("status")
     cell = " ".join(line[start:].strip() for line in lines[lines.index(header) + 2 :]).strip()
-    assert cell.startswith("unsafe: ") and cell.endswith("(hazard: integer_cast)"), cell
+    assert cell.startswith("unsafe: "), cell
+    assert cell.endswith("(hazard: integer_cast)"), cell
     words = set(reason.split())
     for token in cell.removeprefix("unsafe: ").removesuffix("(hazard: integer_cast)").split():
         if token.endswith("…"):
@@ -287,7 +293,8 @@ def test_the_progress_line_of_a_failed_trial_is_cut_at_a_word() -> None:
     spec = api.TrialSpec("builtin:mlp", api.Setup("mixed_float16", 64, "dynamic"))
     cell = _result_cell(api.TrialResult(spec, TrialStatus.UNSAFE, error=TrialError(reason)))
     cut = cell.rpartition(" ")[2]
-    assert cut.endswith("…") and cut.removesuffix("…") in [*reason.split(), ""]
+    assert cut.endswith("…")
+    assert cut.removesuffix("…") in [*reason.split(), ""]
     assert reason.startswith(cell.removeprefix("unsafe: ").removesuffix("…").rstrip())
 
 
@@ -308,14 +315,16 @@ def test_a_failed_session_says_so_and_a_fixed_model_resumes_it(tmp_path: Path) -
     listed = mptune("sessions", "--storage", storage)
     assert listed.returncode == 0, listed.stderr
     (row,) = [line for line in listed.stdout.splitlines() if "broken" in line]
-    assert "failed: model error" in row and "did not finish" not in row
+    assert "failed: model error" in row
+    assert "did not finish" not in row
 
     shown = mptune("show", "broken", "--storage", storage)
     assert shown.returncode == 0, shown.stderr
     assert "did not finish" not in shown.stdout
     assert "failed in the model's own code" in shown.stdout
     assert "scripted user_error" in shown.stdout  # what failed
-    assert "mptune tune --resume broken" in shown.stdout and "fixed" in shown.stdout
+    assert "mptune tune --resume broken" in shown.stdout
+    assert "fixed" in shown.stdout
 
     exported = mptune("export", "broken", "--storage", storage)
     one_line_error(exported, "failed in the model's own code", "--resume broken")
@@ -323,7 +332,8 @@ def test_a_failed_session_says_so_and_a_fixed_model_resumes_it(tmp_path: Path) -
     # The model fixed: --resume runs the trial that failed again, and the search goes on.
     fixed = Machine(speed=SPEEDS)
     result = run(fixed, tmp_path, study="broken", resume=True)
-    assert fixed.calls and fixed.calls[0].setup == broken.calls[0].setup
+    assert fixed.calls
+    assert fixed.calls[0].setup == broken.calls[0].setup
     assert result.recommendation.setup.policy == "float32"
     (summary,) = list_sessions(storage)
     assert summary.outcome.startswith("float32 b")
@@ -359,7 +369,8 @@ def test_a_broken_model_file_fails_its_session_and_the_fixed_file_resumes_it(
     ]  # fmt: skip
     proc = mptune("tune", "--model", str(model), "--study", "net", *tune)
     # (A log shows each trial as it ends, on stderr too: the error is the last line.)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("mptune: error: the model fails in its own code"), last
     assert "mptune tune --resume net" in last
@@ -379,7 +390,8 @@ def test_a_broken_model_file_fails_its_session_and_the_fixed_file_resumes_it(
     proc = mptune("tune", "--resume", "net", *tune)
     assert proc.returncode == 0, proc.stderr
     shown = mptune("show", "net", "--storage", storage)
-    assert "Recommendation:" in shown.stdout and "failed" not in shown.stdout
+    assert "Recommendation:" in shown.stdout
+    assert "failed" not in shown.stdout
 
 
 # -- --batch-sizes ---------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def test_tune_refuses_in_one_line_before_any_trial(tmp_path: Path) -> None:
     assert line.endswith(f": fix it with {FIX}, or tune on the CPU anyway with --device cpu")
     # No trial ran: nothing was stored.
     listed = mptune("sessions", "--storage", storage)
-    assert listed.returncode == 0 and "no stored sessions" in listed.stdout
+    assert listed.returncode == 0
+    assert "no stored sessions" in listed.stdout
 
 
 #: ...and its trial scripted: a result at once, no worker (the line is said before the trial).
@@ -112,7 +113,8 @@ def test_trial_on_the_default_device_says_in_one_line_that_it_runs_on_the_cpu() 
     # Asked for the CPU, or on a machine without a GPU: no word.
     for quiet in (trial("--device", "cpu"), trial(scenario="no_driver")):
         assert quiet.returncode == 0, quiet.stderr
-        assert "runs on the CPU" not in quiet.stderr and "trial on " in quiet.stderr
+        assert "runs on the CPU" not in quiet.stderr
+        assert "trial on " in quiet.stderr
 
 
 def test_detect_says_it_in_its_verdict_and_under_the_gpu() -> None:
@@ -130,7 +132,8 @@ def test_detect_says_it_in_its_verdict_and_under_the_gpu() -> None:
     assert [(u["backend"], u["fix"]) for u in data["unused_gpus"]][:1] == [("tensorflow", FIX)]
     # No GPU at all: nothing goes unused, nothing is said.
     none = mptune("detect", scenario="no_driver")
-    assert "Warning" not in none.stdout and "cannot use" not in none.stdout
+    assert "Warning" not in none.stdout
+    assert "cannot use" not in none.stdout
 
 
 @pytest.mark.slow
@@ -155,7 +158,8 @@ def test_device_cpu_tunes_on_the_cpu_and_says_the_gpu_went_unused(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     # The recommendation's first row, above its setup.
     after = shown.stdout[shown.stdout.index("Recommendation:") :].splitlines()[1:]
-    assert after[0].startswith("unused gpu") and "this setup is for the CPU. NVML sees" in after[0]
+    assert after[0].startswith("unused gpu")
+    assert "this setup is for the CPU. NVML sees" in after[0]
     assert any(line.startswith("setup ") for line in after[1:])
 
 

@@ -58,7 +58,8 @@ def test_each_backend_gets_its_cache_where_one_is_offered(tmp_path: Path) -> Non
     assert compile_cache_directory("jax", {"MPTUNE_COMPILE_CACHE": "OFF"}) is None
     # By default: the user's cache folder, per backend.
     default = compile_cache_directory("jax", {})
-    assert default is not None and default.parts[-3:] == ("mptune", "compile", "jax")
+    assert default is not None
+    assert default.parts[-3:] == ("mptune", "compile", "jax")
 
 
 @pytest.mark.slow

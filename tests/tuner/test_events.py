@@ -59,7 +59,8 @@ def test_junk_lines_are_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> 
         events = reader.feed(stream)
     assert [e["type"] for e in events] == ["started", "result"]
     assert reader.bad_lines == 3
-    assert "not JSON" in caplog.text and "no 'type' field" in caplog.text
+    assert "not JSON" in caplog.text
+    assert "no 'type' field" in caplog.text
 
 
 def test_whole_last_line_without_newline_is_kept() -> None:
@@ -84,7 +85,7 @@ def test_non_finite_floats_survive_the_channel() -> None:
 
 
 def test_an_event_needs_a_type() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="an event needs a 'type'"):
         encode_event({"step": 1})
 
 
@@ -150,10 +151,14 @@ def test_each_message_round_trips_through_its_wire_form(message: WorkerMessage) 
 def test_non_finite_figures_keep_their_wire_spelling() -> None:
     step = parse_message({"type": "step", "loss": "nan", "loss_scale": "inf", "phase": "warmup"})
     assert isinstance(step, StepMessage)
-    assert step.loss is not None and math.isnan(step.loss) and step.loss_scale == math.inf
-    assert step.to_dict()["loss"] == "nan" and step.to_dict()["loss_scale"] == "inf"
+    assert step.loss is not None
+    assert math.isnan(step.loss)
+    assert step.loss_scale == math.inf
+    assert step.to_dict()["loss"] == "nan"
+    assert step.to_dict()["loss_scale"] == "inf"
     result = parse_message({"type": "result", "losses": [1.0, "-inf"]})
-    assert isinstance(result, ResultMessage) and result.losses == (1.0, -math.inf)
+    assert isinstance(result, ResultMessage)
+    assert result.losses == (1.0, -math.inf)
 
 
 def test_missing_fields_take_their_defaults() -> None:
@@ -162,9 +167,13 @@ def test_missing_fields_take_their_defaults() -> None:
     assert (step.phase, step.step, step.loss, step.skipped) == ("", None, None, False)
     result = parse_message({"type": "result", "samples_per_second": 5})
     assert isinstance(result, ResultMessage)
-    assert result.samples_per_second == 5.0 and result.losses == () and result.executions is None
+    assert result.samples_per_second == 5.0
+    assert result.losses == ()
+    assert result.executions is None
     error = parse_message({"type": "error", "exception": "OSError"})
-    assert isinstance(error, ErrorMessage) and error.message == "" and not error.oom
+    assert isinstance(error, ErrorMessage)
+    assert error.message == ""
+    assert not error.oom
 
 
 @pytest.mark.parametrize(
@@ -184,20 +193,24 @@ def test_unknown_or_unreadable_messages_are_kept_raw(
 ) -> None:
     message = parse_message(data)
     assert isinstance(message, OtherMessage)
-    assert message.kind == kind and message.data == data and message.to_dict() == data
+    assert message.kind == kind
+    assert message.data == data
+    assert message.to_dict() == data
     assert (message.problem or "").startswith(problem or "")
     assert (message.problem is None) is (problem is None)
 
 
 def test_a_message_that_is_no_object_is_kept_too() -> None:
     message = parse_message([1, 2])  # type: ignore[arg-type]
-    assert isinstance(message, OtherMessage) and message.problem == "not a JSON object"
+    assert isinstance(message, OtherMessage)
+    assert message.problem == "not a JSON object"
 
 
 def test_messages_cannot_be_read_by_key() -> None:
     """The faces read attributes: a record read like the old dicts fails at once."""
     for message in [*EVERY_MESSAGE, OtherMessage("x", {"type": "x"})]:
-        assert not hasattr(message, "__getitem__") and not hasattr(message, "get")
+        assert not hasattr(message, "__getitem__")
+        assert not hasattr(message, "get")
         with pytest.raises(TypeError):
             message["type"]  # type: ignore[index]
 
@@ -279,7 +292,8 @@ def test_the_worker_error_facts_are_fields_of_the_error_message() -> None:
     assert set_keys >= {"policy_caused", "unsupported", "message"}  # the verdicts
     assert updated >= {"internal", "user_code", "location"}
     keys |= set_keys | updated
-    assert keys and keys <= names, sorted(keys - names)
+    assert keys
+    assert keys <= names, sorted(keys - names)
 
 
 def test_the_runner_hands_its_listener_typed_messages_and_reads_the_result_from_them() -> None:
@@ -323,10 +337,15 @@ def test_the_runner_hands_its_listener_typed_messages_and_reads_the_result_from_
     assert heard == [*wire[:-1], OtherMessage("telemetry", {"type": "telemetry"})]
     assert run.ready  # a warm worker's "ready" is the runner's own, never a listener's
     trial = run._assemble(TrialStatus.OK, None, 3.5)
-    assert trial.device == "cpu" and trial.versions == {"keras": "3.5"}
-    assert trial.losses == (0.9, 0.8) and trial.loss_scales == (512.0, 512.0)
-    assert trial.samples_per_second == 1000.0 and trial.warnings == ("compared 3 layers",)
-    assert trial.hazards == (UNDERFLOW,) and trial.numerics == {"t": 0.3, "probe_s": 0.25}
+    assert trial.device == "cpu"
+    assert trial.versions == {"keras": "3.5"}
+    assert trial.losses == (0.9, 0.8)
+    assert trial.loss_scales == (512.0, 512.0)
+    assert trial.samples_per_second == 1000.0
+    assert trial.warnings == ("compared 3 layers",)
+    assert trial.hazards == (UNDERFLOW,)
+    assert trial.numerics == {"t": 0.3, "probe_s": 0.25}
     assert trial.timings.build_s == result.build_s
     facts = run._facts(0, "")
-    assert facts.measured_step_ms == (8.0, 8.0) and facts.result == result  # typed, as sent
+    assert facts.measured_step_ms == (8.0, 8.0)
+    assert facts.result == result  # typed, as sent

@@ -99,7 +99,8 @@ def test_a_budget_that_ends_leaves_the_leader_recommendable(minutes: int, tmp_pa
     fastest, setup = max(measured, key=lambda pair: pair[0])
     if rec.samples_per_second < fastest * (1 - SearchSettings().noise_floor):
         lacking = [a for a in rec.alternatives if a.setup == setup]
-        assert lacking and "[[resume s]]" in (lacking[0].rejected or ""), rec.alternatives
+        assert lacking, rec.alternatives
+        assert "[[resume s]]" in (lacking[0].rejected or ""), rec.alternatives
 
 
 def test_the_check_it_lacks_is_named_with_the_command(tmp_path: Path) -> None:
@@ -121,7 +122,8 @@ def test_the_check_it_lacks_is_named_with_the_command(tmp_path: Path) -> None:
     result, _ = search(table, tmp_path, budget_minutes=8)
     texts = [(a.setup.label, a.rejected or "") for a in result.recommendation.alternatives]
     lacking = [t for label, t in texts if label.startswith("mixed_float16 b512")]
-    assert lacking and "not compared with float32 at batch size 512" in lacking[0], texts
+    assert lacking, texts
+    assert "not compared with float32 at batch size 512" in lacking[0], texts
     assert "[[resume s]] runs that check" in lacking[0]  # the CLI: mptune tune --resume s
 
 
@@ -191,7 +193,8 @@ def test_the_ladder_leaps_to_the_predicted_batch_and_bisects_after_an_oom(
     fp16 = [s.batch_size for s in runner.calls if s.setup.precision == "mixed_float16"]
     assert fp16[:4] == [64, 1024, 256, 512]  # the leap, then bisection between 64 and 1024
     bf16 = [s.batch_size for s in runner.calls if s.setup.precision == "mixed_bfloat16"]
-    assert 1024 not in bf16 and 512 in bf16
+    assert 1024 not in bf16
+    assert 512 in bf16
 
 
 def test_a_two_minute_cpu_search_tries_every_policy_of_the_prior(tmp_path: Path) -> None:
@@ -224,7 +227,8 @@ def test_a_two_minute_cpu_search_tries_every_policy_of_the_prior(tmp_path: Path)
         for r in runs
         if r.result.spec.policy == "mixed_float16"
     ]
-    assert fp16[0].result.pruned and fp16[0].result.samples_per_second == pytest.approx(34)
+    assert fp16[0].result.pruned
+    assert fp16[0].result.samples_per_second == pytest.approx(34)
 
 
 @pytest.mark.slow
@@ -245,7 +249,8 @@ def test_a_trial_under_its_pruning_rate_stops_after_its_first_steps(tmp_path: Pa
     assert result.ok, result.error
     assert result.pruned
     assert result.steps_completed == PRUNE_AFTER
-    assert result.samples_per_second and result.samples_per_second < 1e12
+    assert result.samples_per_second
+    assert result.samples_per_second < 1e12
     assert result.input is None
     again = type(result).from_dict(result.to_dict())
     assert again.pruned

@@ -40,7 +40,8 @@ def test_round_trip_and_atomic_save(tmp_path: Path) -> None:
     config.save(path)
     assert TunedConfig.load(path) == config
     data = json.loads(path.read_text())
-    assert data["schema"] == "mptune.config" and data["schema_version"] == 1
+    assert data["schema"] == "mptune.config"
+    assert data["schema_version"] == 1
     # The export writes every execution knob, at its default too (Setup.to_dict(explicit=True)).
     assert data["setup"] == {
         "policy": "mixed_float16",
@@ -178,13 +179,15 @@ def test_fingerprint_from_profile() -> None:
     assert (on_cpu.device, on_cpu.gpu_name, on_cpu.cpu_model) == ("cpu", None, "Test CPU")
     second = HardwareFingerprint.from_profile(profile, "gpu:1 (GPU One)")
     assert (second.device, second.gpu_name, second.compute_capability) == ("gpu", "GPU One", "8.1")
-    assert second.gpu_memory_total_mb == 40960.0 and second.cpu_flags == ("avx2", "fma")
+    assert second.gpu_memory_total_mb == 40960.0
+    assert second.cpu_flags == ("avx2", "fma")
     assert HardwareFingerprint.from_profile(profile, "gpu").gpu_name == "GPU Zero"
     # No GPU here at all: a "gpu" device falls back to describing the CPU honestly.
     assert HardwareFingerprint.from_profile(fake_profile(), "gpu:0 (x)").device == "cpu"
     # The digest identifies the hardware: stable, 16 hex digits, different per device.
     assert second.digest == HardwareFingerprint.from_profile(profile, "gpu:1").digest
-    assert len(second.digest) == 16 and int(second.digest, 16) >= 0
+    assert len(second.digest) == 16
+    assert int(second.digest, 16) >= 0
     assert (
         len(
             {
@@ -273,7 +276,8 @@ def test_snippets_compile_and_carry_the_setup(keras: str, policy: str, scale: st
     if scale.startswith("dynamic"):
         assert "LossScaleOptimizer" in snippet
     if scale.startswith("fixed"):
-        assert ("loss_scale_factor" in snippet) if keras == "3" else ("dynamic=False" in snippet)
+        fixed_by = "loss_scale_factor" if keras == "3" else "dynamic=False"
+        assert fixed_by in snippet
     # keras_setup.compile_kwargs: jit_compile and steps_per_execution always (False and 1 here).
     expected: dict[str, object] = {"jit_compile": False, "steps_per_execution": 1}
     if keras == "3" and not scale.startswith("dynamic"):
@@ -399,7 +403,8 @@ def test_control_characters_are_rejected_naming_the_field(
     path = write_config(tmp_path, mutate)
     with pytest.raises(ConfigError, match=r"must not contain control characters") as info:
         TunedConfig.load(path)
-    assert field in str(info.value) and "\n" not in str(info.value)
+    assert field in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_free_text_keeps_tabs_and_line_breaks(tmp_path: Path) -> None:
@@ -620,8 +625,10 @@ def test_export_cli_reports_a_bad_config_on_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mptune: error:"), err
-    assert fragment in lines[0] and "Traceback" not in err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("mptune: error:"), err
+    assert fragment in lines[0]
+    assert "Traceback" not in err
 
 
 # -- precision hazards ----------------------------------------------------------------------
@@ -665,7 +672,8 @@ def test_a_config_without_hazards_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_text(json.dumps(data))
     config = TunedConfig.load(path)
-    assert config.hazards == () and config == make_config()
+    assert config.hazards == ()
+    assert config == make_config()
     assert "mptune numerics" not in render(config, "snippet")
 
 
@@ -726,7 +734,8 @@ def test_bad_hazards_name_the_field(tmp_path: Path, mutate, fragment: str) -> No
     with pytest.raises(ConfigError) as info:
         TunedConfig.load(write_config(tmp_path, mutate))
     message = str(info.value)
-    assert message.startswith(f"{tmp_path / 'tuned.json'}: ") and fragment in message, message
+    assert message.startswith(f"{tmp_path / 'tuned.json'}: "), message
+    assert fragment in message, message
     assert "\n" not in message
 
 
@@ -744,7 +753,8 @@ def test_bad_hazards_name_the_field(tmp_path: Path, mutate, fragment: str) -> No
 def test_hazard_control_characters_are_rejected(tmp_path: Path, changes: dict, field: str) -> None:
     with pytest.raises(ConfigError, match="must not contain control characters") as info:
         TunedConfig.load(write_config(tmp_path, with_hazard(**changes)))
-    assert field in str(info.value) and "\n" not in str(info.value)
+    assert field in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("key", ["evidence", "fix", "layer"])
@@ -788,7 +798,8 @@ def test_every_format_shows_the_hazards_as_comments(fmt: str, keras: str) -> Non
     plain = render(make_config(policy="mixed_bfloat16"), fmt, keras)
     assert code_only(code) == code_only(plain)
     added = [line for line in code.splitlines() if line not in plain.splitlines()]
-    assert len(added) >= 4 and all(line.startswith("# ") for line in added)
+    assert len(added) >= 4
+    assert all(line.startswith("# ") for line in added)
     assert all(len(line) <= COMMENT_WIDTH for line in added)
 
 
@@ -824,7 +835,8 @@ def test_long_hazard_text_is_wrapped() -> None:
     code = render(make_config(hazards=(hazard,)), "snippet")
     plain = render(make_config(), "snippet").splitlines()
     lines = [line for line in code.splitlines() if line not in plain]
-    assert len(lines) > 10 and all(line.startswith("# ") for line in lines)
+    assert len(lines) > 10
+    assert all(line.startswith("# ") for line in lines)
     assert max(map(len, lines)) <= COMMENT_WIDTH
     assert "x" * 300 in comment_text(code).replace(" ", "")  # a long word broken, not lost
 
@@ -880,7 +892,8 @@ def test_config_from_session_carries_the_hazards() -> None:
         hardware={"cpu": {"model": "Test CPU", "flags": ["avx2"]}},
     )
     config = config_from_session(session)  # type: ignore[arg-type]
-    assert config.hazards == HAZARDS and config.evidence == base.evidence
+    assert config.hazards == HAZARDS
+    assert config.evidence == base.evidence
     assert TunedConfig.from_dict(json.loads(config.to_json())) == config
 
 
@@ -999,7 +1012,8 @@ def test_bad_knobs_name_the_field_on_one_line(tmp_path: Path, mutate, fragment: 
     with pytest.raises(ConfigError) as info:
         TunedConfig.load(write_config(tmp_path, mutate))
     message = str(info.value)
-    assert message.startswith(f"{tmp_path / 'tuned.json'}: ") and fragment in message, message
+    assert message.startswith(f"{tmp_path / 'tuned.json'}: "), message
+    assert fragment in message, message
     assert "\n" not in message
 
 
@@ -1013,7 +1027,8 @@ def test_export_cli_reports_a_bad_knob_on_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"mptune: error: {path}: field setup.tf32: ")
+    assert len(lines) == 1
+    assert lines[0].startswith(f"mptune: error: {path}: field setup.tf32: ")
 
 
 @pytest.mark.parametrize(
@@ -1045,7 +1060,8 @@ def test_keras3_snippet_carries_the_knobs(policy: str, scale: str, expected: dic
         compile(code, f"{fmt}.py", "exec")
         values = assignments(code)
         assert values["COMPILE_KWARGS"] == expected
-        assert values["BATCH_SIZE"] == 32 and values["GRADIENT_ACCUMULATION_STEPS"] == 2
+        assert values["BATCH_SIZE"] == 32
+        assert values["GRADIENT_ACCUMULATION_STEPS"] == 2
         assert 'config["gradient_accumulation_steps"] = GRADIENT_ACCUMULATION_STEPS' in code
         accumulate = code.index("gradient_accumulation_steps")
         for wrapping in ("LossScaleOptimizer(", "loss_scale_factor"):
@@ -1066,15 +1082,18 @@ def test_keras3_snippet_carries_the_knobs(policy: str, scale: str, expected: dic
 
 def test_knobs_at_their_defaults_add_no_accumulation() -> None:
     code = render(make_config(policy="mixed_bfloat16"), "snippet")
-    assert "GRADIENT_ACCUMULATION_STEPS" not in code and "gradient_accumulation" not in code
-    assert "TF32" not in code and "tensor_float_32" not in code  # mixed: TF32 left alone
+    assert "GRADIENT_ACCUMULATION_STEPS" not in code
+    assert "gradient_accumulation" not in code
+    assert "TF32" not in code
+    assert "tensor_float_32" not in code  # mixed: TF32 left alone
     assert assignments(code)["COMPILE_KWARGS"] == {
         "auto_scale_loss": False,
         "jit_compile": False,
         "steps_per_execution": 1,
     }
     text = comment_text(code)
-    assert "No XLA: a plain tf.function" in text and "One training step per call" in text
+    assert "No XLA: a plain tf.function" in text
+    assert "One training step per call" in text
 
 
 @pytest.mark.parametrize("fmt, keras", FORMATS_RENDERED)
@@ -1114,7 +1133,8 @@ def test_keras2_snippet_carries_xla_and_steps_per_execution() -> None:
     config = knob_config("mixed_float16", "dynamic", xla=True, steps_per_execution=8)
     code = render(config, "snippet", "2")
     assert assignments(code)["COMPILE_KWARGS"] == {"jit_compile": True, "steps_per_execution": 8}
-    assert "auto_scale_loss" not in code and "gradient_accumulation" not in code
+    assert "auto_scale_loss" not in code
+    assert "gradient_accumulation" not in code
 
 
 def test_keras2_refuses_gradient_accumulation() -> None:
@@ -1122,7 +1142,9 @@ def test_keras2_refuses_gradient_accumulation() -> None:
     with pytest.raises(ConfigError) as info:
         render(config, "snippet", "2")
     message = str(info.value)
-    assert "\n" not in message and "[[keras 3]]" in message and "2 accumulation steps" in message
+    assert "\n" not in message
+    assert "[[keras 3]]" in message
+    assert "2 accumulation steps" in message
     assert "tf_keras" in message
     render(config, "snippet", "3")  # Keras 3 can
     assert json.loads(render(config, "json", "2"))["setup"]["gradient_accumulation_steps"] == 2
@@ -1139,7 +1161,8 @@ def test_export_cli_refuses_keras2_accumulation_on_one_line(tmp_path: Path) -> N
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "export it for Keras 3 (--keras 3)" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "export it for Keras 3 (--keras 3)" in lines[0], lines
 
 
 # -- the Keras backend ------------------------------------------------------------------------
@@ -1183,7 +1206,8 @@ def test_keras3_exports_set_the_backend_before_keras(fmt: str, backend: str) -> 
         assert assignments(code)["KERAS_BACKEND"] == backend
         assert "if keras.backend.backend() != KERAS_BACKEND:" in code
         text = comment_text(code)
-        assert "Keras reads KERAS_BACKEND once" in text and "not setdefault" in text
+        assert "Keras reads KERAS_BACKEND once" in text
+        assert "not setdefault" in text
         expected_jit = True if backend == "jax" else xla
         assert assignments(code)["COMPILE_KWARGS"]["jit_compile"] is expected_jit
         if backend == "jax":
@@ -1226,4 +1250,5 @@ def test_keras2_refuses_other_backends_on_one_line(tmp_path: Path, backend: str,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "tf_keras (Keras 2) runs on TensorFlow only" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert "tf_keras (Keras 2) runs on TensorFlow only" in lines[0], lines

@@ -172,7 +172,8 @@ def test_killing_mptune_leaves_no_process_and_no_running_trial(
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == exit_code, err
     assert "Traceback" not in err
-    assert ended(worker, 30) and ended(child, 30), "a worker or its child outlived mptune"
+    assert ended(worker, 30), "the worker outlived mptune"
+    assert ended(child, 30), "the worker's child outlived mptune"
     assert not list(tmp.iterdir()), "worker log files were left behind"
 
     session = TuningSession.create("s", storage, {})
@@ -180,7 +181,8 @@ def test_killing_mptune_leaves_no_process_and_no_running_trial(
         assert "finished trials are kept in session s" in err
         assert "mptune tune --resume s" in err
         (trial,) = session.trials()
-        assert trial.state == "FAIL" and trial.note == note
+        assert trial.state == "FAIL"
+        assert trial.note == note
     else:  # SIGKILL: nothing ran in mptune; the next search fails the trial and takes over
         assert session.trials() == []
         assert session.fail_orphans() == 1
@@ -300,7 +302,8 @@ def test_workers_started_ahead_are_ended_at_their_trials_limit_while_they_import
         assert time.monotonic() - t0 < 1.0 + LIMIT_MARGIN_S
         assert pool.idle_pids == []  # none is left waiting: both were ended
         results = [pool.run(spec), pool.run(spec)]
-        assert pool.started == 2 and not process.LIVE  # no worker was started for them
+        assert pool.started == 2
+        assert not process.LIVE  # no worker was started for them
     for result in results:
         assert result.status is TrialStatus.TIMEOUT
         assert result.error.phase == "import"
@@ -473,10 +476,12 @@ def test_a_result_contradicting_its_step_events_is_not_trusted() -> None:
     result = ResultMessage.from_dict(wire)
     facts = WorkerFacts(result, None, True, batch_size=8, measured_step_ms=(10.0, 10.0))
     status, error = classify(facts)
-    assert status is TrialStatus.CRASHED and "step times imply 800" in error.message
+    assert status is TrialStatus.CRASHED
+    assert "step times imply 800" in error.message
     facts = WorkerFacts(result, None, True, batch_size=8, measured_step_ms=(10.0,))
     status, error = classify(facts)
-    assert status is TrialStatus.CRASHED and "2 measured steps" in error.message
+    assert status is TrialStatus.CRASHED
+    assert "2 measured steps" in error.message
     honest = ResultMessage.from_dict({**wire, "samples_per_second": 800.0})
     facts = WorkerFacts(honest, None, True, batch_size=8, measured_step_ms=(10.0, 10.0))
     assert classify(facts)[0] is TrialStatus.OK
@@ -557,7 +562,8 @@ def test_a_stale_trial_of_another_host_is_failed_by_heartbeat(tmp_path: Path) ->
         db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
     assert TuningSession.create("hb", url, {}).fail_orphans() == 1
     (stored,) = TuningSession.load("hb", url).trials()
-    assert stored.state == "FAIL" and "heartbeat" in stored.note
+    assert stored.state == "FAIL"
+    assert "heartbeat" in stored.note
 
 
 # -- a session owns its model, space and settings ------------------------------------------------
@@ -612,7 +618,8 @@ def test_a_trial_stopped_while_it_ran_is_run_again_on_resume(tmp_path: Path) -> 
     result = run_scripted(
         again, tmp_path, "r", model=None, settings=SearchSettings(max_trials=3), resume=True
     )
-    assert len(again.calls) == 1 and result.recalled == 2
+    assert len(again.calls) == 1
+    assert result.recalled == 2
     trials = TuningSession.load("r", url).trials()
     assert [t.result is None for t in trials] == [False, False, True, False]
 
@@ -621,7 +628,8 @@ def test_resume_with_a_bigger_budget_continues_the_same_model(tmp_path: Path) ->
     run_scripted(Machine(speed=SPEEDS), tmp_path, "r")
     more = Machine(speed=SPEEDS)
     run_scripted(more, tmp_path, "r", model=None, settings=SearchSettings(max_trials=5))
-    assert len(more.calls) == 2 and {c.model for c in more.calls} == {"builtin:mlp"}
+    assert len(more.calls) == 2
+    assert {c.model for c in more.calls} == {"builtin:mlp"}
 
 
 @pytest.mark.parametrize(
@@ -675,14 +683,16 @@ def test_a_read_only_database_is_one_line(tmp_path: Path) -> None:
     proc = cli("tune", "--resume", "r", "--storage", read_only, "--max-trials", "9")
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("mptune: error: ") and "readonly database" in line
+    assert line.startswith("mptune: error: ")
+    assert "readonly database" in line
 
 
 def test_a_password_with_an_at_sign_is_never_shown(tmp_path: Path) -> None:
     proc = cli("sessions", "--storage", "postgresql://me:s3cr@t-tail@127.0.0.1:1/db")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert "s3cr" not in line and "t-tail" not in line
+    assert "s3cr" not in line
+    assert "t-tail" not in line
     assert "%40" in line
 
 
@@ -726,7 +736,8 @@ def test_a_batch_size_whose_data_cannot_fit_is_refused_before_any_trial(tmp_path
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert "batch size 1,048,576" in line and "4 TiB" in line
+    assert "batch size 1,048,576" in line
+    assert "4 TiB" in line
     ram = psutil.virtual_memory().total
     largest = int(ram * 0.9) // (4 * 1048576 + 4)  # RAM less the default 10% headroom
     assert f"the largest that fits is {largest:,}" in line
@@ -745,7 +756,8 @@ def test_batch_sizes_are_bounded_by_the_memory_a_trial_may_use(tmp_path: Path) -
         run_scripted(
             machine, tmp_path, "b", model=model, space=SearchSpace(batch_sizes=(64, 1 << 22))
         )
-    assert "batch size 4,194,304" in str(info.value) and machine.calls == []
+    assert "batch size 4,194,304" in str(info.value)
+    assert machine.calls == []
     assert list_sessions(f"sqlite:///{tmp_path / 's.db'}") == []
     run_scripted(machine, tmp_path, "b", model=model, space=SearchSpace(batch_sizes=(64, 1 << 21)))
     assert machine.calls
@@ -831,8 +843,8 @@ def test_a_trial_the_store_could_not_write_leaves_every_count_in_agreement(
     assert counted_alike(url, "d") == 3
     with monkeypatch.context() as patched:
         FullDisk(patched, room)
+        more = SearchSettings(max_trials=6)
         with pytest.raises(MptuneError, match="database or disk is full"):
-            more = SearchSettings(max_trials=6)
             run_scripted(
                 Machine(speed=SPEEDS), tmp_path, "d", model=None, settings=more, resume=True
             )
@@ -859,7 +871,8 @@ def test_a_trial_measures_how_busy_the_machine_was() -> None:
     assert busy.status is TrialStatus.OK, busy.error
     # One burner per core competes with the trial for every core: well over a quarter of the
     # machine's CPU time went to them (the recommendation calls a machine busy above 0.25).
-    assert busy.background_load is not None and busy.background_load > 0.25
+    assert busy.background_load is not None
+    assert busy.background_load > 0.25
 
 
 def test_a_session_is_never_continued_on_another_kind_of_machine(tmp_path: Path) -> None:
@@ -875,5 +888,6 @@ def test_a_session_is_never_continued_on_another_kind_of_machine(tmp_path: Path)
             ),
             runner=machine,
         )
-    assert "CPU Test CPU vs Other CPU" in str(info.value) and "another [[study]]" in str(info.value)
+    assert "CPU Test CPU vs Other CPU" in str(info.value)
+    assert "another [[study]]" in str(info.value)
     assert machine.calls == []

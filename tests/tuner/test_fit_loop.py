@@ -58,11 +58,13 @@ def test_fit_rate_times_whole_epochs_where_they_are_short(steps_per_execution: i
     assert fed["epochs"] >= 1
     # Every step of the whole epochs timed, and no other: the epochs before are not counted.
     assert fed["batches"] == 12 * fed["epochs"]
-    assert steps % 12 == 0 and steps > fed["batches"]
+    assert steps % 12 == 0
+    assert steps > fed["batches"]
     # The epoch end nearest the window: at least half of it, less than one epoch over.
     assert fed["seconds"] >= 0.15
     assert fed["samples_per_second"] == pytest.approx(fed["batches"] * 16 / fed["seconds"])
-    assert fed["fit_loop"] and fed["kind"] == "arrays"
+    assert fed["fit_loop"]
+    assert fed["kind"] == "arrays"
 
 
 def test_fit_rate_times_within_an_epoch_longer_than_its_window() -> None:
@@ -187,7 +189,8 @@ def test_a_fit_stopped_within_an_epoch_is_timed_over_its_whole_epochs(
     for n in range(3):  # the warm executions' epoch, then two timed
         epoch(4)
         clock.on_epoch_end(n)
-    assert clock.epochs == 2 and not model.stop_training
+    assert clock.epochs == 2
+    assert not model.stop_training
     epoch(2)
     model.stop_training = True  # as the clock does when the next execution would end too late
     clock.on_epoch_end(3)
@@ -195,7 +198,8 @@ def test_a_fit_stopped_within_an_epoch_is_timed_over_its_whole_epochs(
     executions, seconds, left_out = clock.window(feeding.time.perf_counter())
     assert (executions, left_out) == (8, 0)
     first_end, last_end = clock.epoch_start, clock._ends[-1][0]
-    assert first_end is not None and seconds == pytest.approx(last_end - first_end)
+    assert first_end is not None
+    assert seconds == pytest.approx(last_end - first_end)
 
 
 class _Manual:
@@ -291,14 +295,17 @@ def test_fit_queues_as_it_would_and_stays_within_the_bound(
     clock = feeding.FitClock(seconds=3.0, warm=2)
     epochs = [[took] * per_epoch for _ in range(100)]
     model, deepest = _fit_ahead(clock, timer, epochs)
-    assert model.stop_training and clock.start is not None
+    assert model.stop_training
+    assert clock.start is not None
     assert deepest > 2  # queued ahead, as without the clock
     executions, seconds, _ = clock.window(timer.now)
-    assert executions >= 1 and seconds / executions == pytest.approx(took, rel=0.01)
+    assert executions >= 1
+    assert seconds / executions == pytest.approx(took, rel=0.01)
     # What was queued ran to its end within the bound, the foresight's error aside.
     assert timer.now - clock.start <= feeding.LONGEST * 3.0 + 1e-6
     if per_epoch * took < 3.0:
-        assert clock.epochs >= 1 and executions == per_epoch * clock.epochs  # whole epochs
+        assert clock.epochs >= 1
+        assert executions == per_epoch * clock.epochs  # whole epochs
     else:
         assert clock.epochs == 0  # within the first epoch
 
@@ -395,13 +402,15 @@ def test_slow_epochs_after_the_first_are_counted(monkeypatch: pytest.MonkeyPatch
     clock, timer = run(slow={2, 4})  # the first timed epoch is steady: nothing left out
     executions, seconds, _ = clock.window(timer.now)
     assert clock.settling_s == 0.0
-    assert clock.epochs >= feeding.MIN_EPOCHS and executions == 4 * clock.epochs
+    assert clock.epochs >= feeding.MIN_EPOCHS
+    assert executions == 4 * clock.epochs
     assert seconds >= 0.04 + 0.34  # epoch 1, then the slow epoch 2 counted
 
     clock, timer = run(slow={1, 3})  # the first timed epoch slow, over 2.5x the next
     executions, seconds, _ = clock.window(timer.now)
     assert clock.settling_s == pytest.approx(0.34)  # left out...
-    assert clock.epochs >= 2 and executions == 4 * clock.epochs
+    assert clock.epochs >= 2
+    assert executions == 4 * clock.epochs
     assert seconds >= 0.04 + 0.34  # ... but epoch 3, slow again, counted
     # The window begins at its end: after the warm epoch (0.04 s) and it (0.34 s).
     assert clock.epoch_start == pytest.approx(0.04 + 0.34)
@@ -421,7 +430,8 @@ def test_a_dataset_is_given_to_fit_as_it_is() -> None:
     feed = feeding.Feed(data, None, "tf_data", "make_dataset(16)")
     assert feed.batched
     fed = feeding.fit_rate(model, feed, 16, 0.2)
-    assert fed["kind"] == "tf_data" and fed["samples_per_second"] > 0
+    assert fed["kind"] == "tf_data"
+    assert fed["samples_per_second"] > 0
 
 
 def test_an_empty_input_is_said_in_words() -> None:

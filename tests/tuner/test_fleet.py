@@ -87,15 +87,19 @@ def test_a_worker_takes_trials_from_a_running_search_and_none_is_run_twice(
         runner=search_runner,
     )
     worker.join(timeout=30)
-    assert not worker.is_alive() and done and done[0].reason == "its search ended"
-    assert remote.calls and local.calls
+    assert not worker.is_alive()
+    assert done
+    assert done[0].reason == "its search ended"
+    assert remote.calls
+    assert local.calls
     assert len(done[0].ran) == len(remote.calls)
     assert measured(postgres_url, "fleet-1") == measured(
         f"sqlite:///{tmp_path / 'alone.db'}", "alone"
     )
     assert result.recommendation.setup == alone.recommendation.setup
     session = TuningSession.load("fleet-1", postgres_url)
-    assert not session._running() and not session.waiting()
+    assert not session._running()
+    assert not session.waiting()
 
 
 def test_workers_need_a_database_server(tmp_path: Path) -> None:
@@ -107,7 +111,8 @@ def test_workers_need_a_database_server(tmp_path: Path) -> None:
             runner=Machine(speed=SPEEDS),
         )
     proc = cli("worker", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--study", "s")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_a_worker_for_a_missing_session_or_another_machine_is_refused(
@@ -250,7 +255,8 @@ def test_two_worker_processes_and_a_killed_one_lose_no_trial_and_run_none_twice(
         doomed.wait(timeout=30)
         assert search.wait(timeout=400) == 0, "".join(iter(search_lines.get, None))
         assert kept.wait(timeout=60) == 0
-        assert kept.stdout is not None and "its search ended" in kept.stdout.read()
+        assert kept.stdout is not None
+        assert "its search ended" in kept.stdout.read()
         for child in children:  # the killed worker's trial process ends with it
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.wait(timeout=30)

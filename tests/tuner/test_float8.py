@@ -52,7 +52,8 @@ def test_float8_on_tensorflow_brings_xla_and_every_face_words_it() -> None:
     assert tf.label == "mixed_bfloat16 b32 none xla fp8"
     assert "float8 matmuls" in tf.in_words()
     jax = Setup("mixed_bfloat16", 32, float8=True, backend="jax")
-    assert not jax.xla and jax.label == "mixed_bfloat16 b32 none fp8 jax"
+    assert not jax.xla
+    assert jax.label == "mixed_bfloat16 b32 none fp8 jax"
     for setup in (tf, jax):
         assert Setup.from_dict(setup.to_dict()) == setup
     assert Setup.from_dict({"policy": "float32", "batch_size": 8}).float8 is False  # stored before
@@ -101,7 +102,8 @@ def test_float8_is_offered_by_the_card_the_backend_and_the_layers(
     if why is None:
         assert skipped is None
     else:
-        assert skipped is not None and why in skipped
+        assert skipped is not None
+        assert why in skipped
 
 
 def test_the_share_of_multiply_adds_and_the_layers_left_out() -> None:
@@ -114,11 +116,14 @@ def test_the_share_of_multiply_adds_and_the_layers_left_out() -> None:
     from tuner.worker.as_trained import quantizable_work
 
     spec = importlib.util.spec_from_file_location("block", BLOCK)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     block = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(block)
     share, left = quantizable_work(block.build_model())
-    assert share is not None and share > 0.99 and left == ()
+    assert share is not None
+    assert share > 0.99
+    assert left == ()
 
     inputs = keras.Input((28, 28, 1))
     x = keras.layers.Conv2D(32, 3)(inputs)
@@ -153,8 +158,10 @@ def test_the_share_of_multiply_adds_and_the_layers_left_out() -> None:
     policies = {layer.name: layer.dtype_policy.name for layer in model.layers[1:]}
     assert policies == {"mine": "float32", "adapted": "float32", "out": "float8_from_float32"}
     warning = _not_quantized(model, "float32")
-    assert warning is not None and warning.startswith("float8 leaves 2 of the model's Dense")
-    assert "mine (a MyDense" in warning and "adapted (LoRA enabled)" in warning
+    assert warning is not None
+    assert warning.startswith("float8 leaves 2 of the model's Dense")
+    assert "mine (a MyDense" in warning
+    assert "adapted (LoRA enabled)" in warning
 
 
 @pytest.mark.parametrize(
@@ -178,7 +185,8 @@ def test_a_search_does_not_try_float8_and_its_evidence_says_why(
     rec = run(machine, tmp_path, settings=settings, profile=FakeProfile(gpus=(FakeGpu(cc),)))
     rec = rec.recommendation
     assert not any(s.setup.float8 for s in machine.calls)
-    assert rows(rec)["Float8"].startswith("off: not tried (") and why in rows(rec)["Float8"]
+    assert rows(rec)["Float8"].startswith("off: not tried (")
+    assert why in rows(rec)["Float8"]
     assert why in {item["what"]: item["why"] for item in rec.not_tried}["Float8"]
 
 
@@ -202,8 +210,10 @@ def test_a_search_on_an_h100_tries_float8_on_each_pick_and_adopts_it_where_it_pa
     )
     rec = result.recommendation
     tried = [s.setup for s in machine.calls if s.setup.float8]
-    assert tried and all(s.xla is (backend == "tensorflow") for s in tried)
-    assert rec.setup.float8 and rec.setup.policy.name == "mixed_bfloat16"
+    assert tried
+    assert all(s.xla is (backend == "tensorflow") for s in tried)
+    assert rec.setup.float8
+    assert rec.setup.policy.name == "mixed_bfloat16"
     assert rows(rec)["Float8"].startswith("on: float8 matmuls at batch size")
     assert "adopted" in rows(rec)["Float8"]
     stages = {t.stage for t in TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()}
@@ -249,13 +259,17 @@ def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
         for t in trials
         if t.stage == "float8" and t.result and t.result.spec.setup.precision == rec.setup.precision
     ]
-    assert trial.result is not None and trial.result.ok, trial.result and trial.result.error
+    assert trial.result is not None
+    assert trial.result.ok, trial.result.error
     setup = trial.result.spec.setup
-    assert setup.float8 and setup.xla is (backend == "tensorflow")
+    assert setup.float8
+    assert setup.xla is (backend == "tensorflow")
     trained = trial.result.trained
-    assert trained is not None and trained.quantized == "float8"
-    assert trained.policy == str(setup.policy) and trained.quantizable_share == 1.0
-    assert setup.knobs == ("xla", "fp8") if backend == "tensorflow" else ("fp8", "jax")
+    assert trained is not None
+    assert trained.quantized == "float8"
+    assert trained.policy == str(setup.policy)
+    assert trained.quantizable_share == 1.0
+    assert setup.knobs == (("xla", "fp8") if backend == "tensorflow" else ("fp8", "jax"))
     row = rows(rec)["Float8"]
     assert f"#{trial.number}" in row  # measured against its pick, on the evidence
     assert trial.result.losses  # the guard's losses, compared with float32's
@@ -266,15 +280,19 @@ def test_a_float8_trial_on_tensorflow_brings_xla_and_trains_float8_layers() -> N
     """TensorFlow's FP8 matmuls are XLA's: a float8 setup brings ``xla``, and its trial
     compiles the quantized model with it (read back from the model)."""
     setup = Setup("mixed_bfloat16", 32, float8=True)
-    assert setup.backend == "tensorflow" and setup.xla and setup.knobs == ("xla", "fp8")
+    assert setup.backend == "tensorflow"
+    assert setup.xla
+    assert setup.knobs == ("xla", "fp8")
     spec = TrialSpec(
         model=str(BLOCK), setup=setup, steps=3, warmup_steps=1, device="cpu", probe=False
     )
     result = run_trial(spec)
     assert result.ok, result.error
     trained = result.trained
-    assert trained is not None and trained.quantized == "float8"
-    assert trained.policy == "mixed_bfloat16" and trained.quantizable_share == 1.0
+    assert trained is not None
+    assert trained.quantized == "float8"
+    assert trained.policy == "mixed_bfloat16"
+    assert trained.quantizable_share == 1.0
     assert trained.jit_compile, "the quantized model was compiled without XLA"
 
 

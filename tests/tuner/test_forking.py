@@ -29,7 +29,8 @@ def spec(backend: str, **kwargs: object) -> TrialSpec:
 
 def up_server(env: dict[str, str]) -> forking.ForkServer:
     server = forking.prepare(env)
-    assert server is not None and server.is_up(timeout=120), "the fork server never came up"
+    assert server is not None, "no fork server was prepared"
+    assert server.is_up(timeout=120), "the fork server never came up"
     return server
 
 
@@ -58,11 +59,15 @@ def test_eager_serves_an_environment_from_its_second_worker_on(monkeypatch) -> N
     started: list[str] = []
     monkeypatch.setattr(forking, "prepare", lambda env: started.append(env["ONE_OFF"]))
     env = {**worker_environment(spec(backend="jax")), FORK_ENV: "on"}
-    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == []
-    assert forking.ready({**env, "ONE_OFF": "b"}) is None and started == []
-    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == ["a"]
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None
+    assert started == []
+    assert forking.ready({**env, "ONE_OFF": "b"}) is None
+    assert started == []
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None
+    assert started == ["a"]
     monkeypatch.setattr(forking, "EAGER", False)  # a user's process: only searches start them
-    assert forking.ready({**env, "ONE_OFF": "a"}) is None and started == ["a"]
+    assert forking.ready({**env, "ONE_OFF": "a"}) is None
+    assert started == ["a"]
 
 
 @pytest.mark.slow
@@ -80,14 +85,17 @@ def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
             started.append(pid)
 
     forked = run_trial(spec(backend="jax"), on_event)
-    assert fresh.ok and forked.ok, (fresh.error, forked.error)
+    assert fresh.ok, fresh.error
+    assert forked.ok, forked.error
     # Forked: the worker's parent is the server's keeper, not this process.
     (pid,) = started
     assert pid not in {c.pid for c in psutil.Process().children()}
     # The same seed, data and starting weights: the same losses, step by step.
     assert forked.losses == pytest.approx(fresh.losses, rel=1e-6)
-    assert forked.versions == fresh.versions and forked.device == fresh.device == "cpu"
-    assert forked.memory_method and "fork server's shared-library pages" in forked.memory_method
+    assert forked.versions == fresh.versions
+    assert forked.device == fresh.device == "cpu"
+    assert forked.memory_method
+    assert "fork server's shared-library pages" in forked.memory_method
 
 
 @pytest.mark.slow
@@ -102,7 +110,8 @@ def test_a_forked_tensorflow_workers_peak_counts_the_shared_libraries(monkeypatc
     forked = run_trial(tf)
     monkeypatch.setenv(FORK_ENV, "off")
     fresh = run_trial(tf)
-    assert forked.ok and fresh.ok, (forked.error, fresh.error)
+    assert forked.ok, forked.error
+    assert fresh.ok, fresh.error
     assert "fork server" in (forked.memory_method or "")
     assert "fork server" not in (fresh.memory_method or "")
     assert forked.peak_memory_mb == pytest.approx(fresh.peak_memory_mb, rel=0.1)
@@ -139,7 +148,8 @@ def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatc
     # One whose imports fail never comes up (a worker forked from it would only fail so).
     broken = forking.ForkServer({**env, "KERAS_BACKEND": "no-such-backend"})
     try:
-        assert not broken.is_up(timeout=60) and broken.proc.wait(30) == 1
+        assert not broken.is_up(timeout=60)
+        assert broken.proc.wait(30) == 1
     finally:
         broken.close()
     # One that died: the next worker starts afresh, and its trial runs.
@@ -171,10 +181,13 @@ def test_a_pool_ends_the_servers_it_started_and_leaves_anothers(monkeypatch) -> 
     with WorkerPool() as pool:
         pool.start_ahead([jax_spec, torch_spec])
         mine = forking.ready(worker_environment(torch_spec))
-        assert mine is not None and mine is not theirs and mine.is_up()
+        assert mine is not None
+        assert mine is not theirs
+        assert mine.is_up()
         forked = [pid for pid in pool.idle_pids if psutil.Process(pid).ppid() != os.getpid()]
         assert len(forked) == 2  # both workers forked, each from its environment's server
     assert mine.proc.poll() is not None  # ended with the pool that started it
-    assert theirs.is_up() and theirs.proc.poll() is None
+    assert theirs.is_up()
+    assert theirs.proc.poll() is None
     assert forking.ready(worker_environment(jax_spec)) is theirs
     forking.discard(theirs)

@@ -44,7 +44,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_gpu_search.py"
 
 def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_gpu_search", BENCH)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -93,7 +94,8 @@ def test_todays_design_replays_the_recorded_search(bench: ModuleType, table: Mac
     # at batch size 1024 (68.9 s), which ran out of memory as float32+tf32 (the same tensors)
     # had at that size. The guard knows it now and compares mixed_float16 b512 with float32
     # at b512 instead; the pick is what the record's was.
-    assert ran[:7] == recorded[:7] and ran[7:] == [("float32", 512)]
+    assert ran[:7] == recorded[:7]
+    assert ran[7:] == [("float32", 512)]
     costs = {(m.precision, m.batch_size): m.seconds or 0.0 for m in table.setups}
     assert sum(costs[k] for k in ran[:7]) + sum(table.probes.values()) < run.seconds
     assert all(c.fresh for c in run.charges)
@@ -216,11 +218,16 @@ def _priced(design: Design, specs: list[TrialSpec]) -> Pricing:
 def test_today_every_trial_starts_a_worker_and_an_oom_pays_what_it_cost() -> None:
     pricing = _priced(TODAY, [_spec("float32", 64), _spec("float32", 64), _spec("float32", 1024)])
     first, again, oom = pricing.charges
-    assert first.fresh and again.fresh and oom.fresh
-    assert first.parts["start"] == 1 and first.parts["build"] == 9  # as the table timed it
+    assert first.fresh
+    assert again.fresh
+    assert oom.fresh
+    assert first.parts["start"] == 1
+    assert first.parts["build"] == 9  # as the table timed it
     assert again.parts["compile"] == first.parts["compile"]  # compiled again
-    assert oom.status is TrialStatus.OOM and not oom.refused
-    assert oom.parts["start"] == 5 and oom.parts["failed"] == 65  # 70 s in all
+    assert oom.status is TrialStatus.OOM
+    assert not oom.refused
+    assert oom.parts["start"] == 5
+    assert oom.parts["failed"] == 65  # 70 s in all
 
 
 def test_warm_worker_pays_start_and_build_once_and_each_new_step_its_compile() -> None:
@@ -234,8 +241,10 @@ def test_warm_worker_pays_start_and_build_once_and_each_new_step_its_compile() -
         ],
     )
     first, wider, again = pricing.charges
-    assert first.fresh and first.parts["probe"] == 17  # the table's, by policy
-    assert not wider.fresh and wider.parts["start"] == wider.parts["build"] == 0
+    assert first.fresh
+    assert first.parts["probe"] == 17  # the table's, by policy
+    assert not wider.fresh
+    assert wider.parts["start"] == wider.parts["build"] == 0
     assert wider.parts["compile"] == pytest.approx(14 + 0.03 * 512)  # a new batch size
     assert again.parts["compile"] == pytest.approx(5 * 512 / 4000)  # its warm-up steps only
     assert pricing.workers_started == 1
@@ -244,11 +253,15 @@ def test_warm_worker_pays_start_and_build_once_and_each_new_step_its_compile() -
 def test_a_predicted_oom_costs_a_compile_and_keeps_the_worker_a_real_one_ends_it() -> None:
     specs = [_spec("float32", 64), _spec("float32", 1024), _spec("float32", 64)]
     predicted = _priced(WARM, specs).charges
-    assert predicted[1].refused and predicted[1].status is TrialStatus.OOM
+    assert predicted[1].refused
+    assert predicted[1].status is TrialStatus.OOM
     assert predicted[1].parts["compile"] == pytest.approx(14 + 0.03 * 1024)
-    assert predicted[1].parts["failed"] == 0 and not predicted[2].fresh
+    assert predicted[1].parts["failed"] == 0
+    assert not predicted[2].fresh
     real = _priced(Design("warm", warm=True), specs).charges
-    assert not real[1].refused and real[1].parts["failed"] > 0 and real[2].fresh
+    assert not real[1].refused
+    assert real[1].parts["failed"] > 0
+    assert real[2].fresh
 
 
 def test_a_pool_of_batches_is_sized_by_the_sample_bytes_as_the_worker_sizes_it() -> None:
@@ -258,7 +271,8 @@ def test_a_pool_of_batches_is_sized_by_the_sample_bytes_as_the_worker_sizes_it()
     for sample_bytes in (4 * 1024, resnet):
         for b in (8, 64, 128, 256, 512, 1024):
             assert pool_samples(sample_bytes, b) == pool_size(sample_bytes, b) * b
-    assert pool_samples(resnet, 64) == 6 * 64 and pool_samples(resnet, 1024) == 1024
+    assert pool_samples(resnet, 64) == 6 * 64
+    assert pool_samples(resnet, 1024) == 1024
 
 
 def test_a_warm_trial_makes_its_sized_pool_a_fresh_build_the_same_pool() -> None:
@@ -279,7 +293,8 @@ def test_a_warm_trial_makes_its_sized_pool_a_fresh_build_the_same_pool() -> None
     # The build line (2 s + 0.02 s a sample) less the table's pool, then the sized pool.
     assert fresh.parts["build"] == pytest.approx(2.0)
     assert fresh.parts["data"] == pytest.approx(0.02 / 8 * 6 * 64)
-    assert warm.parts["build"] == 0 and warm.parts["data"] == pytest.approx(0.02 / 8 * 512)
+    assert warm.parts["build"] == 0
+    assert warm.parts["data"] == pytest.approx(0.02 / 8 * 512)
     today = Pricing(table, TODAY)
     Lookup(table, SimClock(), pricing=today)(_spec("mixed_bfloat16", 64))
     assert today.charges[0].parts["build"] + today.charges[0].parts["data"] == pytest.approx(
@@ -302,7 +317,9 @@ def test_a_lookup_without_pricing_costs_what_it_did() -> None:
     table = _table()
     runner = Lookup(table, SimClock())
     result = runner(_spec("float32", 1024))
-    assert result.status is TrialStatus.OOM and runner.clock.now == 70
+    assert result.status is TrialStatus.OOM
+    assert runner.clock.now == 70
     result = runner(_spec("mixed_bfloat16", 64, probe=True))
-    assert result.ok and result.timings.probe_s == 20  # phases' probe_s, not the policy's
+    assert result.ok
+    assert result.timings.probe_s == 20  # phases' probe_s, not the policy's
     assert result.timings.startup_s is None

@@ -131,7 +131,8 @@ def test_a_cpu_build_is_not_searched_for_libraries(tmp_path: Path) -> None:
     platform_dir.mkdir(parents=True)
     (platform_dir / "build_info.py").write_text("build_info = {'is_cuda_build': False}\n")
     software = read_software(tmp_path / "tensorflow")
-    assert software.tf_is_cuda_build is False and software.tf_cuda_libraries_missing is None
+    assert software.tf_is_cuda_build is False
+    assert software.tf_cuda_libraries_missing is None
 
 
 def test_jax_without_a_cuda_plugin_runs_on_the_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -276,7 +277,8 @@ def test_each_backend_says_why_and_how_to_fix_it(
         profile = dataclasses.replace(profile, cuda_driver_version=driver)
     assert static_problem(software, backend, profile.cuda_driver_version) == (reason, fix)
     found = unused_gpu(profile, backend)
-    assert found is not None and (found.reason, found.fix) == (reason, fix)
+    assert found is not None
+    assert (found.reason, found.fix) == (reason, fix)
 
 
 def test_backends_that_can_use_the_gpu_or_are_not_installed_have_no_finding() -> None:
@@ -308,7 +310,8 @@ def test_the_profile_carries_the_facts_and_the_finding() -> None:
     assert data["software"]["tf_cuda_libraries_missing"] == list(TF_LIBRARIES)
     assert data["unused_gpus"] == [unused_gpu(profile, "tensorflow").to_dict()]  # type: ignore[union-attr]
     again = HardwareProfile.from_dict(data)
-    assert again.software == PLAIN_TF and again.unused_gpus == profile.unused_gpus
+    assert again.software == PLAIN_TF
+    assert again.unused_gpus == profile.unused_gpus
     # A profile stored before these facts were read: unknown, not missing.
     old = {k: v for k, v in data["software"].items() if k != "tf_cuda_libraries_missing"}
     assert SoftwareInfo.from_dict(old).tf_cuda_libraries_missing is None
@@ -377,7 +380,8 @@ def test_a_new_search_on_the_default_device_is_refused_before_any_trial(tmp_path
         "'tensorflow[and-cuda]', or tune on the CPU anyway with [[device cpu]]"
     )
     assert refused.value.exit_code == 2
-    assert cpu_machine.calls == [] and list_sessions(storage) == []
+    assert cpu_machine.calls == []
+    assert list_sessions(storage) == []
 
 
 def test_on_the_cpu_as_asked_the_recommendation_says_the_gpu_went_unused(tmp_path: Path) -> None:
@@ -395,7 +399,8 @@ def test_on_the_cpu_as_asked_the_recommendation_says_the_gpu_went_unused(tmp_pat
         runner=cpu_machine,
     )
     rec = result.recommendation
-    assert cpu_machine.calls and all(spec.device == "cpu" for spec in cpu_machine.calls)
+    assert cpu_machine.calls
+    assert all(spec.device == "cpu" for spec in cpu_machine.calls)
     assert rec.unused_gpu == unused_gpu(profile, "tensorflow")
     rows = evidence_rows(rec)
     assert rows[0] == (
@@ -440,7 +445,9 @@ def test_a_trial_on_the_cpu_while_a_gpu_was_asked_for_is_proof() -> None:
     """The worker's own report: it trained on the CPU although the search asked for the GPU."""
     ok = stored(machine("hopper_9.0", TF_WITH_CUDA))
     found = unused_in_search(ok, "tensorflow", "auto", "cpu")
-    assert found is not None and found.evidence == TRIAL and found.fix is None
+    assert found is not None
+    assert found.evidence == TRIAL
+    assert found.fix is None
     assert found.reason == "its trials ran on the CPU although auto was asked for"
     assert unused_in_search(ok, "tensorflow", "auto", "gpu:0 (NVIDIA H100 80GB HBM3)") is None
     assert unused_in_search(ok, "tensorflow", "cpu", "cpu") is None  # the CPU, as chosen

@@ -56,10 +56,14 @@ def all_backends() -> list[Any]:
 def test_backend_contract(make: Any) -> None:
     backend: NvmlBackend = make()
     backend.shutdown()  # before init: harmless
+    unavailable: NvmlUnavailable | None = None
     try:
         backend.init()
     except NvmlUnavailable as exc:
-        assert exc.reason and str(exc) == exc.reason
+        unavailable = exc
+    if unavailable is not None:  # it says why, in its message too
+        assert unavailable.reason
+        assert str(unavailable) == unavailable.reason
         backend.shutdown()
         return
     try:
@@ -96,21 +100,32 @@ def test_scripted_gpus_are_read_with_their_units(
 ) -> None:
     profile = profile_of(scenario)
     (gpu,) = profile.gpus
-    assert gpu.compute_capability == cc and gpu.name
-    assert gpu.units is not None and gpu.units.architecture == arch
-    assert gpu.units.fp16_tensor_cores is fp16 and gpu.units.bf16_tensor_cores is bf16
-    assert gpu.memory_total_mb and gpu.memory_used_mb is not None
+    assert gpu.compute_capability == cc
+    assert gpu.name
+    assert gpu.units is not None
+    assert gpu.units.architecture == arch
+    assert gpu.units.fp16_tensor_cores is fp16
+    assert gpu.units.bf16_tensor_cores is bf16
+    assert gpu.memory_total_mb
+    assert gpu.memory_used_mb is not None
     assert gpu.memory_free_mb == gpu.memory_total_mb - gpu.memory_used_mb
-    assert gpu.uuid and gpu.uuid.startswith("GPU-")
-    assert gpu.power_limit_w and gpu.sm_clock_mhz and gpu.memory_clock_mhz
+    assert gpu.uuid
+    assert gpu.uuid.startswith("GPU-")
+    assert gpu.power_limit_w
+    assert gpu.sm_clock_mhz
+    assert gpu.memory_clock_mhz
     assert profile.gpu_unavailable_reason is None
-    assert profile.driver_version and profile.cuda_driver_version
+    assert profile.driver_version
+    assert profile.cuda_driver_version
 
 
 def test_scripted_h100_figures() -> None:
     (gpu,) = profile_of("hopper_9.0").gpus
-    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.memory_total_mb == 81559
-    assert gpu.mig_mode is False and gpu.units is not None and gpu.units.fp8
+    assert gpu.name == "NVIDIA H100 80GB HBM3"
+    assert gpu.memory_total_mb == 81559
+    assert gpu.mig_mode is False
+    assert gpu.units is not None
+    assert gpu.units.fp8
 
 
 @pytest.mark.parametrize(("scenario", "fp8"), [("hopper_9.0", True), ("ampere_8.0", False)])
@@ -127,14 +142,20 @@ def test_detect_says_what_keras_does_with_fp8_tensor_cores(scenario: str, fp8: b
 def test_wsl2_unsupported_fields_are_none_not_a_crash() -> None:
     profile = profile_of("wsl2")
     (gpu,) = profile.gpus
-    assert gpu.power_limit_w is None and gpu.memory_clock_mhz is None
-    assert gpu.mig_mode is None and gpu.uuid is None
-    assert gpu.compute_capability == (8, 6) and gpu.name == "NVIDIA GeForce RTX 3060"
-    assert gpu.sm_clock_mhz == 1777 and gpu.memory_total_mb == 12288
+    assert gpu.power_limit_w is None
+    assert gpu.memory_clock_mhz is None
+    assert gpu.mig_mode is None
+    assert gpu.uuid is None
+    assert gpu.compute_capability == (8, 6)
+    assert gpu.name == "NVIDIA GeForce RTX 3060"
+    assert gpu.sm_clock_mhz == 1777
+    assert gpu.memory_total_mb == 12288
     data = json.loads(json.dumps(profile.to_dict()))
-    assert data["gpus"][0]["power_limit_w"] is None and data["gpus"][0]["uuid"] is None
+    assert data["gpus"][0]["power_limit_w"] is None
+    assert data["gpus"][0]["uuid"] is None
     text = render_text(profile)
-    assert "power limit n/a" in text and "MIG n/a" in text
+    assert "power limit n/a" in text
+    assert "MIG n/a" in text
 
 
 def test_missing_driver_and_no_gpus_are_states_with_reasons() -> None:
@@ -143,10 +164,13 @@ def test_missing_driver_and_no_gpus_are_states_with_reasons() -> None:
     assert profile.gpu_unavailable_reason == "NVML library not found (no NVIDIA driver installed)"
     assert profile.driver_version is None
     # The GUI's test looks for both phrases in the verdict.
-    assert "no NVIDIA GPU found" in profile.verdict and "no NVIDIA driver" in profile.verdict
-    assert "((" not in profile.verdict and "))" not in profile.verdict
+    assert "no NVIDIA GPU found" in profile.verdict
+    assert "no NVIDIA driver" in profile.verdict
+    assert "((" not in profile.verdict
+    assert "))" not in profile.verdict
     empty = profile_of("no_gpus")
-    assert empty.gpus == () and empty.gpu_unavailable_reason == NO_GPU
+    assert empty.gpus == ()
+    assert empty.gpu_unavailable_reason == NO_GPU
     assert empty.driver_version == "550.90.07"
     assert empty.verdict.startswith("no NVIDIA GPU found by NVML: ")
 
@@ -166,28 +190,34 @@ def test_a_field_that_errors_is_none() -> None:
         }
     )
     (gpu,) = read_gpus(backend).gpus
-    assert gpu.memory_total_mb is None and gpu.memory_free_mb is None
-    assert gpu.memory_used_mb == 10 and gpu.sm_clock_mhz is None
-    assert gpu.units is not None and gpu.units.architecture == "Turing"
+    assert gpu.memory_total_mb is None
+    assert gpu.memory_free_mb is None
+    assert gpu.memory_used_mb == 10
+    assert gpu.sm_clock_mhz is None
+    assert gpu.units is not None
+    assert gpu.units.architecture == "Turing"
 
 
 def test_an_unknown_capability_is_none_with_no_units() -> None:
     (gpu,) = read_gpus(
         FakeNvmlBackend({"gpus": [{"name": "Mystery", "compute_capability": NOT_SUPPORTED}]})
     ).gpus
-    assert gpu.compute_capability is None and gpu.units is None
+    assert gpu.compute_capability is None
+    assert gpu.units is None
     assert gpu.to_dict()["compute_capability"] is None
 
 
 def test_count_and_init_errors_become_reasons() -> None:
     reading = read_gpus(FakeNvmlBackend({"count_error": "GPU is lost"}))
-    assert reading.gpus == () and reading.unavailable_reason is not None
+    assert reading.gpus == ()
+    assert reading.unavailable_reason is not None
     assert "GPU is lost" in reading.unavailable_reason
     backend = FakeNvmlBackend(
         {"init_error": "NVML failed to initialise: Driver/library version mismatch"}
     )
     reading = read_gpus(backend)
-    assert reading.unavailable_reason is not None and "mismatch" in reading.unavailable_reason
+    assert reading.unavailable_reason is not None
+    assert "mismatch" in reading.unavailable_reason
 
 
 def test_a_failing_nvml_never_breaks_detection() -> None:
@@ -197,7 +227,8 @@ def test_a_failing_nvml_never_breaks_detection() -> None:
 
     backend = Broken({"gpus": []})
     reading = read_gpus(backend)
-    assert reading.gpus == () and reading.unavailable_reason is not None
+    assert reading.gpus == ()
+    assert reading.unavailable_reason is not None
     assert "version mismatch" in reading.unavailable_reason
     assert not backend.started  # shut down all the same
 
@@ -220,7 +251,8 @@ def test_a_gpu_that_cannot_be_read_keeps_its_index() -> None:
     scenario = {"gpus": SCENARIOS["ampere_8.0"]["gpus"] * 2}
     gpus = read_gpus(HalfBroken(scenario)).gpus
     assert [g.index for g in gpus] == [0, 1]
-    assert gpus[0].name and gpus[1] == GpuInfo(index=1)
+    assert gpus[0].name
+    assert gpus[1] == GpuInfo(index=1)
 
 
 def test_detect_always_shuts_the_backend_down() -> None:
@@ -235,7 +267,8 @@ def test_detect_always_shuts_the_backend_down() -> None:
         before = Counting.shutdowns
         backend = Counting(SCENARIOS[name])
         detect(backend)
-        assert Counting.shutdowns == before + 1 and not backend.started
+        assert Counting.shutdowns == before + 1
+        assert not backend.started
 
 
 def test_memory_sampling_call() -> None:
@@ -376,18 +409,27 @@ def test_pynvml_backend_reads_every_field(fake_library: FakeNvmlLibrary) -> None
     assert reading.driver_version == "550.54.15"  # bytes from an old binding, decoded
     assert reading.cuda_driver_version == "12.4"
     a100, gtx = reading.gpus
-    assert a100.name == "NVIDIA A100-PCIE-40GB" and a100.compute_capability == (8, 0)
-    assert a100.memory_total_mb == 40 * 1024 and a100.memory_used_mb == 1024
+    assert a100.name == "NVIDIA A100-PCIE-40GB"
+    assert a100.compute_capability == (8, 0)
+    assert a100.memory_total_mb == 40 * 1024
+    assert a100.memory_used_mb == 1024
     assert a100.memory_free_mb == 39 * 1024
-    assert a100.power_limit_w == 250 and a100.sm_clock_mhz == 1410
-    assert a100.memory_clock_mhz == 1215 and a100.mig_mode is True
+    assert a100.power_limit_w == 250
+    assert a100.sm_clock_mhz == 1410
+    assert a100.memory_clock_mhz == 1215
+    assert a100.mig_mode is True
     assert a100.uuid == "GPU-12345678-abcd-ef01-2345-6789abcdef01"
-    assert a100.units is not None and a100.units.bf16_tensor_cores
+    assert a100.units is not None
+    assert a100.units.bf16_tensor_cores
     # Not Supported and an unknown error: None, and the rest of the GPU is still read.
-    assert gtx.power_limit_w is None and gtx.mig_mode is None and gtx.uuid is None
-    assert gtx.memory_clock_mhz is None and gtx.sm_clock_mhz == 1410
+    assert gtx.power_limit_w is None
+    assert gtx.mig_mode is None
+    assert gtx.uuid is None
+    assert gtx.memory_clock_mhz is None
+    assert gtx.sm_clock_mhz == 1410
     # TU116 is 7.5 without Tensor Cores: the name decides.
-    assert gtx.units is not None and not gtx.units.tensor_cores
+    assert gtx.units is not None
+    assert not gtx.units.tensor_cores
     assert fake_library.inits == fake_library.shutdowns == 1
 
 
@@ -396,7 +438,8 @@ def test_pynvml_backend_lacking_a_function_gives_none(
 ) -> None:
     monkeypatch.delattr(fake_library.pynvml, "nvmlDeviceGetMigMode")
     (a100, _) = read_gpus(PynvmlBackend()).gpus
-    assert a100.mig_mode is None and a100.name == "NVIDIA A100-PCIE-40GB"
+    assert a100.mig_mode is None
+    assert a100.name == "NVIDIA A100-PCIE-40GB"
 
 
 def test_pynvml_memory_sampling_and_nested_init(fake_library: FakeNvmlLibrary) -> None:
@@ -441,7 +484,8 @@ def test_pynvml_init_failures_are_reasons(
 def test_pynvml_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
     reading = read_gpus(PynvmlBackend())
-    assert reading.gpus == () and reading.unavailable_reason is not None
+    assert reading.gpus == ()
+    assert reading.unavailable_reason is not None
     assert "nvidia-ml-py" in reading.unavailable_reason
 
 
@@ -459,10 +503,14 @@ def test_real_nvml_gives_gpus_or_a_reason() -> None:
     """Passes here (no driver: a reason) and on a GPU machine (the GPUs, fully described)."""
     reading = read_gpus(PynvmlBackend())
     if reading.gpus:
-        assert reading.unavailable_reason is None and reading.driver_version
+        assert reading.unavailable_reason is None
+        assert reading.driver_version
         for index, gpu in enumerate(reading.gpus):
-            assert gpu.index == index and gpu.name and gpu.compute_capability
-            assert gpu.units is not None and gpu.memory_total_mb
+            assert gpu.index == index
+            assert gpu.name
+            assert gpu.compute_capability
+            assert gpu.units is not None
+            assert gpu.memory_total_mb
     else:
         assert reading.unavailable_reason
         assert "NVML" in reading.unavailable_reason or "NVIDIA" in reading.unavailable_reason
@@ -473,7 +521,8 @@ def test_detect_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     profile = detect()
     assert profile.gpus or profile.gpu_unavailable_reason
     assert sorted(a.policy for a in profile.advice) == sorted(POLICIES)
-    assert profile.cpu.arch and profile.software.python
+    assert profile.cpu.arch
+    assert profile.software.python
     assert profile.verdict
 
 
@@ -515,7 +564,8 @@ TOP_LEVEL = {
 def test_profile_round_trips_through_json(scenario: str) -> None:
     profile = profile_of(scenario)
     data = json.loads(json.dumps(profile.to_dict()))
-    assert set(data) == TOP_LEVEL and data["schema"] == 1
+    assert set(data) == TOP_LEVEL
+    assert data["schema"] == 1
     assert isinstance(data["gpus"], list)
     assert [a["policy"] for a in data["advice"]] == [a.policy for a in profile.advice]
     assert all(set(a) == {"policy", "reason"} for a in data["advice"])
@@ -526,7 +576,8 @@ def test_profile_round_trips_through_json(scenario: str) -> None:
 def test_gpu_json_layout() -> None:
     data = profile_of("ampere_8.0").to_dict()["gpus"][0]
     assert data["compute_capability"] == "8.0"
-    assert data["units"]["architecture"] == "Ampere" and data["units"]["tf32"] is True
+    assert data["units"]["architecture"] == "Ampere"
+    assert data["units"]["tf32"] is True
     assert set(data) == {
         "index",
         "name",
@@ -589,16 +640,20 @@ def test_report_with_a_gpu() -> None:
     text = render_text(profile_of("ampere_8.0"))
     assert "GPU 0: NVIDIA A100-SXM4-40GB (compute capability 8.0, Ampere)" in text
     assert "float16 and bfloat16 Tensor Cores" in text
-    assert "620 / 40,960 MiB" in text and "NVIDIA driver 550.90.07, CUDA 12.4" in text
-    assert "  1. mixed_float16" in text and "  3. float32" in text
-    assert "Advice" in text and "Verdict: " in text
+    assert "620 / 40,960 MiB" in text
+    assert "NVIDIA driver 550.90.07, CUDA 12.4" in text
+    assert "  1. mixed_float16" in text
+    assert "  3. float32" in text
+    assert "Advice" in text
+    assert "Verdict: " in text
     assert all(len(line) <= 100 for line in text.splitlines())
 
 
 def test_report_without_a_gpu() -> None:
     text = render_text(profile_of("no_driver"))
     assert text.startswith("GPU: none - NVML library not found (no NVIDIA driver installed)")
-    assert "CPU: " in text and "Software: Python" in text
+    assert "CPU: " in text
+    assert "Software: Python" in text
     assert all(len(line) <= 100 for line in text.splitlines())
 
 

@@ -57,7 +57,8 @@ def test_an_unknown_future_gpu_gets_the_newest_row() -> None:
 
 def test_a_very_old_gpu_has_nothing() -> None:
     units = units_for((2, 1))
-    assert not units.tensor_cores and "no fast float16" in units.summary
+    assert not units.tensor_cores
+    assert "no fast float16" in units.summary
 
 
 @pytest.mark.parametrize(
@@ -72,8 +73,10 @@ def test_a_very_old_gpu_has_nothing() -> None:
 )
 def test_turing_chips_without_tensor_cores(name: str) -> None:
     units = units_for((7, 5), name)
-    assert units.architecture == "Turing" and not units.tensor_cores
-    assert not units.fp16_tensor_cores and "TU116/TU117" in units.summary
+    assert units.architecture == "Turing"
+    assert not units.tensor_cores
+    assert not units.fp16_tensor_cores
+    assert "TU116/TU117" in units.summary
 
 
 @pytest.mark.parametrize(
@@ -108,7 +111,9 @@ def checked(advice: tuple[PolicyAdvice, ...]) -> list[str]:
     policies = [a.policy for a in advice]
     assert sorted(policies) == sorted(POLICIES)
     for item in advice:
-        assert item.reason and ". " not in item.reason and not item.reason.endswith(".")
+        assert item.reason
+        assert ". " not in item.reason
+        assert not item.reason.endswith(".")
     return policies
 
 
@@ -135,12 +140,14 @@ def test_gpu_reasons_say_why() -> None:
     ampere = {a.policy: a.reason for a in advise([gpu((8, 0))], PLAIN_CPU)}
     assert "loss scaling" in ampere["mixed_float16"]
     assert "no loss scaling" in ampere["mixed_bfloat16"]
-    assert "baseline" in ampere["float32"] and "TF32" in ampere["float32"]
+    assert "baseline" in ampere["float32"]
+    assert "TF32" in ampere["float32"]
     volta = {a.policy: a.reason for a in advise([gpu((7, 0))], PLAIN_CPU)}
     assert "no bfloat16 Tensor Cores" in volta["mixed_bfloat16"]
     assert "emulated" in volta["mixed_bfloat16"]
     pascal = {a.policy: a.reason for a in advise([gpu((6, 1))], PLAIN_CPU)}
-    assert "no Tensor Cores" in pascal["float32"] and "memory" in pascal["mixed_float16"]
+    assert "no Tensor Cores" in pascal["float32"]
+    assert "memory" in pascal["mixed_float16"]
 
 
 def test_a_turing_card_without_tensor_cores_is_advised_like_pascal() -> None:
@@ -195,8 +202,10 @@ def test_arm_cpu_advice() -> None:
 
 def test_cpu_reasons_say_why() -> None:
     plain = {a.policy: a.reason for a in advise((), cpu("avx2"))}
-    assert "no bf16/AMX units" in plain["float32"] and "2-4x slower" in plain["float32"]
-    assert "slower" in plain["mixed_float16"] and "software" in plain["mixed_bfloat16"]
+    assert "no bf16/AMX units" in plain["float32"]
+    assert "2-4x slower" in plain["float32"]
+    assert "slower" in plain["mixed_float16"]
+    assert "software" in plain["mixed_bfloat16"]
     bf16 = {a.policy: a.reason for a in advise((), cpu("avx512_bf16"))}
     assert bf16["mixed_bfloat16"] == (
         "avx512_bf16 may make bfloat16 matmuls and convolutions faster through oneDNN; measure"
@@ -204,4 +213,5 @@ def test_cpu_reasons_say_why() -> None:
     amx = {a.policy: a.reason for a in advise((), cpu("amx_bf16"))}
     assert "AMX" in amx["mixed_bfloat16"]
     fp16 = {a.policy: a.reason for a in advise((), cpu("avx512_fp16"))}
-    assert "avx512_fp16" in fp16["mixed_float16"] and "measure" in fp16["mixed_float16"]
+    assert "avx512_fp16" in fp16["mixed_float16"]
+    assert "measure" in fp16["mixed_float16"]

@@ -123,18 +123,22 @@ def test_unknown_arm_part_and_empty_text() -> None:
 def test_macos_sysctl() -> None:
     assert parse_sysctl(MAC_ARM_SYSCTL) == ("Apple M2 Pro", ("fp16", "asimdhp", "bf16"))
     model, flags = parse_sysctl(MAC_INTEL_SYSCTL)
-    assert model and model.startswith("Intel(R) Core(TM) i9")
+    assert model
+    assert model.startswith("Intel(R) Core(TM) i9")
     assert flags == ("avx2", "fma", "f16c")
     assert parse_sysctl("") == (None, ())
 
 
 def test_read_cpu_here_and_without_cpuinfo() -> None:
     here = read_cpu()
-    assert here.arch and here.logical_cores and here.ram_total_mb
+    assert here.arch
+    assert here.logical_cores
+    assert here.ram_total_mb
     missing = read_cpu("/nonexistent/cpuinfo")
     assert missing.logical_cores == here.logical_cores  # psutil still answers
     if sys.platform.startswith("linux"):
-        assert missing.flags == () and missing.model is None
+        assert missing.flags == ()
+        assert missing.model is None
 
 
 def test_read_cpu_from_a_sample_file(tmp_path: Path) -> None:
@@ -142,7 +146,8 @@ def test_read_cpu_from_a_sample_file(tmp_path: Path) -> None:
     path.write_text(X86_CPUINFO)
     info = read_cpu(str(path))
     if sys.platform.startswith("linux"):
-        assert info.model == "Intel(R) Xeon(R) Platinum 8480+" and "amx_bf16" in info.flags
+        assert info.model == "Intel(R) Xeon(R) Platinum 8480+"
+        assert "amx_bf16" in info.flags
 
 
 # -- software --------------------------------------------------------------------------------
@@ -165,7 +170,8 @@ def fake_tensorflow(root: Path, source: str) -> Path:
 
 def test_build_info_from_a_fake_tensorflow(tmp_path: Path) -> None:
     software = read_software(fake_tensorflow(tmp_path, FAKE_BUILD_INFO))
-    assert software.tf_cuda_version == "12.3" and software.tf_cudnn_version == "8"
+    assert software.tf_cuda_version == "12.3"
+    assert software.tf_cudnn_version == "8"
     assert software.tf_is_cuda_build is True
     assert software.tf_cuda_compute_capabilities == ("sm_70", "sm_80", "compute_90")
     assert "_mptune_tf_build_info" not in sys.modules
@@ -175,15 +181,18 @@ def test_cpu_only_build_info(tmp_path: Path) -> None:
     source = "build_info = {'is_cuda_build': False, 'is_rocm_build': False}\n"
     software = read_software(fake_tensorflow(tmp_path, source))
     assert software.tf_is_cuda_build is False
-    assert software.tf_cuda_version is None and software.tf_cuda_compute_capabilities == ()
+    assert software.tf_cuda_version is None
+    assert software.tf_cuda_compute_capabilities == ()
 
 
 def test_missing_or_broken_build_info(tmp_path: Path) -> None:
     assert read_build_info(None) == {}
     assert read_build_info(tmp_path / "missing") == {}
     missing = read_software(tmp_path / "missing")
-    assert missing.tf_cuda_version is None and missing.tf_cudnn_version is None
-    assert missing.tf_is_cuda_build is None and missing.tf_cuda_compute_capabilities == ()
+    assert missing.tf_cuda_version is None
+    assert missing.tf_cudnn_version is None
+    assert missing.tf_is_cuda_build is None
+    assert missing.tf_cuda_compute_capabilities == ()
     broken = fake_tensorflow(tmp_path / "broken", "raise RuntimeError('odd build')\n")
     assert read_build_info(broken) == {}
     not_a_dict = fake_tensorflow(tmp_path / "list", "build_info = [1, 2]\n")
@@ -196,12 +205,15 @@ def test_real_software_here() -> None:
     if importlib.util.find_spec("tensorflow") is None:
         assert software.tensorflow is None
         return
-    assert software.tensorflow and software.keras
+    assert software.tensorflow
+    assert software.keras
     tf_dir = find_tensorflow_dir()
-    assert tf_dir is not None and (tf_dir / "python" / "platform" / "build_info.py").is_file()
+    assert tf_dir is not None
+    assert (tf_dir / "python" / "platform" / "build_info.py").is_file()
     assert software.tf_is_cuda_build is not None
     if software.tf_is_cuda_build:
-        assert software.tf_cuda_version and software.tf_cuda_compute_capabilities
+        assert software.tf_cuda_version
+        assert software.tf_cuda_compute_capabilities
 
 
 def test_reading_build_info_does_not_import_tensorflow() -> None:
@@ -256,7 +268,7 @@ def test_backends_from_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
     software = read_software()
     assert (software.jax, software.jaxlib, software.torch) == ("0.4.30", None, "2.5.1")
     assert software.missing_backends == {"jax": "pip install 'mptune[jax]'"}
-    with pytest.raises(ValueError) as missing:
+    with pytest.raises(ValueError, match="not installed here") as missing:
         check_backend("jax")
     assert str(missing.value) == (
         "the JAX backend (jax) is not installed here: install it with pip install 'mptune[jax]'"

@@ -138,8 +138,11 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     result = _trial(path, backend, measure_seconds=1.0)
     assert result.status is TrialStatus.OK, result.error
     fed, device = result.input, result.device_samples_per_second
-    assert fed is not None and device is not None, result.warnings
-    assert fed.kind == "tf_data" and "make_dataset(32)" in fed.fed_by and fed.fit_loop
+    assert fed is not None, result.warnings
+    assert device is not None, result.warnings
+    assert fed.kind == "tf_data"
+    assert "make_dataset(32)" in fed.fed_by
+    assert fed.fit_loop
     # 20 ms a batch of 32 in fit's own loop: at most 1,600 samples/s, whatever the machine.
     assert fed.samples_per_second < 1600
     assert fed.samples_per_second < 0.5 * device
@@ -149,14 +152,16 @@ def test_an_input_slowed_on_purpose_is_the_bound(backend: str, tmp_path: Path) -
     # fit's loop ran about as long as the measured window (whole epochs to the end nearest
     # it, or at least as long within an epoch), over whole batches of 32.
     t = result.timings
-    assert t.input_s is not None and t.measure_s is not None
+    assert t.input_s is not None
+    assert t.measure_s is not None
     assert t.input_s >= (0.5 if fed.epochs else 1.0) * t.measure_s
-    assert fed.batches >= 3 and fed.samples_per_second == pytest.approx(
-        fed.batches * 32 / fed.seconds
-    )
+    assert fed.batches >= 3
+    assert fed.samples_per_second == pytest.approx(fed.batches * 32 / fed.seconds)
     report = console.render_trial(result)
-    assert "input-bound" in report and "prefetch(tf.data.AUTOTUNE)" in report
-    assert "in fit's own loop" in report and "from batches in memory" in report
+    assert "input-bound" in report
+    assert "prefetch(tf.data.AUTOTUNE)" in report
+    assert "in fit's own loop" in report
+    assert "from batches in memory" in report
 
 
 @pytest.mark.serial("judges fit's rate against the device's")
@@ -169,7 +174,8 @@ def test_fit_on_arrays_is_timed_in_fits_loop_within_the_devices_rate(
     path.write_text(FAST_ARRAYS)
     result = _trial(path, backend, batch_size=128, measure_seconds=1.0)
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "arrays"
+    assert result.input is not None
+    assert result.input.kind == "arrays"
     assert result.input.fit_loop
     # Fit's loop on arrays is fit's figure, a share of the device's: Keras' adapter slices
     # and shuffles the arrays each epoch. How large a share is the machine's, and varies from
@@ -180,7 +186,8 @@ def test_fit_on_arrays_is_timed_in_fits_loop_within_the_devices_rate(
     # close it is to fit is bench_fit's to show (docs/benchmarks.md), over rounds; here, that
     # it is fit's loop's figure, neither far under the device's (under a fifth: seconds of
     # start-up counted in a 1 s window) nor above what the device trains.
-    assert result.samples_per_second is not None and result.device_samples_per_second
+    assert result.samples_per_second is not None
+    assert result.device_samples_per_second
     assert result.samples_per_second == result.input.samples_per_second
     ratio = result.samples_per_second / result.device_samples_per_second
     assert 0.2 <= ratio <= 1.5, console.render_trial(result)
@@ -197,12 +204,14 @@ def test_a_builtin_and_a_model_without_make_dataset_say_what_fed_them(tmp_path: 
             warmup_steps=1,
         )
     )
-    assert result.input is not None and result.input.kind == "arrays"
+    assert result.input is not None
+    assert result.input.kind == "arrays"
     assert "built-in workload's arrays" in result.input.fed_by
     path = tmp_path / "model.py"
     path.write_text(SLOW_INPUT.split("def make_dataset")[0])  # build_model only
     result = _trial(path, "tensorflow")
-    assert result.input is not None and result.input.kind == "synthetic"
+    assert result.input is not None
+    assert result.input.kind == "synthetic"
     assert "define make_dataset(batch_size)" in result.input.fed_by
 
 
@@ -219,9 +228,12 @@ def test_a_py_dataset_and_a_generator_feed_fit_as_they_are(
     assert result.status is TrialStatus.OK, result.error
     fed = result.input
     assert fed is not None, result.warnings
-    assert fed.kind == kind and words in fed.fed_by and fed.fit_loop
+    assert fed.kind == kind
+    assert words in fed.fed_by
+    assert fed.fit_loop
     assert result.samples_per_second == fed.samples_per_second
-    assert "workers=N" in fed.advice("tensorflow") and "arrays" not in fed.advice("tensorflow")
+    assert "workers=N" in fed.advice("tensorflow")
+    assert "arrays" not in fed.advice("tensorflow")
 
 
 def _result(device: float, fed: float | None) -> TrialResult:
@@ -245,7 +257,8 @@ def test_a_result_keeps_both_figures_through_storage() -> None:
     fit = TrialResult.from_dict(
         {**result.to_dict(), "input": {**result.to_dict()["input"], "fit_loop": True}}
     )
-    assert fit.input is not None and fit.input.fit_loop
+    assert fit.input is not None
+    assert fit.input.fit_loop
     assert TrialResult.from_dict(fit.to_dict()).input == fit.input
     assert not result.input.fit_loop  # stored before issue 35: the input timed alone
     old = result.to_dict()
@@ -280,13 +293,16 @@ def _recommendation(device: float, fed: float, fit_loop: bool = False) -> Recomm
 def test_the_evidence_says_input_bound_and_what_to_do() -> None:
     rec = _recommendation(10_000.0, 2_500.0)
     rows = dict(evidence_rows(rec))
-    assert "input-bound" in rows["Input"] and "25% of the device's" in rows["Input"]
+    assert "input-bound" in rows["Input"]
+    assert "25% of the device's" in rows["Input"]
     assert "10,000 samples/s from batches in memory" in rows["Input"]
     assert "prefetch" in rows["Input advice"]
     rows = dict(evidence_rows(_recommendation(10_000.0, 50_000.0)))
-    assert rows["Input"].endswith("the input keeps up") and "Input advice" not in rows
+    assert rows["Input"].endswith("the input keeps up")
+    assert "Input advice" not in rows
     again = Recommendation.from_dict(rec.to_dict())
-    assert again.input == rec.input and again.input_bound
+    assert again.input == rec.input
+    assert again.input_bound
 
 
 def test_fit_loops_figure_is_the_setups_one_in_the_evidence() -> None:
@@ -294,11 +310,12 @@ def test_fit_loops_figure_is_the_setups_one_in_the_evidence() -> None:
     the share of the device's it reaches, and the device's own (labelled)."""
     rec = _recommendation(10_000.0, 2_500.0, fit_loop=True)
     rows = dict(evidence_rows(rec))
-    assert "fit's own loop" in rows["Input"] and "25% of the device's" in rows["Input"]
-    assert (
-        "2,500" not in rows["Input"] and "10,000 samples/s from batches in memory" in rows["Input"]
-    )
-    assert rec.input_bound and "prefetch" in rows["Input advice"]
+    assert "fit's own loop" in rows["Input"]
+    assert "25% of the device's" in rows["Input"]
+    assert "2,500" not in rows["Input"]
+    assert "10,000 samples/s from batches in memory" in rows["Input"]
+    assert rec.input_bound
+    assert "prefetch" in rows["Input advice"]
     assert not _recommendation(10_000.0, 9_500.0, fit_loop=True).input_bound
     # fit's loop may beat the batches in memory (noise, or its own overlap): its figure stands.
     assert _recommendation(10_000.0, 11_000.0, fit_loop=True).samples_per_second == 11_000.0
@@ -329,7 +346,8 @@ def test_a_search_ranks_by_what_fit_reaches_and_the_export_says_so(tmp_path: Pat
         TuneRequest(str(path), space=space, settings=settings, storage=storage, study="slow")
     )
     rec = result.recommendation
-    assert rec.input is not None and rec.input_bound
+    assert rec.input is not None
+    assert rec.input_bound
     assert rec.samples_per_second < 0.5 * (rec.device_samples_per_second or 0)
     assert "Input advice" in dict(evidence_rows(rec))
     config = api.session_config(api.open_session("slow", storage))

@@ -124,7 +124,8 @@ def test_multi_input_models_train_as_fit_feeds_them(
     result = run_trial(_spec(path, backend))
     assert result.status is TrialStatus.OK, result.error
     assert result.steps_completed >= 8
-    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.samples_per_second
+    assert result.samples_per_second > 0
     assert all(loss == loss for loss in result.losses)  # finite, not NaN
     # The input was timed through Keras' data adapter in the same structure (issue 25, item 4).
     assert result.input is not None, result.warnings
@@ -144,7 +145,8 @@ def test_a_bug_in_mptune_is_crashed_not_the_users_error(
     assert result.error is not None
     assert "a bug in mptune" in result.error.message
     assert "injected by MPTUNE_TEST_FAULT" in result.error.message
-    assert result.error.traceback and "tuner/worker/training.py" in result.error.traceback
+    assert result.error.traceback
+    assert "tuner/worker/training.py" in result.error.traceback
     assert result.error.location is None  # nothing in the user's file to point at
 
 
@@ -153,20 +155,17 @@ def _raise_here() -> None:
 
 
 def test_an_exception_raised_in_the_engine_is_mptunes(tmp_path: Path) -> None:
-    try:
+    with pytest.raises(KeyError) as here:
         _raise_here()  # this file is not the engine
-    except KeyError as exc:
-        assert not raised_by_mptune(exc)
+    assert not raised_by_mptune(here.value)
     from tuner.worker import loading, structure
 
-    try:
+    with pytest.raises(TypeError) as unsized:
         structure.leading_dim(object.__new__(_Unsized))
-    except TypeError as exc:
-        assert not raised_by_mptune(exc)  # raised in this file's __getattr__
-    try:
+    assert not raised_by_mptune(unsized.value)  # raised in this file's __getattr__
+    with pytest.raises(TypeError) as engine:
         loading.pool_size("x", 1)  # type: ignore[arg-type]
-    except TypeError as exc:
-        assert raised_by_mptune(exc)  # raised in tuner/worker/loading.py itself
+    assert raised_by_mptune(engine.value)  # raised in tuner/worker/loading.py itself
     assert raised_by_mptune(InternalError("wrapped"))
 
 
@@ -203,7 +202,8 @@ def test_internal_error_is_crashed_even_for_a_users_model() -> None:
         WorkerFacts(result=None, error=ErrorMessage.from_dict(error), user_model=True)
     )
     assert status is TrialStatus.CRASHED
-    assert reason is not None and "a bug in mptune" in reason.message
+    assert reason is not None
+    assert "a bug in mptune" in reason.message
     assert reason.traceback == "Traceback ..."
     status, _ = classify(
         WorkerFacts(

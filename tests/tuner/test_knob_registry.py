@@ -53,7 +53,8 @@ def test_the_setup_takes_validates_stores_and_ranks_the_knob(name: str) -> None:
     assert getattr(plain, name) == knob.default == KNOB_DEFAULTS[name]
     assert getattr(setup, name) == knob.example()
     assert Setup.from_dict(setup.to_dict()) == setup != plain  # stored and read back
-    assert name not in plain.to_dict() and name in setup.to_dict()
+    assert name not in plain.to_dict()
+    assert name in setup.to_dict()
     assert plain.replace(**{name: getattr(setup, name)}) == setup
     assert plain.simplicity() < setup.simplicity(), "the knob's default must be the simpler"
     assert knob.setting(setup) != knob.setting(plain)
@@ -161,8 +162,10 @@ def test_a_knob_with_a_stage_is_searched_and_explains_itself(name: str) -> None:
     assert row.setting == knob.setting(setup)
     if knob.stage is None:
         return
-    assert knob_stage(name) == knob.stage and knob.stage in KNOB_STAGES
+    assert knob_stage(name) == knob.stage
+    assert knob.stage in KNOB_STAGES
     assert knob.stage in EXPLORING, "its trials may be pruned, as every exploring stage's"
     stage = knob_stages.STAGES[KNOB_STAGES.index(knob.stage)]
-    assert stage is knob_stages.TRIES.get(name, stage) and stage.__name__ == f"try_{name}"
+    assert stage is knob_stages.TRIES.get(name, stage)
+    assert stage.__name__ == f"try_{name}"
     assert "not tried" in row.detail  # no stage of this outcome ran it

@@ -23,6 +23,9 @@ def test_the_walk_and_the_tensor_core_check_see_inside_custom_layers() -> None:
     x = Block(name="block")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(8, name="head")(x))
     names = [layer.name for layer in all_layers(model)]
-    assert "block" in names and "inner_dense" in names and "head" in names
-    assert model.name not in names and all_layers(model, include_self=True)[0] is model
+    assert "block" in names
+    assert "inner_dense" in names
+    assert "head" in names
+    assert model.name not in names
+    assert all_layers(model, include_self=True)[0] is model
     assert narrow_layers(model) == ["inner_dense (units=12)"]

@@ -59,7 +59,8 @@ def test_the_leader_stands_on_the_median_of_its_runs_and_ends_on_the_recommendat
     ]
     assert len(ran) > 1, "the search never measured the outlier's setup again"
     after = [e for e in events[ran[1] :] if isinstance(e, LeaderChanged)]
-    assert after and all(e.samples_per_second != OUTLIER for e in after)
+    assert after
+    assert all(e.samples_per_second != OUTLIER for e in after)
     # The last leader is the recommendation: its setup, at its figure.
     assert rec.setup != outlier
     assert leaders[-1].setup == rec.setup

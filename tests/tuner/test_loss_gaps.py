@@ -47,12 +47,15 @@ def test_each_trial_is_compared_with_float32_at_its_batch_size() -> None:
     gaps = api.trial_loss_gaps(trials)
     assert gaps[1] == api.TrialGap(pytest.approx(0.1), 0, 16)
     assert gaps[1].words().startswith("10.00% against float32 trial #0 at batch size 16")
-    assert gaps[3].gap == 0.0 and gaps[3].reference == 0  # TF32 against IEEE float32
+    assert gaps[3].gap == 0.0
+    assert gaps[3].reference == 0  # TF32 against IEEE float32
     assert gaps[4].reference == 0  # XLA is compared without it, as the guard does
     assert gaps[6].gap == math.inf  # a loss that is not finite
     # Every ok trial of a lower precision has an entry: its gap, or why it has none.
-    assert gaps[2].gap is None and "no float32 trial at batch size 32" in gaps[2].words()
-    assert gaps[8].gap is None and gaps[8].reference is None
+    assert gaps[2].gap is None
+    assert "no float32 trial at batch size 32" in gaps[2].words()
+    assert gaps[8].gap is None
+    assert gaps[8].reference is None
     assert set(gaps) == {1, 2, 3, 4, 6, 8}
 
 
@@ -75,7 +78,8 @@ def test_the_first_ok_float32_trial_is_the_reference() -> None:
 def test_too_few_steps_to_compare_is_said() -> None:
     trials = {0: result("float32", 8, [1.0] * 40), 1: result("mixed_bfloat16", 8, [1.0] * 3)}
     (gap,) = api.trial_loss_gaps(trials).values()
-    assert gap.gap is None and gap.reference == 0
+    assert gap.gap is None
+    assert gap.reference == 0
     assert (
         gap.words()
         == "No loss gap: too few measured steps to compare its loss with float32 trial #0."

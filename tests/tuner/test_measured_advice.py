@@ -59,7 +59,8 @@ def test_detect_reports_what_searches_measured_on_this_machine(tmp_path: Path) -
     )
     f16 = advice.split(f"{len(order)}. mixed_float16")[1]
     assert "measured here: 0.01x float32 at best" in " ".join(f16.split())
-    assert "session slow-f16" in f16 and "2 sessions" in f16
+    assert "session slow-f16" in f16
+    assert "2 sessions" in f16
 
     as_json = json.loads(mptune("detect", "--storage", storage, "--json").stdout)
     assert as_json["measured"]["mixed_float16"]["session"] == "slow-f16"

@@ -58,7 +58,8 @@ def test_a_setup_predicted_over_the_limit_never_starts_its_steps() -> None:
     )
     assert result.status is TrialStatus.OOM, result.error
     assert result.predicted_oom
-    assert result.steps_completed == 0 and not steps
+    assert result.steps_completed == 0
+    assert not steps
     prediction = result.memory_prediction
     assert prediction is not None
     assert prediction.limit_mb == LIMIT_MB
@@ -76,7 +77,8 @@ def test_a_refused_setup_keeps_its_warm_worker_and_the_runs_record_their_predict
         small = pool.run(spec(64, memory_limit_mb=LIMIT_MB))
         refused = pool.run(spec(1024, memory_limit_mb=LIMIT_MB))
         after = pool.run(spec(128, memory_limit_mb=LIMIT_MB))
-    assert small.ok and after.ok, (small.error, after.error)
+    assert small.ok, small.error
+    assert after.ok, after.error
     assert refused.predicted_oom
     # Nothing ran, so nothing of the worker changed: one worker for all three.
     assert (pool.started, pool.reused) == (1, 2)
@@ -91,7 +93,8 @@ def test_a_refused_setup_keeps_its_warm_worker_and_the_runs_record_their_predict
             result.peak_memory_mb,
         )
         # The compile ahead of the first step is counted apart from the warm-up.
-        assert result.timings.compile_s is not None and result.timings.compile_s > 0
+        assert result.timings.compile_s is not None
+        assert result.timings.compile_s > 0
 
 
 def test_with_one_peak_for_the_process_a_warm_trial_still_reports_its_own(
@@ -107,14 +110,18 @@ def test_with_one_peak_for_the_process_a_warm_trial_still_reports_its_own(
         larger = pool.run(spec(512))
     assert all(r.ok for r in (large, small, larger))
     assert (pool.started, pool.reused) == (1, 2)
-    assert large.peak_memory_mb and small.peak_memory_mb and larger.peak_memory_mb
+    assert large.peak_memory_mb
+    assert small.peak_memory_mb
+    assert larger.peak_memory_mb
     # The small batch's peak is not the process's (the large batch's): it is its prediction.
-    assert small.memory_method is not None and small.memory_method.startswith("predicted")
+    assert small.memory_method is not None
+    assert small.memory_method.startswith("predicted")
     assert small.memory_prediction is not None
     assert small.peak_memory_mb == pytest.approx(small.memory_prediction.peak_mb)
     assert small.peak_memory_mb < large.peak_memory_mb
     # A larger batch raised the process's peak: that peak is its own, measured.
-    assert larger.memory_method is not None and larger.memory_method.startswith("VmHWM")
+    assert larger.memory_method is not None
+    assert larger.memory_method.startswith("VmHWM")
     assert larger.peak_memory_mb > large.peak_memory_mb
 
 
@@ -154,7 +161,8 @@ def test_a_search_with_one_peak_per_process_starts_one_worker_per_precision(
     # Every run's peak is its own: never a larger batch's peak of the same process seen again
     # (where the process's peak did not rise, the trial's prediction stands in).
     ok = [r for r in results if r.ok]
-    assert ok and all(r.memory_prediction is not None for r in ok)
+    assert ok
+    assert all(r.memory_prediction is not None for r in ok)
     for i, later in enumerate(ok):
         for earlier in ok[:i]:
             if (

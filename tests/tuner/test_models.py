@@ -12,8 +12,10 @@ from tuner.trials.models import BUILTINS, parse_model_spec
 
 def test_builtins_parse_with_defaults_and_overrides() -> None:
     source = parse_model_spec("builtin:cnn:image_size=64,filters=16")
-    assert source.kind == "builtin" and source.name == "cnn"
-    assert source.params["image_size"] == 64 and source.params["filters"] == 16
+    assert source.kind == "builtin"
+    assert source.name == "cnn"
+    assert source.params["image_size"] == 64
+    assert source.params["filters"] == 16
     assert source.params["classes"] == BUILTINS["cnn"].params["classes"]
     assert not source.is_user_code
 

@@ -117,11 +117,13 @@ def test_token_ids_rounded_by_a_custom_layer_are_unsafe_and_named(policy: str) -
         text_model(TokenEmbedding), policy, x, y, "sparse_categorical_crossentropy"
     )
     hazard = only(report, INTEGER_CAST)
-    assert hazard.unsafe and hazard.policy == policy
+    assert hazard.unsafe
+    assert hazard.policy == policy
     assert hazard.layer == "layer 'lookup' (TokenEmbedding)"
     assert "4,999 became" in hazard.evidence
     assert "Embedding" in hazard.evidence  # where the rounded ids end up
-    assert 'dtype="int32"' in hazard.fix and "autocast=False" in hazard.fix
+    assert 'dtype="int32"' in hazard.fix
+    assert "autocast=False" in hazard.fix
     # The probe applied the fix, so the trial measures the policy as it would run once fixed.
     assert report.unsafe_layers == [model.get_layer("lookup")]
     assert model.get_layer("lookup").autocast is False
@@ -224,7 +226,8 @@ def test_a_failure_only_under_the_policy_is_a_policy_failure() -> None:
     hazard = only(report, POLICY_FAILURE)
     assert hazard.unsafe
     assert hazard.layer == "layer 'projection' (FixedProjection)"
-    assert report.failure is not None and "Graph execution error" not in report.failure
+    assert report.failure is not None
+    assert "Graph execution error" not in report.failure
 
     def fixed() -> Any:
         inputs = keras.Input((4,))
@@ -244,7 +247,8 @@ def test_a_model_that_fails_under_float32_too_is_not_compared() -> None:
 
     report, _ = run_probe(build, F16, np.ones((8, 4), "float32"), np.zeros((8, 3), "float32"))
     assert not report.compared
-    assert report.note and "float32 fails on the same batch too" in report.note
+    assert report.note
+    assert "float32 fails on the same batch too" in report.note
     assert report.hazards == []
 
 
@@ -268,7 +272,8 @@ def test_overflow_names_the_first_layer_past_float16s_range() -> None:
     hazard = only(report, OVERFLOW)
     assert not hazard.unsafe
     assert hazard.layer == "layer 'wider_sum' (Dense)"
-    assert "65,504" in hazard.evidence and "inf" in hazard.evidence
+    assert "65,504" in hazard.evidence
+    assert "inf" in hazard.evidence
     assert "float32" in hazard.fix
     # bfloat16 has float32's range: no overflow there.
     report, _ = run_probe(big_activations(1.0), BF16, x, np.zeros((16, 1), "float32"))
@@ -393,7 +398,8 @@ def test_a_model_too_large_for_the_budget_is_compared_as_far_as_it_fits(
     monkeypatch.setattr(probe, "RECORD_BUDGET_BYTES", 4096)
     x, y = token_ids()
     report, _ = run_probe(text_model(TokenEmbedding), BF16, x, y, "sparse_categorical_crossentropy")
-    assert report.note and "memory budget" in report.note
+    assert report.note
+    assert "memory budget" in report.note
     assert INTEGER_CAST in kinds(report)  # the first layer still fit
 
 
@@ -441,7 +447,9 @@ def test_the_gradients_of_the_recorded_pass_are_the_backends_gradients() -> None
         "policy",
         probe.RECORD_BUDGET_BYTES,
     )
-    assert done.error is None and done.gradient_error is None and done.gradients is not None
+    assert done.error is None
+    assert done.gradient_error is None
+    assert done.gradients is not None
     alone = backends.current().gradients(model, x, y, loss, 2.0**15)
     for mine, theirs in zip(
         done.gradients, probe_pass.float32_gradients(alone, model.trainable_weights), strict=True

@@ -94,7 +94,8 @@ def test_fit_loop_stops_at_the_trials_limit() -> None:
     # another test always met.
     fed = feeding.fit_rate(model, feed, 16, 60.0, until=start + 5.0)
     assert time.perf_counter() - start < 15.0  # not the 60 s window
-    assert fed["samples_per_second"] > 0 and fed["batches"] > 0
+    assert fed["samples_per_second"] > 0
+    assert fed["batches"] > 0
 
 
 @pytest.mark.serial("judges a worker's report within its 10 s limit")
@@ -115,7 +116,8 @@ def test_a_trial_reports_before_its_limit_instead_of_timing_out() -> None:
     result = api.run_trial(spec)
     assert result.ok, result.error
     assert time.monotonic() - start < spec.timeout_s
-    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.samples_per_second
+    assert result.samples_per_second > 0
     assert any("time limit" in w for w in result.warnings), result.warnings
 
 
@@ -143,10 +145,12 @@ def test_a_trial_of_a_few_steps_times_fit_for_a_few() -> None:
     )
     result = api.run_trial(spec)
     assert result.ok, result.error
-    assert result.input is not None and result.input.fit_loop
+    assert result.input is not None
+    assert result.input.fit_loop
     # A few executions within fit's first epoch (1-7 here), where a 5 s window counted 3,072
     # batches over 48 epochs.
-    assert result.input.epochs == 0 and 0 < result.input.batches < 64, result.input
+    assert result.input.epochs == 0, result.input
+    assert 0 < result.input.batches < 64, result.input
 
 
 @pytest.mark.parametrize("step_s", [0.001, 0.05, 0.3, 1.1, 4.0])

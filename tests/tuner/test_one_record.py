@@ -91,8 +91,10 @@ def _every_field(record_type: type, start: int = 0) -> Any:
 
 def test_the_result_message_and_the_trial_result_are_one_record() -> None:
     """Both are Measured records: no figure of it is declared a second time."""
-    assert issubclass(ResultMessage, Measured) and issubclass(TrialResult, Measured)
-    assert issubclass(ResultMessage, StageTimes) and issubclass(Timings, StageTimes)
+    assert issubclass(ResultMessage, Measured)
+    assert issubclass(TrialResult, Measured)
+    assert issubclass(ResultMessage, StageTimes)
+    assert issubclass(Timings, StageTimes)
     for record_type in (ResultMessage, TrialResult, Timings):
         names = [f.name for f in dataclasses.fields(record_type)]
         assert len(names) == len(set(names))
@@ -115,7 +117,8 @@ def test_every_figure_the_worker_sends_reaches_the_trial_result() -> None:
     assert trial.device_samples_per_second == sent.samples_per_second
     assert trial.samples_per_second == sent.input.samples_per_second  # fit's own loop ranks
     assert trial.steps_completed == len(sent.losses)
-    assert trial.timings.input_s == sent.input.seconds and trial.timings.total_s == 9.0
+    assert trial.timings.input_s == sent.input.seconds
+    assert trial.timings.total_s == 9.0
 
 
 def test_a_trial_result_with_every_field_set_survives_storage() -> None:
@@ -132,7 +135,8 @@ def test_fields_added_later_are_left_out_at_their_default_so_older_records_match
     data = result.to_dict()
     for name in ("calibration_steps", "warmup_updates", "pruned", "memory_prediction"):
         assert name not in data
-    assert "phase" not in data["error"] and "compile_s" not in data["timings"]
+    assert "phase" not in data["error"]
+    assert "compile_s" not in data["timings"]
     assert TrialResult.from_dict(data) == result
     predicted = dataclasses.replace(result, memory_prediction=MemoryPrediction(peak_mb=10.0))
     assert predicted.to_dict()["memory_prediction"]["peak_mb"] == 10.0
@@ -146,10 +150,13 @@ def test_json_has_no_nan_and_the_declared_type_says_what_null_was() -> None:
         spec, TrialStatus.DIVERGED, losses=(0.5, math.nan), loss_scales=(None, 2.0)
     )
     stored = json.loads(json.dumps(result.to_dict()))
-    assert stored["losses"] == [0.5, None] and stored["peak_memory_mb"] is None
+    assert stored["losses"] == [0.5, None]
+    assert stored["peak_memory_mb"] is None
     again = TrialResult.from_dict(stored)
-    assert again.losses[0] == 0.5 and math.isnan(again.losses[1])
-    assert again.loss_scales == (None, 2.0) and again.peak_memory_mb is None
+    assert again.losses[0] == 0.5
+    assert math.isnan(again.losses[1])
+    assert again.loss_scales == (None, 2.0)
+    assert again.peak_memory_mb is None
 
 
 def test_a_worker_input_without_a_finite_rate_is_none() -> None:

@@ -23,7 +23,8 @@ def facts(**kwargs) -> WorkerFacts:
 
 def test_a_lost_worker_is_a_crash_with_its_reason() -> None:
     status, error = lost("no heartbeat for 60 s")
-    assert status is TrialStatus.CRASHED and error.message == "no heartbeat for 60 s"
+    assert status is TrialStatus.CRASHED
+    assert error.message == "no heartbeat for 60 s"
 
 
 def ok_result(**kwargs) -> dict:
@@ -52,24 +53,28 @@ def test_oom_error_event() -> None:
         )
     )
     assert status is TrialStatus.OOM
-    assert error is not None and error.exception == "ResourceExhaustedError"
+    assert error is not None
+    assert error.exception == "ResourceExhaustedError"
 
 
 def test_over_memory_limit_wins_over_anything_else() -> None:
     status, error = classify(facts(result=ok_result(), over_memory_limit=True, memory_limit_mb=100))
-    assert status is TrialStatus.OOM and "100 MB" in error.message
+    assert status is TrialStatus.OOM
+    assert "100 MB" in error.message
 
 
 def test_timeout() -> None:
     status, error = classify(facts(timed_out=True, timeout_s=5))
-    assert status is TrialStatus.TIMEOUT and "5 s" in error.message
+    assert status is TrialStatus.TIMEOUT
+    assert "5 s" in error.message
 
 
 def test_user_error_keeps_location() -> None:
     status, error = classify(
         facts(error={"user_code": True, "message": "build_model() failed", "location": "m.py:3"})
     )
-    assert status is TrialStatus.USER_ERROR and error.location == "m.py:3"
+    assert status is TrialStatus.USER_ERROR
+    assert error.location == "m.py:3"
 
 
 def test_any_exception_with_a_user_model_is_a_user_error() -> None:
@@ -85,7 +90,8 @@ def test_exception_with_builtin_model_is_a_crash() -> None:
 def test_death_without_result_is_a_crash_with_the_log() -> None:
     status, error = classify(facts(returncode=-signal.SIGKILL, log_tail="Segmentation fault"))
     assert status is TrialStatus.CRASHED
-    assert "SIGKILL" in error.message and error.traceback == "Segmentation fault"
+    assert "SIGKILL" in error.message
+    assert error.traceback == "Segmentation fault"
 
 
 def test_non_finite_last_loss_diverged() -> None:
@@ -97,13 +103,15 @@ def test_non_finite_last_loss_diverged() -> None:
 
 def test_non_finite_weights_diverged() -> None:
     status, error = classify(facts(result=ok_result(weights_finite=False)))
-    assert status is TrialStatus.DIVERGED and "fixed loss scale" in error.message
+    assert status is TrialStatus.DIVERGED
+    assert "fixed loss scale" in error.message
 
 
 def test_loss_scale_at_floor_still_overflowing_diverged() -> None:
     result = ok_result(loss_scales=[2.0, 1.0], skipped_flags=[True, True])
     status, error = classify(facts(result=result))
-    assert status is TrialStatus.DIVERGED and "collapsed" in error.message
+    assert status is TrialStatus.DIVERGED
+    assert "collapsed" in error.message
 
 
 def test_a_recovered_skip_is_fine() -> None:
@@ -124,7 +132,8 @@ def test_a_result_is_checked_against_its_step_events() -> None:
         {**honest, "median_samples_per_second": 9000.0},
     ):
         status, error = classify(facts(result=forged, batch_size=64, measured_step_ms=steps))
-        assert status is TrialStatus.CRASHED and "not trusted" in error.message
+        assert status is TrialStatus.CRASHED
+        assert "not trusted" in error.message
     # A result stored before the median figure was kept apart: its one figure is the median's.
     old = ok_result(losses=[1.0] * 4, samples_per_second=6400.0)
     status, _ = classify(facts(result=old, batch_size=64, measured_step_ms=steps))
@@ -149,15 +158,18 @@ def test_a_timeout_says_its_phase_and_where_the_model_hung() -> None:
     )  # fmt: skip
     assert status is TrialStatus.TIMEOUT
     assert error.message == "killed at the time limit of 30 s while building the model"
-    assert error.phase == "build" and error.traceback == STACK
+    assert error.phase == "build"
+    assert error.traceback == STACK
     assert error.location == "/models/m.py:5"  # the innermost frame in the model file
     _, started = classify(facts(timed_out=True, timeout_s=30, phase="import"))
-    assert "while starting the worker" in started.message and started.location is None
+    assert "while starting the worker" in started.message
+    assert started.location is None
 
 
 def test_a_death_says_its_phase() -> None:
     status, error = classify(facts(returncode=0, phase="build"))
-    assert status is TrialStatus.CRASHED and error.phase == "build"
+    assert status is TrialStatus.CRASHED
+    assert error.phase == "build"
     assert (
         error.message == "the worker exited with status 0 without a result while building the model"
     )

@@ -167,9 +167,12 @@ def test_parallel_devices(parallel: Any, gpus: Any, device: str, expected: list[
     devices, note = parallel_devices(parallel, FakeProfile(gpus=gpus), device)
     assert devices == expected
     if parallel == 3:
-        assert note is not None and "sharing its cores" in note and "auto" in note
+        assert note is not None
+        assert "sharing its cores" in note
+        assert "auto" in note
     elif parallel == 4:
-        assert note is not None and "2 Test GPU GPUs" in note
+        assert note is not None
+        assert "2 Test GPU GPUs" in note
     else:
         assert note is None
 
@@ -228,9 +231,11 @@ def test_real_trials_in_parallel_on_the_cpu(tmp_path: Path) -> None:
     )
     session = TuningSession.load("real", f"sqlite:///{tmp_path / 's.db'}")
     trials = session.trials()
-    assert trials and all(t.result is not None and t.result.ok for t in trials)
+    assert trials
+    assert all(t.result is not None and t.result.ok for t in trials)
     numbers = [t.number for t in trials]
-    assert len(numbers) == len(set(numbers)) and len(trials) <= 6
+    assert len(numbers) == len(set(numbers))
+    assert len(trials) <= 6
     assert any("at once on the CPU" in n for n in result.recommendation.notes)
     left = {p.pid for p in running_children()} - before
     assert not left, f"workers outlived the search: {left}"
@@ -241,7 +246,8 @@ def test_a_worker_sees_only_its_gpu_in_nvml_order() -> None:
 
     spec = TrialSpec("builtin:mlp", Setup("float32", 64), device="gpu:2")
     env = worker_environment(spec, base={"PATH": "/bin"})
-    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # A user's own narrowing is kept: gpu:N is the N-th of the GPUs they made visible.
     env = worker_environment(spec, base={"CUDA_VISIBLE_DEVICES": "5,6,7"})
     assert env["CUDA_VISIBLE_DEVICES"] == "7"
@@ -274,7 +280,8 @@ def test_a_script_that_distributes_its_training_takes_every_gpu_one_trial_at_a_t
         profile=profile,
         parallel="auto",
     )
-    assert set(tracked.devices) == {"auto"} and tracked.peak == 1
+    assert set(tracked.devices) == {"auto"}
+    assert tracked.peak == 1
     rec = result.recommendation
     assert any("its trials took them all, one trial at a time" in n for n in rec.notes)
     assert rec.reference == "mixed_float16"

@@ -42,7 +42,8 @@ def test_a_session_in_postgresql_is_searched_resumed_listed_shown_and_exported(
     # Resumed: the finished trials are recalled from the server, none runs twice.
     second = Machine(speed=SPEEDS)
     result = scripted(second, postgres_url, "pg-session", model=None, resume=True)
-    assert result.recalled == 3 and result.ran == len(second.calls)
+    assert result.recalled == 3
+    assert result.ran == len(second.calls)
     assert not {s.setup for s in first.calls[:3]} & {s.setup for s in second.calls}
     stored = TuningSession.load("pg-session", postgres_url).trials()
     assert [t.number for t in stored] == list(range(len(stored)))
@@ -83,7 +84,8 @@ def test_real_trials_store_their_results_in_postgresql(postgres_url: str) -> Non
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     trials = TuningSession.load("pg-real", postgres_url).trials()
-    assert len(trials) == 2 and all(t.result is not None and t.result.ok for t in trials)
+    assert len(trials) == 2
+    assert all(t.result is not None and t.result.ok for t in trials)
     assert all(t.result.timings.measure_s for t in trials if t.result)
     assert "pw-for-tests-only" not in proc.stdout + proc.stderr
 
@@ -97,7 +99,8 @@ def test_a_wrong_password_is_one_line_naming_the_server_not_the_password(
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "not-the-password" not in line
-    assert f"127.0.0.1:{parts.port}" in line and "password authentication failed" in line
+    assert f"127.0.0.1:{parts.port}" in line
+    assert "password authentication failed" in line
 
 
 def test_an_unreachable_server_is_one_line_naming_it(postgres_url: str) -> None:
@@ -109,7 +112,8 @@ def test_an_unreachable_server_is_one_line_naming_it(postgres_url: str) -> None:
     proc = cli("sessions", "--storage", f"postgresql://u:secret@127.0.0.1:{port}/db")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert f"127.0.0.1:{port}" in line and "secret" not in line
+    assert f"127.0.0.1:{port}" in line
+    assert "secret" not in line
 
 
 def test_two_kinds_of_machine_share_a_store_with_one_recommendation_each(
@@ -140,7 +144,8 @@ def test_two_kinds_of_machine_share_a_store_with_one_recommendation_each(
     assert rows["pg-xeon"]["recommendation"].startswith("mixed_bfloat16")
     assert rows["pg-xeon"]["speedup"] > 1.2
     table = cli("sessions", "--storage", postgres_url)
-    assert "Intel Xeon" in table.stdout and "AMD EPYC" in table.stdout
+    assert "Intel Xeon" in table.stdout
+    assert "AMD EPYC" in table.stdout
     shown = cli("show", "pg-xeon", "--storage", postgres_url)
     assert "measured on CPU Intel Xeon (avx2)" in shown.stdout.splitlines()[0]
 

@@ -77,7 +77,8 @@ def test_the_compiled_pass_finds_what_the_eager_pass_finds(
     assert [kind for kind, _, _ in compiled["hazards"]] == EXPECTED[case]
     assert compiled["hazards"] == eager["hazards"]
     assert compiled["failure"] == eager["failure"]
-    assert compiled["compared"] and eager["compared"]
+    assert compiled["compared"]
+    assert eager["compared"]
     assert close(compiled["numerics"], eager["numerics"]), (compiled["numerics"], eager)
 
 
@@ -86,7 +87,8 @@ def test_each_model_is_compiled_once_and_its_parts_are_reported(jax_cases: dict[
     parts = jax_cases["cnn"]["default"]["parts"]
     for side in ("float32", "policy"):
         assert {f"{side}_trace", f"{side}_compile", f"{side}_run"} <= parts.keys()
-        assert f"{side}_forward" not in parts and f"{side}_gradients" not in parts
+        assert f"{side}_forward" not in parts
+        assert f"{side}_gradients" not in parts
     assert {"twin", "weights", "compare", "flush_check"} <= parts.keys()
     assert sum(parts.values()) <= jax_cases["cnn"]["default"]["probe_s"] + 0.01
     # The fix for an integer cast is compiled as a pass of its own.
@@ -98,8 +100,10 @@ def test_each_model_is_compiled_once_and_its_parts_are_reported(jax_cases: dict[
 def test_a_model_that_cannot_be_traced_or_fails_runs_eagerly(jax_cases: dict[str, Any]) -> None:
     # A layer that reads its values in Python: the tracing fails, the pass runs eagerly.
     parts = jax_cases["reads_its_values"]["default"]["parts"]
-    assert "policy_forward" in parts and "policy_compile" not in parts
+    assert "policy_forward" in parts
+    assert "policy_compile" not in parts
     # A layer that raises under the policy: reported from the eager pass, as before.
     found = jax_cases["policy_failure"]["default"]
     assert "needs float32 inputs" in found["failure"]
-    assert "policy_forward" in found["parts"] and "float32_compile" in found["parts"]
+    assert "policy_forward" in found["parts"]
+    assert "float32_compile" in found["parts"]

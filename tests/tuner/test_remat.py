@@ -72,14 +72,17 @@ def test_a_rematerialised_trial_builds_under_the_scope_and_trains_alike(
     checked.write_text(CHECKED)
     on = _trial(str(checked), backend, remat=True)
     assert on.status is TrialStatus.OK, on.error
-    assert on.spec.setup.remat and "remat" in on.spec.setup.label
+    assert on.spec.setup.remat
+    assert "remat" in on.spec.setup.label
     if backend == "jax":
         off = _trial(str(checked), backend, remat=False)
-        assert off.status is not TrialStatus.OK and "without rematerialisation" in str(off.error)
+        assert off.status is not TrialStatus.OK
+        assert "without rematerialisation" in str(off.error)
     if backend in ("tensorflow", "jax"):
         tiny = "builtin:mlp:features=16,width=32,depth=1"
         plain, remat = _trial(tiny, backend, remat=False), _trial(tiny, backend, remat=True)
-        assert plain.ok and remat.ok, (plain.error, remat.error)
+        assert plain.ok, plain.error
+        assert remat.ok, remat.error
         assert remat.losses == pytest.approx(plain.losses, rel=1e-4)
 
 
@@ -128,18 +131,24 @@ def test_remat_is_tried_where_the_users_batch_ran_out_of_memory(tmp_path: Path) 
     )
     rec = run(machine, tmp_path, space=SearchSpace(user_batch=256)).recommendation
     tried = remat_trials(machine)
-    assert tried and tried[0].batch_size == 128 and tried[0].policy == "float32"
-    assert rec.setup.remat and rec.setup.batch_size >= 128
+    assert tried
+    assert tried[0].batch_size == 128
+    assert tried[0].policy == "float32"
+    assert rec.setup.remat
+    assert rec.setup.batch_size >= 128
     row = rows(rec)["Rematerialisation"]
-    assert row.startswith("on: rematerialisation at batch size 128") and "adopted" in row
+    assert row.startswith("on: rematerialisation at batch size 128")
+    assert "adopted" in row
 
 
 def test_remat_is_not_tried_where_nothing_ran_out_of_memory(tmp_path: Path) -> None:
     machine = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     rec = run(machine, tmp_path, space=SearchSpace(user_batch=64)).recommendation
-    assert not remat_trials(machine) and not rec.setup.remat
+    assert not remat_trials(machine)
+    assert not rec.setup.remat
     row = rows(rec)["Rematerialisation"]
-    assert row.startswith("off: not tried (it trades speed for memory") and "(64)" in row
+    assert row.startswith("off: not tried (it trades speed for memory")
+    assert "(64)" in row
 
 
 def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
@@ -149,7 +158,8 @@ def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
     )
     result = run(machine, tmp_path, settings=SearchSettings(objective="memory"))
     rec = result.recommendation
-    assert remat_trials(machine) and rec.setup.remat
+    assert remat_trials(machine)
+    assert rec.setup.remat
     assert "adopted by the memory objective: " in rows(rec)["Rematerialisation"]
     # Too slow for it: tried, not adopted.
     slow = RematMachine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
@@ -157,15 +167,18 @@ def test_remat_is_weighed_by_the_memory_objective(tmp_path: Path) -> None:
     rec = run(
         slow, tmp_path, settings=SearchSettings(objective="memory"), study="slow"
     ).recommendation
-    assert remat_trials(slow) and not rec.setup.remat
+    assert remat_trials(slow)
+    assert not rec.setup.remat
     row = rows(rec)["Rematerialisation"]
-    assert "not adopted by the memory objective: " in row and "under 80% of its speed" in row
+    assert "not adopted by the memory objective: " in row
+    assert "under 80% of its speed" in row
 
 
 def test_a_plain_search_never_runs_remat(tmp_path: Path) -> None:
     machine = float32_only()
     rec = run(machine, tmp_path).recommendation
-    assert not any(s.setup.remat for s in machine.calls) and not rec.setup.remat
+    assert not any(s.setup.remat for s in machine.calls)
+    assert not rec.setup.remat
 
 
 @pytest.mark.slow

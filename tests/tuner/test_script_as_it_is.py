@@ -78,7 +78,8 @@ def test_a_script_that_sets_mixed_float16_trains_the_policy_the_trial_names(poli
     the script runs today, with its line."""
     result = _script_trial(OWN_POLICY, policy, "jax")
     assert result.status is TrialStatus.OK, result.error
-    assert result.trained is not None and result.script is not None
+    assert result.trained is not None
+    assert result.script is not None
     assert result.trained.policy == policy
     assert result.trained.loss_scale == "none"
     assert result.script.policy == "mixed_float16"
@@ -91,7 +92,8 @@ def test_a_script_that_sets_mixed_float16_trains_the_policy_the_trial_names(poli
 def test_a_scripts_own_loss_scale_optimizer_is_unwrapped_for_float32() -> None:
     result = _script_trial(OWN_POLICY, "float32", "jax", "--own-loss-scale")
     assert result.status is TrialStatus.OK, result.error
-    assert result.trained is not None and result.script is not None
+    assert result.trained is not None
+    assert result.script is not None
     assert result.trained.loss_scale == "none"
     assert result.script.loss_scale is not None
     assert result.script.loss_scale.startswith("dynamic:1024")
@@ -170,7 +172,8 @@ def test_mirrored_strategy_over_two_devices_is_tuned_and_run(
             assert "in Keras' own fit too (it trains with 1)" in r["error"]["message"]
     ran = [r for r in results if r not in several]
     f16 = [r for r in ran if r["spec"]["policy"] == "mixed_float16"]
-    assert f16 and all(r["status"] == "ok" for r in ran), [r.get("error") for r in ran]
+    assert f16
+    assert all(r["status"] == "ok" for r in ran), [r.get("error") for r in ran]
     assert all(r["trained"]["distribution"] == "MirroredStrategy" for r in ran)
     assert all(r["trained"]["loss_scale"].startswith("dynamic") for r in f16)
     config = _config(
@@ -219,7 +222,8 @@ def test_data_parallel_over_two_jax_devices_tunes_float16_and_run_keeps_its_figu
     # built once each time. (float16 alone is searched, float32 coming only as the guard's
     # reference: beside float32 the search could drop float16, slower on this CPU, after one
     # trial, and a run under load once did.)
-    assert len(f16) >= 3 and all(r["status"] == "ok" for r in f16), [r.get("error") for r in f16]
+    assert len(f16) >= 3, len(f16)
+    assert all(r["status"] == "ok" for r in f16), [r.get("error") for r in f16]
     assert all(r["trained"]["replicas"] == 2 for r in results if r["status"] == "ok")
     # Each figure over whole epochs of fit's loop (16 batches, far under the window): the
     # first epoch's partial batch compiles anew (0.7 s here), once, and is not held against
@@ -236,7 +240,8 @@ def test_data_parallel_over_two_jax_devices_tunes_float16_and_run_keeps_its_figu
                 **TWO_JAX_DEVICES)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "seen.json").read_text())["devices"] == 2
-    assert "trained at" in done.stderr and "tuned at" in done.stderr
+    assert "trained at" in done.stderr
+    assert "tuned at" in done.stderr
     assert cli.main(["show", session, "--storage", store, "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert len(runs) == 1

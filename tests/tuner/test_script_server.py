@@ -37,16 +37,20 @@ def test_a_served_program_runs_as_a_fresh_interpreter_would(tmp_path: Path, form
     )
     assert served.returncode == fresh.returncode == 3
     assert served.stdout == fresh.stdout, (served.stdout, fresh.stdout)
-    assert "policy float32" in served.stdout and "to stderr" in served.stderr
+    assert "policy float32" in served.stdout
+    assert "to stderr" in served.stderr
     # The next program sees none of the last one's Keras state (its policy).
     again = run_python([*args, "0"], tmp_path, env)
-    assert again.returncode == 0 and "policy float32" in again.stdout
+    assert again.returncode == 0
+    assert "policy float32" in again.stdout
 
 
 def test_an_exception_and_a_program_past_its_time(tmp_path: Path) -> None:
     raised = run_python(["-c", "raise ValueError('odd value')"], tmp_path)
-    assert raised.returncode == 1 and "ValueError: odd value" in raised.stderr
+    assert raised.returncode == 1
+    assert "ValueError: odd value" in raised.stderr
     with pytest.raises(subprocess.TimeoutExpired):
         run_python(["-c", "import signal; signal.pause()"], tmp_path, timeout=1)  # never ends
     after = run_python(["-c", "print('served again')"], tmp_path)
-    assert after.returncode == 0 and after.stdout == "served again\n"
+    assert after.returncode == 0
+    assert after.stdout == "served again\n"

@@ -66,8 +66,10 @@ def _trial(
 def test_a_script_spec_keeps_its_arguments_and_fit_call() -> None:
     spec = ScriptCommand(str(ARRAYS), ("--samples", "512", "--note", "two words"), fit_call=2).spec
     source = parse_model_spec(spec)
-    assert source.kind == "script" and source.path == str(ARRAYS.resolve())
-    assert source.args == ("--samples", "512", "--note", "two words") and source.fit_call == 2
+    assert source.kind == "script"
+    assert source.path == str(ARRAYS.resolve())
+    assert source.args == ("--samples", "512", "--note", "two words")
+    assert source.fit_call == 2
     assert parse_model_spec(ScriptCommand(str(ARRAYS)).spec).fit_call == 1
 
 
@@ -190,9 +192,11 @@ def test_a_script_fitting_arrays_trains_what_it_built_on_what_it_passes(backend:
     fit's data adapter at the trial's batch size; nothing after its fit runs."""
     result = _trial(ARRAYS, 64, backend, ("--samples", "512", "--epochs", "1"))
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "arrays"
+    assert result.input is not None
+    assert result.input.kind == "arrays"
     assert "mnist_arrays.py's own fit data at batch 64" in result.input.fed_by
-    assert result.losses and all(loss == loss for loss in result.losses)
+    assert result.losses
+    assert all(loss == loss for loss in result.losses)
     assert not Path("never_written.keras").exists()  # the script's save, after its fit
 
 
@@ -203,7 +207,8 @@ def test_a_tf_data_pipeline_is_the_trials_input_rebatched(batch: int) -> None:
     on: as it is at its own batch size, rebatched at another."""
     result = _trial(TF_DATA, batch)
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "tf_data"
+    assert result.input is not None
+    assert result.input.kind == "tf_data"
     assert f"at batch {batch}" in result.input.fed_by
 
 
@@ -213,10 +218,12 @@ def test_a_slow_pipeline_in_the_script_is_found_input_bound() -> None:
     says the script's input holds fit back."""
     result = _trial(TF_DATA, 32, SLOW_INPUT_MS="30")
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "tf_data"
+    assert result.input is not None
+    assert result.input.kind == "tf_data"
     assert result.input_bound
     # 32 samples per 30 ms at most: fit's rate is the input's.
-    assert result.samples_per_second is not None and result.samples_per_second < 32 / 0.03
+    assert result.samples_per_second is not None
+    assert result.samples_per_second < 32 / 0.03
 
 
 @pytest.mark.slow
@@ -234,7 +241,8 @@ def test_a_pydatasets_batches_are_joined_or_split(backend: str, batch: int) -> N
     batch 128, each split in two for batch 32; its dict of inputs and one-hot labels kept."""
     result = _trial(PY_DATASET, batch, backend)
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "py_dataset"
+    assert result.input is not None
+    assert result.input.kind == "py_dataset"
     assert result.steps_completed >= 8
 
 
@@ -261,7 +269,8 @@ def test_a_generator_is_regrouped_on_its_one_stream(tmp_path: Path) -> None:
     script.write_text(GENERATOR_SCRIPT)
     result = _trial(script, 32)
     assert result.status is TrialStatus.OK, result.error
-    assert result.input is not None and result.input.kind == "generator"
+    assert result.input is not None
+    assert result.input.kind == "generator"
     assert result.steps_completed >= 8
 
 
@@ -388,7 +397,8 @@ def test_a_pydataset_rebatched_gives_every_sample_once_in_order(
     drawn.clear()  # what it read to count the samples
     pieces = [rebatched[i][1] for i in range(len(rebatched))]
     assert (np.concatenate(pieces) == np.arange(n)).all()
-    assert all(len(p) == batch for p in pieces[:-1]) and 0 < len(pieces[-1]) <= batch
+    assert all(len(p) == batch for p in pieces[:-1])
+    assert 0 < len(pieces[-1]) <= batch
     assert sorted(set(drawn)) == drawn  # each drawn once, in order
 
 

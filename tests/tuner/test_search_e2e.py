@@ -119,7 +119,8 @@ def test_guard_rejects_float16_that_breaks_the_numbers(
     if "loss gap" in message:  # float32 ran beside it at the same batch size, seed and data
         # (a tiny model's short steps also get the steps-per-execution ladder before the guard)
         stages = [t.stage for t in trials]
-        assert stages[0] == "baseline" and stages[-1] == "guard"
+        assert stages[0] == "baseline"
+        assert stages[-1] == "guard"
         # (and the pick's confirming run, its neighbourhood and a runoff of its near ties)
         assert set(stages) <= {
             "baseline",
@@ -133,7 +134,8 @@ def test_guard_rejects_float16_that_breaks_the_numbers(
         # float32 at the candidate's steps per execution: its losses are grouped the same way.
         spe = {t.result.spec.setup.steps_per_execution for t in trials[:-1]}
         assert guard.spec.setup.replace(steps_per_execution=1) == Setup("float32", 16)
-        assert guard.spec.setup.steps_per_execution in spe and guard.ok
+        assert guard.spec.setup.steps_per_execution in spe
+        assert guard.ok
 
 
 def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
@@ -188,7 +190,8 @@ def test_killed_tune_resumes_without_rerunning(tmp_path: Path) -> None:
     )
     assert resumed.returncode == 0, resumed.stderr
     rec = json.loads(resumed.stdout)
-    assert rec["session"] == "killed" and rec["policy"] in ("float32", "mixed_bfloat16")
+    assert rec["session"] == "killed"
+    assert rec["policy"] in ("float32", "mixed_bfloat16")
     after = TuningSession.load("killed", storage).trials()
     finished_specs = [t.result.spec.to_dict() for t in after if t.result is not None]
     # No setup was measured twice except the deliberate re-measurements (the confirming run,
@@ -237,7 +240,8 @@ def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
     rec = json.loads(proc.stdout)
     config = TunedConfig.load(tmp_path / "tuned.json")
     assert (config.setup.policy, config.setup.batch_size) == (rec["policy"], rec["batch_size"])
-    assert config.session == rec["session"] and config.hardware.device == "cpu"
+    assert config.session == rec["session"]
+    assert config.hardware.device == "cpu"
     for key in (
         "policy",
         "batch_size",
@@ -249,7 +253,8 @@ def test_tune_json_has_the_documented_keys(tmp_path: Path) -> None:
         "trials",
     ):
         assert key in rec
-    assert rec["policy"] == "float32" and rec["speedup_vs_float32"] == pytest.approx(1.0)
+    assert rec["policy"] == "float32"
+    assert rec["speedup_vs_float32"] == pytest.approx(1.0)
 
 
 def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
@@ -285,7 +290,8 @@ def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
         # then never raises KeyboardInterrupt: give the child what an interactive shell gives.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    assert proc.stderr is not None and proc.stdout is not None
+    assert proc.stderr is not None
+    assert proc.stdout is not None
     for line in proc.stderr:  # the first trial is done, the second is running
         if line.startswith("trial #0"):
             break
@@ -301,7 +307,8 @@ def test_ctrl_c_stops_the_trial_keeps_the_finished_ones(tmp_path: Path) -> None:
     _gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, f"trial workers left running: {alive}"
     trials = TuningSession.load("interrupted", storage).trials()
-    assert trials[0].result is not None and trials[0].result.ok
+    assert trials[0].result is not None
+    assert trials[0].result.ok
     stopped = [t for t in trials if t.result is None]
     assert all(t.note == "stopped by the user" for t in stopped)
 
@@ -322,4 +329,5 @@ def test_unreachable_storage_from_the_cli(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mptune: error: cannot open session storage")
+    assert len(lines) == 1
+    assert lines[0].startswith("mptune: error: cannot open session storage")

@@ -81,7 +81,9 @@ def test_the_xla_stage_runs_only_where_it_should(
     assert rec.setup.xla is tried  # 20% faster: adopted wherever it was tried
     row = rows(rec)["XLA"]
     if tried:
-        assert row.startswith("on: XLA at batch size") and "1.20x" in row and "adopted" in row
+        assert row.startswith("on: XLA at batch size")
+        assert "1.20x" in row
+        assert "adopted" in row
         assert {"xla"} <= {t.stage for t in TuningSession.load("t", _url(tmp_path)).trials()}
         assert "xla" in rec.reason.lower()  # "float32 at batch size 256 with XLA", or a tie
     else:
@@ -107,7 +109,8 @@ def test_xla_is_adopted_only_beyond_the_noise_floor(tmp_path: Path) -> None:
     assert tried == Setup("float32", 256, xla=True)
     assert rec.setup == Setup("float32", 256)
     assert not any(a.setup.xla for a in rec.alternatives)
-    assert "1.02x" in rows(rec)["XLA"] and "within the noise floor, not adopted" in rows(rec)["XLA"]
+    assert "1.02x" in rows(rec)["XLA"]
+    assert "within the noise floor, not adopted" in rows(rec)["XLA"]
     assert next(k for k in rec.knobs if k.knob == "xla").gain == pytest.approx(1.02)
 
 
@@ -130,7 +133,8 @@ def test_an_unsupported_xla_trial_is_noted_and_the_search_goes_on_without_xla(
     # The search went on: loss scales, the guard and re-measuring ran after it.
     stages = [t.stage for t in TuningSession.load("t", _url(tmp_path)).trials()]
     assert stages.index("xla") < stages.index("remeasure")
-    assert rec.setup.policy.is_mixed and rec.loss_gap is not None
+    assert rec.setup.policy.is_mixed
+    assert rec.loss_gap is not None
     assert round_trips(rec)
 
 
@@ -159,7 +163,8 @@ def test_a_failed_xla_trial_ends_xla_for_its_precision_only(tmp_path: Path) -> N
     stage = [t.result.spec.setup for t in session.trials() if t.stage == "xla"]
     assert [s.precision for s in stage] == ["float32", "mixed_bfloat16"]
     assert any("float32 goes on without XLA" in n and "oom" in n for n in rec.notes)
-    assert rec.setup.xla and rec.setup.policy == "mixed_bfloat16"
+    assert rec.setup.xla
+    assert rec.setup.policy == "mixed_bfloat16"
 
 
 # -- steps per execution ----------------------------------------------------------------------
@@ -174,7 +179,8 @@ def test_steps_per_execution_is_tried_where_the_step_is_short(tmp_path: Path) ->
     assert rec.setup.steps_per_execution == 4
     row = rows(rec)["Steps per execution"]
     assert row.startswith("4: 4 steps per execution at batch size 256: 1.30x")
-    assert "16 steps per execution" in row and "not adopted" in row
+    assert "16 steps per execution" in row
+    assert "not adopted" in row
     assert next(k for k in rec.knobs if k.knob == "steps_per_execution").gain == pytest.approx(1.3)
     assert "4 steps per execution" in rows(rec)["Setup"]
     assert round_trips(rec)
@@ -262,12 +268,15 @@ def test_tf32_is_tried_only_on_compute_capability_8_and_up(
     assert all(s.policy == "float32" and s.precision == "float32+tf32" for s in tf32)
     if tried:
         # At the float32 baseline's batch first, then its own ladder.
-        assert tf32[0].batch_size == 64 and max(s.batch_size for s in tf32) > 64
-        assert rec.setup.tf32 and rec.setup.precision == "float32+tf32"
+        assert tf32[0].batch_size == 64
+        assert max(s.batch_size for s in tf32) > 64
+        assert rec.setup.tf32
+        assert rec.setup.precision == "float32+tf32"
         # Guarded like a mixed policy: against IEEE float32 at the same batch size.
         assert rec.loss_gap == pytest.approx(0.0)
         assert rec.speedup_vs_float32 == pytest.approx(1.5)
-        assert "float32+tf32 at batch size" in rec.reason and "faster than float32" in rec.reason
+        assert "float32+tf32 at batch size" in rec.reason
+        assert "faster than float32" in rec.reason
         assert rows(rec)["TF32"].startswith("on: float32 storage with TensorFloat-32")
         (f32,) = [a for a in rec.alternatives if a.setup.precision == "float32"]
         assert not f32.setup.tf32
@@ -284,7 +293,8 @@ def test_tf32_is_rejected_when_its_loss_drifts_from_ieee_float32(tmp_path: Path)
     rec = run(machine, tmp_path, space=space, profile=gpu()).recommendation
     assert rec.setup == Setup("float32", 256)
     (tf32,) = [a for a in rec.alternatives if a.setup.tf32]
-    assert tf32.rejected and "loss gap to float32" in tf32.rejected
+    assert tf32.rejected
+    assert "loss gap to float32" in tf32.rejected
     assert rows(rec)["TF32"].startswith("off: IEEE float32 matmuls; float32+tf32 was tried")
 
 
@@ -358,7 +368,8 @@ def test_the_global_batch_is_fixed_over_every_trial(tmp_path: Path) -> None:
     # float32 does not fit 960 or 480: it runs at 240 x 4, and 320 x 3 between.
     f32 = {s.setup.batch_size for s in machine.calls if s.setup.precision == "float32"}
     assert {960, 480, 320, 240} <= f32
-    assert rec.setup.global_batch == 960 and rec.global_batch == 960
+    assert rec.setup.global_batch == 960
+    assert rec.global_batch == 960
     assert any(n.startswith("the global batch 960 is kept") for n in rec.notes)
     assert rows(rec)["Global batch"].startswith("960, kept ([[global_batch]])")
     assert round_trips(rec)
@@ -374,7 +385,10 @@ def test_a_smaller_step_is_taken_only_when_it_is_faster(tmp_path: Path) -> None:
     rec = run(machine, tmp_path, space=space).recommendation
     assert rec.setup == Setup("float32", 128, gradient_accumulation_steps=2)
     ladder = [s.batch_size for s in machine.calls if s.policy == "float32"]
-    assert ladder[:1] == [256] and 128 in ladder and 64 in ladder and 32 not in ladder
+    assert ladder[:1] == [256]
+    assert 128 in ladder
+    assert 64 in ladder
+    assert 32 not in ladder
 
 
 # -- knobs that pay only together -------------------------------------------------------------
@@ -390,7 +404,8 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
     )  # fmt: skip
     space = SearchSpace(switches={"xla": "on"})
     rec = run(machine, tmp_path, space=space).recommendation
-    assert rec.setup.xla and rec.setup.steps_per_execution == 16
+    assert rec.setup.xla
+    assert rec.setup.steps_per_execution == 16
     stages = [s.stage for s in TuningSession.load("t", f"sqlite:///{tmp_path / 's.db'}").trials()]
     assert "neighbourhood" in stages
     # Bounded: a handful of trials more than the stages alone.
@@ -400,7 +415,8 @@ def test_the_neighbourhood_finds_knobs_that_pay_only_together(tmp_path: Path) ->
     assert evidence["XLA"].startswith("on: found around the pick, with the other knobs")
     # Its stage's finding alone is told as outweighed, never as "not adopted": XLA is on.
     assert "its stage's first measurement, taken alone: XLA at batch size" in evidence["XLA"]
-    assert "slower" in evidence["XLA"] and "adopted" not in evidence["XLA"]
+    assert "slower" in evidence["XLA"]
+    assert "adopted" not in evidence["XLA"]
     assert evidence["Steps per execution"].startswith("16: found around the pick")
     assert round_trips(rec)
 
@@ -412,7 +428,9 @@ def test_the_neighbourhood_does_not_climb_past_a_batch_that_did_not_fit(tmp_path
     around = [t.result.spec.setup for t in trials if t.stage == "neighbourhood"]
     assert around, "the neighbourhood ran"
     assert all(s.batch_size < 512 for s in around)
-    assert rec.setup.batch_size < 512 and rec.setup.xla and rec.setup.steps_per_execution == 16
+    assert rec.setup.batch_size < 512
+    assert rec.setup.xla
+    assert rec.setup.steps_per_execution == 16
 
 
 # -- the user's batch size --------------------------------------------------------------------
@@ -423,10 +441,13 @@ def test_a_batch_size_unlike_the_users_says_what_it_means_for_the_learning_rate(
 ) -> None:
     machine = float32_only()
     rec = run(machine, tmp_path, space=SearchSpace(user_batch=32)).recommendation
-    assert rec.setup.batch_size == 256 and rec.user_batch == 32
+    assert rec.setup.batch_size == 256
+    assert rec.user_batch == 32
     (note,) = [n for n in rec.notes if "differs from yours" in n]
     assert "the recommended batch size 256 differs from yours (32)" in note
-    assert "256/32 = 8" in note and "Goyal et al. 2017" in note and "[[global_batch 32]]" in note
+    assert "256/32 = 8" in note
+    assert "Goyal et al. 2017" in note
+    assert "[[global_batch 32]]" in note
     assert "yours is 32" in rows(rec)["Global batch"]
     assert round_trips(rec)
 
@@ -448,7 +469,8 @@ def test_tune_takes_the_users_batch_size_from_the_model_file(tmp_path: Path) -> 
         ),
         runner=float32_only(),
     ).recommendation
-    assert rec.user_batch == 32 and any("differs from yours (32)" in n for n in rec.notes)
+    assert rec.user_batch == 32
+    assert any("differs from yours (32)" in n for n in rec.notes)
 
 
 @pytest.mark.parametrize(
@@ -487,7 +509,9 @@ def test_a_resumed_knob_search_recalls_every_trial(tmp_path: Path) -> None:
     result = run(second, tmp_path, study="knobs", resume=True, profile=gpu())
     assert not set(finished) & {s.setup for s in second.calls}
     rec = result.recommendation
-    assert rec.setup.tf32 and rec.setup.xla and rec.setup.steps_per_execution == 4
+    assert rec.setup.tf32
+    assert rec.setup.xla
+    assert rec.setup.steps_per_execution == 4
     # Once finished, a resumed search runs nothing and recommends the same.
     third = machine()
     again = run(third, tmp_path, study="knobs", resume=True, profile=gpu())
@@ -529,11 +553,14 @@ def test_a_runoff_finds_the_faster_of_two_setups_one_trial_each_could_not_tell(
     # Each turn runs every finalist once, back to back, in the reverse order of the turn
     # before; two turns that agree settle it. The pick stands on its runs in the runoff.
     (paired,) = rec.paired
-    assert paired.stage == "runoff" and spe16 in paired.setups and len(paired.speeds) == 2
+    assert paired.stage == "runoff"
+    assert spe16 in paired.setups
+    assert len(paired.speeds) == 2
     assert [t.number for t in runoff] == list(paired.numbers())
     first, second = paired.trials
     assert [trials[n].result.spec.setup for n in first] == list(paired.setups)
-    assert sorted(first) == list(first) and sorted(second, reverse=True) == list(second)
+    assert sorted(first) == list(first)
+    assert sorted(second, reverse=True) == list(second)
     # Its figure is the median of all its runs (docs/search.md, "One rule for every figure"),
     # the runoff's turns and the one before them.
     assert set(paired.numbers(spe16)) < set(rec.setup_trials) <= set(rec.trials)
@@ -611,10 +638,12 @@ def test_the_final_decides_between_precisions_on_runs_back_to_back(tmp_path: Pat
     rec = run(machine, tmp_path).recommendation
     assert rec.setup == Setup("mixed_bfloat16", 64)
     assert rec.speedup_vs_float32 == pytest.approx(1.3)
-    assert not rec.ties and "1.30x faster than float32" in rec.reason
+    assert not rec.ties
+    assert "1.30x faster than float32" in rec.reason
     assert "measured back to back" in rec.reason
     (final,) = rec.paired
-    assert final.stage == "final" and len(final.speeds) == 2  # two turns that agree settle it
+    assert final.stage == "final"
+    assert len(final.speeds) == 2  # two turns that agree settle it
     assert set(final.numbers(rec.setup)) <= set(rec.trials)
     assert rows(rec)["Final"].startswith(
         "mixed_bfloat16 b64 and float32 b64 measured back to back in 2 turns: mixed_bfloat16 "
@@ -653,7 +682,9 @@ def test_decide_and_settled() -> None:
     assert decide({a: 1.0, b: 1.02, c: 1.005}, 0.03) == a
     assert decide({a: 1.0, b: 1.05, c: 1.04}, 0.03) == b
     assert decide({a: 1.0, b: 0.9, c: 1.04}, 0.03) == c
-    assert within(1.03, 0.03) and within(1 / 1.03, 0.03) and not within(1.04, 0.03)
+    assert within(1.03, 0.03)
+    assert within(1 / 1.03, 0.03)
+    assert not within(1.04, 0.03)
     # Settled: whatever the last turn measures, b stays ahead of a beyond the margin.
     assert settled({a: (1.0, 1.0), b: (1.06, 1.10)}, 0.03)
     # Not settled: the median may still land inside the margin, or outside it.
@@ -691,7 +722,9 @@ def _url(tmp_path: Path) -> str:
 
 def test_the_search_knobs_doc_names_the_rule() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "search.md").read_text()
-    assert f"{SPE_STEP_MS:g} ms" in doc and "--global-batch" in doc and "float32+tf32" in doc
+    assert f"{SPE_STEP_MS:g} ms" in doc
+    assert "--global-batch" in doc
+    assert "float32+tf32" in doc
 
 
 def test_a_recommendation_stored_before_the_knobs_shows_its_settings() -> None:
@@ -713,7 +746,9 @@ def test_a_recommendation_stored_before_the_knobs_shows_its_settings() -> None:
         "objective": "speed",
     }
     rec = Recommendation.from_dict(old)
-    assert rec.knobs == () and rec.global_batch is None and rec.user_batch is None
+    assert rec.knobs == ()
+    assert rec.global_batch is None
+    assert rec.user_batch is None
     shown = rows(rec)
     assert (shown["XLA"], shown["Steps per execution"], shown["TF32"]) == ("off", "1", "off")
     assert shown["Global batch"] == "64"
@@ -730,7 +765,8 @@ def test_the_guard_compares_losses_at_the_candidates_steps_per_execution(tmp_pat
     )
     result = run(machine, tmp_path, space=SearchSpace(policies=("float32", "mixed_bfloat16")))
     rec = result.recommendation
-    assert rec.setup.policy == "mixed_bfloat16" and rec.setup.steps_per_execution == 16
+    assert rec.setup.policy == "mixed_bfloat16"
+    assert rec.setup.steps_per_execution == 16
     assert rec.loss_gap == pytest.approx(0.0)
     guards = [s.setup for s in machine.calls if s.setup.policy == "float32"]
     assert Setup("float32", rec.setup.batch_size, steps_per_execution=16) in guards
@@ -749,7 +785,8 @@ def test_a_lucky_leader_is_confirmed_before_the_picks_look_around(tmp_path: Path
     stages = [(t.stage, t.result.spec.setup) for t in trials]
     confirm = stages.index(("remeasure", Setup("mixed_bfloat16", 256)))
     around = [i for i, (stage, _) in enumerate(stages) if stage == "neighbourhood"]
-    assert around and confirm < around[0]
+    assert around
+    assert confirm < around[0]
     assert any(stages[i][1].policy == "float32" for i in around)
     # The confirming run is the one the remeasure stage takes: it is not run again there.
     assert stages.count(("remeasure", Setup("mixed_bfloat16", 256))) == 1
@@ -810,7 +847,8 @@ def test_speed_ups_are_stated_against_the_users_float32_as_it_runs_today(tmp_pat
     assert rec.reference == "float32+tf32"
     tf32_runs = [s for s in machine.calls if s.setup.tf32]
     assert max(s.batch_size for s in tf32_runs) > 64  # its ladder climbed: not abandoned
-    assert rec.speedup_vs_reference is not None and rec.speedup_vs_float32 is not None
+    assert rec.speedup_vs_reference is not None
+    assert rec.speedup_vs_float32 is not None
     assert rec.speedup_vs_reference == pytest.approx(rec.speedup_vs_float32 / 1.4, rel=0.05)
     assert "your float32 as it runs today" in rec.reason
     assert "TensorFlow runs float32 matmuls and convolutions in TF32" in rec.reason
@@ -835,4 +873,5 @@ def test_on_a_cpu_the_reference_is_float32_and_nothing_more_is_said(tmp_path: Pa
     rec = run(machine, tmp_path).recommendation
     assert rec.reference == "float32"
     assert rec.speedup_vs_reference == pytest.approx(rec.speedup_vs_float32)
-    assert "today" not in rec.reason and not any("TF32" in n for n in rec.notes)
+    assert "today" not in rec.reason
+    assert not any("TF32" in n for n in rec.notes)

@@ -211,7 +211,8 @@ def test_cpu_like_machine_keeps_float32_and_drops_slow_mixed(tmp_path: Path) -> 
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     result = run(machine, tmp_path)
     rec = result.recommendation
-    assert rec.setup.policy == "float32" and rec.setup.batch_size == 256
+    assert rec.setup.policy == "float32"
+    assert rec.setup.batch_size == 256
     assert "mixed_float16" in result.outcome.abandoned
     assert all(not (s.policy == "mixed_float16" and s.batch_size != 64) for s in machine.calls)
     # A third of a grid at most, the runoff's turns among the batch sizes past the knee (the
@@ -254,11 +255,13 @@ def test_gpu_like_machine_picks_float16_at_the_largest_fitting_batch(tmp_path: P
     )
     result = run(machine, tmp_path)
     rec = result.recommendation
-    assert rec.setup.policy == "mixed_float16" and rec.setup.batch_size >= 512
+    assert rec.setup.policy == "mixed_float16"
+    assert rec.setup.batch_size >= 512
     assert str(rec.setup.loss_scale) == "dynamic"
     # An OOM at a batch size skips every larger batch of that policy.
     f32 = [s.batch_size for s in machine.calls if s.policy == "float32"]
-    assert max(f32) == 512 and f32.count(512) == 1
+    assert max(f32) == 512
+    assert f32.count(512) == 1
     # The guard compared float16 with float32 at the same batch size (run for it).
     assert rec.loss_gap == pytest.approx(0.0)
     assert rec.speedup_vs_float32 > 1.5
@@ -273,7 +276,8 @@ def test_numerical_guard_rejects_a_loss_gap(tmp_path: Path) -> None:
     rec = run(machine, tmp_path, settings=SearchSettings(loss_tolerance=0.05)).recommendation
     assert rec.setup.policy != "mixed_float16"
     rejected = [a for a in rec.alternatives if a.setup.policy == "mixed_float16"]
-    assert rejected and "loss gap" in rejected[0].rejected
+    assert rejected
+    assert "loss gap" in rejected[0].rejected
 
 
 def test_no_winner_inside_the_noise(tmp_path: Path) -> None:
@@ -287,7 +291,8 @@ def test_trial_budget_is_never_overrun(tmp_path: Path) -> None:
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 1200, "mixed_float16": 300})
     result = run(machine, tmp_path, settings=SearchSettings(max_trials=4))
     assert len(machine.calls) == 4
-    assert result.outcome.stopped_early and "4 trials" in result.outcome.stopped_early
+    assert result.outcome.stopped_early
+    assert "4 trials" in result.outcome.stopped_early
     assert any(item["what"] == "the rest of the search" for item in result.recommendation.not_tried)
 
 
@@ -358,14 +363,16 @@ def test_orphaned_running_trial_is_marked_failed(tmp_path: Path) -> None:
     again = TuningSession.create("orphans", url, {})
     assert again.fail_orphans() == 1
     (stored,) = again.trials()
-    assert stored.state == "FAIL" and "died" in stored.note
+    assert stored.state == "FAIL"
+    assert "died" in stored.note
 
 
 def test_sessions_are_listed_with_their_recommendation(tmp_path: Path) -> None:
     machine = Machine(speed={"float32": 1000, "mixed_bfloat16": 700, "mixed_float16": 300})
     run(machine, tmp_path, study="listed")
     (summary,) = list_sessions(f"sqlite:///{tmp_path / 's.db'}")
-    assert summary.name == "listed" and summary.model == "builtin:cnn"
+    assert summary.name == "listed"
+    assert summary.model == "builtin:cnn"
     assert summary.recommendation.startswith("float32 b")
     assert summary.trials == len(machine.calls)
 
@@ -412,9 +419,8 @@ def test_a_storage_of_another_optuna_schema_is_refused_and_a_good_one_checked_on
     monkeypatch.setattr(storage_module, "_SCHEMA_CHECKED", set())  # another process
     with pytest.raises(MptuneError, match="optuna storage upgrade") as info:
         storage_module.open_storage(old)
-    assert "\n" not in str(info.value) and str(info.value).startswith(
-        f"cannot open session storage {old}: "
-    )
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(f"cannot open session storage {old}: ")
 
 
 def test_batch_size_parsing() -> None:
@@ -460,12 +466,14 @@ def test_speedup_is_stated_against_a_faster_later_float32_trial(tmp_path: Path) 
     # The guard ran float32 at 256 after float32's ladder had stopped (at 128, refining the
     # knee below it: a multiple of 8 between 64 and 128).
     f32 = [s.batch_size for s in machine.calls if s.policy == "float32"]
-    assert f32[:3] == [64, 128, 96] and max(f32[: f32.index(256)]) == 128
+    assert f32[:3] == [64, 128, 96]
+    assert max(f32[: f32.index(256)]) == 128
     assert rec.float32_samples_per_second == pytest.approx(1500.0)
     assert rec.speedup_vs_float32 == pytest.approx(rec.samples_per_second / 1500.0)
     assert f"{rec.samples_per_second / 1500.0:.2f}x faster" in rec.reason
     (f32,) = [a for a in rec.alternatives if a.setup.policy == "float32"]
-    assert f32.setup.batch_size == 256 and f32.speedup_vs_float32 == pytest.approx(1.0)
+    assert f32.setup.batch_size == 256
+    assert f32.speedup_vs_float32 == pytest.approx(1.0)
 
 
 def float32_only(**kwargs: Any) -> Machine:
@@ -518,7 +526,8 @@ def test_a_resumed_search_recalls_the_retry_and_the_remeasurement(tmp_path: Path
     assert machine.runs_of("float32", 128) == 5
     # It stands on all four of its ok runs (docs/search.md, "One rule for every figure"): the
     # retry, the confirming run and the runoff's two turns.
-    assert set(rec.setup_trials) <= set(rec.trials) and len(rec.setup_trials) == 4
+    assert set(rec.setup_trials) <= set(rec.trials)
+    assert len(rec.setup_trials) == 4
     assert rec.samples_per_second_spread == (1280.0, 1310.0)
     assert rec.samples_per_second == 1295.0
     second = float32_only(script=script, knee=128)
@@ -547,11 +556,13 @@ def test_overlapping_spreads_tie_and_the_simpler_setup_wins(tmp_path: Path, flip
     bf16_runs = [t for t in trials if t.result.spec.setup == Setup("mixed_bfloat16", 64)]
     final = [t for t in bf16_runs if t.stage == "final"]
     # Two or three turns: a third runs only when the two could leave either setup ahead.
-    assert [len(p.speeds) for p in rec.paired] == [len(final)] and len(final) >= 2
+    assert [len(p.speeds) for p in rec.paired] == [len(final)]
+    assert len(final) >= 2
     # The tie's figures are all its runs, the final's turns and those before them.
     speeds = [t.result.samples_per_second for t in bf16_runs if t.result.ok]
     assert rec.ties[0].spread == (min(speeds), max(speeds))
-    assert "faster" not in rec.reason and "tie within the measurement noise" in rec.reason
+    assert "faster" not in rec.reason
+    assert "tie within the measurement noise" in rec.reason
     (tie,) = [text for name, text in evidence_rows(rec) if name == "Tie"]
     assert tie.startswith("float32 b64 and mixed_bfloat16 b64 tie within the measurement noise")
     assert "re-run on an idle machine" in tie
@@ -564,12 +575,16 @@ def test_a_busy_machine_is_said(tmp_path: Path, load: float | None, busy: bool) 
     rec = run(machine, tmp_path).recommendation
     rows = dict(evidence_rows(rec))
     if busy:
-        assert rec.busy and rec.busy.startswith("the machine was busy: other processes used")
-        assert "50% of the CPU" in rec.busy and "re-run on an idle machine" in rec.busy
-        assert rec.busy in rec.notes and "Busy machine" in rows
+        assert rec.busy
+        assert rec.busy.startswith("the machine was busy: other processes used")
+        assert "50% of the CPU" in rec.busy
+        assert "re-run on an idle machine" in rec.busy
+        assert rec.busy in rec.notes
+        assert "Busy machine" in rows
         assert Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))) == rec
     else:
-        assert rec.busy is None and "Busy machine" not in rows
+        assert rec.busy is None
+        assert "Busy machine" not in rows
         assert not any("busy" in note for note in rec.notes)
 
 
@@ -597,11 +612,13 @@ def test_an_unsafe_policy_is_never_recommended_but_its_gain_is_reported(tmp_path
     bf16 = [s for s in machine.calls if s.policy == "mixed_bfloat16"]
     assert len(bf16) == 1  # no ladder for an unsafe policy
     [alt] = [a for a in rec.alternatives if a.setup.policy == "mixed_bfloat16"]
-    assert alt.rejected and "unsafe for this model" in alt.rejected
+    assert alt.rejected
+    assert "unsafe for this model" in alt.rejected
     assert "2.00x float32's throughput at batch size 64" in alt.rejected
     assert alt.samples_per_second == 2000
     assert [h.kind for h in rec.hazards] == ["integer_cast"]
-    assert rec.hazards[0].unsafe and rec.hazards[0].policy == "mixed_bfloat16"
+    assert rec.hazards[0].unsafe
+    assert rec.hazards[0].policy == "mixed_bfloat16"
     rows = dict(evidence_rows(rec))
     assert 'dtype="int32"' in rows["Unsafe"]
     # Stored and read back whole.
@@ -645,9 +662,11 @@ def test_the_loss_scale_stage_starts_from_the_probes_evidence(tmp_path: Path) ->
     space = SearchSpace(policies=("float32", "mixed_float16"))
     rec = run(machine, tmp_path, space=space).recommendation
     scales = {str(s.loss_scale) for s in machine.calls if s.policy == "mixed_float16"}
-    assert "fixed:1024" not in scales and "fixed:128" in scales
+    assert "fixed:1024" not in scales
+    assert "fixed:128" in scales
     notes = " ".join(rec.notes)
-    assert "fixed:1024: not run" in notes and "passes float16's 65,504" in notes
+    assert "fixed:1024: not run" in notes
+    assert "passes float16's 65,504" in notes
     assert "without loss scaling 20.00% of float32's gradient values" in notes
 
 
@@ -691,7 +710,8 @@ def test_each_policys_first_worker_is_started_ahead_and_a_resume_starts_only_the
     # Before the first trial: a worker for each policy's first trial, the baseline's first.
     [ahead] = first.ahead
     assert ahead == [first.calls[0].setup, first.calls[1].setup, *ahead[2:]]
-    assert {s.policy.name for s in ahead} == set(speed) and len(ahead) == 3
+    assert {s.policy.name for s in ahead} == set(speed)
+    assert len(ahead) == 3
     assert all(s.batch_size == first.calls[0].setup.batch_size for s in ahead)
     # Resumed after the baseline: only the two policies still to run.
     second = StartingMachine(speed=speed, interrupt_at=2)
@@ -735,7 +755,8 @@ def test_a_baseline_that_does_not_fit_the_start_batch_is_halved_until_it_does(
     assert [s.batch_size for s in baseline[:2]] == [64, 32]
     assert all(s.batch_size == 32 for s in machine.calls[2:4])  # the policies, where it fits
     rec = result.recommendation
-    assert rec.setup.policy != "float32" and rec.setup.batch_size >= 32
+    assert rec.setup.policy != "float32"
+    assert rec.setup.batch_size >= 32
     assert rec.loss_gap is not None  # guarded against float32 where float32 runs
     assert any("the search starts at batch size 32" in n for n in rec.notes)
 

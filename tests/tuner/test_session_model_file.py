@@ -47,7 +47,8 @@ def test_a_changed_model_file_does_not_resume_a_measured_session(tmp_path: Path)
         _tune(again, tmp_path, None, resume=True)
     said = str(info.value)
     assert f"{model} has changed since session 'm' measured it" in said
-    assert "would not compare" in said and "[[study]]" in said
+    assert "would not compare" in said
+    assert "[[study]]" in said
     assert not again.calls  # refused before any trial
 
     model.write_text(MODEL)  # the version it measured, put back: it goes on
@@ -63,7 +64,8 @@ def test_a_file_fixed_after_its_own_error_resumes_its_session(tmp_path: Path) ->
     model.write_text(MODEL.replace("return None", "return None  # fixed"))
     fixed = Machine(speed=SPEEDS)
     result = _tune(fixed, tmp_path, None, resume=True)
-    assert fixed.calls and result.recommendation is not None  # type: ignore[attr-defined]
+    assert fixed.calls  # type: ignore[attr-defined]
+    assert result.recommendation is not None
     # The fixed file is the session's from now on: a later change is refused again.
     assert _digest(tmp_path) == file_digest(str(model))
     model.write_text(MODEL + "# changed after the fix\n")

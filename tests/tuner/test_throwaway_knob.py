@@ -178,7 +178,8 @@ def test_a_knob_declared_by_its_row_alone_reaches_every_place(tmp_path: Path) ->
     )  # fmt: skip
     assert trial.returncode == 0, trial.stderr[-2000:]
     result = json.loads(trial.stdout)
-    assert result["status"] == "ok" and result["spec"].get("clip") is True
+    assert result["status"] == "ok"
+    assert result["spec"].get("clip") is True
     run = subprocess.run(
         [sys.executable, "-c", CHECKS, str(ROOT / "tests"), str(tmp_path)],
         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path,
@@ -188,7 +189,8 @@ def test_a_knob_declared_by_its_row_alone_reaches_every_place(tmp_path: Path) ->
 
     # The flag, what Keras is told (under loss scaling too), the export, the window.
     assert found["flag"] == [False, True]
-    assert found["keras"] == [None, 1.0] and found["keras_float16"] == 1.0
+    assert found["keras"] == [None, 1.0]
+    assert found["keras_float16"] == 1.0
     assert found["export"] == [False, True]
     assert "gradient clipping, which tf_keras (Keras 2) cannot do" in found["keras2"]
     assert "clip: gradient clipping" in found["tooltip"]
@@ -213,7 +215,8 @@ def test_a_knob_declared_by_its_row_alone_reaches_every_place(tmp_path: Path) ->
     ]
     assert without, pays["around"]
     reference = {**pays["setup"], "policy": "float32", "loss_scale": "none"}
-    assert pays["loss_gap"] is not None and reference in [s for _, s in pays["trials"]]
+    assert pays["loss_gap"] is not None
+    assert reference in [s for _, s in pays["trials"]]
     assert pays["evidence"]["Gradient clipping"].startswith("on: ")
     assert "1.30x" in pays["evidence"]["Gradient clipping"]
 

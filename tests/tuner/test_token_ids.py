@@ -69,8 +69,11 @@ def test_ids_into_a_custom_layer_are_whole_numbers_over_the_token_table() -> Non
     model = classifier(tokens, TokenAndPosition()(tokens))
     assert float_token_inputs(model) == {0: VOCAB}  # the token table, not the position one
     x = np.concatenate([x for x, _ in batches_of(model)])
-    assert x.dtype == np.float32 and np.array_equal(x, np.round(x))
-    assert x.min() >= 0 and x.max() < VOCAB and x.max() > 256  # past bfloat16's whole numbers
+    assert x.dtype == np.float32
+    assert np.array_equal(x, np.round(x))
+    assert x.min() >= 0
+    assert x.max() < VOCAB
+    assert x.max() > 256  # past bfloat16's whole numbers
 
 
 def test_a_sequential_model_is_read_as_its_graph() -> None:
@@ -112,7 +115,8 @@ def test_integer_ids_into_a_custom_layer_stay_inside_its_smallest_table() -> Non
     model = classifier(tokens, TokenAndPosition(vocab=50)(tokens))
     assert float_token_inputs(model) == {}
     x = batches_of(model)[0][0]
-    assert x.dtype == np.int32 and x.max() < LENGTH  # the position table, the smallest (was 100)
+    assert x.dtype == np.int32
+    assert x.max() < LENGTH  # the position table, the smallest (was 100)
     model(x)
 
 
@@ -155,7 +159,8 @@ def test_the_published_text_transformer_is_unsafe_in_bfloat16_without_make_datas
     result = trial(model, "mixed_bfloat16")
     assert result.status is TrialStatus.UNSAFE, result.error
     [hazard] = [h for h in result.hazards if h.unsafe]
-    assert hazard.kind == INTEGER_CAST and "TokenAndPositionEmbedding" in hazard.layer
+    assert hazard.kind == INTEGER_CAST
+    assert "TokenAndPositionEmbedding" in hazard.layer
     assert trial(model, "float32").status is TrialStatus.OK
 
 
@@ -166,7 +171,8 @@ def test_string_inputs_are_fed_words_of_their_lookup_and_others_are_refused() ->
     x = keras.layers.concatenate([keras.layers.Flatten()(onehot), age])
     model = keras.Model({"thal": thal, "age": age}, keras.layers.Dense(1)(x))
     [(batch, _)] = synthesise_batches(model, "binary_crossentropy", 16, 1, seed=0)
-    assert set(batch["thal"].ravel()) <= set(words) and batch["thal"].shape == (16, 1)
+    assert set(batch["thal"].ravel()) <= set(words)
+    assert batch["thal"].shape == (16, 1)
     model(batch)
 
     free_text = keras.Input((1,), name="note", dtype="string")
@@ -201,4 +207,5 @@ def test_a_model_with_a_string_input_runs_and_is_probed_under_a_mixed_policy(tmp
     model = write_model(tmp_path, STRINGS)
     result = trial(model, "mixed_bfloat16")
     assert result.status is TrialStatus.OK, result.error
-    assert result.numerics is not None and result.samples_per_second
+    assert result.numerics is not None
+    assert result.samples_per_second

@@ -59,16 +59,19 @@ def test_ok_trial_reports_every_figure() -> None:
     )
     result = run_trial(spec, events.append)
     assert result.status is TrialStatus.OK, result.error
-    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.samples_per_second
+    assert result.samples_per_second > 0
     assert result.step_time_ms["p50"] <= result.step_time_ms["p90"]
-    assert result.peak_memory_mb and result.memory_kind == "cpu_rss"
+    assert result.peak_memory_mb
+    assert result.memory_kind == "cpu_rss"
     assert len(result.losses) == 5 == result.steps_completed
     assert all(math.isfinite(v) for v in result.losses)
     assert result.loss_scales == (None,) * 5
     t = result.timings
     assert t.total_s >= t.startup_s + t.build_s + t.warmup_s + t.measure_s - 1e-6
     assert 0 < t.measured_share < 1
-    assert result.device == "cpu" and result.versions["tensorflow"]
+    assert result.device == "cpu"
+    assert result.versions["tensorflow"]
     kinds = [type(e) for e in events]
     assert kinds.index(StartedMessage) < kinds.index(ResultMessage)
     steps = [e for e in events if isinstance(e, StepMessage)]
@@ -77,8 +80,11 @@ def test_ok_trial_reports_every_figure() -> None:
     # a share of the machine's cores; the first sample has no interval to measure over.
     memory = [e for e in events if isinstance(e, MemoryMessage)]
     use = [m.cpu_percent for m in memory[1:]]
-    assert memory and memory[0].cpu_percent is None and use
-    assert all(u is not None and 0 <= u <= 100 for u in use) and max(use) > 0  # type: ignore[operator]
+    assert memory
+    assert memory[0].cpu_percent is None
+    assert use
+    assert all(u is not None and 0 <= u <= 100 for u in use)
+    assert max(use) > 0  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("model", ["builtin:mlp", "builtin:transformer:seq_len=16,vocab=64"])
@@ -104,7 +110,8 @@ def test_dynamic_loss_scale_trace_and_skipped_steps() -> None:
     assert result.status is TrialStatus.OK, result.error
     assert result.skipped_steps >= 1
     scales = [s for s in result.loss_scales if s is not None]
-    assert scales[0] < 1e30 and scales == sorted(scales, reverse=True)
+    assert scales[0] < 1e30
+    assert scales == sorted(scales, reverse=True)
 
 
 def test_fixed_loss_scale_overflow_diverges() -> None:
@@ -153,7 +160,8 @@ def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -
     )
     result = run_trial(spec, events.append)
     assert result.status is TrialStatus.TIMEOUT
-    assert result.steps_completed == 2 and len(result.losses) == 2
+    assert result.steps_completed == 2
+    assert len(result.losses) == 2
     assert result.timings.total_s >= 12
     assert any(isinstance(e, MemoryMessage) and e.rss_mb for e in events)
 
@@ -312,7 +320,8 @@ def test_float16_output_is_warned_and_cast(tmp_path: Path) -> None:
     result = trial(model, "mixed_float16")
     assert result.status is TrialStatus.OK, result.error
     [hazard] = result.hazards
-    assert hazard.kind == "low_precision_output" and hazard.layer == "layer 'dense_1' (Dense)"
+    assert hazard.kind == "low_precision_output"
+    assert hazard.layer == "layer 'dense_1' (Dense)"
     assert "softmax is computed in float16" in hazard.evidence
     # No Tensor Cores on a CPU: no advice about widths that are not multiples of 8.
     assert not any("units=12" in w for w in result.warnings)
@@ -361,15 +370,16 @@ def test_token_ids_through_a_float32_input_are_unsafe_with_figures_and_the_fix(
     assert "unsafe for this model" in result.error.message
     assert "layer 'embed' (TokenAndPositionEmbedding)" in result.error.message
     [hazard] = [h for h in result.hazards if h.unsafe]
-    assert hazard.kind == "integer_cast" and hazard.layer == (
-        "layer 'embed' (TokenAndPositionEmbedding)"
-    )
+    assert hazard.kind == "integer_cast"
+    assert hazard.layer == ("layer 'embed' (TokenAndPositionEmbedding)")
     assert 'dtype="int32"' in hazard.fix
     # Measured as the policy would run once fixed: figures, and the fix named.
-    assert result.samples_per_second and result.samples_per_second > 0
+    assert result.samples_per_second
+    assert result.samples_per_second > 0
     assert result.numerics["fixed_layers"] == ["embed"]
     assert any("measured with the fix applied" in w for w in result.warnings)
-    assert result.timings.probe_s and result.timings.probe_s > 0
+    assert result.timings.probe_s
+    assert result.timings.probe_s > 0
     # float32 runs it as it is; with integer ids the policy is safe.
     assert trial(model, "float32").status is TrialStatus.OK
     fixed = write_model(
@@ -456,7 +466,9 @@ def test_saved_keras_model_is_rebuilt_under_the_policy(saved_keras_model: str) -
     # Dynamic loss scaling is on: Keras starts at 32768 and halves on an overflowing step
     # (which a warm-up step with some weights is).
     scale = result.loss_scales[0]
-    assert scale is not None and 1 < scale <= 32768.0 and math.log2(scale).is_integer()
+    assert scale is not None
+    assert 1 < scale <= 32768.0
+    assert math.log2(scale).is_integer()
 
 
 def test_gpu_requested_without_one_is_a_clear_error() -> None:

@@ -106,15 +106,20 @@ def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would(monkeypatch) -> Non
     assert gone(pid, 30), "closing the pool leaves no worker"
     assert not process.LIVE
     cold = run_trial(spec(32))
-    assert first.ok and warm.ok and again.ok and cold.ok
+    assert first.ok
+    assert warm.ok
+    assert again.ok
+    assert cold.ok
     # The same seed and data from the same starting weights: the same losses, step by step.
     assert warm.losses == pytest.approx(cold.losses, rel=1e-6)
     assert again.losses == pytest.approx(first.losses, rel=1e-6)
     # No interpreter start, no TensorFlow import (its start-up may hold the last trial's
     # clean-up when that lands after the parent sent the next trial).
-    assert warm.timings.startup_s is not None and first.timings.startup_s is not None
+    assert warm.timings.startup_s is not None
+    assert first.timings.startup_s is not None
     assert warm.timings.startup_s < first.timings.startup_s / 4
-    assert warm.peak_memory_mb and warm.memory_kind == "cpu_rss"
+    assert warm.peak_memory_mb
+    assert warm.memory_kind == "cpu_rss"
 
 
 class FakeWorker:
@@ -132,23 +137,31 @@ def test_workers_wait_side_by_side_and_a_gpu_arena_alone() -> None:
     a, b, c = FakeWorker(True), FakeWorker(True), FakeWorker(True)
     pool._idle = {"a": a, "b": b}  # type: ignore[dict-item]
     pool._trim()
-    assert not a.closed and not b.closed
+    assert not a.closed
+    assert not b.closed
     pool._idle["c"] = c  # type: ignore[assignment]
     pool._trim()
-    assert a.closed and not b.closed and not c.closed  # the longest-waiting one goes
+    assert a.closed
+    assert not b.closed
+    assert not c.closed  # the longest-waiting one goes
     # A GPU worker waits beside others (each backend's peak is its own process's)...
     gpu = FakeWorker(False)
     pool._idle["gpu"] = gpu  # type: ignore[assignment]
     pool._trim()
-    assert b.closed and not c.closed and not gpu.closed
+    assert b.closed
+    assert not c.closed
+    assert not gpu.closed
     # ... but one that holds a fixed arena of the card (a memory limit) waits alone.
     arena = FakeWorker(False)
     arena.holds_arena = True
     pool._idle["arena"] = arena  # type: ignore[assignment]
     pool._trim()
-    assert c.closed and gpu.closed and not arena.closed
+    assert c.closed
+    assert gpu.closed
+    assert not arena.closed
     pool.close()
-    assert arena.closed and not pool._idle
+    assert arena.closed
+    assert not pool._idle
 
 
 @pytest.mark.slow
@@ -161,7 +174,9 @@ def test_a_search_going_from_policy_to_policy_and_back_finds_its_workers_warm() 
         assert pool.run(spec(32, policy="mixed_bfloat16")).ok
         assert (pool.started, pool.reused) == (2, 2)
         pids = pool.idle_pids
-    assert back.ok and back.timings.startup_s is not None and back.timings.startup_s < 1.0
+    assert back.ok
+    assert back.timings.startup_s is not None
+    assert back.timings.startup_s < 1.0
     assert all(gone(pid, 30) for pid in pids)
 
 
@@ -177,13 +192,18 @@ def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one(
         back = pool.run(spec(16, steps=8))
         assert (pool.started, pool.reused) == (1, 2)
     cold = run_trial(spec(32, steps=8, **knobs))
-    assert first.ok and changed.ok and back.ok and cold.ok, (changed.error, cold.error)
-    assert changed.spec.setup == cold.spec.setup and changed.spec.setup.xla
+    assert first.ok, first.error
+    assert changed.ok, changed.error
+    assert back.ok, back.error
+    assert cold.ok, cold.error
+    assert changed.spec.setup == cold.spec.setup
+    assert changed.spec.setup.xla
     # A new optimizer from the starting weights: the fresh worker's losses, step by step (one
     # loss per call of 2 steps), and back at the first setup the first trial's again.
     assert changed.losses == pytest.approx(cold.losses, rel=1e-5)
     assert back.losses == pytest.approx(first.losses, rel=1e-6)
-    assert changed.timings.startup_s is not None and cold.timings.startup_s is not None
+    assert changed.timings.startup_s is not None
+    assert cold.timings.startup_s is not None
     assert changed.timings.startup_s < cold.timings.startup_s / 4
 
 
@@ -195,7 +215,9 @@ def test_a_warm_worker_changes_the_loss_scaling_under_mixed_float16() -> None:
         fixed = pool.run(spec(16, policy="mixed_float16", loss_scale="fixed:1024"))
         assert (pool.started, pool.reused) == (1, 1)
     cold = run_trial(spec(16, policy="mixed_float16", loss_scale="fixed:1024"))
-    assert dynamic.ok and fixed.ok and cold.ok
+    assert dynamic.ok
+    assert fixed.ok
+    assert cold.ok
     assert set(dynamic.loss_scales) == {32768.0}
     assert set(fixed.loss_scales) == set(cold.loss_scales) == {1024.0}
     assert fixed.losses == pytest.approx(cold.losses, rel=1e-5)
@@ -210,7 +232,10 @@ def test_a_probe_trial_starts_fresh_and_its_worker_stays_for_the_policy() -> Non
         # The probe needs the model before compile(): a second probe trial starts fresh.
         assert (pool.started, pool.reused) == (2, 1)
     cold = run_trial(spec(32, policy="mixed_bfloat16"))
-    assert probed.ok and probed.timings.probe_s and later.ok and cold.ok
+    assert probed.ok
+    assert probed.timings.probe_s
+    assert later.ok
+    assert cold.ok
     assert later.timings.probe_s is None
     # The probe runs the model forward only: the later trial starts from the built weights.
     assert later.losses == pytest.approx(cold.losses, rel=1e-6)
@@ -243,8 +268,10 @@ def test_a_failed_trial_ends_the_warm_worker_and_the_next_starts_fresh(tmp_path:
         assert pool.run(spec(16, model=str(model))).ok
         [first_pid] = pool.idle_pids
         failed = pool.run(spec(32, model=str(model)))
-        assert failed.status is TrialStatus.USER_ERROR and "no 32s here" in failed.error.message
-        assert not pool.idle_pids and gone(first_pid, 30)
+        assert failed.status is TrialStatus.USER_ERROR
+        assert "no 32s here" in failed.error.message
+        assert not pool.idle_pids
+        assert gone(first_pid, 30)
         assert pool.run(spec(16, model=str(model))).ok
         assert (pool.started, pool.reused) == (2, 1)
 
@@ -263,7 +290,8 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would(monkeypatch)
     with WorkerPool() as pool:
         pool.start_ahead([plain, mixed])
         ahead = pool.idle_pids
-        assert len(ahead) == 2 and all(psutil.Process(p).is_running() for p in ahead)
+        assert len(ahead) == 2
+        assert all(psutil.Process(p).is_running() for p in ahead)
         events: list[WorkerMessage] = []
         first = pool.run(plain, events.append)
         assert pid_of(events) in ahead
@@ -275,12 +303,17 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would(monkeypatch)
         assert sorted(pool.idle_pids) == sorted(ahead)
     assert all(gone(pid, 30) for pid in ahead)
     cold, cold_mixed = run_trial(plain), run_trial(mixed)
-    assert first.ok and probed.ok and cold.ok and cold_mixed.ok
+    assert first.ok
+    assert probed.ok
+    assert cold.ok
+    assert cold_mixed.ok
     assert first.losses == pytest.approx(cold.losses, rel=1e-6)
     assert probed.losses == pytest.approx(cold_mixed.losses, rel=1e-6)
-    assert probed.numerics and probed.numerics.keys() == cold_mixed.numerics.keys()
+    assert probed.numerics
+    assert probed.numerics.keys() == cold_mixed.numerics.keys()
     # The interpreter and JAX were started before the trial began.
-    assert first.timings.startup_s is not None and cold.timings.startup_s is not None
+    assert first.timings.startup_s is not None
+    assert cold.timings.startup_s is not None
     assert first.timings.startup_s < cold.timings.startup_s / 4
 
 
@@ -301,7 +334,8 @@ def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all
         with pytest.raises(runner.TrialCancelled):
             pool.start_ahead([spec(16, policy="mixed_bfloat16", backend="jax")] * 2, cancel)
         assert pool.idle_pids == [spare]
-    assert gone(spare, 30) and not process.LIVE
+    assert gone(spare, 30)
+    assert not process.LIVE
 
 
 @pytest.mark.slow
@@ -335,7 +369,8 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
     try:
         assert parent.stdout is not None
         line = json.loads(parent.stdout.readline())
-        assert line["ok"] and len(line["pids"]) == 3  # two started ahead, one warm
+        assert line["ok"]
+        assert len(line["pids"]) == 3  # two started ahead, one warm
         assert all(psutil.Process(pid).is_running() for pid in line["pids"])
         # The two started ahead forked from the search's fork server, which ends with it too.
         assert len(line["servers"]) == 1
@@ -377,8 +412,11 @@ def test_an_out_of_memory_error_beside_waiting_gpu_workers_is_run_again_alone() 
         got = pool.run(spec(16))
         assert len(calls) == runs
         if runs == 2:
-            assert waiting.closed and got.ok and calls[1] is None
+            assert waiting.closed
+            assert got.ok
+            assert calls[1] is None
             assert "ran again" in got.warnings[-1]
         else:
-            assert not waiting.closed and got.predicted_oom
+            assert not waiting.closed
+            assert got.predicted_oom
         pool._idle.clear()

@@ -306,7 +306,8 @@ class _Validator:
 
     def spread(self, value: Any, name: str) -> tuple[float, float]:
         low, high = (self.number(x, name, False, low=0.0) for x in self.pair(value, name))
-        assert low is not None and high is not None  # not optional: number() raised otherwise
+        assert low is not None
+        assert high is not None  # not optional: number() raised otherwise
         if low > high:
             raise self.fail(name, "a list of two numbers, the lower first", value)
         return low, high

@@ -24,7 +24,9 @@ USER_MODULE = "mptune_user_model"
 _POOL_BYTES = 256 * 2**20
 _POOL_BATCHES = 8
 
-Batch = tuple[Any, Any]
+#: One batch: inputs and targets, and their sample weights where the user's input gives them
+#: (``(x, y, sample_weight)``, as ``fit`` takes a dataset's elements)
+Batch = tuple[Any, ...]
 
 
 @dataclass
@@ -153,7 +155,8 @@ def _load_python(source: ModelSource) -> LoadedModel:
     if directory not in sys.path:
         sys.path.insert(0, directory)  # let the file import its neighbours
     spec = importlib.util.spec_from_file_location(USER_MODULE, source.path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     loader = spec.loader
@@ -278,9 +281,10 @@ def user_batches(
 def fit_structure(batch: Batch) -> Batch:
     """A batch as Keras' data adapters hand it to the model in ``fit``: lists made tuples
     (``tree.lists_to_tuples``), so that a list of inputs is a structure of its own and not one
-    tensor (which inputs of different shapes cannot be)."""
-    x, y = keras.tree.lists_to_tuples((batch[0], batch[1]))
-    return x, y
+    tensor (which inputs of different shapes cannot be). Sample weights stay (in the
+    structure of the targets: a dict of them per named output), as ``fit`` keeps them."""
+    weighted = len(batch) > 2 and batch[2] is not None
+    return tuple(keras.tree.lists_to_tuples(tuple(batch[:3] if weighted else batch[:2])))
 
 
 def _batches_from_user_data(
@@ -314,9 +318,9 @@ def _batches_from_user_data(
             raise UserCodeError(
                 f"{what} returned {n} samples, fewer than one batch of {batch_size}"
             )
+        parts = data if len(data) == 3 and data[2] is not None else data[:2]
         return [
-            (_slice(x, i * batch_size, batch_size), _slice(y, i * batch_size, batch_size))
-            for i in range(count)
+            tuple(_slice(part, i * batch_size, batch_size) for part in parts) for i in range(count)
         ]
     raise UserCodeError(
         f"{what} returned {type(data).__name__}: return a tf.data.Dataset, a "
@@ -352,7 +356,7 @@ def _first_batches(
 
 def _as_batch(element: Any, what: str) -> Batch:
     if isinstance(element, (tuple, list)) and len(element) >= 2:
-        return element[0], element[1]
+        return tuple(element[:3])  # with its sample weights, where it has them
     raise UserCodeError(f"{what} yields {type(element).__name__}: yield (x, y) pairs")
 
 
