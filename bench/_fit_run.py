@@ -15,7 +15,9 @@ long run alternates between (issue 50's rows: epochs of 8-18 s, one timed epoch,
 between runs of one setup). The figure is a long run's: the first epoch traces and compiles,
 the second is where an input settles (tf.data's autotuning on JAX took 5.5-6.5 s there in one
 process of three, where the others took 1.5-2.9 s, and never again in 25 s of epochs): a long
-run pays both once, so neither is timed. The backend is ``KERAS_BACKEND``'s.
+run pays both once, so neither is timed. The backend is ``KERAS_BACKEND``'s. It prints
+``{"samples_per_second": ..., "epochs": ...}``, the epochs it timed; ``SECONDS`` 0 times exactly
+``MIN_EPOCHS`` (how bench/gpu_check.py runs a setup's fits over the same epochs).
 
     python bench/_fit_run.py MODEL SETUP_JSON SECONDS [MIN_EPOCHS]
 """
@@ -49,8 +51,8 @@ def main() -> int:
     keras.utils.set_random_seed(0)
     keras_setup.apply_policy(setup)
     if source.kind == "script":
-        figure = script_fit(source, setup, seconds, min_epochs)
-        print(json.dumps({"samples_per_second": figure}))
+        figure, timed = script_fit(source, setup, seconds, min_epochs)
+        print(json.dumps({"samples_per_second": figure, "epochs": timed}))
         return 0
     kwargs: dict[str, object] = {}
     if source.kind == "builtin":
@@ -84,7 +86,7 @@ def main() -> int:
     clock = epoch_clock(seconds, min_epochs)
     model.fit(epochs=10**6, verbose=0, callbacks=[clock], **kwargs)  # type: ignore[arg-type]
     clock.ends[-1] = time.perf_counter()  # fit's return: its last step waited for
-    print(json.dumps({"samples_per_second": clock.rate(per_epoch)}))
+    print(json.dumps({"samples_per_second": clock.rate(per_epoch), "epochs": clock.timed}))
     return 0
 
 
@@ -105,18 +107,25 @@ def epoch_clock(seconds: float, min_epochs: int = 1) -> Any:
             if timed >= max(1, min_epochs) and self.ends[-1] - self.ends[UNTIMED - 1] >= seconds:
                 self.model.stop_training = True
 
+        @property
+        def timed(self) -> int:
+            """The whole epochs timed (after the UNTIMED ones)."""
+            return len(self.ends) - UNTIMED
+
         def rate(self, per_epoch: int) -> float:
             """Samples a second over the timed epochs."""
-            timed = len(self.ends) - UNTIMED
-            return per_epoch * timed / (self.ends[-1] - self.ends[UNTIMED - 1])
+            return per_epoch * self.timed / (self.ends[-1] - self.ends[UNTIMED - 1])
 
     return EpochClock()
 
 
-def script_fit(source: object, setup: object, seconds: float, min_epochs: int = 1) -> float:
+def script_fit(
+    source: object, setup: object, seconds: float, min_epochs: int = 1
+) -> tuple[float, int]:
     """A training script's own fit, as ``mptune run`` runs it (the script up to its fit, the
     model compiled for the setup with the script's optimizer, loss and metrics, its data at the
-    setup's batch size), timed over whole epochs as :func:`main` times the others."""
+    setup's batch size), timed over whole epochs as :func:`main` times the others: its samples
+    a second and the epochs timed."""
 
     from tuner import keras_setup
     from tuner.worker import loading, script
@@ -138,7 +147,7 @@ def script_fit(source: object, setup: object, seconds: float, min_epochs: int = 
     script.run_script(source, fit)  # type: ignore[arg-type]
     # From the first timed epoch's start to the last one's end: what the script does after
     # its fit (an evaluate, a save) runs too, but is not fit's.
-    return float(clock.rate(samples[0]))
+    return float(clock.rate(samples[0])), int(clock.timed)
 
 
 if __name__ == "__main__":
