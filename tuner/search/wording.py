@@ -576,17 +576,24 @@ def run_words(runs: tuple[dict[str, Any], ...]) -> str:
 
 def run_lines(runs: tuple[dict[str, Any], ...]) -> list[str]:
     """Each real run of a session's setup as a line: when, the script and setup, what its fit
-    achieved against what it was tuned at (``mptune show``)."""
+    achieved (and what that covered: the batches fit consumed) against what it was tuned at,
+    or why it was not timed (``mptune show``)."""
     lines = []
     for run in runs:
         got, tuned = run.get("samples_per_second"), run.get("tuned_samples_per_second")
         words = f"{run.get('when', '?')}  {run.get('script', '?')}  {run.get('setup', '?')}: "
+        covered = run.get("covered")
         if isinstance(got, int | float):
             words += f"trained at {got:,.0f} samples/s"
+            if isinstance(covered, dict):
+                words += (
+                    f" over {covered.get('how', '?')} ({covered.get('steps', 0):,} steps, "
+                    f"{covered.get('samples', 0):,} samples)"
+                )
             if isinstance(tuned, int | float) and tuned:
                 words += f", tuned at {tuned:,.0f} ({got / tuned:.2f}x)"
         else:
-            words += "not timed"
+            words += "not timed" + (f": {run['untimed']}" if run.get("untimed") else "")
         if isinstance(run.get("validation_s"), int | float):
             words += f"; validation {run['validation_s']:.2f} s an epoch"
         lines.append(words)

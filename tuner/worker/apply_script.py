@@ -75,9 +75,10 @@ def _run(source: Any, setup: Any) -> int:
         changed = script.fit_arguments_at(call, setup.batch_size)
         print(f"mptune: {name}'s fit {trains_words(call.model, setup, held)}", file=sys.stderr)
         sys.stderr.flush()
+        # First, so that each epoch's time starts before the script's own callbacks' work.
         callbacks = list(call.arguments.get("callbacks") or [])
-        timer.samples = _samples_per_epoch(call, setup.batch_size)
-        return call.go_on(**changed, callbacks=[*callbacks, timer])
+        timer.attach(call.model)
+        return call.go_on(**changed, callbacks=[timer, *callbacks])
 
     try:
         script.run_script(source, fit, held)
@@ -135,52 +136,32 @@ def trains_words(model: Any, setup: Any, held: list[Any]) -> str:
     return words
 
 
-def _samples_per_epoch(call: Any, batch_size: int) -> int | None:
-    """How many samples one epoch of the script's fit trains on at ``batch_size``: its arrays
-    less its validation split, or its steps per epoch times the batch."""
-    from tuner.worker import script, structure
-
-    steps = call.arguments.get("steps_per_epoch")
-    if structure.input_kind(call.x) == "arrays":
-        import keras
-
-        samples = structure.leading_dim(keras.tree.flatten(call.x)[0]) or 0
-        split = float(call.arguments.get("validation_split") or 0.0)
-        samples = int(samples * (1.0 - split))
-        return min(samples, int(steps) * batch_size) if steps else samples
-    if steps:
-        return int(steps) * batch_size
-    own = script.batch_of(call.x)
-    try:
-        return len(call.x) * (own or batch_size) if own == batch_size else None
-    except TypeError:
-        return None
-
-
 def _report(name: str, setup: Any, timer: Any) -> None:
-    """Say what the real fit achieved beside what the setup was tuned at, and keep it in the
-    session it was tuned in (``mptune show`` lists it)."""
+    """Say what the real fit achieved (the batches it consumed over the time of its whole
+    epochs after the first, or of its one epoch from its second execution on) beside what the
+    setup was tuned at, and keep it in the session it was tuned in (``mptune show`` lists it,
+    with what the figure covered)."""
     import datetime
     import json
 
     from tuner.trials.models import RUN_CONTEXT_VARIABLE
 
     context = json.loads(os.environ.pop(RUN_CONTEXT_VARIABLE, "{}") or "{}")
-    achieved = timer.achieved()
+    got = timer.achieved()
     tuned = context.get("tuned")
-    if achieved is None:
-        print(
-            f"mptune: {name}'s fit ran too few whole epochs to time (the first compiles)",
-            file=sys.stderr,
+    validation = statistics.median(timer.validation) if timer.validation else None
+    against = f"; tuned at {tuned:,.0f} samples/s" if tuned else ""
+    if got is None:
+        words = f"mptune: {name}'s fit: {timer.untimed()}{against}"
+    else:
+        words = (
+            f"mptune: {name}'s fit trained at {got.samples_per_second:,.0f} samples/s over "
+            f"{got.how}: {got.steps:,} steps, {got.samples:,} samples in {got.seconds:.2f} s"
         )
-        return
-    words = f"mptune: {name}'s fit trained at {achieved:,.0f} samples/s"
-    timed = len(timer.epochs[1:] or timer.epochs)
-    words += f" over {timed} whole epoch{'s' if timed != 1 else ''}"
-    if timer.validation:
-        words += f" (validation {statistics.median(timer.validation):.2f} s an epoch, apart)"
-    if tuned:
-        words += f"; tuned at {tuned:,.0f} samples/s ({achieved / tuned:.2f}x)"
+        if validation is not None:
+            words += f" (validation {validation:.2f} s an epoch, apart)"
+        if tuned:
+            words += f"{against} ({got.samples_per_second / tuned:.2f}x)"
     print(words, file=sys.stderr, flush=True)
     session = context.get("session")
     if not session:
@@ -190,9 +171,11 @@ def _report(name: str, setup: Any, timer: Any) -> None:
         "setup": setup.label,
         "script": name,
         "tuned_samples_per_second": tuned,
-        "samples_per_second": achieved,
-        "epochs_timed": timed,
-        "validation_s": statistics.median(timer.validation) if timer.validation else None,
+        "samples_per_second": got.samples_per_second if got else None,
+        "covered": got.covered() if got else None,
+        "epochs_timed": got.epochs if got else 0,
+        "untimed": None if got else timer.untimed(),
+        "validation_s": validation,
     }
     try:
         from tuner import api
