@@ -575,9 +575,11 @@ class QtMainWindow(ScreenPlacement, QMainWindow):
 
     def _show_loss_gaps(self) -> None:
         """Each trial's loss gap to IEEE float32 at its batch size, as the engine compares
-        them (the guard's comparison, for every trial that has its float32 trial)."""
-        results = {row.number: row.result for row in self.table.trials.rows if not row.stopped}
-        self.table.trials.set_loss_gaps(self.engine.trial_loss_gaps(results))
+        them (the guard's comparison, for every trial that has its float32 trial), and what
+        the engine says of a figure that did not hold and of its second look."""
+        rows = [row for row in self.table.trials.rows if not row.stopped]
+        gaps = self.engine.trial_loss_gaps({row.number: row.result for row in rows})
+        self.table.trials.set_loss_gaps(gaps, self.engine.figure_notes(rows))
 
     def _on_search_finished(self, status: str, message: str) -> None:
         self.finished_status = status

@@ -99,6 +99,9 @@ class TrialsModel(QAbstractTableModel):
         self.rows: list[TrialRow] = []
         #: each trial's loss gap to IEEE float32, by number (the engine's ``trial_loss_gaps``)
         self.loss_gaps: dict[int, api.TrialGap] = {}
+        #: by number, a trial whose figure did not hold and the one that measured it again
+        #: (the engine's ``figure_notes``)
+        self.figure_notes: dict[int, str] = {}
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.rows)
@@ -128,7 +131,8 @@ class TrialsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.UserRole:  # what sorting compares
             return value if value is not None else -math.inf
         if column == "status" and role in _STATUS_ROLES:
-            return _status_data(row.result, role, row.stopped)
+            note = self.figure_notes.get(row.number, "")
+            return _status_data(row.result, role, row.stopped, note)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("precision", "batch", "knobs"):
             return setup_tooltip(row.result.spec.setup)
         if role == Qt.ItemDataRole.ToolTipRole and column in ("stage", "loss scale"):
@@ -171,7 +175,7 @@ class TrialsModel(QAbstractTableModel):
             "peak MB": r.peak_memory_mb,
             "skipped": r.skipped_steps,
             "loss gap": gap.gap if (gap := self.loss_gaps.get(row.number)) else None,
-            "status": status_text(r, stopped=row.stopped),
+            "status": status_text(r, row.stopped, self.figure_notes.get(row.number, "")),
         }[column]
 
     @staticmethod
@@ -198,8 +202,13 @@ class TrialsModel(QAbstractTableModel):
         self.rows.append(row)
         self.endInsertRows()
 
-    def set_loss_gaps(self, gaps: dict[int, api.TrialGap]) -> None:
+    def set_loss_gaps(
+        self, gaps: dict[int, api.TrialGap], notes: dict[int, str] | None = None
+    ) -> None:
+        """Each trial's loss gap, and (``notes``) what its status says of a figure that did
+        not hold (the engine's ``figure_notes``)."""
         self.loss_gaps = dict(gaps)
+        self.figure_notes = dict(notes or {})
         if self.rows:
             self.dataChanged.emit(
                 self.index(0, 0), self.index(len(self.rows) - 1, len(COLUMNS) - 1)
@@ -209,12 +218,14 @@ class TrialsModel(QAbstractTableModel):
         self.beginResetModel()
         self.rows = []
         self.loss_gaps = {}
+        self.figure_notes = {}
         self.endResetModel()
 
 
-def status_text(result: api.TrialResult, stopped: bool = False) -> str:
+def status_text(result: api.TrialResult, stopped: bool = False, note: str = "") -> str:
     """The status cell: ``ok``, ``ok ⚠ 1 hazard``, ``ok, pruned``, ``unsafe ⚠ 2 hazards: why``,
-    ``oom: why``, ``unsupported: why``, ``stopped: why``."""
+    ``oom: why``, ``unsupported: why``, ``stopped: why``; ``note`` after it (a figure that did
+    not hold: ``ok; measured again: the first figure (#3) did not hold``)."""
     if stopped:
         why = window_words(result.error.message) if result.error else ""
         return why if why.startswith("stopped") else "stopped" + (f": {why}" if why else "")
@@ -226,7 +237,7 @@ def status_text(result: api.TrialResult, stopped: bool = False) -> str:
         text += f" \u26a0 {n} hazard{'s' if n > 1 else ''}"
     if not result.ok:
         text += f": {window_words(result.error.message) if result.error else ''}"
-    return text
+    return f"{text}; {note}" if note else text
 
 
 _STATUS_ROLES = (
@@ -243,10 +254,10 @@ _STATUS_LOOKS = {
 }
 
 
-def _status_data(result: api.TrialResult, role: int, stopped: bool = False) -> Any:
+def _status_data(result: api.TrialResult, role: int, stopped: bool = False, note: str = "") -> Any:
     look = STOPPED_LOOK if stopped else _STATUS_LOOKS.get(result.status)
     if role == Qt.ItemDataRole.ToolTipRole:
-        return status_tooltip(result, stopped)
+        return status_tooltip(result, stopped, note)
     if role == Qt.ItemDataRole.ForegroundRole:
         if look is not None:
             return QColor(look[0])
@@ -264,15 +275,18 @@ def setup_tooltip(setup: api.Setup) -> str | None:
     return setup.describe() if setup.knobs or setup.tf32 else None
 
 
-def status_tooltip(result: api.TrialResult, stopped: bool = False) -> str | None:
+def status_tooltip(result: api.TrialResult, stopped: bool = False, note: str = "") -> str | None:
     """The failure's reason and each hazard in full (rich text, so that Qt wraps it); an
     unsupported knob also says what that status means, a pruned trial why it measured less,
-    and a stopped one that it has no figures."""
+    a figure that did not hold (``note``) what was done, and a stopped one that it has no
+    figures."""
     parts = []
     if stopped:
         parts.append(f"<p>{html.escape(TOOLTIPS['stopped'], quote=False)}</p>")
     if result.pruned:
         parts.append(f"<p>{html.escape(result.pruned_words, quote=False)}</p>")
+    if note:
+        parts.append(f"<p>{html.escape(note, quote=False)}</p>")
     if result.error is not None:
         parts.append(f"<p>{html.escape(window_words(result.error.message), quote=False)}</p>")
     if result.status is api.TrialStatus.UNSUPPORTED:

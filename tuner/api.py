@@ -43,7 +43,7 @@ from tuner.search.events import (
     WorkerReported,
     minutes,
 )
-from tuner.search.measures import TrialGap, trial_loss_gaps
+from tuner.search.measures import TrialGap, figure_notes, trial_loss_gaps
 from tuner.search.request import JoinRequest, TuneRequest
 from tuner.search.space import (
     DEFAULT_LOSS_SCALES,
@@ -209,6 +209,7 @@ __all__ = [
     "detect",
     "event_from_dict",
     "evidence_rows",
+    "figure_notes",
     "hardware_prior",
     "installed_backends",
     "kill_all_workers",

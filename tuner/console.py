@@ -546,7 +546,8 @@ def trials_table(trials: Sequence[api.StoredTrial], title: str = "Trials") -> Tr
     # Each trial's loss gap to float32 at its batch size, where the session has that float32
     # trial (the numerical guard's comparison, for every trial).
     gaps = api.trial_loss_gaps({t.number: t.result for t in trials if t.result is not None})
-    rows = [_trial_cells(t, gaps.get(t.number)) for t in trials]
+    notes = api.figure_notes(trials)  # a figure that did not hold, and its second look
+    rows = [_trial_cells(t, gaps.get(t.number), notes.get(t.number, "")) for t in trials]
     shown = [
         (name, justify)
         for name, justify in TRIAL_COLUMNS
@@ -695,8 +696,8 @@ class TrialCells:
         return TrialCells(said, api.said.render(self.short, flag_words))
 
 
-def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> TrialCells:
-    """One trial's cells under :data:`TRIAL_COLUMNS`."""
+def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None, note: str = "") -> TrialCells:
+    """One trial's cells under :data:`TRIAL_COLUMNS`; ``note`` ends its status."""
     r = t.result
     setup = r.spec.setup if r is not None else t.spec.setup if t.spec is not None else None
     cells = dict.fromkeys((name for name, _ in TRIAL_COLUMNS), "")
@@ -718,9 +719,8 @@ def _trial_cells(t: api.StoredTrial, gap: api.TrialGap | None) -> TrialCells:
         return TrialCells({**cells, "status": f"failed: {why}"}, "failed")
     short = (f"{r.status.value}, pruned" if r.pruned else r.status.value) if r.ok else None
     status = short or f"{r.status.value}: {shorten(r.error.message if r.error else '', 60)}"
-    if r.hazards:
-        kinds = sorted({h.kind for h in r.hazards})
-        status += f" (hazard: {', '.join(kinds)})"
+    status += f" (hazard: {', '.join(sorted({h.kind for h in r.hazards}))})" if r.hazards else ""
+    status += f"; {note}" if note else ""
     cells.update(
         {
             "samples/s": _fmt(r.trained_samples_per_second, ",.0f"),

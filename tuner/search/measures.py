@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tuner.policies import FLOAT32
 from tuner.record import from_data, to_data
 from tuner.search.space import SearchSettings
+from tuner.search.stage import EXPLORING
 from tuner.setup import KNOBS, LossScale, Setup, losses_grouped
 from tuner.trials.result import TrialResult
 
@@ -266,9 +267,25 @@ def first_ok(runs: Sequence[Measured]) -> Measured | None:
     return next((r for r in runs if r.result.ok), None)
 
 
+def held(runs: Sequence[Measured]) -> list[Measured]:
+    """A setup's ok runs whose figures hold (:attr:`TrialResult.holds`), or all its ok runs
+    where none holds: what the setup stands on. A figure that did not hold in an exploring
+    stage was measured again at once (issue 70), and the run that held stands in its place."""
+    ok = [r for r in runs if r.result.ok]
+    return [r for r in ok if r.result.holds] or ok
+
+
+def first_held(runs: Sequence[Measured]) -> Measured | None:
+    """The first of a setup's runs that ended ok on a figure that holds, else its first ok run
+    (:func:`held`): the one the search uses for that setup."""
+    found = held(runs)
+    return found[0] if found else None
+
+
 def representative(runs: Sequence[Measured]) -> Measured:
-    """The run that stands for a setup: its first ok run, else its last (failed) run."""
-    return first_ok(runs) or runs[-1]
+    """The run that stands for a setup: its first ok run that holds (:func:`first_held`), else
+    its last (failed) run."""
+    return first_held(runs) or runs[-1]
 
 
 def median_bounds(paired: Paired, turns: int) -> dict[Setup, tuple[float, float]] | None:
@@ -388,6 +405,46 @@ def trial_loss_gaps(
         else:
             gaps[number] = TrialGap(gap, found, reference.spec.batch_size)
     return gaps
+
+
+class Staged(Protocol):
+    """A trial as a face lists it: its number in the session, the stage that ran it, its
+    result (None: it closed without one)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def stage(self) -> str: ...
+
+    @property
+    def result(self) -> TrialResult | None: ...
+
+
+def figure_notes(trials: Iterable[Staged]) -> dict[int, str]:
+    """By trial number, what the trials table says of each trial whose figure did not hold
+    (:attr:`TrialResult.holds`) and of the run that measured it again (issue 70): ``its mean
+    step 98 ms was 75.4x its median 1.3 ms: the figure did not hold, measured again in #4``,
+    and on #4 ``measured again: the first figure (#3) did not hold``. An exploring stage
+    (:data:`~tuner.search.stage.EXPLORING`) measures such a figure again at once, in the same
+    stage; elsewhere the note says only that it did not hold."""
+    notes: dict[int, str] = {}
+    waiting: dict[tuple[Setup, str], int] = {}  # the runs owed their second look
+    for t in sorted(trials, key=lambda t: t.number):
+        r = t.result
+        if r is None:
+            continue
+        first = waiting.pop((r.spec.setup, t.stage), None)
+        if first is not None:
+            notes[first] += f", measured again in #{t.number}"
+            notes[t.number] = f"measured again: the first figure (#{first}) did not hold"
+            if r.ok and not r.holds:
+                notes[t.number] += f"; this one neither ({r.unheld_words})"
+        elif r.ok and not r.holds:
+            notes[t.number] = f"{r.unheld_words}: the figure did not hold"
+            if t.stage in EXPLORING:
+                waiting[(r.spec.setup, t.stage)] = t.number
+    return notes
 
 
 def loss_gap(candidate: TrialResult, reference: TrialResult, window: int) -> float | None:

@@ -60,6 +60,21 @@ AFTER_STANDING = frozenset({Stage.RUNOFF, Stage.GUARD, Stage.FINAL})
 #: The execution knobs' stages, by their stored names, in the order they run on a precision's
 #: pick (each knob's ``stage``; :data:`tuner.search.stages.knobs.TRIES` holds what each runs).
 KNOB_STAGES: tuple[str, ...] = tuple(knob.stage for knob in KNOBS if knob.stage)
+#: The stages that explore. Their trials may be pruned (``SearchContext.prune_below``), and a
+#: figure of theirs that does not hold (:attr:`~tuner.trials.result.TrialResult.holds`) is
+#: measured again once before it decides anything (``SearchContext.measure``, issue 70). The
+#: guard's float32 references and the trials measured back to back (runoff, final) run in
+#: full, once: their losses and figures decide.
+EXPLORING = frozenset(
+    {
+        Stage.POLICIES,
+        Stage.BATCH,
+        Stage.REFINE,
+        Stage.LOSS_SCALE,
+        *KNOB_STAGES,
+        Stage.NEIGHBOURHOOD,
+    }
+)
 
 #: Under a time budget, what each stage after the ladders keeps for itself from the stages
 #: before it, in trials: its first (two for one that measures back to back), so that a budget

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 
 
 #: A trial may be pruned after this many measured executions: one slow first call (a late
-#: compile, an allocator growing) is not enough to judge it by.
+#: compile, an allocator growing) is not enough to judge it by (:func:`losing`).
 PRUNE_AFTER = 3
 
 #: How fit's own loop is timed in a trial (:class:`tuner.worker.feeding.FitClock`), here where
@@ -60,6 +62,26 @@ FLOOR_STEPS = 8
 #: growing, an autotuner's first picks) is milliseconds beside it; five such steps were 198 s
 #: of a 848 s search of Keras' ResNet50 at 32x32 on a 2-core AVX2-only CPU (docs/benchmarks.md).
 WARMUP_FLOOR = 2
+
+
+def losing(
+    prune_below: float | None, samples: int, executions_s: Sequence[float], total_s: float
+) -> bool:
+    """Whether a trial's measured executions so far (each of ``samples`` samples: its batch
+    times its steps per execution; ``total_s`` their seconds in all) run under
+    ``prune_below`` samples/s, after at least :data:`PRUNE_AFTER` of them: the window's rate
+    and its median execution's both (issue 70). The window's rate alone is held down by one
+    slow first call: on an H200 the first trials of fresh workers were pruned after 3
+    executions at about 1/100 of what they ran alone. The median is the figure checked
+    against itself, read only where the window is under the rate (the check runs after each
+    execution, inside the trial's timing)."""
+    n = len(executions_s)
+    if prune_below is None or n < PRUNE_AFTER or total_s <= 0:
+        return False
+    if n * samples / total_s >= prune_below:
+        return False
+    middle = statistics.median(executions_s)
+    return middle > 0 and samples / middle < prune_below
 
 
 def _steps_until(seconds: float, step_s: float) -> int:

@@ -20,7 +20,7 @@ from tuner import keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.forking import status_mb, untouched_file_mb
-from tuner.trials.spec import FLOOR_STEPS, PRUNE_AFTER
+from tuner.trials.spec import FLOOR_STEPS, losing
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
 #: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
@@ -279,8 +279,9 @@ class StepRunner:
         least ``min_steps`` (where they take no more than ``min_steps_seconds``; past those,
         :data:`~tuner.trials.spec.FLOOR_STEPS`) and at most ``max_steps``; whole executions, so
         a phase may run up to ``steps_per_execution - 1`` steps more. With ``prune_below``
-        (samples/s) the phase ends early, ``pruned``, once
-        :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran under that rate. Past ``until``
+        (samples/s) the phase ends early, ``pruned``, once at least
+        :data:`~tuner.trials.spec.PRUNE_AFTER` executions ran under that rate, over the window
+        and at their median (:func:`~tuner.trials.spec.losing`). Past ``until``
         (``time.perf_counter``) it ends after the execution under way, ``cut`` where that is
         short of what it was asked for."""
         with _collecting(self.backend.cyclic_steps):
@@ -316,7 +317,8 @@ class StepRunner:
         start = time.perf_counter()
         last_report = start
         count = 0
-        executions, timed_s = 0, 0.0
+        timed: list[float] = []  # each measured execution's seconds, for its pruning
+        timed_s = 0.0
         since_reset = 0
         mean_before = 0.0
         self.steps.reset_metrics()
@@ -354,8 +356,9 @@ class StepRunner:
             streak = streak + self.spe if skipped <= 0 else self.spe - skipped
             pending.append((dt, loss, scale, max(0, skipped)))
             count += self.spe
-            executions, timed_s = executions + 1, timed_s + dt
-            if self._losing(prune_below, executions, count, timed_s):
+            timed.append(dt)
+            timed_s += dt
+            if losing(prune_below, self.spe * self.setup.batch_size, timed, timed_s):
                 log.pruned = True
                 break
             if until is not None and time.perf_counter() >= until:
@@ -390,12 +393,6 @@ class StepRunner:
             return True
         elapsed = time.perf_counter() - since
         return elapsed >= seconds and count >= least.at(elapsed)
-
-    def _losing(self, prune_below: float | None, executions: int, count: int, s: float) -> bool:
-        """Whether the phase's rate so far is under ``prune_below`` after enough executions."""
-        if prune_below is None or executions < PRUNE_AFTER or s <= 0:
-            return False
-        return count * self.setup.batch_size / s < prune_below
 
     def _report(
         self,

@@ -21,15 +21,17 @@ from tuner.search.measures import (
     Measured,
     Paired,
     choose,
+    first_held,
     first_ok,
+    held,
     reference_of,
     representative,
 )
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.stage import (
     AFTER_STANDING,
+    EXPLORING,
     FIRST_TRIALS,
-    KNOB_STAGES,
     LATE_STAGES,
     Stage,
     budget_group,
@@ -76,18 +78,6 @@ AROUND_SHORT = 8
 #: cannot lead whatever the noise (runs on a busy 2-core machine swing up to 2x), and what it
 #: would gain (memory) is not worth a third of the speed to any objective.
 PRUNE_SHARE = 1 / 3
-#: The stages whose trials may be pruned: they explore. The guard's float32 references and the
-#: trials measured back to back (runoff, final) run in full: their losses and figures decide.
-EXPLORING = frozenset(
-    {
-        Stage.POLICIES,
-        Stage.BATCH,
-        Stage.REFINE,
-        Stage.LOSS_SCALE,
-        *KNOB_STAGES,
-        Stage.NEIGHBOURHOOD,
-    }
-)
 
 
 def unlucky_once(runs: Sequence[Measured]) -> bool:
@@ -193,7 +183,8 @@ class SearchContext:
 
     def leading(self) -> LeaderChanged | None:
         """The setup the search leads with now, for the objective, at the figure it stands on:
-        the median of its runs that ended ok (its one run's figure until it ran again), so
+        the median of its runs that ended ok (those that held: :func:`held`; its one run's
+        figure until it ran again), so
         that a setup's best run never outranks another's median, nor its own. Every
         precision counts, IEEE float32 too (the search may recommend it); the policies found
         unsafe and the runs over the memory budget do not. None before a setup ran ok."""
@@ -203,7 +194,7 @@ class SearchContext:
             return None
         medians: dict[Setup, tuple[float, tuple[int, ...]]] = {}
         for m in firsts:
-            runs = [r for r in known[m.result.spec.setup] if self.fits(r)]
+            runs = [r for r in held(known[m.result.spec.setup]) if self.fits(r)]
             medians[m.result.spec.setup] = (
                 statistics.median(r.speed for r in runs),
                 tuple(r.number for r in runs),
@@ -492,10 +483,34 @@ class SearchContext:
         return results  # type: ignore[return-value]
 
     def measure(self, setup: Setup, stage: str, repeat: int = 0) -> Measured:
+        """The ``repeat``-th measurement of ``setup``, with its retry (:meth:`_measure_once`).
+        In an exploring stage (:data:`EXPLORING`) a figure that does not hold
+        (:attr:`TrialResult.holds`: its steps disagree with their own median, as the first
+        trial of a fresh worker's did on an H200) is measured again once, in the same stage,
+        before it decides anything (issue 70); the run that holds is returned and stands for
+        the setup (:func:`first_held`), else the first. Recalled trials come back the same way,
+        so a resumed search takes the same path."""
+        m = self._measure_once(setup, stage, repeat)
+        if stage not in EXPLORING or not m.result.ok or m.result.holds:
+            return m
+        runs = [r.number for r in self.evaluator.known.get(setup, [])]
+        at = runs.index(m.number) if m.number in runs else repeat
+        again = self._measure_once(setup, stage, at + 1)
+        figure = (
+            f"{again.speed:,.0f} samples/s" + ("" if again.result.holds else ", nor did that")
+            if again.result.ok
+            else self.failure(again)
+        )
+        self.note(
+            f"{where(setup)} did not hold at {m.speed:,.0f} samples/s (trial #{m.number}: "
+            f"{m.result.unheld_words}), measured again: {figure} (#{again.number})"
+        )
+        return again if again.result.ok and again.result.holds else m
+
+    def _measure_once(self, setup: Setup, stage: str, repeat: int) -> Measured:
         """The ``repeat``-th measurement of ``setup``; one that crashed or timed out is run
         once more (``repeat + 1``), and that second run is returned, unless it failed in the
-        model's own code (``TrialResult.model_failed``). Recalled trials come back the same
-        way, so a resumed search takes the same path."""
+        model's own code (``TrialResult.model_failed``)."""
         m = self.evaluator.measure(setup, stage, repeat=repeat)
         if m.result.status not in RETRIED or m.result.model_failed:
             # A hang or an exit while the model's own code builds it would only repeat.
@@ -575,9 +590,9 @@ class SearchContext:
 
     def usable(self, precision: str) -> list[Measured]:
         """Every setup of ``precision`` (``Setup.precision``) that ran ok within the memory
-        budget (first ok runs)."""
+        budget (first ok runs, on a figure that holds where one did: :func:`first_held`)."""
         firsts = [
-            first_ok(runs)
+            first_held(runs)
             for setup, runs in self.evaluator.known.items()
             if setup.precision == precision
         ]
@@ -626,12 +641,15 @@ class SearchContext:
 
     def standing(self, m: Measured) -> tuple[float, tuple[int, ...]]:
         """What ``m``'s setup stands on: the median of its runs that ended ok when it ran more
-        than once (a confirmed leader, a re-measured one), else ``m``'s own figure."""
-        runs = [
-            r
-            for r in self.evaluator.known.get(m.result.spec.setup, [])
-            if r.result.ok and r.stage not in AFTER_STANDING
-        ]
+        than once (a confirmed leader, a re-measured one), else ``m``'s own figure; a run
+        whose figure did not hold is left out where another held (:func:`held`)."""
+        runs = held(
+            [
+                r
+                for r in self.evaluator.known.get(m.result.spec.setup, [])
+                if r.stage not in AFTER_STANDING
+            ]
+        )
         if len(runs) < 2:
             return m.speed, (m.number,)
         return statistics.median(r.speed for r in runs), tuple(r.number for r in runs)
