@@ -30,30 +30,59 @@ _WIDTH_ATTRIBUTES = ("units", "filters", "output_dim", "key_dim")
 
 
 def low_precision_outputs(model: keras.Model, sample_x: Any) -> list[str]:
-    """The dtypes of outputs in float16 or bfloat16 (empty when there are none)."""
+    """The dtypes of outputs in float16 or bfloat16 (empty when there are none), of every
+    output in whatever structure the model returns (a dict of heads, a list)."""
     outputs = getattr(model, "outputs", None)
     if outputs:
         dtypes = [str(o.dtype) for o in outputs]
     else:  # a subclassed model: run it once to see
         result = model(sample_x, training=False)
-        results = result if isinstance(result, (list, tuple)) else [result]
-        dtypes = [str(getattr(r, "dtype", "float32")) for r in results]
+        dtypes = [str(getattr(r, "dtype", "float32")) for r in keras.tree.flatten(result)]
     return [d.replace("tf.", "") for d in dtypes if "float16" in d]
 
 
 def with_float32_output(model: keras.Model) -> keras.Model:
-    """The same model with its outputs cast to float32."""
-    cast = keras.layers.Activation("linear", dtype="float32", name="mptune_float32_output")
+    """The same model with its outputs cast to float32, in the structure it returns them (a
+    dict of named heads stays that dict, a list that list) and under the names it gives them
+    (``output_names``), so that the losses, metrics and sample weights it was compiled with
+    per output still find theirs."""
     outputs = getattr(model, "outputs", None)
-    if outputs:
-        new_outputs = [cast(o) for o in outputs] if len(outputs) > 1 else cast(outputs[0])
-        return keras.Model(model.inputs, new_outputs, name=model.name)
-    return _Float32Output(model)
+    if not outputs:
+        return _Float32Output(model)
+    names = list(getattr(model, "output_names", None) or [])
+    flat = [
+        keras.layers.Activation(
+            "linear", dtype="float32", name=f"mptune_float32_output_{i}" if i else _CAST
+        )(tensor)
+        for i, tensor in enumerate(outputs)
+    ]
+    cast = keras.tree.pack_sequence_as(_built(model, "output", outputs), flat)
+    wrapped = keras.Model(_built(model, "input", model.inputs), cast, name=model.name)
+    if len(names) == len(flat):
+        wrapped.output_names = names  # the cast layers' names are not the outputs'
+    return wrapped
+
+
+#: The name of the (first) float32 cast a trial appends to a model's outputs.
+_CAST = "mptune_float32_output"
+
+
+def _built(model: keras.Model, which: str, flat: list[Any]) -> Any:
+    """A functional model's inputs or outputs (``which``) in the structure it was built with
+    (Keras' ``model.input`` and ``model.output``: a dict of named tensors, a list), ``flat`` as
+    they are listed; one tensor alone where the model keeps no structure (a Sequential)."""
+    try:
+        struct = getattr(model, which)
+    except (AttributeError, ValueError):  # a Sequential that was never called
+        struct = None
+    if struct is None or len(keras.tree.flatten(struct)) != len(flat):
+        return flat[0] if len(flat) == 1 else list(flat)
+    return struct
 
 
 # keras ships no type information, so keras.Model is Any to mypy.
 class _Float32Output(keras.Model):  # type: ignore[misc]
-    """Wraps a subclassed model whose outputs are float16."""
+    """Wraps a subclassed model whose outputs are float16; returns them in its structure."""
 
     def __init__(self, inner: keras.Model) -> None:
         super().__init__(name=f"{inner.name}_float32_output")
@@ -61,9 +90,7 @@ class _Float32Output(keras.Model):  # type: ignore[misc]
 
     def call(self, inputs: Any, training: bool | None = None) -> Any:
         result = self.inner(inputs, training=training)
-        if isinstance(result, (list, tuple)):
-            return [keras.ops.cast(r, "float32") for r in result]
-        return keras.ops.cast(result, "float32")
+        return keras.tree.map_structure(lambda r: keras.ops.cast(r, "float32"), result)
 
 
 def narrow_layers(model: keras.Model) -> list[str]:

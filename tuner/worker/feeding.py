@@ -137,6 +137,8 @@ class Feed:
     y: Any
     kind: str
     fed_by: str
+    #: the arrays' sample weights, where the user's input gives them (fit weighs by them)
+    sample_weight: Any = None
 
     @property
     def batched(self) -> bool:
@@ -159,9 +161,13 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
             return Feed(data, None, kind, f"{what}, a keras.utils.PyDataset, as fit iterates it")
         if kind == "generator":
             return Feed(data, None, kind, f"{what}, a generator, as fit iterates it")
-        x, y = loading.fit_structure((data[0], data[1]))
+        x, y, *weights = loading.fit_structure(tuple(data))
         return Feed(
-            x, y, "arrays", f"{what}: arrays through Keras' data adapter, as fit slices them"
+            x,
+            y,
+            "arrays",
+            f"{what}: arrays through Keras' data adapter, as fit slices them",
+            *weights,
         )
     if source.kind == "builtin":
         fed_by = "the built-in workload's arrays through Keras' data adapter, as fit slices them"
@@ -170,26 +176,23 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
             "arrays in memory through Keras' data adapter (mptune's synthetic data: your own "
             "input is not known to it; define make_dataset(batch_size) to have it counted)"
         )
-    x, y = epoch_arrays(batches)
-    return Feed(x, y, "arrays" if source.kind == "builtin" else "synthetic", fed_by)
+    x, y, *weights = epoch_arrays(batches)
+    return Feed(x, y, "arrays" if source.kind == "builtin" else "synthetic", fed_by, *weights)
 
 
-def epoch_arrays(batches: list[Any]) -> tuple[Any, Any]:
+def epoch_arrays(batches: list[Any]) -> tuple[Any, ...]:
     """The trial's batches as one epoch of arrays for ``fit``: repeated up to
     :data:`EPOCH_BATCHES` batches (within :data:`EPOCH_BYTES`), since fit's work between
     epochs (a new iterator, a shuffle, on JAX the state written back) counted once every 8
     batches of the trial's pool would weigh as it never does in a real epoch: on a 2-core CPU a
-    small MLP's fit reached 4,700 samples/s on 8-batch epochs and 8,700 on 64-batch ones."""
-    xs = [batch[0] for batch in batches]
-    ys = [batch[1] for batch in batches]
-    x = keras.tree.map_structure(lambda *parts: np.concatenate(parts), *xs)
-    y = keras.tree.map_structure(lambda *parts: np.concatenate(parts), *ys)
-    size = sum(np.asarray(a).nbytes for a in keras.tree.flatten((x, y)))
+    small MLP's fit reached 4,700 samples/s on 8-batch epochs and 8,700 on 64-batch ones.
+    Returns ``(x, y)``, or ``(x, y, sample_weight)`` for batches that carry their weights."""
+    epoch = keras.tree.map_structure(lambda *parts: np.concatenate(parts), *batches)
+    size = sum(np.asarray(a).nbytes for a in keras.tree.flatten(epoch))
     repeats = max(1, min(-(-EPOCH_BATCHES // len(batches)), EPOCH_BYTES // max(1, size)))
-    if repeats == 1:
-        return x, y
-    x, y = keras.tree.map_structure(lambda a: np.concatenate([a] * repeats), (x, y))
-    return x, y
+    if repeats > 1:
+        epoch = keras.tree.map_structure(lambda a: np.concatenate([a] * repeats), epoch)
+    return tuple(epoch)
 
 
 class FitClock(keras.callbacks.Callback):  # type: ignore[misc]
@@ -437,6 +440,8 @@ def fit_rate(
         # A finite input ends its epoch as fit's would; fit's own note says so each epoch.
         warnings.filterwarnings("ignore", message=".*ran out of data.*")
         warnings.filterwarnings("ignore", message=".*shuffle=True. was passed, but will be ign.*")
+        if feed.sample_weight is not None:
+            kwargs["sample_weight"] = feed.sample_weight
         model.fit(feed.x, feed.y, epochs=EPOCHS, verbose=0, callbacks=[clock], **kwargs)
         end = time.perf_counter()
     if clock.empty or clock.begun == 0:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tuner.policies import FLOAT32
-from tuner.setup import Policy
+from tuner.setup import Policy, Setup
 from tuner.trials.events import Phase
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
@@ -68,6 +68,7 @@ def run(
     context.enter(Phase.BUILD, channel)
     if spec.policy.name != FLOAT32:
         context.build_float32 = float32_builder(spec, source)
+    context.rebuild = setup_builder(spec, source)
     t_build = time.perf_counter()
     keras_setup.set_seed(spec.seed)
     keras_setup.apply_policy(spec.setup)
@@ -91,6 +92,7 @@ def run(
     for hazard in hazards:
         channel.emit("hazard", **hazard.to_dict())
     context.model, context.optimizer = model, loaded.optimizer
+    context.unwrapped, context.extras = loaded.model, loaded.compile_extras
     keras_setup.compile_model(
         model, spec.setup, loaded.optimizer, loaded.loss, **loaded.compile_extras
     )
@@ -295,9 +297,11 @@ def run_warm(
     batches = warm.batches(spec, lambda: make_batches(spec, source, warm.loaded))
     context.batches, context.loss = batches, warm.loaded.loss
     context.model, context.optimizer = warm.model, warm.loaded.optimizer
+    context.unwrapped, context.extras = warm.loaded.model, warm.loaded.compile_extras
     context.script, context.validation = warm.loaded.script, warm.loaded.validation
     if spec.policy.name != FLOAT32:  # a failure is asked of float32 as in a fresh worker
         context.build_float32 = float32_builder(spec, source)
+    context.rebuild = setup_builder(spec, source)
     for code, message in warm.warnings:
         channel.emit("warning", code=code, message=message)
     if warm.tensor_cores and spec.batch_size % 8:
@@ -358,33 +362,64 @@ def _initial_scale(spec: TrialSpec) -> float | None:
 def float32_builder(spec: TrialSpec, source: ModelSource) -> Callable[[], Any] | None:
     """A function that builds the trial's model again under float32: same seed, same code (the
     user's module as the trial imported it, so its top level does not run twice)."""
-    from tuner import keras_setup, workloads
+    from tuner import keras_setup
+
+    build = model_builder(spec, source)
+    if build is None:
+        return None
+
+    def twin() -> Any:
+        keras_setup.set_seed(spec.seed)
+        keras_setup.apply_policy(Policy(FLOAT32))
+        try:
+            return build(FLOAT32)
+        finally:
+            keras_setup.apply_policy(spec.policy)
+
+    return twin
+
+
+def setup_builder(spec: TrialSpec, source: ModelSource) -> Callable[[Setup], Any] | None:
+    """A function that builds the trial's model again under another setup (its policy, TF32
+    and rematerialisation set before the build, as the trial set its own): the trial less a
+    knob that a built model keeps (float8, rematerialisation), for the blame to ask."""
+    from tuner import keras_setup
+
+    build = model_builder(spec, source)
+    if build is None:
+        return None
+
+    def under(setup: Setup) -> Any:
+        keras_setup.set_seed(spec.seed)
+        keras_setup.apply_policy(setup)
+        try:
+            return build(setup.policy.name)
+        finally:
+            keras_setup.apply_policy(spec.setup)
+
+    return under
+
+
+def model_builder(spec: TrialSpec, source: ModelSource) -> Callable[[str], Any] | None:
+    """A function that builds the trial's model again by its own code under a policy (already
+    set as the global one): same code (the user's module as the trial imported it, so its top
+    level does not run twice; a script run again up to its fit)."""
+    from tuner import workloads
     from tuner.worker import loading
     from tuner.worker.usercode import call_user
 
-    def under_float32(build: Callable[[], Any]) -> Callable[[], Any]:
-        def twin() -> Any:
-            keras_setup.set_seed(spec.seed)
-            keras_setup.apply_policy(Policy(FLOAT32))
-            try:
-                return build()
-            finally:
-                keras_setup.apply_policy(spec.policy)
-
-        return twin
-
     if source.kind == "builtin":
-        return under_float32(lambda: workloads.build(source.name, source.params))
+        return lambda policy: workloads.build(source.name, source.params)
     if source.kind == "python":
 
-        def build_again() -> Any:
+        def build_again(policy: str) -> Any:
             module = sys.modules.get(loading.USER_MODULE)
             build = getattr(module, "build_model", None)
             if not callable(build):
                 raise UserCodeError(f"{source.spec}: build_model is not a function")
             return call_user(build, "build_model()", source.path, source.spec)
 
-        return under_float32(build_again)
+        return build_again
     if source.kind in ("keras", "script"):  # a script: run again, up to its fit
-        return under_float32(lambda: loading.load_user_model(source, FLOAT32).model)
+        return lambda policy: loading.load_user_model(source, policy).model
     return None

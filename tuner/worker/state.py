@@ -13,10 +13,12 @@ from tuner.trials.events import Phase
 from tuner.worker.channel import Channel
 
 if TYPE_CHECKING:
+    from tuner.setup import Setup
     from tuner.worker.training import StepRunner
 
-#: One batch of the trial's pool: the model's inputs and targets (the backend's arrays)
-Batch = tuple[Any, Any]
+#: One batch of the trial's pool: the model's inputs and targets (the backend's arrays), and
+#: their sample weights where the user's input gives them
+Batch = tuple[Any, ...]
 
 
 @dataclass
@@ -26,12 +28,19 @@ class TrialContext:
 
     phase: Phase = Phase.IMPORT
     build_float32: Callable[[], Any] | None = None
+    #: the trial's model built afresh by its own code under another setup (its policy, TF32,
+    #: rematerialisation): for the blame to ask about a knob a built model keeps
+    rebuild: Callable[[Setup], Any] | None = None
     batches: list[Batch] = field(default_factory=list)
     loss: Any = None  # the model's loss, as Keras takes it
     runner: StepRunner | None = None
     #: the compiled model and the optimizer it was given, to ask whether XLA is to blame
     model: Any = None
     optimizer: Any = None
+    #: the model as the user's code made it, before the trial added to it (the float32 cast of
+    #: its outputs), and what else the trial compiles it with (its metrics)
+    unwrapped: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
     #: a training script's model as it handed it to fit (what the user runs today), and the
     #: data its fit validates on: both go into the trial's result
     script: Any = None
