@@ -21,6 +21,7 @@ from tuner.trials.messages import (
     ImportedMessage,
     MemoryMessage,
     NumericsMessage,
+    ObservedMessage,
     OtherMessage,
     PhaseMessage,
     PredictionMessage,
@@ -133,6 +134,12 @@ EVERY_MESSAGE: list[WorkerMessage] = [
         phase="build",
         user_code=True,
         traceback="Traceback ...",
+    ),
+    ObservedMessage(
+        t=1.5,
+        setup={"policy": "mixed_bfloat16", "batch_size": 32, "xla": True},
+        at={"policy": "train.py:12", "batch_size": "train.py:40"},
+        reason=None,
     ),
     ReadyMessage(t=4.0),
     MemoryMessage(t=0.25, rss_mb=300.5),
@@ -260,7 +267,7 @@ def test_every_message_the_worker_emits_has_a_record_with_its_fields() -> None:
     emitted = _emitted_fields()
     assert set(emitted) == {
         "started", "phase", "hazard", "numerics", "prediction", "warning", "step", "result",
-        "error", "ready",
+        "error", "ready", "observed",
     }  # fmt: skip
     records = {type(m).type: type(m) for m in EVERY_MESSAGE}
     for kind, keywords in emitted.items():

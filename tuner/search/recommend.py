@@ -68,6 +68,7 @@ def recommend(
     tie_note = tie_text(chosen, leader, paired) if chosen is not leader else None
     f32_best = _float32_to_compare(outcome, viable, chosen)
     baseline = _baseline(outcome)
+    today = _today(outcome, space)
     memory_saving = _memory_saving(outcome, chosen)
     first = chosen.runs[0].result
     baseline_trials = _numbers(baseline) if baseline else ()
@@ -81,6 +82,7 @@ def recommend(
     notes = list(outcome.notes) + [
         n for n in (tie_note, user_batch_note, busy_note, default_note) if n
     ]
+    said = reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference)
     return Recommendation(
         setup=chosen.setup,
         samples_per_second=chosen.speed,
@@ -94,7 +96,7 @@ def recommend(
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference),
+        reason=_today_first(said, chosen, baseline, today),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(Alternative.of(c, f32_best) for c in candidates if c is not chosen),
@@ -118,6 +120,7 @@ def recommend(
         baseline_trials=baseline_trials,
         setup_trials=_numbers(chosen),
         reference_at=space.user_policy_at if outcome.reference == space.user_policy else None,
+        today=today,
         **_against_float32(chosen, f32_best, paired),
         **_fed(chosen),
         **_as_the_script_runs(chosen),
@@ -168,8 +171,37 @@ def _against_float32(
     }
 
 
+def _today(outcome: SearchOutcome, space: SearchSpace) -> str | None:
+    """What a training script trains today in words (issue 70), where the search's baseline is
+    that setup, run unchanged; None where the baseline is float32 at the starting batch size."""
+    own, base = space.user_setup, outcome.baseline
+    if own is None or base is None or base.result.spec.setup != own:
+        return None
+    return space.user_setup_words
+
+
+def _today_first(
+    said: str,
+    chosen: Candidate,
+    baseline: Candidate | None,
+    today: str | None,
+) -> str:
+    """The recommendation's reason, led by the speed-up against what the script trains today
+    where that is the baseline (issue 70): the figure its user will see."""
+    if today is None or baseline is None or not baseline.speed:
+        return said
+    if chosen.setup == baseline.setup:
+        return f"What you run today is the best setup measured here ({today}). {said}"
+    ratio = chosen.speed / baseline.speed  # as speedup_vs_baseline states it
+    return (
+        f"{ratio:.2f}x what you run today ({today}: {chosen.speed:,.0f} vs "
+        f"{baseline.speed:,.0f} samples/s). {said}"
+    )
+
+
 def _baseline(outcome: SearchOutcome) -> Candidate | None:
-    """float32 at the starting batch size, on all its runs; None where it did not run ok."""
+    """The baseline (float32 at the starting batch size, or what a training script trains
+    today: issue 70), on all its runs; None where it did not run ok."""
     if outcome.baseline is None or not outcome.baseline.result.ok:
         return None
     return on_all_runs(Candidate(outcome.baseline.result.spec.setup, [outcome.baseline]), outcome)

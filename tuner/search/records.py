@@ -161,7 +161,9 @@ class Recommendation:
     setup: Setup
     samples_per_second: float
     samples_per_second_spread: tuple[float, float]
-    baseline_samples_per_second: float | None  #: float32 at the starting batch size
+    #: the baseline's: float32 at the starting batch size, or what a script runs today
+    #: (:attr:`today`)
+    baseline_samples_per_second: float | None
     float32_samples_per_second: float | None  #: float32 at its own best batch size
     speedup_vs_float32: float | None  #: against :attr:`float32_setup`
     speedup_vs_baseline: float | None
@@ -231,6 +233,11 @@ class Recommendation:
     #: the batch size is fit's global batch, each device takes its share
     distribution: str | None = added()
     replicas: int = added(1)
+    #: what a training script trains today, observed and run unchanged as the baseline
+    #: (issue 70), in words with the lines that set it: :attr:`speedup_vs_baseline` is
+    #: against it. None: the baseline is float32 at the starting batch size (a model file, a
+    #: built-in, or a script whose own setup could not run as a trial)
+    today: str | None = added()
 
     @property
     def input_bound(self) -> bool:

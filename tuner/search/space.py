@@ -20,6 +20,7 @@ from tuner.setup import (
     SWITCHED,
     LossScale,
     Policy,
+    Setup,
 )
 
 #: The float16 loss-scale candidates tried at the chosen batch size when none are given: Keras'
@@ -111,6 +112,12 @@ class SearchSpace:
             file's ``BATCH_SIZE``), for the recommendation's learning-rate note; None: unknown.
         user_policy: the precision a training script sets itself (``set_global_policy``), and
             ``user_policy_at`` where: what the user runs today, the speed-up's reference.
+        user_setup: what a training script's own ``fit`` trains today, observed before the
+            search (issue 70: its precision, batch and compile settings read back from what
+            fit got), and ``user_setup_words`` it in words with the lines that set it: the
+            search's baseline, trial #0, against which every speed-up is stated. None for a
+            model file or a built-in (their reference is float32), or where the script's own
+            setup cannot run as a trial.
     """
 
     policies: tuple[str, ...] = POLICIES
@@ -124,6 +131,8 @@ class SearchSpace:
     # Said where a script sets its own precision: spaces stored before read the same.
     user_policy: str | None = added()
     user_policy_at: str | None = added()
+    user_setup: Setup | None = added()
+    user_setup_words: str | None = added()
 
     def __post_init__(self) -> None:
         if not self.policies:

@@ -150,8 +150,14 @@ class Search:
 
     def _baseline_and_policies(self) -> dict[str, Measured]:
         """float32 (or the first policy) at the starting batch size, then every other precision
-        there; the laggards abandoned. Each precision's first run, by precision."""
+        there; the laggards abandoned. Each precision's first run, by precision. A training
+        script's search begins with what the script trains today instead (issue 70)."""
         ctx = self.ctx
+        own = ctx.space.user_setup
+        if own is not None:
+            today = policies.todays_baseline(ctx, own)
+            if today is not None:
+                return self._policies_beside(today)
         start = ctx.space.start_batch
         first = FLOAT32 if FLOAT32 in ctx.space.policies else ctx.space.policies[0]
         ctx.plan(4 * len(ctx.precisions) + 4)
@@ -179,6 +185,25 @@ class Search:
 
         others = [p for p in ctx.precisions if p != first]
         at_start = {first: baseline} | dict(
+            zip(others, ctx.concurrently(others, at_start_of), strict=True)
+        )
+        policies.abandon_laggards(ctx, at_start)
+        return at_start
+
+    def _policies_beside(self, today: Measured) -> dict[str, Measured]:
+        """Every other precision at the batch size the script trains with (with its compile
+        settings: :meth:`SearchContext.start_setup`), beside what it trains today."""
+        ctx = self.ctx
+        own = today.result.spec.setup
+        start = ctx.space.start_batch
+        ctx.announce(Stage.POLICIES, f"each policy at batch size {start}, as the script trains")
+
+        def at_start_of(precision: str) -> Measured:
+            setup = ctx.start_setup(precision, start)
+            return ladder.shrink_to_fit(ctx, ctx.measure(setup, Stage.POLICIES), Stage.POLICIES)
+
+        others = [p for p in ctx.precisions if p != own.precision]
+        at_start = {own.precision: today} | dict(
             zip(others, ctx.concurrently(others, at_start_of), strict=True)
         )
         policies.abandon_laggards(ctx, at_start)

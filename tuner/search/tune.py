@@ -16,7 +16,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.advice import advise
 from tuner.hardware.gpu_use import unused_gpu
 from tuner.hardware.profile import CpuInfo, HardwareProfile
-from tuner.policies import POLICIES
+from tuner.policies import FLOAT32, POLICIES
 from tuner.said import setting
 from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
@@ -31,6 +31,7 @@ from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.storage import storage_errors
 from tuner.search.strategy import Search
 from tuner.trials.models import ModelSource, ScriptCommand, parse_model_spec
+from tuner.trials.observe import ObserveFailed, observe_script
 from tuner.trials.protocol import TrialRunner
 from tuner.trials.runner import WorkerPool, run_trial
 
@@ -236,6 +237,8 @@ def tune(
     if resume and not study:
         raise MptuneError("resuming needs the session's name")
     plan = _resolve(request)
+    if runner is run_trial and plan.stored is None and plan.source.kind == "script":
+        plan = dataclasses.replace(plan, space=_as_observed(plan, cancel))
     devices, parallel_note = parallel_devices(request.parallel, plan.profile, plan.settings.device)
     if plan.source.distributed and len(devices) > 1:
         # A script that distributes its own training (a tf.distribute strategy, a
@@ -382,6 +385,42 @@ def _resolve(request: TuneRequest) -> _Plan:
             else (*space.policies, source.user_policy),
         )
     return _Plan(model, source, space, settings, profile, stored, renew)
+
+
+def _as_observed(plan: _Plan, cancel: threading.Event | None) -> SearchSpace:
+    """The space of a script search with what the script's ``fit`` trains today, observed
+    (:func:`~tuner.trials.observe.observe_script`): its setup is the baseline, trial #0; its
+    batch size is where the ladders start and the batch it keeps (with its accumulation, the
+    global batch, unless one was asked for); its precision is searched. Where it cannot be
+    read or run, the space as it was (the first trial then fails as the script does, or
+    float32 is the reference, said in the notes)."""
+    space, settings = plan.space, plan.settings
+    try:
+        seen = observe_script(plan.source, settings.backend, settings.device, settings.seed, cancel)
+    except ObserveFailed:
+        return space  # the first trial meets the same failure, and says it as a trial does
+    if seen.setup is None:
+        return dataclasses.replace(space, user_setup_words=seen.words())
+    own = seen.setup
+    if own.tf32 is False and own.policy == FLOAT32 and plan.device.tf32:
+        own = own.replace(tf32=plan.device.default_precision(settings.backend) != FLOAT32)
+    policy = own.policy.name
+    accumulated = own.batch_size * own.gradient_accumulation_steps
+    global_batch = space.global_batch
+    if global_batch is None and own.gradient_accumulation_steps > 1:
+        global_batch = accumulated  # the samples per update it trains with: kept
+    return dataclasses.replace(
+        space,
+        policies=space.policies if policy in space.policies else (*space.policies, policy),
+        batch_sizes=tuple(sorted({*space.batch_sizes, own.batch_size})),
+        start_batch=own.batch_size if global_batch is None else global_batch,
+        global_batch=global_batch,
+        user_batch=accumulated,
+        user_policy=policy,
+        user_policy_at=seen.at.get("policy"),
+        user_setup=own,
+        user_setup_words=seen.words(),
+    )
 
 
 def _open(

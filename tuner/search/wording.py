@@ -426,6 +426,7 @@ def _against_float32(rec: Recommendation) -> str:
     if (
         rec.speedup_vs_baseline is not None
         and rec.baseline_trials
+        and rec.today is None  # the baseline is what the script runs today: its own row
         and (set(rec.baseline_trials) != set(rec.float32_trials))
     ):
         text += (
@@ -536,6 +537,15 @@ def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:
     """The speed-up against the user's float32 as it runs today, where that is not IEEE
     float32 (TF32 on a GPU of compute capability 8.0 or later), or against the precision a
     training script sets itself (issue 49); none elsewhere."""
+    if rec.today is not None and rec.speedup_vs_baseline is not None:
+        return [
+            (
+                "Against what you run today",
+                f"{rec.speedup_vs_baseline:.2f}x what your script trains today, run unchanged "
+                f"as {runs_words(rec.baseline_trials)}: {rec.today} "
+                f"({_fmt(rec.baseline_samples_per_second, ',.0f')} samples/s)",
+            )
+        ]
     if rec.reference == FLOAT32 or rec.speedup_vs_reference is None:
         return []
     if rec.reference_at is not None:

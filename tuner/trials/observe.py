@@ -13,7 +13,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.policies import FLOAT32
 from tuner.record import from_data, to_data
 from tuner.setup import Setup
 from tuner.trials.models import ModelSource
@@ -39,18 +38,19 @@ class ScriptSetup:
     reason: str | None = None
 
     def words(self) -> str:
-        """``mixed_bfloat16 (train.py:12), batch size 32 (train.py:40), XLA, 8 steps per
-        execution (train.py:31)``: the setup, each part with the line that sets it."""
+        """``mixed_bfloat16 (set at train.py:12), batch size 32 (fit at train.py:40), XLA, 8
+        steps per execution (compile at train.py:31)``: the setup, each part with the line
+        that sets it (a loss scale only where it is not the policy's default)."""
         if self.setup is None:
             return f"not run as a trial: {self.reason}"
         s = self.setup
         parts = [
-            _at(s.precision, self.at.get("policy")),
-            _at(f"batch size {s.batch_size}", self.at.get("batch_size")),
+            _at(s.precision, "set at", self.at.get("policy")),
+            _at(f"batch size {s.batch_size}", "fit at", self.at.get("batch_size")),
         ]
-        compiled = [w for w in s.words(default_loss_scale=False)[2:]]
+        compiled = list(s.words(default_loss_scale=False)[2:])
         if compiled:
-            parts.append(_at(", ".join(compiled), self.at.get("compile")))
+            parts.append(_at(", ".join(compiled), "compile at", self.at.get("compile")))
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,8 +70,8 @@ class ScriptSetup:
         return from_data(cls, rest, setup=Setup.from_dict(setup) if setup else None)
 
 
-def _at(what: str, where: str | None) -> str:
-    return f"{what} ({where})" if where else what
+def _at(what: str, how: str, where: str | None) -> str:
+    return f"{what} ({how} {where})" if where else what
 
 
 class ObserveFailed(Exception):
@@ -97,7 +97,7 @@ def observe_script(
 
     spec = TrialSpec(
         model=source.spec,
-        setup=Setup(FLOAT32, 1, backend=backend),
+        setup=Setup("float32", 1, backend=backend),  # not run: the worker reads, never trains
         timeout_s=OBSERVE_TIMEOUT_S,
         device=device,
         seed=seed,

@@ -102,11 +102,16 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
     return reason
 
 
-def plain(setup: Setup) -> bool:
-    """At the default knobs a batch-size ladder measures: every knob with a stage of its own
-    at its default (no XLA, one step per execution; TF32 is a precision of its own,
-    accumulation follows the batch size)."""
-    return all(getattr(setup, k.name) == k.default for k in KNOBS if k.stage)
+def plain(setup: Setup, own: Setup | None = None) -> bool:
+    """At the knobs a batch-size ladder measures: every knob with a stage of its own at its
+    default (no XLA, one step per execution; TF32 is a precision of its own, accumulation
+    follows the batch size), or at ``own``'s (what a training script compiles with: its
+    search's ladders climb with them, issue 70; :meth:`SearchContext.plain`)."""
+    return all(
+        getattr(setup, k.name) == (k.default if own is None else getattr(own, k.name))
+        for k in KNOBS
+        if k.stage
+    )
 
 
 def multiple_of_8(value: int) -> int:
@@ -220,9 +225,9 @@ class SearchContext:
         known = self.evaluator.known
         if reference_of(setup) in known:
             return 0
-        f32 = [s for s in known if s.precision == FLOAT32 and plain(s)]
+        f32 = [s for s in known if s.precision == FLOAT32 and self.plain(s)]
         # TF32 keeps float32's tensors: its out-of-memory errors are float32's too.
-        same_memory = [s for s in known if s.precision in (FLOAT32, TF32) and plain(s)]
+        same_memory = [s for s in known if s.precision in (FLOAT32, TF32) and self.plain(s)]
         oom = [s.batch_size for s in same_memory if known[s][0].result.status is TrialStatus.OOM]
         if not oom or min(oom) > setup.batch_size:
             return 1
@@ -273,7 +278,7 @@ class SearchContext:
         ran = [
             s.batch_size
             for s, runs in known.items()
-            if s.precision in (FLOAT32, TF32) and plain(s) and first_ok(runs) is not None
+            if s.precision in (FLOAT32, TF32) and self.plain(s) and first_ok(runs) is not None
         ]
         return 1 if leader.result.spec.batch_size > max(ran, default=0) else 0
 
@@ -606,7 +611,7 @@ class SearchContext:
         at_defaults = [
             m
             for m in self.usable(precision)
-            if plain(m.result.spec.setup) and (late or m.stage not in LATE_STAGES)
+            if self.plain(m.result.spec.setup) and (late or m.stage not in LATE_STAGES)
         ]
         return choose(at_defaults, self.settings)
 
@@ -673,8 +678,25 @@ class SearchContext:
             )
         )
 
+    def plain(self, setup: Setup) -> bool:
+        """:func:`plain` in this search: at the knobs its ladders climb with (a training
+        script's own where it compiles with some: issue 70)."""
+        return plain(setup, self.space.user_setup)
+
     def start_setup(self, precision: str, batch_size: int) -> Setup:
-        """A precision's first setup in the policies stage."""
+        """A precision's first setup in the policies stage; in a training script's search,
+        with the execution knobs the script compiles with (XLA, steps per execution, float8:
+        issue 70), which the knob stages then try the other way."""
         if precision == TF32:
-            return self.at_batch(Setup(FLOAT32, batch_size, tf32=True), batch_size)
-        return self.at_batch(Setup(precision, batch_size), batch_size)
+            setup = self.at_batch(Setup(FLOAT32, batch_size, tf32=True), batch_size)
+        else:
+            setup = self.at_batch(Setup(precision, batch_size), batch_size)
+        own = self.space.user_setup
+        if own is None:
+            return setup
+        try:
+            return setup.replace(
+                xla=own.xla, steps_per_execution=own.steps_per_execution, float8=own.float8
+            )
+        except ValueError:
+            return setup  # a knob this precision refuses: it starts without the script's

@@ -15,7 +15,7 @@ from tuner.search.measures import (
     too_few_steps,
 )
 from tuner.search.stage import Stage
-from tuner.search.stages.context import SearchContext, plain, unsafe_text
+from tuner.search.stages.context import SearchContext, unsafe_text
 from tuner.search.wording import pct
 from tuner.setup import TF32, Setup
 from tuner.trials.result import TrialStatus
@@ -143,7 +143,7 @@ def float32_at(ctx: SearchContext, setup: Setup, allow_new_trials: bool) -> Meas
             runs[0]
             for s, runs in ctx.evaluator.known.items()
             if s.precision in (FLOAT32, TF32)
-            and plain(s)
+            and ctx.plain(s)
             and s.batch_size <= batch_size
             and runs[0].result.status is TrialStatus.OOM
         ]

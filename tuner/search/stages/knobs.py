@@ -28,8 +28,14 @@ def try_once(knob: Knob) -> Callable[[SearchContext, str, Measured], Measured]:
         if ctx.knob_skipped(knob):
             return base
         setup = base.result.spec.setup
-        tried = setup.replace(**{knob.name: knob.example()})
-        ctx.announce(stage, f"{words} for {precision} at batch size {setup.batch_size}")
+        # A pick that has the knob already (a script that compiles with it: issue 70) tries
+        # it off, and keeps it unless that measured faster.
+        on = getattr(setup, knob.name) != knob.default
+        tried = setup.replace(**{knob.name: knob.default if on else knob.example()})
+        ctx.announce(
+            stage,
+            f"{words}{' off' if on else ''} for {precision} at batch size {setup.batch_size}",
+        )
         m = ctx.measure(tried, stage)
         found = _record_try(ctx, precision, knob.name, setup, tried, base, m)
         if found.status == "ok":

@@ -15,7 +15,7 @@ import math
 
 from tuner.search.measures import Measured
 from tuner.search.stage import Stage
-from tuner.search.stages.context import SearchContext, multiple_of_8, plain
+from tuner.search.stages.context import SearchContext, multiple_of_8
 from tuner.setup import Setup
 from tuner.trials.fit import memory_line as fit_memory_line
 from tuner.trials.result import TrialStatus
@@ -106,7 +106,9 @@ def predicted_over(ctx: SearchContext, base: Setup, batch_size: int) -> bool:
     if not ctx.device.gpu:
         return False
     points = {
-        m.result.spec.batch_size for m in ctx.usable(base.precision) if plain(m.result.spec.setup)
+        m.result.spec.batch_size
+        for m in ctx.usable(base.precision)
+        if ctx.plain(m.result.spec.setup)
     }
     line, limit = memory_line(ctx, base.precision), memory_limit(ctx)
     if len(points) < 2 or line is None or limit is None:
@@ -139,7 +141,7 @@ def memory_line(ctx: SearchContext, precision: str) -> tuple[float, float] | Non
     points = {
         m.result.spec.batch_size: m.result.peak_memory_mb
         for m in ctx.usable(precision)
-        if plain(m.result.spec.setup) and m.result.peak_memory_mb
+        if ctx.plain(m.result.spec.setup) and m.result.peak_memory_mb
     }
     line = fit_memory_line((b, peak) for b, peak in points.items() if peak)
     if line is None or line[1] <= 0:
@@ -153,7 +155,7 @@ def memory_limit(ctx: SearchContext) -> float | None:
     limit = ctx.evaluator.memory_budget_mb
     for setup, runs in ctx.evaluator.known.items():
         line = memory_line(ctx, setup.precision)
-        if runs[0].result.status is TrialStatus.OOM and plain(setup) and line is not None:
+        if runs[0].result.status is TrialStatus.OOM and ctx.plain(setup) and line is not None:
             predicted = line[0] + line[1] * setup.batch_size - 1  # just under what ran out
             limit = predicted if limit is None else min(limit, predicted)
     return limit
@@ -173,7 +175,7 @@ def leap_target(ctx: SearchContext, base: Setup, measured: int) -> int | None:
     known_bad = [
         s.batch_size
         for s, runs in ctx.evaluator.known.items()
-        if s.precision == base.precision and plain(s) and not runs[-1].result.ok
+        if s.precision == base.precision and ctx.plain(s) and not runs[-1].result.ok
     ]
     fitting = [r for r in fitting if all(r < bad for bad in known_bad)]
     if not fitting or rungs.index(max(fitting)) < rungs.index(measured) + 2:

@@ -22,6 +22,34 @@ ABANDON_SLOWER = 0.25
 ABANDON_MEMORY = 0.05
 
 
+def todays_baseline(ctx: SearchContext, own: Setup) -> Measured | None:
+    """What a training script trains today (``own``, observed: issue 70), run unchanged as the
+    search's baseline, trial #0; None where it cannot run as a trial (out of memory, over the
+    memory budget, a failure that is not the model's own), said in a note: float32 at the
+    starting batch size is then the reference, as for a model file.
+
+    Raises:
+        ModelFailed: the model fails in its own code.
+    """
+    ctx.plan(4 * len(ctx.precisions) + 4)
+    ctx.announce(Stage.BASELINE, f"what you run today: {ctx.space.user_setup_words}")
+    ctx.evaluator.start_ahead(
+        [own]
+        + [ctx.start_setup(p, ctx.space.start_batch) for p in ctx.precisions if p != own.precision]
+    )
+    m = _first_of(ctx, own)
+    if ctx.fits(m):
+        ctx.set_baseline(m)
+        return m
+    why = "over the memory budget" if m.result.ok else ctx.failure(m)
+    message = f" ({m.result.error.message})" if m.result.error else ""
+    ctx.note(
+        f"what you run today ({ctx.space.user_setup_words}) {why} as a trial (#{m.number})"
+        f"{message}: the speed-ups are stated against float32 at the starting batch size"
+    )
+    return None
+
+
 def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
     """``policy`` at ``batch_size``, the search's first trial of it; a failure in the user's
     own code there ends the search at once (no setup could run): an exception it raised, or
@@ -31,7 +59,12 @@ def first_trial(ctx: SearchContext, policy: str, batch_size: int) -> Measured:
     Raises:
         ModelFailed: the model fails in its own code.
     """
-    m = ctx.measure(ctx.at_batch(Setup(policy, batch_size), batch_size), Stage.BASELINE)
+    return _first_of(ctx, ctx.at_batch(Setup(policy, batch_size), batch_size))
+
+
+def _first_of(ctx: SearchContext, setup: Setup) -> Measured:
+    """:func:`first_trial` of ``setup``."""
+    m = ctx.measure(setup, Stage.BASELINE)
     if m.result.model_failed:
         err = m.result.error
         where = f"{err.location}: " if err and err.location else ""

@@ -1,0 +1,133 @@
+"""Issue 70: a script search begins with what the script trains today, observed (never read
+from its text): its precision however it is set, its batch from what its fit gets, its
+compile settings. That setup runs unchanged as trial #0, the baseline, named with the lines
+that set it, and every speed-up is stated against it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_scripts import SCRIPTS
+
+from tuner import cli
+from tuner.setup import Setup
+from tuner.trials.models import ScriptCommand, parse_model_spec
+from tuner.trials.observe import ScriptSetup, observe_script
+
+ARGPARSE_TFDATA = SCRIPTS / "argparse_tfdata.py"
+COMPILE_KNOBS = SCRIPTS / "compile_knobs.py"
+
+
+def test_a_scripts_setup_round_trips_and_says_its_lines() -> None:
+    seen = ScriptSetup(
+        Setup("mixed_bfloat16", 32, xla=True, steps_per_execution=4),
+        {"policy": "train.py:12", "batch_size": "train.py:40", "compile": "train.py:31"},
+    )
+    assert ScriptSetup.from_dict(json.loads(json.dumps(seen.to_dict()))) == seen
+    assert seen.words() == (
+        "mixed_bfloat16 (set at train.py:12), batch size 32 (fit at train.py:40), "
+        "XLA, 4 steps per execution (compile at train.py:31)"
+    )
+    refused = ScriptSetup(None, {}, "its model is not compiled when it calls fit")
+    assert refused.words() == "not run as a trial: its model is not compiled when it calls fit"
+
+
+@pytest.mark.slow
+def test_the_precision_and_batch_are_observed_not_read_from_the_text() -> None:
+    """The policy passes through an argparse default and a variable (no literal to read), and
+    the batch is the tf.data pipeline's (no static batch dimension): both read back."""
+    source = parse_model_spec(ScriptCommand(str(ARGPARSE_TFDATA)).spec)
+    assert source.user_policy is None  # the text alone does not tell
+    seen = observe_script(source, "tensorflow", "cpu")
+    assert seen.setup == Setup("mixed_bfloat16", 32, "none", backend="tensorflow")
+    assert seen.at == {
+        "policy": "argparse_tfdata.py:16",
+        "batch_size": "argparse_tfdata.py:36",
+        "compile": "argparse_tfdata.py:31",
+    }
+    other = parse_model_spec(
+        ScriptCommand(str(ARGPARSE_TFDATA), ("--precision", "float32")).spec
+    )
+    assert observe_script(other, "tensorflow", "cpu").setup == Setup(
+        "float32", 32, backend="tensorflow"
+    )
+
+
+def _tune(capsys: pytest.CaptureFixture[str], script: Path, store: str, *flags: str) -> dict:  # type: ignore[type-arg]
+    code = cli.main(
+        ["tune", "--script", str(script), "--backend", "tensorflow", "--device", "cpu",
+         "--measure-seconds", "0.5", "--storage", store, "--json", *flags]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def _show(capsys: pytest.CaptureFixture[str], session: str, store: str, *flags: str) -> str:
+    assert cli.main(["show", session, "--storage", store, *flags]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_trial_0_is_the_script_as_it_is_and_the_speedups_are_against_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    rec = _tune(
+        capsys, ARGPARSE_TFDATA, store,
+        "--policies", "float32,mixed_bfloat16", "--batch-sizes", "32,64", "--max-trials", "6",
+    )  # fmt: skip
+    shown = json.loads(_show(capsys, rec["session"], store, "--json"))
+    first = shown["trials"][0]
+    assert first["number"] == 0
+    assert first["stage"] == "baseline"
+    assert (first["result"]["spec"]["policy"], first["result"]["spec"]["batch_size"]) == (
+        "mixed_bfloat16",
+        32,
+    )
+    words = (
+        "mixed_bfloat16 (set at argparse_tfdata.py:16), batch size 32 (fit at "
+        "argparse_tfdata.py:36)"
+    )
+    assert rec["today"] == words
+    assert shown["recommendation"]["today"] == words
+    baseline = first["result"]["samples_per_second"]
+    assert rec["baseline_samples_per_second"] == pytest.approx(baseline)
+    assert rec["speedup_vs_baseline"] == pytest.approx(rec["samples_per_second"] / baseline)
+    text = _show(capsys, rec["session"], store)
+    assert "what you run today" in text
+    assert f"{rec['speedup_vs_baseline']:.2f}x what your script trains today" in " ".join(
+        text.split()
+    )
+    assert "float32 at the starting batch size" not in text
+
+
+@pytest.mark.slow
+def test_the_scripts_compile_knobs_and_global_batch_are_its_baseline_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jit_compile, steps_per_execution and gradient accumulation are in trial #0 and every
+    precision's start; on this CPU the search tries none of them off (XLA is tried on a GPU
+    only), so the recommendation keeps them, and the global batch of 16 x 2."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    rec = _tune(
+        capsys, COMPILE_KNOBS, store,
+        "--policies", "float32,mixed_bfloat16", "--max-trials", "6",
+    )  # fmt: skip
+    shown = json.loads(_show(capsys, rec["session"], store, "--json"))
+    spec = shown["trials"][0]["result"]["spec"]
+    assert (spec["batch_size"], spec["xla"], spec["steps_per_execution"]) == (16, True, 4)
+    assert spec["gradient_accumulation_steps"] == 2
+    # The guard's IEEE float32 references are not candidates: they run without XLA.
+    for trial in [t for t in shown["trials"] if t["stage"] != "guard"]:
+        s = trial["result"]["spec"]
+        assert s["batch_size"] * s.get("gradient_accumulation_steps", 1) == 32, s
+        assert s.get("xla"), s
+        assert s.get("steps_per_execution", 1) >= 4, s
+    setup = Setup.from_dict(rec["setup"])
+    assert setup.xla
+    assert setup.steps_per_execution >= 4
+    assert setup.batch_size * setup.gradient_accumulation_steps == 32
+    assert rec["global_batch"] == 32
