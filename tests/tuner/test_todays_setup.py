@@ -47,9 +47,7 @@ def test_the_precision_and_batch_are_observed_not_read_from_the_text() -> None:
         "batch_size": "argparse_tfdata.py:36",
         "compile": "argparse_tfdata.py:31",
     }
-    other = parse_model_spec(
-        ScriptCommand(str(ARGPARSE_TFDATA), ("--precision", "float32")).spec
-    )
+    other = parse_model_spec(ScriptCommand(str(ARGPARSE_TFDATA), ("--precision", "float32")).spec)
     assert observe_script(other, "tensorflow", "cpu").setup == Setup(
         "float32", 32, backend="tensorflow"
     )
@@ -102,6 +100,17 @@ def test_trial_0_is_the_script_as_it_is_and_the_speedups_are_against_it(
         text.split()
     )
     assert "float32 at the starting batch size" not in text
+    snippet = _export(capsys, rec["session"], store, "snippet")
+    assert f"{rec['speedup_vs_baseline']:.2f}x what you run today ({words}" in " ".join(
+        snippet.split()
+    )
+    config = json.loads(_export(capsys, rec["session"], store, "json"))
+    assert config["evidence"]["today"] == words
+
+
+def _export(capsys: pytest.CaptureFixture[str], session: str, store: str, fmt: str) -> str:
+    assert cli.main(["export", session, "--storage", store, "--format", fmt]) == 0
+    return capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -97,6 +97,7 @@ def config_from_session(session: SessionView) -> TunedConfig:
             float32_trials=rec.float32_trials,
             float32_paired=rec.float32_paired,
             baseline_trials=rec.baseline_trials,
+            today=rec.today,
             memory_saving=rec.memory_saving,
             peak_memory_mb=rec.peak_memory_mb,
             loss_gap=rec.loss_gap,

@@ -86,6 +86,10 @@ class Evidence:
     input_samples_per_second: float | None = None
     input_fed_by: str | None = None
     input_bound: bool = False
+    #: what a training script trains today, in words with its lines (issue 70), where the
+    #: baseline (``baseline_samples_per_second``) is that setup run unchanged; None: the
+    #: baseline is float32 at the starting batch size. Written only where set.
+    today: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class TunedConfig:
         evidence["baseline_trials"] = list(self.evidence.baseline_trials)
         if self.evidence.samples_per_second_spread is not None:
             evidence["samples_per_second_spread"] = list(self.evidence.samples_per_second_spread)
+        if evidence["today"] is None:
+            del evidence["today"]  # a model file's, as configs exported before it was kept
         hardware = asdict(self.hardware)
         hardware["cpu_flags"] = list(self.hardware.cpu_flags)
         return {
@@ -533,6 +539,11 @@ def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
         ),
         input_samples_per_second=v.number(
             e.get("input_samples_per_second"), "evidence.input_samples_per_second", low=0.0
+        ),
+        today=(
+            v.string(e["today"], "evidence.today", text=True)
+            if e.get("today") is not None
+            else None
         ),
         input_fed_by=(
             v.string(e["input_fed_by"], "evidence.input_fed_by", text=True)

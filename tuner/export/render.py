@@ -171,6 +171,10 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     scale = setup.loss_scale
     evidence = config.evidence
     summary = []
+    if evidence.today and evidence.samples_per_second and evidence.baseline_samples_per_second:
+        # A script's: the figure its user will see first (issue 70).
+        ratio = evidence.samples_per_second / evidence.baseline_samples_per_second
+        summary.append(f"{ratio:.2f}x what you run today ({evidence.today})")
     if evidence.speedup_vs_float32 is not None:
         f32 = evidence.float32_setup
         if f32 is None:  # a config exported before the float32 setup was named
