@@ -157,7 +157,11 @@ class Search:
         if own is not None:
             today = policies.todays_baseline(ctx, own)
             if today is not None:
-                return self._policies_beside(today)
+                ctx.announce(
+                    Stage.POLICIES,
+                    f"each policy at batch size {ctx.space.start_batch}, as the script trains",
+                )
+                return self._policies_beside(today, ctx.space.start_batch)
         start = ctx.space.start_batch
         first = FLOAT32 if FLOAT32 in ctx.space.policies else ctx.space.policies[0]
         ctx.plan(4 * len(ctx.precisions) + 4)
@@ -174,8 +178,15 @@ class Search:
         ctx.set_baseline(baseline)
         if ctx.space.global_batch is None and ctx.fits(baseline):
             start = baseline.result.spec.batch_size  # halved where the start did not fit
-
         ctx.announce(Stage.POLICIES, f"each policy at batch size {start}")
+        return self._policies_beside(baseline, start)
+
+    def _policies_beside(self, baseline: Measured, start: int) -> dict[str, Measured]:
+        """Every other precision at ``start`` beside the baseline (with a script's compile
+        settings: :meth:`SearchContext.start_setup`), the laggards abandoned. Each precision's
+        first run, by precision."""
+        ctx = self.ctx
+        first = baseline.result.spec.setup.precision
 
         def at_start_of(precision: str) -> Measured:
             # TF32 is a variant of float32: at the batch size float32's baseline ran at.
@@ -185,25 +196,6 @@ class Search:
 
         others = [p for p in ctx.precisions if p != first]
         at_start = {first: baseline} | dict(
-            zip(others, ctx.concurrently(others, at_start_of), strict=True)
-        )
-        policies.abandon_laggards(ctx, at_start)
-        return at_start
-
-    def _policies_beside(self, today: Measured) -> dict[str, Measured]:
-        """Every other precision at the batch size the script trains with (with its compile
-        settings: :meth:`SearchContext.start_setup`), beside what it trains today."""
-        ctx = self.ctx
-        own = today.result.spec.setup
-        start = ctx.space.start_batch
-        ctx.announce(Stage.POLICIES, f"each policy at batch size {start}, as the script trains")
-
-        def at_start_of(precision: str) -> Measured:
-            setup = ctx.start_setup(precision, start)
-            return ladder.shrink_to_fit(ctx, ctx.measure(setup, Stage.POLICIES), Stage.POLICIES)
-
-        others = [p for p in ctx.precisions if p != own.precision]
-        at_start = {own.precision: today} | dict(
             zip(others, ctx.concurrently(others, at_start_of), strict=True)
         )
         policies.abandon_laggards(ctx, at_start)

@@ -30,6 +30,7 @@ from tuner.search.session import SessionView, TuningSession, needs_server
 from tuner.search.space import DeviceTraits, SearchSettings, SearchSpace
 from tuner.search.storage import storage_errors
 from tuner.search.strategy import Search
+from tuner.setup import TF32
 from tuner.trials.models import ModelSource, ScriptCommand, parse_model_spec
 from tuner.trials.observe import ObserveFailed, observe_script
 from tuner.trials.protocol import TrialRunner
@@ -402,8 +403,8 @@ def _as_observed(plan: _Plan, cancel: threading.Event | None) -> SearchSpace:
     if seen.setup is None:
         return dataclasses.replace(space, user_setup_words=seen.words())
     own = seen.setup
-    if own.tf32 is False and own.policy == FLOAT32 and plan.device.tf32:
-        own = own.replace(tf32=plan.device.default_precision(settings.backend) != FLOAT32)
+    if own.policy == FLOAT32 and plan.device.default_precision(settings.backend) == TF32:
+        own = own.replace(tf32=True)  # its float32 runs as TF32 by default on this device
     policy = own.policy.name
     accumulated = own.batch_size * own.gradient_accumulation_steps
     global_batch = space.global_batch

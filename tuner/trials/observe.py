@@ -54,9 +54,8 @@ class ScriptSetup:
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        data = to_data(self, exclude=("setup",))
-        data["setup"] = self.setup.to_dict() if self.setup is not None else None
-        return data
+        """Its declared fields (:mod:`tuner.record`), the setup as ``Setup.to_dict`` writes it."""
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScriptSetup:
@@ -65,9 +64,7 @@ class ScriptSetup:
         Raises:
             ValueError: a stored setup that is not valid.
         """
-        setup = data.get("setup")
-        rest = {k: v for k, v in data.items() if k != "setup"}
-        return from_data(cls, rest, setup=Setup.from_dict(setup) if setup else None)
+        return from_data(cls, data)
 
 
 def _at(what: str, how: str, where: str | None) -> str:

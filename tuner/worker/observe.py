@@ -17,7 +17,6 @@ which every speed-up is stated (:func:`tuner.trials.observe.observe_script`). Wh
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -43,49 +42,52 @@ def run(spec: TrialSpec, source: ModelSource, channel: Channel, context: TrialCo
     context.enter(Phase.BUILD, channel)
     keras_setup.set_seed(spec.seed)
     held: list[script.HeldSetting] = []
-    with compile_noted():
+    with compile_noted() as compiled_at:
         call = script.take_fit(source, held, hold=False)
-    if input_kind_of(call) == "generator":
-        # A generator is read once: the batch read from it goes back in front (nothing trains
-        # after this, but the script's own objects are left as they were).
-        first = next(call.x, None)
-        call.arguments["x"] = iter(()) if first is None else itertools.chain([first], call.x)
-        batch = script.samples_in(first) if first is not None else None
-    else:
-        batch = script.script_batch(call)
-        if batch is None and input_kind_of(call) == "tf_data":
-            # Batched without drop_remainder: no static batch dimension, so its first batch
-            # says (a dataset is iterated afresh by each epoch; nothing trains after this).
-            batch = script.samples_in(next(iter(call.x)))
+    batch = first_batch_size(call)
     setup, at, reason = setup_of(call, held, batch, keras.backend.backend())
+    if id(call.model) in compiled_at:
+        at["compile"] = compiled_at[id(call.model)]
     channel.emit("observed", setup=setup, at=at, reason=reason)
 
 
 @contextmanager
-def compile_noted() -> Iterator[None]:
-    """While it lasts, each model the script compiles keeps where (``train.py:31``), so that
-    its compile settings are named by their line."""
+def compile_noted() -> Iterator[dict[int, str]]:
+    """While it lasts, where the script compiles each model (``train.py:31``), by the model's
+    ``id``, so that its compile settings are named by their line."""
     import keras
 
     from tuner.worker.script import _user_frame
 
     original = keras.Model.compile
+    where: dict[int, str] = {}
 
     def compile(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._mptune_compiled_at = _user_frame()
+        at = _user_frame()
+        if at is not None:
+            where[id(self)] = at
         return original(self, *args, **kwargs)
 
     keras.Model.compile = compile
     try:
-        yield
+        yield where
     finally:
         keras.Model.compile = original
 
 
-def input_kind_of(call: Any) -> str:
+def first_batch_size(call: Any) -> int | None:
+    """The batch size ``call``'s fit gets: its ``batch_size`` for arrays, else its input's own
+    (:func:`tuner.worker.script.script_batch`), and where that has no static size (a tf.data
+    pipeline batched without ``drop_remainder``, a generator), its first batch's. Drawing it is
+    harmless: nothing trains after this (a dataset is iterated afresh each epoch anyway)."""
+    from tuner.worker import script
     from tuner.worker.structure import input_kind
 
-    return str(input_kind(call.x))
+    batch = script.script_batch(call)
+    if batch is not None or input_kind(call.x) not in ("tf_data", "generator"):
+        return batch
+    first = next(iter(call.x), None)
+    return script.samples_in(first) if first is not None else None
 
 
 def setup_of(
@@ -102,9 +104,6 @@ def setup_of(
         at["policy"] = held[-1].at
     if call.at:
         at["batch_size"] = call.at
-    compiled_at = getattr(model, "_mptune_compiled_at", None)
-    if compiled_at:
-        at["compile"] = compiled_at
     policy = got["policy"]
     if policy not in POLICIES:
         return (
