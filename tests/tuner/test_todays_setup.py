@@ -30,6 +30,9 @@ def test_a_scripts_setup_round_trips_and_says_its_lines() -> None:
         "mixed_bfloat16 (set at train.py:12), batch size 32 (fit at train.py:40), "
         "XLA, 4 steps per execution (compile at train.py:31)"
     )
+    # The backend is the whole search's, not a compile setting of the script's.
+    on_jax = ScriptSetup(Setup("float32", 64, backend="jax"), {"compile": "train.py:31"})
+    assert on_jax.words() == "float32, batch size 64"
     refused = ScriptSetup(None, {}, "its model is not compiled when it calls fit")
     assert refused.words() == "not run as a trial: its model is not compiled when it calls fit"
 

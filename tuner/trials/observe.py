@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.record import from_data, to_data
-from tuner.setup import Setup
+from tuner.setup import KNOBS, LossScale, Setup
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 
@@ -48,7 +48,11 @@ class ScriptSetup:
             _at(s.precision, "set at", self.at.get("policy")),
             _at(f"batch size {s.batch_size}", "fit at", self.at.get("batch_size")),
         ]
-        compiled = list(s.words(default_loss_scale=False)[2:])
+        # What its compile sets: a loss scale other than the policy's own, and the knobs (not
+        # the backend, which the whole search is on).
+        default = LossScale.default_for(s.policy)
+        scale = (f"loss scale {s.loss_scale}",) if s.loss_scale != default else ()
+        compiled = [*scale, *(w for knob in KNOBS if (w := knob.say(s)) is not None)]
         if compiled:
             parts.append(_at(", ".join(compiled), "compile at", self.at.get("compile")))
         return ", ".join(parts)
