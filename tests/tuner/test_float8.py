@@ -254,11 +254,16 @@ def test_a_search_on_a_fake_h100_measures_float8_on_the_cpu(
     rec = result.recommendation
     # float8 on the recommended precision's pick (each precision's knob stage tries it; one
     # far behind on this CPU has none)
-    (trial,) = [
+    tried = [
         t
         for t in trials
         if t.stage == "float8" and t.result and t.result.spec.setup.precision == rec.setup.precision
     ]
+    assert len({t.result.spec.setup for t in tried if t.result}) == 1
+    # One trial, or two where the first figure did not hold and was measured again at once
+    # (issue 70: a loaded CPU can make it so); the search stands on the one that held.
+    assert len(tried) == 1 or (len(tried) == 2 and not tried[0].result.holds), tried
+    trial = next((t for t in tried if t.result and t.result.holds), tried[0])
     assert trial.result is not None
     assert trial.result.ok, trial.result.error
     setup = trial.result.spec.setup
