@@ -658,6 +658,8 @@ def test_round_trip_with_hazards(tmp_path: Path) -> None:
         "fix",
         "severity",
         "figure",
+        "at",
+        "whose",
     }
     assert data["hazards"][2]["layer"] is None  # the model as a whole
     assert TunedConfig.from_dict(config.to_dict()).hazards == HAZARDS

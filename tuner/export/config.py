@@ -29,7 +29,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint as HardwareFingerprint
 from tuner.policies import BACKENDS, POLICIES
 from tuner.setup import KNOB_DEFAULTS, SETUP_FIELDS, LossScale, Policy, Setup
-from tuner.trials.hazards import KINDS, SEVERITIES, Hazard
+from tuner.trials.hazards import KINDS, SEVERITIES, WHOSE, Hazard
 
 SCHEMA = "mptune.config"
 SCHEMA_VERSION = 1
@@ -465,6 +465,12 @@ class _Validator:
             figure=None
             if h.get("figure") is None
             else self.string(h.get("figure"), f"{name}.figure", text=True, limit=200),
+            at=None
+            if h.get("at") is None
+            else self.string(h.get("at"), f"{name}.at", text=True, limit=MAX_HAZARD_TEXT),
+            whose=None
+            if h.get("whose") is None
+            else self.choice(h.get("whose"), f"{name}.whose", WHOSE, "hazard owner"),
         )
 
     def count(self, value: Any, name: str) -> int:

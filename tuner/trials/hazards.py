@@ -40,9 +40,26 @@ UNDERFLOW = "underflow"
 LOW_PRECISION_OUTPUT = "low_precision_output"
 DIVERGENCE = "divergence"
 POLICY_FAILURE = "policy_failure"
+#: Traps (issue 71): what makes a run fail or not train under a precision, found in the user's
+#: own code or by measuring what a trial's steps did, each named with its place and its fix.
+#: A float32 constant or random draw meets a half-precision tensor in a layer's ``call``.
+DTYPE_MISMATCH = "dtype_mismatch"
+#: An op or metric with no kernel in the policy's compute dtype on the backend (TopK in
+#: float16 on TensorFlow).
+NO_KERNEL = "no_kernel"
+#: A model's own ``train_step`` that never scales its loss, while Keras divides its gradients
+#: by the loss scale (a ``LossScaleOptimizer``).
+UNSCALED_LOSS = "unscaled_loss"
+#: The trainable weights did not move over a trial's steps (a full half-precision policy whose
+#: optimizer hyperparameters or state round away: Adam's beta_2 = 0.999 is 1.0 in bfloat16).
+NOT_TRAINING = "not_training"
 KINDS: tuple[str, ...] = (
     INTEGER_CAST,
+    NOT_TRAINING,
     POLICY_FAILURE,
+    DTYPE_MISMATCH,
+    NO_KERNEL,
+    UNSCALED_LOSS,
     OVERFLOW,
     UNDERFLOW,
     LOW_PRECISION_OUTPUT,
@@ -52,6 +69,10 @@ KINDS: tuple[str, ...] = (
 TITLES = {
     INTEGER_CAST: "whole numbers rounded by a low-precision cast",
     POLICY_FAILURE: "fails only under this policy",
+    DTYPE_MISMATCH: "a float32 value meets a half-precision tensor in the model's code",
+    NO_KERNEL: "an op with no kernel in this precision",
+    UNSCALED_LOSS: "a custom train_step that does not scale its loss",
+    NOT_TRAINING: "the trainable weights did not move",
     OVERFLOW: "values above float16's range",
     UNDERFLOW: "gradients flushed to zero in float16",
     LOW_PRECISION_OUTPUT: "output or loss computed in low precision",
@@ -60,6 +81,11 @@ TITLES = {
 #: ``unsafe``: the policy corrupts this model's data or breaks it; it is never recommended.
 #: ``warning``: evidence the user should see; the policy stays a candidate.
 SEVERITIES = ("unsafe", "warning")
+#: Whose a trap is (:attr:`Hazard.whose`): ``precision``, the precision's own (nothing in the
+#: model is wrong: an op has no float16 kernel, an optimizer's state rounds away); ``model``,
+#: the model's code, which the precision exposes (a float32 draw in a layer, a train_step that
+#: does not scale its loss).
+WHOSE = ("precision", "model")
 
 
 @dataclass(frozen=True)
@@ -76,6 +102,10 @@ class Hazard:
         severity: ``unsafe`` or ``warning`` (see :data:`SEVERITIES`).
         figure: the evidence's key figure in a few words (``19,999 became 19,968``,
             ``2.1% flushed``), for plot markers and narrow cells; None where there is none.
+        at: where in the user's code, ``file.py:LINE`` (``sampling.py:14 in Sampling.call``);
+            None where the place is the model as a whole.
+        whose: ``precision`` or ``model`` (:data:`WHOSE`), for a trap; None for the probe's
+            measured hazards.
     """
 
     kind: str
@@ -85,12 +115,16 @@ class Hazard:
     fix: str
     severity: str = "warning"
     figure: str | None = None
+    at: str | None = None
+    whose: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown hazard kind {self.kind!r}")
         if self.severity not in SEVERITIES:
             raise ValueError(f"unknown hazard severity {self.severity!r}")
+        if self.whose is not None and self.whose not in WHOSE:
+            raise ValueError(f"unknown hazard owner {self.whose!r}")
 
     @property
     def unsafe(self) -> bool:
@@ -102,8 +136,10 @@ class Hazard:
         return self.kind, self.policy, self.layer or ""
 
     def describe(self) -> str:
-        """One line: ``mixed_float16, layer 'x' (Cls): evidence. Fix: ...``."""
+        """One line: ``mixed_float16, layer 'x' (Cls) at f.py:3: evidence. Fix: ...``."""
         where = f", {self.layer}" if self.layer else ""
+        if self.at:
+            where += f" at {self.at}"
         return f"{self.policy}{where}: {self.evidence}. Fix: {self.fix}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +151,8 @@ class Hazard:
             "fix": self.fix,
             "severity": self.severity,
             "figure": self.figure,
+            "at": self.at,
+            "whose": self.whose,
         }
 
     @classmethod
@@ -133,6 +171,8 @@ class Hazard:
                 fix=str(data["fix"]),
                 severity=str(data.get("severity") or "warning"),
                 figure=None if data.get("figure") is None else str(data["figure"]),
+                at=None if data.get("at") is None else str(data["at"]),
+                whose=None if data.get("whose") is None else str(data["whose"]),
             )
         except KeyError as exc:
             raise ValueError(f"a hazard without {exc.args[0]!r}") from None
