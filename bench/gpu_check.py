@@ -1,5 +1,5 @@
 """Issue 50's GPU check in one command, for a lent machine with one NVIDIA GPU and no network
-(the wheels carried as README's "On an NVIDIA GPU" says):
+(the wheels carried as docs/benchmarks.md's "On an NVIDIA GPU" says):
 
     python bench/gpu_check.py [--device auto|cpu] [--budget-minutes 6] [--write]
 
