@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Retake the README's screenshots: the real window under a virtual X server, driven through a
-# real search, Stop, Resume, History and export by tests/app/test_story.py, which saves what
+# Retake the screenshots of docs/window.md: the real window under a virtual X server, driven through
+# a real search, Stop, Resume, History and export by tests/app/test_story.py, which saves what
 # the user sees at each step when MPTUNE_SCREENSHOTS names a folder.
 # Needs the test extra (pip install -e '.[test]') and (Debian): apt-get install -y xvfb
 #   libxcb-cursor0 libxkbcommon-x11-0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-randr0

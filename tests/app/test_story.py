@@ -5,7 +5,7 @@ and tells one story; the plots carry the session's time across the resume; each 
 shows its loss gap.
 
 ``packaging/screenshots.sh`` runs this test under Xvfb with ``MPTUNE_SCREENSHOTS=DIR``: the
-README's screenshots are taken from it.
+screenshots of docs/window.md are taken from it.
 """
 
 from __future__ import annotations

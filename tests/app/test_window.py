@@ -571,7 +571,7 @@ def test_a_gpu_that_waits_for_its_input_shows_in_the_use_plot(make_window, qtbot
     """The window on a scripted H100 (fake NVML): the sampler's readings, placed on the
     session's clock as a trial's are, draw the GPU's utilisation and power beside its memory;
     the dips of the script (a GPU waiting for its input) are in the curve. With
-    MPTUNE_SCREENSHOTS set, the window is saved as gpu-use.png (the README's picture)."""
+    MPTUNE_SCREENSHOTS set, the window is saved as gpu-use.png (docs/window.md's picture)."""
     from test_story import shoot
 
     from app.sampler import HardwareSampler
