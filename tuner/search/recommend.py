@@ -69,19 +69,17 @@ def recommend(
     f32_best = _float32_to_compare(outcome, viable, chosen)
     baseline = _baseline(outcome)
     today = _today(outcome, space)
-    trap = today_trap(outcome, space)
     memory_saving = _memory_saving(outcome, chosen)
     first = chosen.runs[0].result
     baseline_trials = _numbers(baseline) if baseline else ()
     trials = _evidence(chosen, f32_best, baseline)
     reference = _reference(outcome, candidates, chosen, f32_best)
     busy_note = busy(outcome, trials)
-    user_batch_note = batch_note(chosen.setup, space)
     # Where the backend's default is not a precision the search measures (PyTorch's TF32
     # convolutions with IEEE matmuls), the figures are against IEEE float32: say so.
     default_note = outcome.reference_note if outcome.reference == FLOAT32 else None
     notes = list(outcome.notes) + [
-        n for n in (tie_note, user_batch_note, busy_note, default_note) if n
+        n for n in (tie_note, batch_note(chosen.setup, space), busy_note, default_note) if n
     ]
     said = reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference)
     return Recommendation(
@@ -97,7 +95,7 @@ def recommend(
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=_today_first(said, chosen, baseline, today, trap),
+        reason=_today_first(said, chosen, baseline, today, trap := today_trap(outcome, space)),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(Alternative.of(c, f32_best) for c in candidates if c is not chosen),

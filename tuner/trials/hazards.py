@@ -241,23 +241,35 @@ def rounds_away(
 
 
 def not_training(
-    policy: str, weights: int, steps: int, half_weights: str | None, why: str | None
+    policy: str,
+    weights: int,
+    steps: int,
+    half_weights: str | None,
+    why: str | None,
+    of: int | None = None,
 ) -> Hazard:
     """The ``not_training`` trap: none of ``weights`` trainable weights moved over ``steps``
-    applied steps. ``half_weights``: the half dtype they are kept in (a full half policy), which
-    makes it the precision's, with ``why`` (:func:`rounds_away`) where a hyperparameter says
-    it; float32 weights make it the model's (a warning: the precision is not to blame)."""
+    applied steps (``of``: the trainable weights there are, where the others, float32 ones
+    such as LoRA's adapters, moved). ``half_weights``: the half dtype they are kept in (a full
+    half policy), which makes it the precision's, with ``why`` (:func:`rounds_away`) where a
+    hyperparameter says it; float32 weights make it the model's (a warning: the precision is
+    not to blame)."""
     mixed = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
     if half_weights is not None:
         cause = why or (
             f"its weights are kept in {half_weights}, where an update under half their spacing "
             "rounds away"
         )
+        which = (
+            f"{weights} trainable weights"
+            if of is None
+            else f"the {weights} {half_weights} trainable weights (of {of}; the float32 ones moved)"
+        )
         return Hazard(
             NOT_TRAINING,
             policy,
             None,
-            f"none of {weights} trainable weights moved over {steps} steps ({cause})",
+            f"none of {which} moved over {steps} steps ({cause})",
             f"use {mixed.get(half_weights, 'a mixed policy')} (float32 weights), or keep the "
             "optimizer's state in float32",
             severity="unsafe",

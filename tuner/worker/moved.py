@@ -41,26 +41,38 @@ def snapshot(model: Any) -> list[np.ndarray]:
     return taken
 
 
-def unmoved(before: list[np.ndarray], after: list[np.ndarray]) -> bool:
-    """Whether no weight of ``before`` changed in ``after`` (a NaN counts as a change)."""
-    return len(before) == len(after) and all(
-        np.array_equal(a, b) for a, b in zip(before, after, strict=True)
-    )
+def unmoved(before: list[np.ndarray], after: list[np.ndarray]) -> list[bool]:
+    """Whether each weight of ``before`` is unchanged in ``after`` (a NaN counts as a
+    change); all True where the two do not match (a model that changed its weights)."""
+    if len(before) != len(after):
+        return []
+    return [bool(np.array_equal(a, b)) for a, b in zip(before, after, strict=True)]
 
 
 def check(model: Any, before: list[np.ndarray], policy: str, applied_steps: int) -> Hazard | None:
-    """The ``not_training`` hazard where none of ``model``'s trainable weights moved from
-    ``before`` over ``applied_steps`` steps that applied an update; None where one moved, or
-    nothing could (no trainable weight, no step applied: a loss scale that skipped them all is
-    the loss scale's finding)."""
-    if not before or applied_steps <= 0 or not unmoved(before, snapshot(model)):
+    """The ``not_training`` hazard where ``model``'s trainable weights did not move from
+    ``before`` over ``applied_steps`` steps that applied an update: none of those kept in a
+    half type (the precision's: a full half policy's head beside LoRA's float32 adapters), or
+    none at all (the model's, where they are float32). None where they moved, or nothing
+    could (no trainable weight, no step applied: a loss scale that skipped them all is the
+    loss scale's finding)."""
+    if not before or applied_steps <= 0:
         return None
-    dtypes = {str(w.dtype) for w in model.trainable_weights}
+    still = unmoved(before, snapshot(model))
+    if not still:
+        return None
+    dtypes = [str(w.dtype) for w in model.trainable_weights]
     half = next((d for d in HALF if d in dtypes), None)
-    optimizer = getattr(model, "optimizer", None)
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    why = rounds_away(hyperparameters(inner), half, type(inner).__name__) if half else None
-    return not_training(policy, len(before), applied_steps, half, why)
+    halves = [i for i, d in enumerate(dtypes) if d in HALF]
+    if half is not None and all(still[i] for i in halves):
+        optimizer = getattr(model, "optimizer", None)
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        why = rounds_away(hyperparameters(inner), half, type(inner).__name__)
+        of = len(before) if len(halves) < len(before) else None
+        return not_training(policy, len(halves), applied_steps, half, why, of=of)
+    if all(still):
+        return not_training(policy, len(before), applied_steps, None, None)
+    return None
 
 
 def hyperparameters(optimizer: Any) -> dict[str, float]:

@@ -14,6 +14,7 @@ from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, unsafe_text
 from tuner.search.wording import times
 from tuner.setup import Setup
+from tuner.trials.hazards import TITLES, TRAPS
 from tuner.trials.result import TrialStatus
 
 #: A policy is abandoned at the starting batch when it is this much slower than the best...
@@ -45,12 +46,12 @@ def offer_full_half(ctx: SearchContext, baseline: Measured) -> list[str]:
     ]
     if not offered:
         return []
-    ctx.precisions.extend(offered)
-    ctx.note(
+    ctx.try_also(
+        offered,
         f"{' and '.join(offered)} (weights in the half type too) tried: {share:.1%} of the "
         "model's weights train (a frozen backbone or LoRA), so it can halve the frozen "
         "weights' memory; kept only where its trainable weights move and its loss stays within "
-        "the guard's gap"
+        "the guard's gap",
     )
     return offered
 
@@ -76,6 +77,10 @@ def todays_baseline(ctx: SearchContext, own: Setup) -> Measured | None:
         return m
     why = "over the memory budget" if m.result.ok else ctx.failure(m)
     message = f" ({m.result.error.message})" if m.result.error else ""
+    trap = next((h for h in m.result.hazards if h.kind in TRAPS and h.unsafe), None)
+    if trap is not None:  # issue 71: the recommendation says it first, with its fix
+        why = "does not train" if m.result.losses else "fails"
+        message = f" ({TITLES[trap.kind]})"
     ctx.note(
         f"what you run today ({ctx.space.user_setup_words}) {why} as a trial (#{m.number})"
         f"{message}: the speed-ups are stated against float32 at the starting batch size"
