@@ -65,7 +65,11 @@ def test_a_full_bfloat16_run_that_does_not_train_is_said_first_with_its_fix(
     assert rec["today_trap"] == line
     assert rec["reason"].startswith("Y" + line[1:])
     assert rec.get("today") is None
-    assert rec["policy"] in ("float32", "mixed_bfloat16")
+    # A setup that trains is recommended: float32 weights, whose trials moved them.
+    assert rec["policy"] in ("float32", "mixed_bfloat16", "mixed_float16")
+    picked = [shown["trials"][n]["result"] for n in rec["setup_trials"]]
+    assert picked
+    assert not any(_not_training(r) for r in picked)
     assert all(
         a["rejected"] and "did not move" in a["rejected"]
         for a in rec["alternatives"]
