@@ -6,6 +6,7 @@ the recommendation's first line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -152,3 +153,29 @@ def test_a_trap_in_todays_run_is_the_first_line_and_no_speedup_is_stated_against
     # The trap is kept with the recommendation as stored and read back.
     again = type(rec).from_dict(json.loads(json.dumps(rec.to_dict())))
     assert again.today_trap == line
+
+
+def test_a_full_half_setup_and_todays_trap_export_and_read_back(tmp_path: Path) -> None:
+    from tests_support import make_config
+
+    from tuner.export import TunedConfig, render
+
+    trap = not_training("bfloat16", 5, 72, "bfloat16", rounds_away(ADAMW, "bfloat16", "AdamW"))
+    line = f"your run today does not train: {trap.evidence}. Fix: {trap.fix}"
+    config = make_config(policy="mixed_bfloat16", hazards=(trap,))
+    config = dataclasses.replace(
+        config, evidence=dataclasses.replace(config.evidence, today_trap=line)
+    )
+    path = tmp_path / "tuned.json"
+    config.save(path)
+    assert TunedConfig.load(path) == config
+    assert json.loads(path.read_text())["evidence"]["today_trap"] == line
+    # Said first in the exported code's evidence.
+    snippet = render(config, "snippet")
+    evidence = next(x for x in snippet.splitlines() if x.startswith("# Evidence:"))
+    assert evidence.startswith("# Evidence: your run today does not train: none of 5")
+    # A full half setup is exported by its name, which Keras takes as it is.
+    half = make_config(policy="bfloat16")
+    half.save(path)
+    assert TunedConfig.load(path).setup == Setup("bfloat16", 16)
+    assert "set_global_policy('bfloat16')" in render(half, "snippet")
