@@ -27,6 +27,7 @@ from tuner.trials.hazards import (
     round_to,
     rounds_away,
 )
+from tuner.trials.result import TrialError, TrialResult, TrialStatus
 
 ADAMW = {"learning_rate": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
 
@@ -179,3 +180,49 @@ def test_a_full_half_setup_and_todays_trap_export_and_read_back(tmp_path: Path) 
     half.save(path)
     assert TunedConfig.load(path).setup == Setup("bfloat16", 16)
     assert "set_global_policy('bfloat16')" in render(half, "snippet")
+
+
+class FailingMachine(Machine):
+    """Its mixed_float16 trials fail where the user's layer meets a float32 draw, as the trap
+    checks of issue 71 report it: unsafe, no step measured, the hazard with its place."""
+
+    def __call__(self, spec, on_event=None, *, cancel=None, source=None):  # type: ignore[no-untyped-def]
+        if str(spec.policy) != "mixed_float16":
+            return super().__call__(spec, on_event, cancel=cancel, source=source)
+        self.calls.append(spec)
+        return TrialResult(
+            spec,
+            TrialStatus.UNSAFE,
+            error=TrialError("fails only under mixed_float16; float32 trains the same batch"),
+            hazards=(MISMATCH,),
+        )
+
+
+MISMATCH = Hazard(
+    "dtype_mismatch",
+    "mixed_float16",
+    "layer 'sampling' (Sampling)",
+    "keras.random.normal draws float32 noise that meets a float16 z_log_var",
+    "draw the noise in z_mean.dtype",
+    severity="unsafe",
+    at="vae.py:14 in Sampling.call",
+    whose="model",
+)
+
+
+def test_a_run_today_that_fails_is_said_to_fail_at_its_place(tmp_path: Path) -> None:
+    machine = FailingMachine(speed={"float32": 1000, "mixed_bfloat16": 900, "mixed_float16": 1500})
+    own = Setup("mixed_float16", 64)
+    space = SearchSpace(
+        policies=("float32", "mixed_float16"),
+        user_policy="mixed_float16",
+        user_setup=own,
+        user_setup_words="mixed_float16 (set at vae.py:3), batch size 64 (fit at vae.py:60)",
+    )
+    rec = run(machine, tmp_path, space=space).recommendation
+    assert rec.today_trap == (
+        "your run today fails: keras.random.normal draws float32 noise that meets a float16 "
+        "z_log_var (at vae.py:14 in Sampling.call). Fix: draw the noise in z_mean.dtype"
+    )
+    assert rec.setup.policy == "float32"
+    assert evidence_rows(rec)[0][1].startswith("Your run today fails: ")
