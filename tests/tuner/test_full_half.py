@@ -186,7 +186,7 @@ class FailingMachine(Machine):
     """Its mixed_float16 trials fail where the user's layer meets a float32 draw, as the trap
     checks of issue 71 report it: unsafe, no step measured, the hazard with its place."""
 
-    def __call__(self, spec, on_event=None, *, cancel=None, source=None):  # type: ignore[no-untyped-def]
+    def __call__(self, spec, on_event=None, *, cancel=None, source=None):
         if str(spec.policy) != "mixed_float16":
             return super().__call__(spec, on_event, cancel=cancel, source=source)
         self.calls.append(spec)
