@@ -48,5 +48,9 @@ model.compile(
 )
 history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
 print("losses:", [round(v, 4) for v in history.history["loss"]])
-print("trainable:", sum(int(np.prod(w.shape)) for w in model.trainable_weights),
-      "of", sum(int(np.prod(w.shape)) for w in model.weights))
+print(
+    "trainable:",
+    sum(int(np.prod(w.shape)) for w in model.trainable_weights),
+    "of",
+    sum(int(np.prod(w.shape)) for w in model.weights),
+)
