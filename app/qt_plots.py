@@ -21,6 +21,9 @@ from app.sampler import Sample
 from tuner.api import POLICIES, Hazard, StepMessage
 
 POLICY_COLOURS = {"float32": "#3b82f6", "mixed_float16": "#10b981", "mixed_bfloat16": "#f59e0b"}
+#: The full half policies' (issue 71): a series of their own, made when a trial of one is
+#: shown (a script's own, or one offered for a frozen backbone), never in every legend.
+FULL_HALF_COLOURS = {"bfloat16": "#a16207", "float16": "#047857"}
 #: Hazard markers: an unsafe policy's in red, a warning's in amber.
 HAZARD_COLOURS = {"unsafe": "#be123c", "warning": "#b45309"}
 #: Hazards about the loss scale's range go on the loss-scale plot; the others on the loss plot.
@@ -463,7 +466,10 @@ class QtLivePlots(QWidget):
         )
 
     def add_throughput(self, policy: str, batch_size: int, samples_per_second: float) -> None:
-        self._points[policy].append((batch_size, samples_per_second))
+        if policy not in self.throughput_points:  # a full half policy's first point
+            colour = FULL_HALF_COLOURS.get(policy, "#6b7280")
+            self.throughput_points[policy] = _points(self.throughput, policy, "o", 9, colour)
+        self._points.setdefault(policy, []).append((batch_size, samples_per_second))
         self._dirty.add("throughput")
 
     def set_best(self, batch_size: int | None, samples_per_second: float | None) -> None:
@@ -572,7 +578,7 @@ class QtLivePlots(QWidget):
         self._power.clear()
         self._peaks = []
         self._dirty.update(("memory", "use"))  # else the last search's curves stay
-        self._points = {p: [] for p in POLICIES}
+        self._points = {p: [] for p in self.throughput_points}  # a full half one's emptied too
         self.set_best(None, None)
         self.set_baseline(None)
         self.baseline_loss_curve.setData([], [])

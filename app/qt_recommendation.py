@@ -103,6 +103,8 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
             text = with_knobs(rec.setup, text)
         if rec.unused_gpu is not None and label == "Unused GPU":
             continue  # worded here, above the setup (unused_gpu_row)
+        if label == "Today":
+            continue  # worded here, first of all (today_row)
         if label in HAZARD_COLOURS:
             colour = HAZARD_COLOURS[label]
             cell = f"<b style='color:{colour}'>\u26a0&nbsp;{html.escape(label)}</b>"
@@ -119,10 +121,24 @@ def render(rec: api.Recommendation, engine: Any = api) -> str:
     rows[1:1] = unsafe
     if rec.unused_gpu is not None:
         rows.insert(0, unused_gpu_row(rec.unused_gpu))
+    if rec.today_trap is not None:
+        rows.insert(0, today_row(rec.today_trap))
     return (
         "<table cellspacing='4'>"
         + "".join(f"<tr><td valign='top'>{k}</td><td>{v}</td></tr>" for _, k, v in rows)
         + "</table>"
+    )
+
+
+def today_row(trap: str) -> tuple[str, str, str]:
+    """The first row where what the user runs today does not train or fails (issue 71): the
+    most important line of the recommendation, in the unsafe hazards' colour."""
+    colour = HAZARD_COLOURS["Unsafe"]
+    text = html.escape(f"{trap[0].upper()}{trap[1:]}")
+    return (
+        "Today",
+        f"<b style='color:{colour}'>\u26a0&nbsp;Today</b>",
+        f"<b style='color:{colour}'>{text}</b>",
     )
 
 

@@ -30,7 +30,18 @@ from typing import TYPE_CHECKING, Any
 
 from tuner import said
 from tuner.errors import MptuneError
-from tuner.policies import BACKENDS, FLOAT32, MIXED_BFLOAT16, MIXED_FLOAT16, POLICIES, TENSORFLOW
+from tuner.policies import (
+    BACKENDS,
+    BFLOAT16,
+    FLOAT16,
+    FLOAT32,
+    FULL_HALF,
+    KNOWN_POLICIES,
+    MIXED_BFLOAT16,
+    MIXED_FLOAT16,
+    POLICIES,
+    TENSORFLOW,
+)
 from tuner.search.events import (
     LeaderChanged,
     PlanUpdated,
@@ -118,11 +129,15 @@ __all__ = [
     "BACKENDS",
     "BACKEND_INSTALL_HINTS",
     "BACKEND_NAMES",
+    "BFLOAT16",
     "BUILTINS",
     "DEFAULT_LOSS_SCALES",
+    "FLOAT16",
     "FLOAT32",
     "FORMATS",
+    "FULL_HALF",
     "KNOBS",
+    "KNOWN_POLICIES",
     "MIXED_BFLOAT16",
     "MIXED_FLOAT16",
     "OBJECTIVES",

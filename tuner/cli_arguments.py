@@ -161,7 +161,7 @@ def _knob_argument(knob: api.Knob) -> Argument:
 _TRIAL_ARGUMENTS: tuple[Argument, ...] = (
     _arg("--model", group="model", metavar="SPEC", help=_MODEL_HELP),
     *_SCRIPT_ARGUMENTS,
-    _arg("--policy", required=True, choices=api.POLICIES),
+    _arg("--policy", required=True, choices=api.KNOWN_POLICIES),
     _arg("--backend", choices=api.BACKENDS,
          help="the Keras 3 backend the trial runs on (default: KERAS_BACKEND when set, else "
          f"tensorflow); {_EXTRAS}"),

@@ -42,7 +42,7 @@ def apply_policy(policy: Policy | Setup) -> None:
     chosen = policy.policy if isinstance(policy, Setup) else policy
     keras.mixed_precision.set_global_policy(chosen.name)
     if isinstance(policy, Setup):
-        if not chosen.is_mixed:
+        if not chosen.is_half:
             set_tf32(policy.tf32)
         set_remat(policy.remat)
 

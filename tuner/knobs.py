@@ -495,7 +495,7 @@ def _tf32_decided(setup: Setup, decided: Decided) -> str:
             "on: float32 storage with TensorFloat-32 matmuls and convolutions (NVIDIA compute "
             "capability 8.0 and later); its loss gap to IEEE float32 is under Loss gap"
         )
-    if setup.policy.is_mixed:
+    if setup.policy.is_half:
         return f"not applicable: {setup.policy} computes in {setup.policy.compute_dtype}"
     if decided.tried:
         return f"off: IEEE float32 matmuls; {TF32} was tried (see its alternative)"

@@ -10,8 +10,22 @@ FLOAT32 = "float32"
 MIXED_FLOAT16 = "mixed_float16"
 MIXED_BFLOAT16 = "mixed_bfloat16"
 
-#: Every policy, simplest first: when two setups are equally fast the earlier one wins.
+#: Full half-precision policies (issue 71): weights, optimizer state and compute all in the
+#: half type, not mixed. A user's setup mptune reads back, names and measures, and a candidate
+#: only where its trainable weights stay float32 (a frozen backbone, LoRA): never a default.
+BFLOAT16 = "bfloat16"
+FLOAT16 = "float16"
+FULL_HALF: tuple[str, ...] = (BFLOAT16, FLOAT16)
+
+#: Every policy the default search tries, simplest first: when two setups are equally fast the
+#: earlier one wins.
 POLICIES: tuple[str, ...] = (FLOAT32, MIXED_FLOAT16, MIXED_BFLOAT16)
+#: Every policy mptune knows (a setup, a record, an export may name): the searched ones, then
+#: the full half ones.
+KNOWN_POLICIES: tuple[str, ...] = (*POLICIES, *FULL_HALF)
+#: The full half policy beside each mixed one: the same compute dtype, with its variables in
+#: it too.
+FULL_OF_MIXED: dict[str, str] = {MIXED_BFLOAT16: BFLOAT16, MIXED_FLOAT16: FLOAT16}
 
 #: The Keras 3 backends trials can run on (``KERAS_BACKEND`` values), the default first.
 TENSORFLOW = "tensorflow"

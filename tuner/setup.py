@@ -44,11 +44,14 @@ from tuner.knobs import (
 )
 from tuner.policies import (
     BACKENDS,
+    BFLOAT16,
+    FLOAT16,
     FLOAT32,
+    FULL_HALF,
     JAX,
+    KNOWN_POLICIES,
     MIXED_BFLOAT16,
     MIXED_FLOAT16,
-    POLICIES,
     TENSORFLOW,
     TF32,
     TORCH,
@@ -73,21 +76,26 @@ class Policy:
     """A precision policy, parsed once, in the manner of Keras's ``DTypePolicy``.
 
     ``Policy("mixed_float16")`` is the policy Keras calls by the same name: its layers compute in
-    float16 and keep their variables in float32. The name is Keras 3's, so ``str(policy)`` can
-    be handed to ``keras.mixed_precision.set_global_policy`` unchanged.
+    float16 and keep their variables in float32. ``Policy("bfloat16")`` is a full half policy
+    (issue 71): its variables, and so its optimizer's state and hyperparameters, are bfloat16
+    too. The name is Keras 3's, so ``str(policy)`` can be handed to
+    ``keras.mixed_precision.set_global_policy`` unchanged.
 
     Attributes:
-        name: ``float32``, ``mixed_float16`` or ``mixed_bfloat16``.
+        name: ``float32``, ``mixed_float16``, ``mixed_bfloat16``, ``bfloat16`` or ``float16``.
     """
 
     name: str
 
-    #: Every policy, simplest first: when two setups are equally fast the earlier one wins.
-    NAMES: ClassVar[tuple[str, ...]] = POLICIES
+    #: Every policy mptune knows, simplest first: when two setups are equally fast the earlier
+    #: one wins. The default search tries :data:`~tuner.policies.POLICIES`, the mixed ones.
+    NAMES: ClassVar[tuple[str, ...]] = KNOWN_POLICIES
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or self.name not in POLICIES:
-            raise ValueError(f"unknown policy {self.name!r}: choose one of {', '.join(POLICIES)}")
+        if not isinstance(self.name, str) or self.name not in KNOWN_POLICIES:
+            raise ValueError(
+                f"unknown policy {self.name!r}: choose one of {', '.join(KNOWN_POLICIES)}"
+            )
 
     @classmethod
     def parse(cls, value: Policy | str) -> Policy:
@@ -98,23 +106,53 @@ class Policy:
         """
         return value if isinstance(value, Policy) else cls(str(value).strip())
 
+    @classmethod
+    def of_dtypes(cls, compute: str, variable: str) -> Policy | None:
+        """The policy whose layers compute in ``compute`` and keep their variables in
+        ``variable`` (read back from a layer's ``dtype_policy``), or None where mptune knows
+        none: ``("bfloat16", "float32")`` is mixed_bfloat16, ``("bfloat16", "bfloat16")`` the
+        full bfloat16."""
+        for name in KNOWN_POLICIES:
+            policy = cls(name)
+            if (policy.compute_dtype, policy.variable_dtype) == (compute, variable):
+                return policy
+        return None
+
     @property
     def compute_dtype(self) -> str:
         """The dtype layers compute in."""
-        return {MIXED_FLOAT16: "float16", MIXED_BFLOAT16: "bfloat16"}.get(self.name, "float32")
+        return {
+            MIXED_FLOAT16: "float16",
+            MIXED_BFLOAT16: "bfloat16",
+            FLOAT16: "float16",
+            BFLOAT16: "bfloat16",
+        }.get(self.name, "float32")
 
     @property
     def variable_dtype(self) -> str:
-        """The dtype variables are kept in: float32 for every policy mptune tries."""
-        return "float32"
+        """The dtype variables are kept in: float32, but for a full half policy its own."""
+        return self.name if self.is_full_half else "float32"
 
     @property
-    def is_mixed(self) -> bool:
+    def is_half(self) -> bool:
+        """Its layers compute in a half type (every policy but float32)."""
         return self.name != FLOAT32
 
     @property
+    def is_mixed(self) -> bool:
+        """Half compute with float32 variables (``mixed_float16``, ``mixed_bfloat16``)."""
+        return self.name in (MIXED_FLOAT16, MIXED_BFLOAT16)
+
+    @property
+    def is_full_half(self) -> bool:
+        """Variables and compute both in the half type (``bfloat16``, ``float16``)."""
+        return self.name in FULL_HALF
+
+    @property
     def needs_loss_scaling(self) -> bool:
-        """float16's narrow exponent range loses small gradients without a loss scale."""
+        """float16's narrow exponent range loses small gradients without a loss scale. Keras
+        scales by itself under mixed_float16 only (its compile wraps the optimizer); a full
+        float16 policy trains unscaled unless told."""
         return self.name == MIXED_FLOAT16
 
     def __eq__(self, other: object) -> bool:
@@ -410,17 +448,18 @@ class Setup:
         return f"{precision} at batch size {self.batch_size} ({', '.join(extras)})"
 
     def simplicity(self) -> tuple[int, ...]:
-        """Lower is simpler: float32 over mixed, then each knob at its default over any other
-        value, in the order of the knobs' ``rank`` (IEEE over TF32, dynamic over a fixed loss
-        scale, no XLA, one step per execution, no accumulation, no rematerialisation), then
-        the smaller batch."""
+        """Lower is simpler: float32 over mixed, mixed over a full half policy, then each knob
+        at its default over any other value, in the order of the knobs' ``rank`` (IEEE over
+        TF32, dynamic over a fixed loss scale, no XLA, one step per execution, no accumulation,
+        no rematerialisation), then the smaller batch."""
         ranked = sorted(
             [
                 (FIXED_SCALE_RANK, int(self.loss_scale.kind == "fixed")),
                 *((knob.rank, int(getattr(self, knob.name))) for knob in KNOBS),
             ]
         )
-        return (int(self.policy.is_mixed), *(value for _, value in ranked), self.batch_size)
+        half = int(self.policy.is_half) + int(self.policy.is_full_half)
+        return (half, *(value for _, value in ranked), self.batch_size)
 
     def replace(self, **changes: Any) -> Setup:
         """A copy with ``changes`` (strings parsed as in the constructor). A new policy brings

@@ -151,7 +151,7 @@ class Machine:
             for i in range(STEPS)
         )
         hazard = self.unsafe.get(str(spec.policy))
-        probed = spec.probe and spec.policy.is_mixed
+        probed = spec.probe and spec.policy.is_half
         return TrialResult(
             spec,
             TrialStatus.UNSAFE if hazard else TrialStatus.OK,
@@ -160,7 +160,7 @@ class Machine:
             numerics=self.numerics.get(str(spec.policy), {"probe_s": 0.5}) if probed else {},
             samples_per_second=sps,
             step_time_ms={"p50": 1000.0 * spec.batch_size / sps},
-            peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_mixed else 1.0),
+            peak_memory_mb=100 + spec.batch_size * (0.5 if spec.policy.is_half else 1.0),
             losses=losses,
             steps_completed=STEPS,
             skipped_steps=self.skipped.get(str(spec.policy), 0)

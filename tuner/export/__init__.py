@@ -98,6 +98,7 @@ def config_from_session(session: SessionView) -> TunedConfig:
             float32_paired=rec.float32_paired,
             baseline_trials=rec.baseline_trials,
             today=rec.today,
+            today_trap=rec.today_trap,
             memory_saving=rec.memory_saving,
             peak_memory_mb=rec.peak_memory_mb,
             loss_gap=rec.loss_gap,

@@ -27,7 +27,7 @@ from typing import Any
 
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import HardwareFingerprint as HardwareFingerprint
-from tuner.policies import BACKENDS, POLICIES
+from tuner.policies import BACKENDS, KNOWN_POLICIES
 from tuner.setup import KNOB_DEFAULTS, SETUP_FIELDS, LossScale, Policy, Setup
 from tuner.trials.hazards import KINDS, SEVERITIES, WHOSE, Hazard
 
@@ -90,6 +90,10 @@ class Evidence:
     #: baseline (``baseline_samples_per_second``) is that setup run unchanged; None: the
     #: baseline is float32 at the starting batch size. Written only where set.
     today: str | None = None
+    #: a trap in what the user runs today (issue 71), the recommendation's first line: "your
+    #: run today does not train: ... Fix: ..."; no speed-up is stated against that run. None:
+    #: none. Written only where set.
+    today_trap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ class TunedConfig:
             evidence["samples_per_second_spread"] = list(self.evidence.samples_per_second_spread)
         if evidence["today"] is None:
             del evidence["today"]  # a model file's, as configs exported before it was kept
+        if evidence["today_trap"] is None:
+            del evidence["today_trap"]  # as configs exported before issue 71
         hardware = asdict(self.hardware)
         hardware["cpu_flags"] = list(self.hardware.cpu_flags)
         return {
@@ -451,7 +457,7 @@ class _Validator:
         layer = h.get("layer")
         return Hazard(
             kind=self.choice(h.get("kind"), f"{name}.kind", KINDS, "hazard kind"),
-            policy=self.choice(h.get("policy"), f"{name}.policy", POLICIES, "policy"),
+            policy=self.choice(h.get("policy"), f"{name}.policy", KNOWN_POLICIES, "policy"),
             layer=None
             if layer is None
             else self.string(
@@ -549,6 +555,11 @@ def _evidence(v: _Validator, root: dict[str, Any]) -> Evidence:
         today=(
             v.string(e["today"], "evidence.today", text=True)
             if e.get("today") is not None
+            else None
+        ),
+        today_trap=(
+            v.string(e["today_trap"], "evidence.today_trap", text=True)
+            if e.get("today_trap") is not None
             else None
         ),
         input_fed_by=(

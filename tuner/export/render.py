@@ -171,7 +171,10 @@ def _context(config: TunedConfig) -> dict[str, Any]:
     scale = setup.loss_scale
     evidence = config.evidence
     summary = []
-    if evidence.today and evidence.samples_per_second and evidence.baseline_samples_per_second:
+    if evidence.today_trap:
+        # Said first (issue 71): the user's run today does not train, or fails.
+        summary.append(evidence.today_trap)
+    elif evidence.today and evidence.samples_per_second and evidence.baseline_samples_per_second:
         # A script's: the figure its user will see first (issue 70).
         ratio = evidence.samples_per_second / evidence.baseline_samples_per_second
         summary.append(f"{ratio:.2f}x what you run today ({evidence.today})")

@@ -42,7 +42,7 @@ from tuner.search.wording import (
     tie_text,
 )
 from tuner.setup import KNOBS, Decided, Knob, LossScale, Setup
-from tuner.trials.hazards import merge
+from tuner.trials.hazards import NOT_TRAINING, TRAPS, merge
 
 
 def recommend(
@@ -75,12 +75,11 @@ def recommend(
     trials = _evidence(chosen, f32_best, baseline)
     reference = _reference(outcome, candidates, chosen, f32_best)
     busy_note = busy(outcome, trials)
-    user_batch_note = batch_note(chosen.setup, space)
     # Where the backend's default is not a precision the search measures (PyTorch's TF32
     # convolutions with IEEE matmuls), the figures are against IEEE float32: say so.
     default_note = outcome.reference_note if outcome.reference == FLOAT32 else None
     notes = list(outcome.notes) + [
-        n for n in (tie_note, user_batch_note, busy_note, default_note) if n
+        n for n in (tie_note, batch_note(chosen.setup, space), busy_note, default_note) if n
     ]
     said = reason(chosen, f32_best, viable, outcome, hardware, ties, settings, reference)
     return Recommendation(
@@ -96,7 +95,7 @@ def recommend(
         memory_kind=first.memory_kind,
         loss_gap=chosen.loss_gap,
         skipped_steps=first.skipped_steps,
-        reason=_today_first(said, chosen, baseline, today),
+        reason=_today_first(said, chosen, baseline, today, trap := today_trap(outcome, space)),
         trials=tuple(trials),
         objective=settings.objective,
         alternatives=tuple(Alternative.of(c, f32_best) for c in candidates if c is not chosen),
@@ -121,6 +120,7 @@ def recommend(
         setup_trials=_numbers(chosen),
         reference_at=space.user_policy_at if outcome.reference == space.user_policy else None,
         today=today,
+        today_trap=trap,
         **_against_float32(chosen, f32_best, paired),
         **_fed(chosen),
         **_as_the_script_runs(chosen),
@@ -180,14 +180,42 @@ def _today(outcome: SearchOutcome, space: SearchSpace) -> str | None:
     return space.user_setup_words
 
 
+def today_trap(outcome: SearchOutcome, space: SearchSpace) -> str | None:
+    """A trap in what a training script runs today (issue 71), as the recommendation's first
+    line: its first trial (#0, the setup run unchanged) carries an unsafe trap hazard of its
+    own precision (:data:`~tuner.trials.hazards.TRAPS`), or weights that did not move.
+    ``your run today does not train: <evidence>. Fix: <fix>``, or ``... fails: ...`` where
+    the trial could not train at all. None where it has none."""
+    own = space.user_setup
+    runs = outcome.measured.get(own, []) if own is not None else []
+    if own is None or not runs:
+        return None
+    first = min(runs, key=lambda m: m.number).result
+    found = [
+        h
+        for h in first.hazards
+        if h.kind in TRAPS and h.policy == own.policy.name and (h.unsafe or h.kind == NOT_TRAINING)
+    ]
+    if not found:
+        return None
+    hazard = merge(found)[0]
+    verb = "fails" if first.error is not None and not first.losses else "does not train"
+    at = f" (at {hazard.at})" if hazard.at else ""
+    return f"your run today {verb}: {hazard.evidence}{at}. Fix: {hazard.fix}"
+
+
 def _today_first(
     said: str,
     chosen: Candidate,
     baseline: Candidate | None,
     today: str | None,
+    trap: str | None = None,
 ) -> str:
-    """The recommendation's reason, led by the speed-up against what the script trains today
-    where that is the baseline (issue 70): the figure its user will see."""
+    """The recommendation's reason, led by a trap in what the script runs today (issue 71),
+    else by the speed-up against it where that is the baseline (issue 70): the figure its
+    user will see."""
+    if trap is not None:
+        return f"{trap[0].upper()}{trap[1:]}. {said}"
     if today is None or baseline is None or not baseline.speed:
         return said
     if chosen.setup == baseline.setup:

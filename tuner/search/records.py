@@ -238,6 +238,10 @@ class Recommendation:
     #: against it. None: the baseline is float32 at the starting batch size (a model file, a
     #: built-in, or a script whose own setup could not run as a trial)
     today: str | None = added()
+    #: a trap in what the user runs today (issue 71: trial #0 does not train, or fails, under
+    #: its own precision), in one line with its evidence and fix: "your run today does not
+    #: train: ... Fix: ...". Said first; no speed-up is stated against that run. None: none
+    today_trap: str | None = added()
 
     @property
     def input_bound(self) -> bool:

@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import MptuneError
 from tuner.hardware.fingerprint import session_fingerprint
-from tuner.policies import POLICIES
+from tuner.policies import FULL_HALF, POLICIES
 from tuner.said import setting
 from tuner.search.records import Recommendation, SessionFailure
 from tuner.search.space import SearchSettings, SearchSpace
@@ -44,11 +44,23 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 #: The states of a closed trial: what a session's trials are, in every view and count of it.
 CLOSED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-#: The Optuna parameters every trial records (fixed choices, so Optuna accepts them all).
+#: The Optuna parameters every trial records (fixed choices, so Optuna accepts them all). A
+#: full half policy (issue 71) is recorded under a parameter of its own: Optuna refuses a study
+#: whose trials give one parameter different choices, and sessions stored before it know three.
 DISTRIBUTIONS = {
     "policy": CategoricalDistribution(POLICIES),
     "batch_size": IntDistribution(1, 1 << 20, log=True),
 }
+FULL_HALF_DISTRIBUTION = {"full_half_policy": CategoricalDistribution(FULL_HALF)}
+
+
+def optuna_params(setup: Setup) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Optuna parameters a trial of ``setup`` records, and their distributions."""
+    name = setup.policy.name
+    if name in POLICIES:
+        return {"policy": name, "batch_size": setup.batch_size}, dict(DISTRIBUTIONS)
+    distributions = {"batch_size": DISTRIBUTIONS["batch_size"], **FULL_HALF_DISTRIBUTION}
+    return {"full_half_policy": name, "batch_size": setup.batch_size}, distributions
 
 
 #: The leases of :mod:`tuner.search.lease` are studies named with this prefix; session lists
@@ -322,10 +334,11 @@ class TuningSession:
         # it), or not at all: a store that fails on write (a full disk) leaves no trial half
         # written, which nothing would ever close. (Optuna's ask() writes the trial, then
         # each parameter and attribute apart.)
+        params, distributions = optuna_params(spec.setup)
         frozen = optuna.trial.create_trial(
             state=TrialState.RUNNING,
-            params={"policy": spec.setup.policy.name, "batch_size": spec.setup.batch_size},
-            distributions=dict(DISTRIBUTIONS),
+            params=params,
+            distributions=distributions,
             user_attrs={
                 "spec": spec.to_dict(),
                 "loss_scale": str(spec.loss_scale),
@@ -349,10 +362,11 @@ class TuningSession:
     def enqueue_trial(self, spec: TrialSpec, stage: str) -> int:
         """Record a trial as waiting (Optuna's WAITING state) for whoever claims it first: this
         search's own slot or an ``mptune worker``; returns its trial id."""
+        params, distributions = optuna_params(spec.setup)
         frozen = optuna.trial.create_trial(
             state=TrialState.WAITING,
-            params={"policy": spec.setup.policy.name, "batch_size": spec.setup.batch_size},
-            distributions=dict(DISTRIBUTIONS),
+            params=params,
+            distributions=distributions,
             user_attrs={"spec": spec.to_dict(), "loss_scale": str(spec.loss_scale),
                         "stage": stage},
         )  # fmt: skip

@@ -187,6 +187,8 @@ class Search:
         first run, by precision."""
         ctx = self.ctx
         first = baseline.result.spec.setup.precision
+        if baseline.result.ok:
+            policies.offer_full_half(ctx, baseline)  # a frozen backbone's (issue 71)
 
         def at_start_of(precision: str) -> Measured:
             # TF32 is a variant of float32: at the batch size float32's baseline ran at.

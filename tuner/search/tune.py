@@ -16,7 +16,7 @@ from tuner.errors import MptuneError
 from tuner.hardware.advice import advise
 from tuner.hardware.gpu_use import unused_gpu
 from tuner.hardware.profile import CpuInfo, HardwareProfile
-from tuner.policies import FLOAT32, POLICIES
+from tuner.policies import FLOAT32, KNOWN_POLICIES
 from tuner.said import setting
 from tuner.search.evaluator import Evaluator, Slot, StartAhead
 from tuner.search.events import Recommended, SearchEvent, SessionOpened
@@ -374,7 +374,7 @@ def _resolve(request: TuneRequest) -> _Plan:
         # The batch size the model file trains with (its BATCH_SIZE), for the recommendation's
         # learning-rate note; every face gets it, not only the command line.
         space = dataclasses.replace(space, user_batch=source.user_batch)
-    if stored is None and source.user_policy in POLICIES and space.user_policy is None:
+    if stored is None and source.user_policy in KNOWN_POLICIES and space.user_policy is None:
         # The precision a training script sets itself (issue 49): what the user runs today, so
         # it is searched and the speed-up is stated against it.
         space = dataclasses.replace(

@@ -353,6 +353,9 @@ def evidence_rows(rec: Recommendation) -> list[tuple[str, str]]:
     if rec.unused_gpu is not None:
         # First: the figures below are the CPU's, and a GPU went unused.
         rows.insert(0, ("Unused GPU", f"this setup is for the CPU. {rec.unused_gpu.sentence}"))
+    if rec.today_trap is not None:
+        # Before anything: the run the user has today does not train (issue 71).
+        rows.insert(0, ("Today", f"{rec.today_trap[0].upper()}{rec.today_trap[1:]}"))
     for p in rec.paired:
         rows.append(("Final" if p.stage == Stage.FINAL else "Runoff", paired_text(p, setup)))
     if rec.ties:
@@ -536,7 +539,16 @@ def _script_rows(rec: Recommendation) -> list[tuple[str, str]]:
 def _against_today_row(rec: Recommendation) -> list[tuple[str, str]]:
     """The speed-up against the user's float32 as it runs today, where that is not IEEE
     float32 (TF32 on a GPU of compute capability 8.0 or later), or against the precision a
-    training script sets itself (issue 49); none elsewhere."""
+    training script sets itself (issue 49); none elsewhere. Where what the user runs today
+    does not train (issue 71), no speed-up is stated against it."""
+    if rec.today_trap is not None:
+        return [
+            (
+                "Against what you run today",
+                f"no speed-up stated: {rec.today_trap.partition(':')[0]} (see Today); the "
+                "figures are against float32",
+            )
+        ]
     if rec.today is not None and rec.speedup_vs_baseline is not None:
         return [
             (

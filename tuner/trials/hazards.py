@@ -11,6 +11,8 @@ float32's upper 16 bits: 8 exponent bits, 7 stored mantissa bits).
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,3 +188,102 @@ def merge(*groups: tuple[Hazard, ...] | list[Hazard]) -> tuple[Hazard, ...]:
         for hazard in group:
             seen.setdefault(hazard.key, hazard)
     return tuple(sorted(seen.values(), key=lambda h: (not h.unsafe, KINDS.index(h.kind), h.policy)))
+
+
+#: Trap kinds (issue 71): a run that fails or does not train under its precision, named with
+#: its place and its fix. One in what the user runs today is the recommendation's first line.
+TRAPS: tuple[str, ...] = (DTYPE_MISMATCH, NO_KERNEL, UNSCALED_LOSS, NOT_TRAINING)
+
+#: An optimizer's hyperparameters that stop every update where they round in the variables'
+#: dtype (Keras 3.15's Adam family casts them to it: keras/src/optimizers/adam.py), each with
+#: the value it must not round to. ``beta_2`` of 1.0 makes Adam's step size
+#: ``lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)`` exactly 0 (keras-team/keras-hub#2629); a
+#: learning rate of 0 moves nothing; ``beta_1`` of 1.0 and ``epsilon`` of 0 divide by 0.
+ROUNDS_AWAY: tuple[tuple[str, float], ...] = (
+    ("learning_rate", 0.0),
+    ("beta_2", 1.0),
+    ("beta_1", 1.0),
+    ("epsilon", 0.0),
+)
+
+
+def round_to(value: float, dtype: str) -> float:
+    """``value`` as ``dtype`` holds it (round to nearest even): ``float16`` (IEEE binary16),
+    ``bfloat16`` (float32's upper 16 bits), ``float32``; any other dtype keeps it."""
+    if dtype == "float16":
+        try:
+            return float(struct.unpack("<e", struct.pack("<e", value))[0])
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    if dtype not in ("bfloat16", "float32"):
+        return float(value)
+    (single,) = struct.unpack("<f", struct.pack("<f", value))
+    if dtype == "float32" or not math.isfinite(single):
+        return float(single)
+    (bits,) = struct.unpack("<I", struct.pack("<f", single))
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # nearest, ties to even
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+
+
+def rounds_away(
+    hyper: dict[str, float], dtype: str, optimizer: str = "the optimizer"
+) -> str | None:
+    """Why an optimizer whose hyperparameters are ``hyper`` (by Keras' names) cannot move a
+    weight kept in ``dtype``, in words (``AdamW's beta_2 0.999 is 1.0 in bfloat16``), from the
+    first of :data:`ROUNDS_AWAY` that rounds to its value there; None where none does."""
+    for name, stops_at in ROUNDS_AWAY:
+        value = hyper.get(name)
+        if value is None or value == stops_at:
+            continue  # one set so on purpose is no rounding
+        if round_to(value, dtype) == stops_at:
+            return f"{optimizer}'s {name} {value:g} is {stops_at:.1f} in {dtype}"
+    return None
+
+
+def not_training(
+    policy: str,
+    weights: int,
+    steps: int,
+    half_weights: str | None,
+    why: str | None,
+    of: int | None = None,
+) -> Hazard:
+    """The ``not_training`` trap: none of ``weights`` trainable weights moved over ``steps``
+    applied steps (``of``: the trainable weights there are, where the others, float32 ones
+    such as LoRA's adapters, moved). ``half_weights``: the half dtype they are kept in (a full
+    half policy), which makes it the precision's, with ``why`` (:func:`rounds_away`) where a
+    hyperparameter says it; float32 weights make it the model's (a warning: the precision is
+    not to blame)."""
+    mixed = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+    if half_weights is not None:
+        cause = why or (
+            f"its weights are kept in {half_weights}, where an update under half their spacing "
+            "rounds away"
+        )
+        which = (
+            f"{weights} trainable weights"
+            if of is None
+            else f"the {weights} {half_weights} trainable weights (of {of}; the float32 ones moved)"
+        )
+        return Hazard(
+            NOT_TRAINING,
+            policy,
+            None,
+            f"none of {which} moved over {steps} steps ({cause})",
+            f"use {mixed.get(half_weights, 'a mixed policy')} (float32 weights), or keep the "
+            "optimizer's state in float32",
+            severity="unsafe",
+            figure=f"0 of {weights} moved",
+            whose="precision",
+        )
+    return Hazard(
+        NOT_TRAINING,
+        policy,
+        None,
+        f"none of {weights} trainable weights moved over {steps} steps, and they are kept in "
+        "float32: the precision does not explain it",
+        "check that the trainable weights get gradients and that the learning rate is not 0",
+        severity="warning",
+        figure=f"0 of {weights} moved",
+        whose="model",
+    )

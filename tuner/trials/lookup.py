@@ -442,7 +442,7 @@ class Pricing:
                 parts["failed"] = build + table.phase("warmup_s", b)
         else:
             rate = float(m.device_rate or 1.0)
-            if spec.probe and setup.policy.is_mixed:
+            if spec.probe and setup.policy.is_half:
                 parts["probe"] = self._probe(setup.policy.name)
             parts["compile"] = (
                 spec.warmup_count(b / rate) * b / rate
@@ -545,7 +545,7 @@ class Lookup:
         if self.pricing is not None:
             return self._priced(spec, m, self.pricing)
         phases = self.table.phases
-        probe_s = phases.get("probe_s", 0.0) if spec.probe and setup.policy.is_mixed else 0.0
+        probe_s = phases.get("probe_s", 0.0) if spec.probe and setup.policy.is_half else 0.0
         base = m.seconds if m.seconds is not None else self.table.trial_s
         if m.status is not TrialStatus.OK or not m.samples_per_second:
             self.clock.advance(base + probe_s)

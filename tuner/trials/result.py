@@ -191,7 +191,8 @@ class AsTrained:
     compiled (``trained``: what its figure is about) and, for a training script, for the model
     as the script handed it to ``fit`` (``script``: what the user runs today)."""
 
-    #: the policy most of the model's weights are computed under (its layers' compute dtype)
+    #: the policy most of the model's weights are computed under (its layers' compute and
+    #: variable dtypes: ``bfloat16`` is the full half policy, ``mixed_bfloat16`` the mixed one)
     policy: str = "float32"
     #: the optimizer's loss scaling, as a setting's text (``dynamic:32768:2000``, ``fixed:128``,
     #: ``none``); None: not compiled
@@ -221,6 +222,11 @@ class AsTrained:
     quantizable_share: float | None = added(None)
     #: the Dense and EinsumDense layers it leaves in the policy's dtype, each with why
     not_quantizable: tuple[str, ...] = added(())
+    #: the share of its weights (by values) that train (issue 71: a frozen backbone, LoRA,
+    #: hold few); None: no weights, or a record from before it was read
+    trainable_share: float | None = added(None)
+    #: the dtypes its trainable weights are kept in (LoRA's adapters: float32 under any policy)
+    trainable_dtypes: tuple[str, ...] = added(())
 
 
 @dataclass(frozen=True)

@@ -368,7 +368,7 @@ def warm_key(spec: TrialSpec, source: ModelSource) -> str | None:
     are the trial's: a search moves the rate with its leader). None for a trial that runs the
     numerics probe (it builds a float32 twin and may change the model), which always gets a
     fresh worker."""
-    if spec.probe and spec.policy.is_mixed:
+    if spec.probe and spec.policy.is_half:
         return None
     data = spec.to_dict()
     for name in (*WARM_VARIES, "timeout_s", "probe", "prune_below"):

@@ -19,30 +19,47 @@ from typing import Any
 
 import keras
 
-from tuner.setup import LossScale
-
-#: The compute dtype each policy trains its layers in.
-COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
-#: ...and back: the policy whose layers compute in a dtype.
-POLICY_OF = {v: k for k, v in COMPUTE_DTYPE.items()}
+from tuner.setup import LossScale, Policy
 
 
 def layer_policy(model: Any) -> str:
-    """The policy most of ``model``'s weights are computed under: the compute dtype of its
-    layers, each counted by the weights it holds (a float32 output layer, the guides' advice
-    under mixed precision, does not make a mixed model float32). A model with no weights
-    reads as its own policy's."""
+    """The policy most of ``model``'s weights are computed under: the compute and variable
+    dtypes of its layers' policies (:meth:`tuner.setup.Policy.of_dtypes`: bfloat16 compute
+    over float32 variables is mixed_bfloat16, over bfloat16 ones the full bfloat16), each
+    counted by the weights it holds (a float32 output layer, the guides' advice under mixed
+    precision, does not make a mixed model float32). A model with no weights reads as its own
+    policy's; a pair of dtypes mptune knows no policy for reads as its compute dtype."""
     counts: collections.Counter[str] = collections.Counter()
     for layer in _leaves(model):
         weights = sum(int(_size(w)) for w in getattr(layer, "_trainable_variables", []) or [])
         if not weights:
             continue
-        dtype = getattr(getattr(layer, "dtype_policy", None), "compute_dtype", None)
-        counts[str(dtype)] += weights
+        own = getattr(layer, "dtype_policy", None)
+        compute = str(getattr(own, "compute_dtype", None))
+        variable = str(getattr(own, "variable_dtype", None) or compute)
+        known = Policy.of_dtypes(compute, variable)
+        counts[known.name if known is not None else compute] += weights
     if not counts:
         return str(getattr(getattr(model, "dtype_policy", None), "name", "float32"))
-    dtype = counts.most_common(1)[0][0]
-    return POLICY_OF.get(dtype, dtype)
+    return counts.most_common(1)[0][0]
+
+
+def trainable_share(model: Any) -> float | None:
+    """The share of ``model``'s weights (by values) that train: a frozen backbone with a small
+    head, or LoRA (its adapters train, its kernels do not), holds few; None for a model with
+    no weights."""
+    trainable = sum(_size(w) for w in getattr(model, "trainable_weights", []) or [])
+    frozen = sum(_size(w) for w in getattr(model, "non_trainable_weights", []) or [])
+    total = trainable + frozen
+    return trainable / total if total else None
+
+
+def trainable_dtypes(model: Any) -> tuple[str, ...]:
+    """The dtypes ``model``'s trainable weights are kept in (LoRA's adapters are float32 under
+    any policy), sorted."""
+    return tuple(
+        sorted({str(getattr(w, "dtype", "")) for w in getattr(model, "trainable_weights", [])})
+    )
 
 
 def loss_scale_of(optimizer: Any) -> LossScale:
@@ -167,6 +184,7 @@ def read(model: Any) -> dict[str, Any]:
     optimizer = getattr(model, "optimizer", None) if compiled else None
     distribution, replicas = distribution_of(model)
     share, left = quantizable_work(model)
+    trainable = trainable_share(model)
     jit = getattr(model, "jit_compile", None) if compiled else None
     return {
         "policy": layer_policy(model),
@@ -180,6 +198,8 @@ def read(model: Any) -> dict[str, Any]:
         "quantized": quantization_of(model),
         "quantizable_share": share if share is None else round(share, 4),
         "not_quantizable": left,
+        "trainable_share": None if trainable is None else round(trainable, 4),
+        "trainable_dtypes": trainable_dtypes(model),
     }
 
 

@@ -14,7 +14,7 @@ from tuner.trials.messages import ResultMessage
 from tuner.trials.models import ModelSource
 from tuner.trials.result import AsTrained, InputRate
 from tuner.trials.spec import WARMUP_FLOOR, TrialSpec
-from tuner.worker import as_trained
+from tuner.worker import as_trained, moved
 from tuner.worker.channel import Channel
 
 if TYPE_CHECKING:
@@ -40,12 +40,17 @@ def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: 
     context.runner = runner
     context.enter(Phase.WARMUP, channel)
     prediction = _predict(spec, channel, runner, on_cpu)
+    weights = moved.snapshot(runner.model)  # issue 71: do the trial's steps move them?
     warmup_s, before = warm_up(spec, runner)
     if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
     context.enter(Phase.MEASURE, channel)
     log = _measure_steps(spec, channel, runner, context.timing_ends)
+    applied = len(before) - sum(before) + len(log.skipped) - sum(log.skipped)
+    still = moved.check(runner.model, weights, spec.policy.name, applied)
+    if still is not None:
+        channel.emit("hazard", **still.to_dict())
 
     context.phase = Phase.REPORT  # not sent: the parent's last phase is the timing's
     peak, memory_kind, memory_method = _own_peak(on_cpu, prepared.peak_before, prediction)

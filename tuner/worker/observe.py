@@ -6,7 +6,8 @@ sent as one ``observed`` message. Nothing trains.
 The search makes the setup it reads its baseline, trial #0: "what you run today", against
 which every speed-up is stated (:func:`tuner.trials.observe.observe_script`). What is read:
 
-- the precision the model's layers compute in (:func:`tuner.worker.as_trained.layer_policy`),
+- the precision the model's layers compute in and keep their weights in
+  (:func:`tuner.worker.as_trained.layer_policy`: a full ``bfloat16`` policy is its own),
   however the script set it (a literal, a variable, an argparse default, a config file, a
   ``dtype=``), and the line that set it where the script called Keras' setter;
 - the batch size its ``fit`` gets (``batch_size=``, a batched tf.data.Dataset's element spec, a
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from tuner.policies import JAX, POLICIES
+from tuner.policies import JAX, KNOWN_POLICIES
 from tuner.setup import Setup
 from tuner.trials.events import Phase
 from tuner.trials.models import ModelSource
@@ -105,15 +106,8 @@ def setup_of(
     if call.at:
         at["batch_size"] = call.at
     policy = got["policy"]
-    if policy not in POLICIES:
-        return (
-            None,
-            at,
-            (
-                f"its model computes in {policy} (a full half-precision policy: weights and "
-                "optimizer state in it too), which mptune does not yet run as a trial"
-            ),
-        )
+    if policy not in KNOWN_POLICIES:
+        return None, at, f"its model computes in {policy}, a policy mptune does not know"
     if batch is None:
         return None, at, "the batch size its fit gets cannot be read from its input"
     if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:

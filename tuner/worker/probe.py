@@ -26,6 +26,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from tuner.setup import Policy
 from tuner.trials.hazards import (
     DIVERGENCE,
     DIVERGENCE_ROUNDOFFS,
@@ -145,7 +146,7 @@ def _compare(
     slice_batch: Callable[[Any, int], Any],
 ) -> None:
     """:func:`probe`'s work, each part timed in ``parts``."""
-    low = "float16" if policy == "mixed_float16" else "bfloat16"
+    low = Policy.parse(policy).compute_dtype
     x = slice_batch(batch[0], PROBE_SAMPLES)
     y = slice_batch(batch[1], PROBE_SAMPLES)
     try:

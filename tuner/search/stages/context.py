@@ -39,6 +39,7 @@ from tuner.search.stage import (
 )
 from tuner.search.wording import where
 from tuner.setup import KNOBS, TF32, Knob, Searching, Setup
+from tuner.trials.hazards import NOT_TRAINING
 from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
@@ -95,8 +96,16 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
         and baseline.speed
         and baseline.result.spec.policy == FLOAT32
     ):
+        # Weights that did not move (issue 71): its steps ran, nothing was fixed, nothing
+        # trained; its rate is no gain.
+        still = any(h.kind == NOT_TRAINING and h.unsafe for h in m.result.hazards)
+        how = (
+            "its steps, training nothing, ran at"
+            if still
+            else "measured with the fix applied it reached"
+        )
         reason += (
-            f"; measured with the fix applied it reached {m.speed / baseline.speed:.2f}x "
+            f"; {how} {m.speed / baseline.speed:.2f}x "
             f"float32's throughput at batch size {m.result.spec.batch_size}"
         )
     return reason
@@ -365,6 +374,12 @@ class SearchContext:
         steps = [m.result.step_time_ms.get("p50") for p in alive for m in self.usable(p)]
         short = any(ms is not None and ms < SPE_STEP_MS for ms in steps)
         return AROUND_TRIALS + AROUND_KNOB * both + (AROUND_SHORT if short else 0)
+
+    def try_also(self, precisions: list[str], why: str) -> None:
+        """Search ``precisions`` too, after those the space asked for (issue 71: a full half
+        policy beside its mixed one, for a frozen backbone), with ``why`` in a note."""
+        self.precisions.extend(p for p in precisions if p not in self.precisions)
+        self.note(why)
 
     def note(self, text: str) -> None:
         """Keep ``text`` for the recommendation's notes (a lane's own, merged in order)."""

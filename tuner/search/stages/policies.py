@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.policies import FLOAT32
+from tuner.policies import FLOAT32, FULL_OF_MIXED
 from tuner.said import setting
 from tuner.search.measures import Measured
 from tuner.search.records import MODEL_ERROR, ModelFailed, SessionFailure
@@ -14,12 +14,46 @@ from tuner.search.stage import Stage
 from tuner.search.stages.context import SearchContext, unsafe_text
 from tuner.search.wording import times
 from tuner.setup import Setup
+from tuner.trials.hazards import TITLES, TRAPS
 from tuner.trials.result import TrialStatus
 
 #: A policy is abandoned at the starting batch when it is this much slower than the best...
 ABANDON_SLOWER = 0.25
 #: ...and does not use at least this much less memory per sample.
 ABANDON_MEMORY = 0.05
+#: A full half policy (issue 71) is offered where at most this share of the model's weights
+#: train: a frozen backbone, LoRA (Keras keeps LoRA's adapters in float32 under any policy).
+#: There it halves the frozen weights' memory; where most weights train, their optimizer's
+#: state and hyperparameters would be half too (AdamW's beta_2 0.999 is 1.0 in bfloat16).
+FROZEN_SHARE = 0.5
+
+
+def offer_full_half(ctx: SearchContext, baseline: Measured) -> list[str]:
+    """The full half policies the search tries beside the mixed ones it has (``bfloat16``
+    beside ``mixed_bfloat16``, ``float16`` beside ``mixed_float16``), added to its precisions
+    and said in a note: where the baseline's trained model reads back at most
+    :data:`FROZEN_SHARE` of its weights trainable. None elsewhere: never a silent default. A
+    policy offered is kept only where its trainable weights move (else its trial is
+    ``unsafe``, ``not_training``) and its loss stays within the guard's gap."""
+    trained = baseline.result.trained
+    share = trained.trainable_share if trained is not None else None
+    if share is None or share > FROZEN_SHARE:
+        return []
+    offered = [
+        FULL_OF_MIXED[p]
+        for p in ctx.precisions
+        if p in FULL_OF_MIXED and FULL_OF_MIXED[p] not in ctx.precisions
+    ]
+    if not offered:
+        return []
+    ctx.try_also(
+        offered,
+        f"{' and '.join(offered)} (weights in the half type too) tried: {share:.1%} of the "
+        "model's weights train (a frozen backbone or LoRA), so it can halve the frozen "
+        "weights' memory; kept only where its trainable weights move and its loss stays within "
+        "the guard's gap",
+    )
+    return offered
 
 
 def todays_baseline(ctx: SearchContext, own: Setup) -> Measured | None:
@@ -43,6 +77,10 @@ def todays_baseline(ctx: SearchContext, own: Setup) -> Measured | None:
         return m
     why = "over the memory budget" if m.result.ok else ctx.failure(m)
     message = f" ({m.result.error.message})" if m.result.error else ""
+    trap = next((h for h in m.result.hazards if h.kind in TRAPS and h.unsafe), None)
+    if trap is not None:  # issue 71: the recommendation says it first, with its fix
+        why = "does not train" if m.result.losses else "fails"
+        message = f" ({TITLES[trap.kind]})"
     ctx.note(
         f"what you run today ({ctx.space.user_setup_words}) {why} as a trial (#{m.number})"
         f"{message}: the speed-ups are stated against float32 at the starting batch size"
