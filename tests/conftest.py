@@ -39,6 +39,16 @@ os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
 atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--launcher",
+        choices=("forkserver", "product"),
+        default="forkserver",
+        help="how trial workers start: the suite's fork server (the default) or, for every "
+        "test, the product's launcher (spawn), as a user's trials start",
+    )
+
+
 #: A test that judges time (a rate against another, a stop within seconds, a time budget, a
 #: heartbeat's grace, the machine's load) is marked ``@pytest.mark.serial("why, in one line")``
 #: and runs in the serial pass, alone on the machine: the README's test command runs every other
@@ -124,11 +134,13 @@ def launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
     A test marked ``product_launcher`` runs with the product's launcher instead (spawn: a
     fresh ``python -m tuner.worker`` per worker, as every user's trial starts), it and the
-    mptune processes it runs: tests/README.md's table says which."""
+    mptune processes it runs: tests/README.md's table says which. ``--launcher=product`` runs
+    every test so."""
     from forkserver import client
 
-    if request.node.get_closest_marker("product_launcher") is not None:
-        monkeypatch.delenv("MPTUNE_LAUNCHER")
+    product = request.config.getoption("launcher") == "product"
+    if product or request.node.get_closest_marker("product_launcher") is not None:
+        monkeypatch.delenv("MPTUNE_LAUNCHER", raising=False)
         return
     serial = request.node.get_closest_marker("serial") is not None
     monkeypatch.setattr(client, "EAGER", not serial)

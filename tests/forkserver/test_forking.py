@@ -30,6 +30,12 @@ def spec(backend: str, **kwargs: object) -> TrialSpec:
     return warm_spec(16, backend=backend, **kwargs)
 
 
+@pytest.fixture(autouse=True)
+def fork_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's launcher, whatever ``--launcher`` says: it is what these tests test."""
+    monkeypatch.setenv(LAUNCHER_ENV, NAME)
+
+
 def up_server(env: dict[str, str]) -> forking.ForkServer:
     server = forking.prepare(env)
     assert server is not None, "no fork server was prepared"
@@ -38,7 +44,7 @@ def up_server(env: dict[str, str]) -> forking.ForkServer:
 
 
 def test_the_launcher_is_the_products_unless_the_variable_names_one(monkeypatch) -> None:
-    monkeypatch.delenv(LAUNCHER_ENV)
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
     assert launcher.current() is SPAWN
     monkeypatch.setenv(LAUNCHER_ENV, NAME)
     assert launcher.current() is forking.LAUNCHER
@@ -83,7 +89,7 @@ def test_eager_serves_an_environment_from_its_second_worker_on(monkeypatch) -> N
 
 @pytest.mark.slow
 def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
-    monkeypatch.delenv(LAUNCHER_ENV)  # the product's launcher
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)  # the product's launcher
     fresh = run_trial(spec(backend="jax"))
     monkeypatch.setenv(LAUNCHER_ENV, NAME)
     env = worker_environment(spec(backend="jax"))
@@ -118,7 +124,7 @@ def test_a_forked_tensorflow_workers_peak_counts_the_shared_libraries(monkeypatc
     tf = spec(backend="tensorflow")
     up_server(worker_environment(tf))
     forked = run_trial(tf)
-    monkeypatch.delenv(LAUNCHER_ENV)  # the product's launcher
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)  # the product's launcher
     fresh = run_trial(tf)
     assert forked.ok, forked.error
     assert fresh.ok, fresh.error

@@ -404,6 +404,7 @@ def test_a_model_that_hangs_or_exits_in_its_build_stops_the_search_at_once(
 
 # -- a model that forks, a model that forges results -------------------------------------------
 @pytest.mark.slow
+@pytest.mark.product_launcher  # the group a user's worker leads
 def test_a_model_that_forks_ends_ok_and_its_child_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     model = write(

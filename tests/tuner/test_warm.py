@@ -314,6 +314,7 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.product_launcher  # started ahead as a user's search starts them
 def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all() -> None:
     # Processes started, killed and cancelled: the same whatever they import, so on JAX (its
     # workers start fastest).
