@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -52,6 +54,20 @@ def test_the_launcher_is_the_products_unless_the_variable_names_one(monkeypatch)
         monkeypatch.setenv(LAUNCHER_ENV, wrong)
         with pytest.raises(LauncherError, match=f"MPTUNE_LAUNCHER={wrong!r}"):
             launcher.current()
+
+
+def test_a_launcher_that_is_not_there_is_one_line_and_exit_2() -> None:
+    env = {**os.environ, LAUNCHER_ENV: "nowhere:launcher"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "trial", "--model", "builtin:mlp", "--policy",
+         "float32", "--batch-size", "8", "--steps", "2", "--backend", "jax", "--no-probe"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "mptune: error: MPTUNE_LAUNCHER='nowhere:launcher' names no launcher "
+        "(ModuleNotFoundError: No module named 'nowhere')"
+    ]
 
 
 def test_forking_is_on_for_cpu_workers_on_linux_only() -> None:

@@ -27,12 +27,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Protocol
 
+from tuner.errors import MptuneError
+
 #: ``module:attr``: a callable returning the :class:`Launcher` to use (see the module).
 LAUNCHER_ENV = "MPTUNE_LAUNCHER"
 
 
-class LauncherError(ValueError):
-    """:data:`LAUNCHER_ENV` names nothing that returns a launcher."""
+class LauncherError(MptuneError):
+    """:data:`LAUNCHER_ENV` names nothing that returns a launcher (the user's setting: one
+    line, exit status 2)."""
 
 
 class WorkerHandle(Protocol):
