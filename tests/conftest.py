@@ -124,7 +124,7 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 
 
 @pytest.fixture(autouse=True)
-def launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+def worker_launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Trial workers fork from a fork server per environment (tests/forkserver/, plugged in
     through ``MPTUNE_LAUNCHER``, for the CLIs the tests run too), and in this process a worker
     whose environment was seen before starts one for the next (``forkserver.client.EAGER``):
