@@ -155,16 +155,17 @@ def test_timeout_keeps_the_steps_already_done(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("MPTUNE_TEST_FAULT", "hang@4")  # warm-up 1 + 2 measured, then stuck
     events: list[WorkerMessage] = []
     # On JAX (the runner's limit is the same on every backend), whose worker starts fastest:
-    # 12 s covers its start and first steps under the other tests' load; the hang reaches it.
+    # 20 s covers a fresh worker's start (its import: 12 s did not, once, with the machine's
+    # load at 11 on its 2 cores) and first steps; the hang reaches it.
     setup = Setup("float32", 16, backend="jax")
     spec = TrialSpec(
-        model=TINY_MLP, setup=setup, steps=10, warmup_steps=1, device="cpu", timeout_s=12
+        model=TINY_MLP, setup=setup, steps=10, warmup_steps=1, device="cpu", timeout_s=20
     )
     result = run_trial(spec, events.append)
     assert result.status is TrialStatus.TIMEOUT
     assert result.steps_completed == 2
     assert len(result.losses) == 2
-    assert result.timings.total_s >= 12
+    assert result.timings.total_s >= 20
     assert any(isinstance(e, MemoryMessage) and e.rss_mb for e in events)
 
 
