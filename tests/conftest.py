@@ -24,10 +24,29 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests must not see a developer's scripted GPUs by accident.
 os.environ.pop("MPTUNE_FAKE_NVML", None)
 os.environ.pop("MPTUNE_TEST_FAULT", None)
+# Trial workers start through the suite's launcher (tests/forkserver/: forked from a fork server
+# that did the framework's imports once), in this process and in every mptune the tests run:
+# the variable names it (tuner/trials/launcher.py, the seam) and tests/ on PYTHONPATH lets
+# them import it. A test marked ``product_launcher`` runs with the product's own (spawn).
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
+os.environ["MPTUNE_LAUNCHER"] = "forkserver:launcher"
 # Workers' compilation caches in one folder for this run, never the user's cache.
 _COMPILE_CACHE = tempfile.mkdtemp(prefix="mptune-test-compile-")
 os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
 atexit.register(shutil.rmtree, _COMPILE_CACHE, ignore_errors=True)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--launcher",
+        choices=("forkserver", "product"),
+        default="forkserver",
+        help="how trial workers start: the suite's fork server (the default) or, for every "
+        "test, the product's launcher (spawn), as a user's trials start",
+    )
 
 
 #: A test that judges time (a rate against another, a stop within seconds, a time budget, a
@@ -105,18 +124,26 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 
 
 @pytest.fixture(autouse=True)
-def fork_servers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trial workers fork from a fork server per environment (``MPTUNE_FORK_SERVER=on``, for
-    the CLIs the tests run too), and in this process a worker whose environment was seen
-    before starts one for the next (tuner/trials/forking.py, ``EAGER``): hundreds of workers
-    skip their imports. Not in a serial test, which judges time: nothing may import beside it
-    that a search would not; its servers are started before it, and up
-    (:func:`serial_fork_servers`)."""
-    from tuner.trials import forking
+def worker_launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial workers fork from a fork server per environment (tests/forkserver/, plugged in
+    through ``MPTUNE_LAUNCHER``, for the CLIs the tests run too), and in this process a worker
+    whose environment was seen before starts one for the next (``forkserver.client.EAGER``):
+    hundreds of workers skip their imports. Not in a serial test, which judges time: nothing
+    may import beside it that a search would not; its servers are started before it, and up
+    (:func:`serial_fork_servers`).
 
-    monkeypatch.setenv(forking.FORK_ENV, "on")  # off by default: the CPU memory figure
+    A test marked ``product_launcher`` runs with the product's launcher instead (spawn: a
+    fresh ``python -m tuner.worker`` per worker, as every user's trial starts), it and the
+    mptune processes it runs: tests/README.md's table says which. ``--launcher=product`` runs
+    every test so."""
+    from forkserver import client
+
+    product = request.config.getoption("launcher") == "product"
+    if product or request.node.get_closest_marker("product_launcher") is not None:
+        monkeypatch.delenv("MPTUNE_LAUNCHER", raising=False)
+        return
     serial = request.node.get_closest_marker("serial") is not None
-    monkeypatch.setattr(forking, "EAGER", not serial)
+    monkeypatch.setattr(client, "EAGER", not serial)
     if serial and request.node.get_closest_marker("slow") is not None:
         request.getfixturevalue("serial_fork_servers")
 
@@ -130,15 +157,15 @@ def serial_fork_servers() -> list[Any]:
     """A fork server per backend for the serial pass's CPU trials, started before its first
     slow test and waited for until up, so that no import runs beside a test that judges time
     (a worker whose environment matches none of them starts afresh, as before). They serve
-    the whole pass and end with it (``forking.close_all`` at exit)."""
+    the whole pass and end with it (``client.close_all`` at exit)."""
     import time
 
+    from forkserver import client
+
     from tuner.setup import Setup
-    from tuner.trials import forking
     from tuner.trials.environment import worker_environment
     from tuner.trials.spec import TrialSpec
 
-    base = {**os.environ, forking.FORK_ENV: "on"}
     envs = [
         worker_environment(
             TrialSpec(
@@ -146,11 +173,10 @@ def serial_fork_servers() -> list[Any]:
                 setup=Setup("float32", 8, backend=backend),
                 device="cpu",
             ),
-            base,
         )
         for backend in SERIAL_BACKENDS
     ]
-    return [s for s in forking.start(envs, time.monotonic() + 120.0) if s.is_up()]
+    return [s for s in client.start(envs, time.monotonic() + 120.0) if s.is_up()]
 
 
 @pytest.fixture(autouse=True)

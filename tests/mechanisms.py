@@ -109,9 +109,26 @@ def _backends(path: str, name: str, ids: list[str]) -> str:
     return ", ".join(said) if said else "tensorflow (the default)"
 
 
+def _launcher(path: str, name: str) -> str:
+    """``spawn`` where the test's workers start through the product's launcher (marked
+    ``product_launcher``), ``both`` where one of its parametrizations does, else empty (the
+    suite's fork server)."""
+    source = (ROOT / path).read_text()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            for decorator in node.decorator_list:
+                text = ast.unparse(decorator)
+                if "product_launcher" in text:
+                    return "both" if "parametrize" in text else "spawn"
+    return ""
+
+
 def table() -> str:
     collected = _collected()
-    rows = ["| mechanism (the test's name) | test | backends | serial: why |", "|---|---|---|---|"]
+    rows = [
+        "| mechanism (the test's name) | test | backends | serial: why | launcher |",
+        "|---|---|---|---|---|",
+    ]
     for test in slow_tests():
         path, name = test.split("::")
         mechanism = name.removeprefix("test_").replace("_", " ")
@@ -119,7 +136,7 @@ def table() -> str:
         runs = f" ({len(ids)} runs)" if len(ids) > 1 else ""
         rows.append(
             f"| {mechanism} | `{path.removeprefix('tests/')}::{name}`{runs} | "
-            f"{_backends(path, name, ids)} | {_serial(path, name)} |"
+            f"{_backends(path, name, ids)} | {_serial(path, name)} | {_launcher(path, name)} |"
         )
     return "\n".join(rows)
 

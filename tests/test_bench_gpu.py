@@ -43,7 +43,7 @@ def test_bench_gpu_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()

@@ -54,7 +54,8 @@ def _run(
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+        # the installed wheel starts its workers through its own launcher, not the suite's
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "MPTUNE_LAUNCHER")
     }
     env["PYTHONNOUSERSITE"] = "1"
     return subprocess.run(

@@ -99,6 +99,7 @@ def build_model():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.product_launcher  # a trial on each backend, started as a user's is
 def test_loss_scale_skips_and_halves(backend: str, tmp_path: Path) -> None:
     # A first scale of 2**60 overflows float16's gradients (max 65504): Keras' LossScaleOptimizer
     # skips each such step and halves the scale, on every backend, until the gradients fit.
@@ -139,6 +140,7 @@ def test_injected_oom_is_oom(backend: str, monkeypatch: pytest.MonkeyPatch) -> N
         assert "OOM when allocating" in result.error.message
 
 
+@pytest.mark.product_launcher  # a child's exit by signal, as a user's worker dies
 def test_killed_worker_is_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
     # The worker killed by SIGKILL mid-trial: the runner's reading of a dead process, the same
     # whatever the worker imported, so on JAX only (it starts fastest).

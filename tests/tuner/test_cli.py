@@ -130,6 +130,7 @@ def test_user_error_in_build_model_is_exit_2_with_location(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.product_launcher  # the CLI's worker, as a user's starts
 def test_trial_json_has_the_documented_keys() -> None:
     proc = mptune(
         "trial",

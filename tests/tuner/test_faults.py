@@ -35,7 +35,6 @@ from tuner.search.storage import open_storage
 from tuner.search.tune import refuse_unfit_batches, tune
 from tuner.setup import Setup
 from tuner.trials import process
-from tuner.trials.forking import FORK_ENV
 from tuner.trials.messages import ResultMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.outcome import WorkerFacts, classify
@@ -235,6 +234,7 @@ LIMIT_MARGIN_S = 15
 
 
 @pytest.mark.slow
+@pytest.mark.product_launcher  # the worker's own start is what gets stuck, not a fork server's
 def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -249,7 +249,6 @@ def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goe
         "--study", "stuck",
         "--timeout", str(STUCK_LIMIT_S), "--max-trials", "4", "--measure-seconds", "0.5",
         "--json",
-        env={FORK_ENV: "off"},  # the worker's own start is what gets stuck, not a fork server's
     )  # fmt: skip
     stuck: psutil.Process | None = None
     try:
@@ -287,15 +286,13 @@ def test_a_worker_stopped_in_its_start_times_out_at_its_limit_and_the_search_goe
 
 @pytest.mark.serial("judges workers ended within seconds of a 1 s limit")
 @pytest.mark.slow
-def test_workers_started_ahead_are_ended_at_their_trials_limit_while_they_import(
-    monkeypatch,
-) -> None:
+@pytest.mark.product_launcher  # workers that import, not ones forked after it
+def test_workers_started_ahead_are_ended_at_their_trials_limit_while_they_import() -> None:
     """A limit shorter than any framework import: the workers started ahead are killed at it
     while they still import (busy, not stalled), and their trials end ``timeout`` at once,
     in the ``import`` phase, charged with the time the workers lived."""
     spec = TrialSpec.create(TINY, "float32", 8, steps=2, warmup_steps=1, device="cpu")
     spec = TrialSpec.from_dict({**spec.to_dict(), "timeout_s": 1.0})
-    monkeypatch.setenv(FORK_ENV, "off")  # workers that import, not ones forked after it
     with WorkerPool() as pool:
         t0 = time.monotonic()
         pool.start_ahead([spec, spec])
@@ -379,7 +376,7 @@ def test_a_model_that_hangs_or_exits_in_its_build_stops_the_search_at_once(
     model = write(tmp_path, IN_BUILD[fault])
     storage = f"sqlite:///{tmp_path / 's.db'}"
     # On JAX, forked from the fork server the search waits for before its first trial (the
-    # suite turns forking on; a fresh JAX worker starts in about a second, 3 s under the other
+    # suite's launcher; a fresh JAX worker starts in about a second, 3 s under the other
     # tests' load): the limit only has to cover that start, the hang is what reaches it.
     limit = 8
     t0 = time.monotonic()
@@ -407,6 +404,7 @@ def test_a_model_that_hangs_or_exits_in_its_build_stops_the_search_at_once(
 
 # -- a model that forks, a model that forges results -------------------------------------------
 @pytest.mark.slow
+@pytest.mark.product_launcher  # the group a user's worker leads
 def test_a_model_that_forks_ends_ok_and_its_child_is_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     model = write(

@@ -158,6 +158,7 @@ def _copy_with_the_row(to: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.product_launcher  # the copy alone on PYTHONPATH: its mptune, its launcher
 def test_a_knob_declared_by_its_row_alone_reaches_every_place(tmp_path: Path) -> None:
     copy = _copy_with_the_row(tmp_path / "src")
     added = [

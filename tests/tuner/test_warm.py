@@ -18,7 +18,6 @@ import pytest
 
 from tuner.setup import Setup
 from tuner.trials import process, runner
-from tuner.trials.forking import FORK_ENV
 from tuner.trials.messages import StartedMessage, WorkerMessage
 from tuner.trials.models import parse_model_spec
 from tuner.trials.result import TrialStatus
@@ -94,9 +93,8 @@ def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None
 
 
 @pytest.mark.slow
-def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would(monkeypatch) -> None:
-    # Fresh workers start afresh here (not forked): the start a warm one skips is the whole.
-    monkeypatch.setenv(FORK_ENV, "off")
+@pytest.mark.product_launcher  # the start a warm one skips is the whole: a fresh process's
+def test_a_warm_trial_trains_exactly_as_a_fresh_worker_would() -> None:
     with WorkerPool() as pool:
         first = pool.run(spec(16))
         warm = pool.run(spec(32))
@@ -181,10 +179,8 @@ def test_a_search_going_from_policy_to_policy_and_back_finds_its_workers_warm() 
 
 
 @pytest.mark.slow
-def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one(
-    monkeypatch,
-) -> None:
-    monkeypatch.setenv(FORK_ENV, "off")  # the cold worker starts afresh, as above
+@pytest.mark.product_launcher  # the cold worker starts afresh, as above
+def test_a_warm_worker_compiles_again_for_other_knobs_and_trains_as_a_fresh_one() -> None:
     knobs = {"xla": True, "steps_per_execution": 2, "gradient_accumulation_steps": 2}
     with WorkerPool() as pool:
         first = pool.run(spec(16, steps=8))
@@ -281,8 +277,8 @@ def pid_of(result_events: list[WorkerMessage]) -> int:
 
 
 @pytest.mark.slow
-def test_workers_started_ahead_run_their_trials_as_fresh_ones_would(monkeypatch) -> None:
-    monkeypatch.setenv(FORK_ENV, "off")  # started afresh, ahead or not: the start is compared
+@pytest.mark.product_launcher  # started afresh, ahead or not: the start is compared
+def test_workers_started_ahead_run_their_trials_as_fresh_ones_would() -> None:
     # Starting ahead is the pool's, the same whatever the worker imports: on JAX, whose four
     # fresh workers here start in a third of TensorFlow's time.
     plain = spec(16, backend="jax")
@@ -318,6 +314,7 @@ def test_workers_started_ahead_run_their_trials_as_fresh_ones_would(monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.product_launcher  # started ahead as a user's search starts them
 def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all() -> None:
     # Processes started, killed and cancelled: the same whatever they import, so on JAX (its
     # workers start fastest).
@@ -339,12 +336,16 @@ def test_a_worker_started_ahead_that_died_is_replaced_and_a_cancel_ends_them_all
 
 
 @pytest.mark.slow
-def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "launcher", [pytest.param("spawn", marks=pytest.mark.product_launcher), "forkserver"]
+)
+def test_a_warm_worker_dies_with_its_parent(tmp_path: Path, launcher: str) -> None:
     # A process's lifeline, the same whatever the worker imports: on JAX, which starts fastest.
+    # Through the product's launcher (its workers are the parent's children) and the suite's
+    # (forked from a fork server, which ends with the parent too).
     script = textwrap.dedent(
         f"""
         import json, sys, time
-        from tuner.trials import forking
         from tuner.trials.runner import WorkerPool
         from tuner.trials.spec import TrialSpec
         from tuner.setup import Setup
@@ -353,7 +354,11 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
                          warmup_steps=1, device="cpu", probe=False)
         result = pool.run(spec)
         pool.start_ahead([spec, spec])
-        line = {{"ok": result.ok, "pids": pool.idle_pids, "servers": forking.server_pids()}}
+        servers = []
+        if {launcher == "forkserver"!r}:
+            from forkserver.client import server_pids
+            servers = server_pids()
+        line = {{"ok": result.ok, "pids": pool.idle_pids, "servers": servers}}
         print(json.dumps(line), flush=True)
         sys.stdin.read()  # idle, its worker warm, until killed
         """
@@ -364,7 +369,7 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
     )
     try:
         assert parent.stdout is not None
@@ -372,12 +377,15 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path) -> None:
         assert line["ok"]
         assert len(line["pids"]) == 3  # two started ahead, one warm
         assert all(psutil.Process(pid).is_running() for pid in line["pids"])
-        # The two started ahead forked from the search's fork server, which ends with it too.
-        assert len(line["servers"]) == 1
+        # Forked: the two started ahead forked from the search's fork server, which ends with
+        # it too. Spawned: all three are the parent's children.
+        assert len(line["servers"]) == (1 if launcher == "forkserver" else 0)
+        children = {c.pid for c in psutil.Process(parent.pid).children()}
+        assert (set(line["pids"]) <= children) is (launcher == "spawn")
         parent.send_signal(signal.SIGKILL)
         parent.wait(60)
         assert all(gone(pid, 30) for pid in line["pids"]), "a worker outlived its parent"
-        assert gone(line["servers"][0], 30), "the fork server outlived its parent"
+        assert all(gone(pid, 30) for pid in line["servers"]), "a fork server outlived its parent"
     finally:
         parent.kill()
         parent.wait()

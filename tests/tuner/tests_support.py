@@ -86,8 +86,7 @@ def running_children() -> list[Any]:
     """This process's descendants that run, but for the fork servers it keeps between tests
     and their keepers (each ends with its worker, which is counted)."""
     import psutil
-
-    from tuner.trials.forking import server_pids
+    from forkserver.client import server_pids
 
     servers = set(server_pids()) | {server.pid for server in _SCRIPT_SERVERS.values()}
     found = []

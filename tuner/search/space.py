@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,12 +42,6 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d+)$")
 WORKER_START_S = 2.0
 
 
-#: Tests only (``1``): a search on the CPU is offered the execution knobs of the machine's first
-#: GPU as NVML reads it (float8 on a fake H100: ``MPTUNE_FAKE_NVML=hopper_9.0``), and they run
-#: on the CPU. Without it, knobs for a GPU are never tried on a CPU.
-KNOBS_OF_GPU_ENV = "MPTUNE_TEST_KNOBS_OF_GPU"
-
-
 @dataclass(frozen=True)
 class DeviceTraits:
     """What the search needs to know about the device trials run on.
@@ -56,13 +49,10 @@ class DeviceTraits:
     Attributes:
         gpu: trials run on a GPU.
         compute_capability: the NVIDIA GPU's, e.g. ``(8, 0)``; None on a CPU or when unknown.
-        knobs_of_gpu: the search offers the knobs of a GPU of ``compute_capability`` though
-            its trials run on the CPU (tests only: :data:`KNOBS_OF_GPU_ENV`).
     """
 
     gpu: bool = False
     compute_capability: tuple[int, int] | None = None
-    knobs_of_gpu: bool = False
 
     @property
     def tf32(self) -> bool:
@@ -81,9 +71,6 @@ class DeviceTraits:
         """The traits of ``device`` (``auto``, ``cpu`` or ``gpu:N``) on ``profile`` (a
         :class:`~tuner.hardware.HardwareProfile` or anything with ``gpus``)."""
         gpus = list(getattr(profile, "gpus", ()) or ())
-        if gpus and device == "cpu" and os.environ.get(KNOBS_OF_GPU_ENV) == "1":
-            cc = getattr(gpus[0], "compute_capability", None)
-            return cls(False, (int(cc[0]), int(cc[1])) if cc else None, knobs_of_gpu=True)
         if device == "cpu" or not gpus:
             return cls()
         index = int(device.split(":")[1]) if device.startswith("gpu:") else 0

@@ -1,6 +1,7 @@
-"""A trial worker's process: spawned with its event pipe and its log, watched while it starts
-(a worker that makes no progress is not waited for), and ended with its whole process group.
-:mod:`tuner.trials.runner` drives one through a trial.
+"""A trial worker's process: started through the launcher (:mod:`tuner.trials.launcher`) with
+its event pipe and its log, watched while it starts (a worker that makes no progress is not
+waited for), and ended with its whole process group. :mod:`tuner.trials.runner` drives one
+through a trial.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ import json
 import os
 import selectors
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from typing import IO, Any
 
-from tuner.trials import forking
+from tuner.trials import launcher
 from tuner.trials.events import STACK_SIGNAL
-from tuner.trials.forking import ForkedProcess, WorkerHandle
+from tuner.trials.launcher import WorkerHandle
 
 #: How often the parent samples the worker's resident memory (live plots, the CPU limit).
 MEMORY_SAMPLE_INTERVAL_S = 0.25
@@ -68,7 +67,7 @@ def read_line(fd: int) -> bytes:
 
 
 class WorkerProcess:
-    """A worker process with its event pipe and its log: spawned for one trial, or kept warm
+    """A worker process with its event pipe and its log: started for one trial, or kept warm
     for several by a :class:`WorkerPool`."""
 
     def __init__(self, env: dict[str, str], announce_import: bool = False) -> None:
@@ -79,15 +78,7 @@ class WorkerProcess:
         self.log = tempfile.TemporaryFile(prefix="mptune-worker-", suffix=".log")  # noqa: SIM115
         args = ["--announce-import"] if announce_import else []
         try:
-            self.proc = _forked(env, args, self.log.fileno(), write_fd) or subprocess.Popen(
-                [sys.executable, "-m", "tuner.worker", "--channel-fd", str(write_fd), *args],
-                stdin=subprocess.PIPE,
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                env=env,
-                start_new_session=True,  # its own process group: Ctrl-C reaches us, not it
-            )
+            self.proc = launcher.current().launch(env, args, self.log.fileno(), write_fd)
         except BaseException:
             self.log.close()
             os.close(read_fd)
@@ -253,21 +244,6 @@ class WorkerProcess:
         return self._ended
 
 
-def _forked(
-    env: dict[str, str], args: list[str], log_fd: int, channel_fd: int
-) -> WorkerHandle | None:
-    """The worker forked from its environment's fork server when one is up
-    (:mod:`tuner.trials.forking`); None: it starts afresh."""
-    server = forking.ready(env)
-    if server is None:
-        return None
-    try:
-        return server.fork(env, args, log_fd, channel_fd)
-    except OSError:
-        forking.discard(server)
-        return None
-
-
 def kill_group(proc: WorkerHandle) -> None:
     """Kill the worker and anything it started (it leads its own process group).
 
@@ -283,15 +259,7 @@ def kill_group(proc: WorkerHandle) -> None:
 
 def has_exited(proc: WorkerHandle) -> bool:
     """Whether the worker has exited, without reaping it (so its group can still be killed)."""
-    if proc.returncode is not None:
-        return True
-    if isinstance(proc, ForkedProcess):
-        return proc.exited()
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
+    return proc.returncode is not None or proc.exited()
 
 
 def read_tail(fh: IO[bytes]) -> str:

@@ -18,17 +18,17 @@ import secrets
 import selectors
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tuner.record import part
 from tuner.setup import KNOBS
-from tuner.trials import forking
+from tuner.trials import launcher
 from tuner.trials.environment import worker_environment
 from tuner.trials.events import EventReader
-from tuner.trials.forking import ForkedProcess, WorkerHandle
 from tuner.trials.hazards import Hazard, merge
+from tuner.trials.launcher import WorkerHandle
 from tuner.trials.messages import (
     ErrorMessage,
     HazardMessage,
@@ -152,8 +152,8 @@ class WorkerPool:
         self._spares: list[tuple[str, WorkerProcess]] = []
         self.max_idle = max(1, max_idle)
         self.started = 0  #: workers started
-        #: the fork servers started for this pool's workers, ended with it
-        self._servers: list[forking.ForkServer] = []
+        #: what ends what the launcher prepared for this pool's workers (:meth:`start_ahead`)
+        self._prepared: list[Callable[[], None]] = []
         self.reused = 0  #: trials that ran in a warm worker
 
     def run(
@@ -240,11 +240,11 @@ class WorkerPool:
         Raises:
             TrialCancelled: ``cancel`` was set; every worker started here is ended.
         """
-        self._start_servers(specs, cancel)
+        self._prepare(specs, cancel)
         started: list[tuple[str, WorkerProcess, float]] = []
         for spec in specs:
             env = worker_environment(spec)
-            worker = WorkerProcess(env, announce_import=True)  # forked where a server is up
+            worker = WorkerProcess(env, announce_import=True)
             started.append((_env_key(env), worker, worker.spawned + spec.timeout_s))
         waiting = {w.read_fd: (key, w, deadline) for key, w, deadline in started}
         try:
@@ -287,20 +287,14 @@ class WorkerPool:
             self._spares = [(k, w) for k, w in self._spares if not w.closed]
             raise
 
-    def _start_servers(self, specs: Sequence[TrialSpec], cancel: threading.Event | None) -> None:
-        """Start a fork server for each environment of ``specs`` (where forking is on) and wait
-        until each is up, within the shortest of their trials' limits: the workers started
-        ahead then fork from it, one import for them all instead of one each, and so do the
-        search's later fresh workers. One that fails, stalls or is not up in time is ended, and
-        the workers start afresh as without it. The pool ends the servers it started when it
-        closes; one that was running already (another owner's) is left to its owner."""
+    def _prepare(self, specs: Sequence[TrialSpec], cancel: threading.Event | None) -> None:
+        """Let the launcher get ready for the environments of ``specs``
+        (:meth:`tuner.trials.launcher.Launcher.prepare`), within the shortest of their trials'
+        limits; what it prepared ends with the pool. The product's launcher prepares nothing:
+        each worker it starts does its own imports."""
         envs = [worker_environment(spec) for spec in specs]
-        if all(forking.mode(env) == "off" for env in envs):
-            return
         deadline = time.monotonic() + min(spec.timeout_s for spec in specs)
-        for server in forking.start(envs, deadline, cancel):
-            if server not in self._servers:
-                self._servers.append(server)
+        self._prepared.append(launcher.current().prepare(envs, deadline, cancel))
         if cancel is not None and cancel.is_set():
             raise TrialCancelled("workers started ahead")
 
@@ -344,9 +338,9 @@ class WorkerPool:
         spares, self._spares = self._spares, []
         for worker in [*(w for _, w in spares), *idle.values()]:
             worker.close()
-        servers, self._servers = self._servers, []
-        for server in servers:
-            forking.discard(server)
+        prepared, self._prepared = self._prepared, []
+        for end in prepared:
+            end()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -592,8 +586,8 @@ class _WorkerRun:
     def _sample_memory(self, proc: WorkerHandle, t: float) -> bool:
         """Record the worker's RSS; True when it passed the CPU memory limit."""
         rss_mb = _rss_mb(proc.pid)
-        if rss_mb is not None and isinstance(proc, ForkedProcess):
-            rss_mb += proc.untouched_mb()  # as a fresh worker holds it (the worker's peak too)
+        if rss_mb is not None:
+            rss_mb += proc.uncounted_mb()  # as a fresh worker holds it (the worker's peak too)
         if rss_mb is None:
             return False
         self.peak_rss_mb = max(self.peak_rss_mb or 0.0, rss_mb)

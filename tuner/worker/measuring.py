@@ -207,11 +207,8 @@ def _own_peak(
     if on_cpu:
         peak, kind = training.peak_rss_mb(), "cpu_rss"
         method = "VmHWM in /proc/self/status (the worker's peak resident memory)"
-        if training.FORKED_FILE_MB is not None:
-            method += (
-                ", with its fork server's shared-library pages it did not touch again, as a "
-                "fresh worker holds them"
-            )
+        if training.UNCOUNTED_RSS is not None:
+            method += f", {training.UNCOUNTED_RSS[1]}"
     else:
         backend = backends.current()
         peak, kind, method = backend.gpu_peak_mb(), "gpu", backend.gpu_memory_method

@@ -19,7 +19,6 @@ import keras
 from tuner import keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
-from tuner.trials.forking import status_mb, untouched_file_mb
 from tuner.trials.spec import FLOOR_STEPS, losing
 
 #: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
@@ -162,21 +161,35 @@ def predict_peak(steps: Any, on_cpu: bool, memory_limit_mb: float | None) -> dic
     }
 
 
-#: In a worker forked from a fork server (tuner/worker/forkserver.py): the server's resident
-#: file-backed memory when it forked it (its shared libraries' pages). A fresh worker holds
-#: those pages resident as its own; a forked one counts only those it touches again, so its
-#: resident memory reads 0.3-0.4 GB low on TensorFlow. :func:`peak_rss_mb` adds back what it
-#: has not touched, as a fresh worker, and so the user's training process, would hold it.
-FORKED_FILE_MB: float | None = None
+#: Where this worker was started otherwise than as a process of its own
+#: (:mod:`tuner.trials.launcher`: a launcher whose workers share pages with another process),
+#: what its resident memory leaves out that a fresh worker, and so the user's training
+#: process, would hold (MB, read when asked), and the words that say it in the figure's
+#: method. None for the product's launcher: set by the launcher's side in the worker before
+#: its loop runs.
+UNCOUNTED_RSS: tuple[Callable[[], float], str] | None = None
+
+
+def status_mb(field: str, pid: int | str = "self") -> float | None:
+    """A memory field of ``/proc/<pid>/status`` (``VmHWM``, ``RssFile``...) in MB; None where
+    there is none."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory since it started, or since :func:`reset_peak_rss`
-    (Linux: ``VmHWM`` in ``/proc/self/status``, with a forked worker's untouched share of its
-    server's file pages, :data:`FORKED_FILE_MB`; elsewhere the process's lifetime peak)."""
+    (Linux: ``VmHWM`` in ``/proc/self/status``, with what it leaves out where the worker is
+    not a process of its own, :data:`UNCOUNTED_RSS`; elsewhere the process's lifetime peak)."""
     peak_mb = status_mb("VmHWM")
     if peak_mb is not None:
-        return peak_mb + untouched_file_mb(FORKED_FILE_MB)
+        return peak_mb + (UNCOUNTED_RSS[0]() if UNCOUNTED_RSS is not None else 0.0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes vs KiB
 

@@ -686,7 +686,7 @@ class SearchContext:
         return knob.skipped(
             Searching(
                 self.settings.backend,
-                self.device.gpu or self.device.knobs_of_gpu,
+                self.device.gpu,
                 str(choice),
                 self.device.compute_capability,
                 trained.quantizable_share if trained is not None else None,

@@ -1,20 +1,25 @@
-"""Workers forked from a fork server (tuner/trials/forking.py, tuner/worker/forkserver.py):
-the same trial as a fresh worker's, the exit status and the process group the runner's as for
-a child of its own, one server per environment, and every worker started afresh where forking
-is off or the server cannot serve."""
+"""The suite's launcher (tests/forkserver/: client.py, server.py), workers forked from a fork
+server: the same trial as a fresh worker's (the product's launcher's), the exit status and the
+process group the runner's as for a child of its own, one server per environment, and every
+worker started afresh where it cannot fork or the server cannot serve."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import psutil
 import pytest
 from test_warm import spec as warm_spec
 
-from tuner.trials import forking
+from forkserver import NAME
+from forkserver import client as forking
+from forkserver.client import ForkedProcess
+from tuner.trials import launcher
 from tuner.trials.environment import worker_environment
-from tuner.trials.forking import FORK_ENV, ForkedProcess
+from tuner.trials.launcher import LAUNCHER_ENV, SPAWN, LauncherError, SpawnedWorker
 from tuner.trials.process import WorkerProcess, has_exited
 from tuner.trials.result import TrialStatus
 from tuner.trials.runner import WorkerPool, run_trial
@@ -27,6 +32,12 @@ def spec(backend: str, **kwargs: object) -> TrialSpec:
     return warm_spec(16, backend=backend, **kwargs)
 
 
+@pytest.fixture(autouse=True)
+def fork_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's launcher, whatever ``--launcher`` says: it is what these tests test."""
+    monkeypatch.setenv(LAUNCHER_ENV, NAME)
+
+
 def up_server(env: dict[str, str]) -> forking.ForkServer:
     server = forking.prepare(env)
     assert server is not None, "no fork server was prepared"
@@ -34,13 +45,35 @@ def up_server(env: dict[str, str]) -> forking.ForkServer:
     return server
 
 
-def test_forking_is_asked_for_and_then_on_for_cpu_workers_on_linux_only() -> None:
-    cpu = {k: v for k, v in worker_environment(spec(backend="jax")).items() if k != FORK_ENV}
-    assert forking.mode({**cpu, FORK_ENV: "on"}) == "on"
-    assert forking.mode({**cpu, FORK_ENV: "off"}) == "off" == forking.mode(cpu)  # the default
-    assert forking.mode({**cpu, FORK_ENV: "sometimes"}) == "off"
+def test_the_launcher_is_the_products_unless_the_variable_names_one(monkeypatch) -> None:
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    assert launcher.current() is SPAWN
+    monkeypatch.setenv(LAUNCHER_ENV, NAME)
+    assert launcher.current() is forking.LAUNCHER
+    for wrong in ("forkserver", "forkserver:nothing_here", "no_such_module:x", "os:sep"):
+        monkeypatch.setenv(LAUNCHER_ENV, wrong)
+        with pytest.raises(LauncherError, match=f"MPTUNE_LAUNCHER={wrong!r}"):
+            launcher.current()
+
+
+def test_a_launcher_that_is_not_there_is_one_line_and_exit_2() -> None:
+    env = {**os.environ, LAUNCHER_ENV: "nowhere:launcher"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "trial", "--model", "builtin:mlp", "--policy",
+         "float32", "--batch-size", "8", "--steps", "2", "--backend", "jax", "--no-probe"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "mptune: error: MPTUNE_LAUNCHER='nowhere:launcher' names no launcher "
+        "(ModuleNotFoundError: No module named 'nowhere')"
+    ]
+
+
+def test_forking_is_on_for_cpu_workers_on_linux_only() -> None:
+    assert forking.mode(worker_environment(spec(backend="jax"))) == "on"
     gpu = worker_environment(spec(backend="jax", device="gpu:0"))
-    assert forking.mode({**gpu, FORK_ENV: "on"}) == "off"  # a GPU: not yet checked on a device
+    assert forking.mode(gpu) == "off"  # a GPU: not yet checked on a device
 
 
 def test_a_server_serves_one_environment_whatever_mptunes_own_variables() -> None:
@@ -58,7 +91,7 @@ def test_eager_serves_an_environment_from_its_second_worker_on(monkeypatch) -> N
     monkeypatch.setattr(forking, "_SEEN", set())
     started: list[str] = []
     monkeypatch.setattr(forking, "prepare", lambda env: started.append(env["ONE_OFF"]))
-    env = {**worker_environment(spec(backend="jax")), FORK_ENV: "on"}
+    env = worker_environment(spec(backend="jax"))
     assert forking.ready({**env, "ONE_OFF": "a"}) is None
     assert started == []
     assert forking.ready({**env, "ONE_OFF": "b"}) is None
@@ -72,9 +105,9 @@ def test_eager_serves_an_environment_from_its_second_worker_on(monkeypatch) -> N
 
 @pytest.mark.slow
 def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
-    monkeypatch.setenv(FORK_ENV, "off")
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)  # the product's launcher
     fresh = run_trial(spec(backend="jax"))
-    monkeypatch.setenv(FORK_ENV, "on")
+    monkeypatch.setenv(LAUNCHER_ENV, NAME)
     env = worker_environment(spec(backend="jax"))
     up_server(env)
     started: list[int] = []
@@ -103,12 +136,11 @@ def test_a_forked_tensorflow_workers_peak_counts_the_shared_libraries(monkeypatc
     """A forked worker's own resident memory leaves out the shared libraries' pages it did not
     touch again (0.3-0.4 GB on TensorFlow); its peak adds them back, as a fresh worker holds
     them. (On JAX, whose libraries load more pages at its backend's start, in the worker, the
-    sum still reads low: forking is off by default, MPTUNE_FORK_SERVER=on turns it on.)"""
-    monkeypatch.setenv(FORK_ENV, "on")
+    sum still reads low: why forking is the suite's launcher, not the product's.)"""
     tf = spec(backend="tensorflow")
     up_server(worker_environment(tf))
     forked = run_trial(tf)
-    monkeypatch.setenv(FORK_ENV, "off")
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)  # the product's launcher
     fresh = run_trial(tf)
     assert forked.ok, forked.error
     assert fresh.ok, fresh.error
@@ -118,8 +150,7 @@ def test_a_forked_tensorflow_workers_peak_counts_the_shared_libraries(monkeypatc
 
 
 @pytest.mark.slow
-def test_a_forked_workers_exit_status_and_group_are_the_runners(monkeypatch) -> None:
-    monkeypatch.setenv(FORK_ENV, "on")
+def test_a_forked_workers_exit_status_and_group_are_the_runners() -> None:
     env = worker_environment(spec(backend="jax"))
     up_server(env)
     worker = WorkerProcess(env)
@@ -142,8 +173,7 @@ def test_a_forked_workers_exit_status_and_group_are_the_runners(monkeypatch) -> 
 
 
 @pytest.mark.slow
-def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatch) -> None:
-    monkeypatch.setenv(FORK_ENV, "on")
+def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh() -> None:
     env = worker_environment(spec(backend="jax"))
     # One whose imports fail never comes up (a worker forked from it would only fail so).
     broken = forking.ForkServer({**env, "KERAS_BACKEND": "no-such-backend"})
@@ -158,7 +188,7 @@ def test_a_server_that_cannot_serve_leaves_the_worker_to_start_afresh(monkeypatc
     server.proc.wait(30)
     worker = WorkerProcess(env)
     try:
-        assert not isinstance(worker.proc, ForkedProcess)
+        assert isinstance(worker.proc, SpawnedWorker)  # the product's launcher's
     finally:
         worker.close()
     result = run_trial(spec(backend="jax"))
@@ -170,10 +200,9 @@ def test_a_pool_ends_the_servers_it_started_and_leaves_anothers(monkeypatch) -> 
     """A search's pool starts a server for its workers and ends it when it closes; one that was
     up already (another owner's: the serial pass's, another search's) it forks from and leaves
     running."""
-    monkeypatch.setenv(FORK_ENV, "on")
     jax_spec, torch_spec = spec(backend="jax"), spec(backend="torch")
     theirs = up_server(worker_environment(jax_spec))
-    # None of an earlier test's (forking.EAGER) for the pool's own environment: it starts its own.
+    # None of an earlier test's (client.EAGER) for the pool's own environment: it starts its own.
     monkeypatch.setattr(forking, "EAGER", False)
     earlier = forking.prepare(worker_environment(torch_spec))
     assert earlier is not None

@@ -1,5 +1,7 @@
-"""Workers forked from a fork server instead of started afresh: the runner's side of
-:mod:`tuner.worker.forkserver`.
+"""The test suite's launcher (:mod:`tuner.trials.launcher`'s seam): workers forked from a fork
+server instead of started afresh. This is the runner's side of :mod:`forkserver.server`;
+tests/conftest.py names :func:`forkserver.launcher` in ``MPTUNE_LAUNCHER`` for the pytest
+process and every mptune it runs, and a test marked ``product_launcher`` runs without it.
 
 A fresh worker spends most of its start importing: TensorFlow about 2.3 s of CPU time, PyTorch
 3.4, JAX 1.4, each time. A fork server imports them once for an environment (the backend and
@@ -8,23 +10,22 @@ forks a worker per trial in milliseconds. The forked worker is the same program 
 first line on: its own process group, the same stdin lifeline, log and event channel, the
 trial's whole environment, the device configured after the fork, as a fresh worker does.
 
-When one is used (``MPTUNE_FORK_SERVER=on``, :data:`FORK_ENV`; off by default): a search
-starts one per environment before its first trial (``WorkerPool.start_ahead``) and waits until
-it is up; its workers started ahead and every later fresh worker of the search (a policy's
-worker ended by a failure, a probe trial's, one past the warm workers kept) fork from it. A
-single ``mptune trial`` starts none (:data:`EAGER` aside: the test suite).
+A search starts one per environment before its first trial (``Launcher.prepare``, from
+``WorkerPool.start_ahead``) and waits until it is up; its workers started ahead and every
+later fresh worker of the search (a policy's worker ended by a failure, a probe trial's, one
+past the warm workers kept) fork from it. In the pytest process a worker whose environment was
+seen before starts one for the next too (:data:`EAGER`).
 
-Off by default because of one figure: on the CPU a trial's peak memory is its process's
-resident memory, and a forked worker holds only the shared libraries' pages it touches again,
-where a fresh process, as the user's training, holds all it loaded. The worker adds back its
-server's file pages it did not touch (``training.FORKED_FILE_MB``): on TensorFlow within 2% of
-a fresh worker's peak (690 against 703 MB, ``builtin:mlp``), but on JAX, whose backend loads
-its pages in the worker, 12-27% low (305 against 348 MB). Until the pages are counted as a
-union (``/proc/<pid>/pagemap``), forking stays a choice.
+Not the product's: on the CPU a trial's peak memory is its process's resident memory, and a
+forked worker holds only the shared libraries' pages it touches again, where a fresh process,
+as the user's training, holds all it loaded. The worker adds back its server's file pages it
+did not touch (``training.UNCOUNTED_RSS``): on TensorFlow within 2% of a fresh worker's peak
+(690 against 703 MB, ``builtin:mlp``), but on JAX, whose backend loads its pages in the
+worker, 12-27% low (305 against 348 MB). docs/trials.md says why mptune's users keep spawn.
 
-On the CPU only for now (``CUDA_VISIBLE_DEVICES=-1``), and on Linux: a fork after importing
-the frameworks (no runtime initialised, no device touched) ran TensorFlow, JAX and PyTorch
-trials alike on the CPU; on a GPU it is still to be checked on a device before it is used.
+On the CPU only (``CUDA_VISIBLE_DEVICES=-1``), and on Linux: a fork after importing the
+frameworks (no runtime initialised, no device touched) ran TensorFlow, JAX and PyTorch trials
+alike on the CPU; a worker on a GPU starts afresh (:class:`tuner.trials.launcher.SpawnLauncher`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO
+
+from tuner.trials.launcher import SPAWN, WorkerHandle
 
 #: What the fork server writes on its control socket once its imports are done.
 UP_MESSAGE = b"up"
@@ -48,8 +53,13 @@ UP_MESSAGE = b"up"
 #: channel (write end) and the status socket its keeper reports on.
 REQUEST_FDS = 4
 MAX_REQUEST_BYTES = 1 << 20
-#: ``on`` or ``off`` (the default): see the module's docstring.
-FORK_ENV = "MPTUNE_FORK_SERVER"
+#: What a forked worker's peak memory method adds (``training.UNCOUNTED_RSS``).
+UNCOUNTED_WORDS = (
+    "with its fork server's shared-library pages it did not touch again, as a fresh worker "
+    "holds them"
+)
+#: The folder that holds this package: on the fork server's ``PYTHONPATH``.
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
 #: Fork servers kept at once (one per environment; the least recently used goes first).
 MAX_SERVERS = 3
 #: A server that used no CPU time for this long while it imports is stalled (as a worker is,
@@ -77,7 +87,7 @@ class ForkedProcess:
         self.pid = pid
         self.keeper = keeper
         #: the server's resident file-backed memory when it forked this worker (see
-        #: :meth:`untouched_mb`)
+        #: :meth:`uncounted_mb`)
         self.server_file_mb = server_file_mb
         self.stdin: IO[bytes] | None = stdin
         self.returncode: int | None = None
@@ -107,7 +117,7 @@ class ForkedProcess:
         self._pending += data
         self._parse()
 
-    def untouched_mb(self) -> float:
+    def uncounted_mb(self) -> float:
         """What a fresh worker would hold resident beside this one's own resident memory: its
         server's file-backed pages (the shared libraries) it has not touched again. A forked
         process counts only those it touched; a fresh one, and the user's training process,
@@ -140,10 +150,6 @@ class ForkedProcess:
         return self.returncode
 
 
-#: A worker's process: started afresh, or forked.
-WorkerHandle = subprocess.Popen[bytes] | ForkedProcess
-
-
 class ForkServer:
     """One fork server process for one environment."""
 
@@ -154,7 +160,7 @@ class ForkServer:
                 [
                     sys.executable,
                     "-m",
-                    "tuner.worker.forkserver",
+                    "forkserver.server",
                     "--control-fd",
                     str(theirs.fileno()),
                 ],
@@ -162,7 +168,12 @@ class ForkServer:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
-                env=env,
+                env={
+                    **env,
+                    "PYTHONPATH": os.pathsep.join(
+                        p for p in (TESTS_DIR, env.get("PYTHONPATH")) if p
+                    ),
+                },
                 start_new_session=True,
             )
         except BaseException:
@@ -305,13 +316,12 @@ _SEEN: set[str] = set()
 
 
 def mode(env: dict[str, str]) -> str:
-    """``on`` or ``off`` for a worker with this environment (see the module)."""
-    chosen = env.get(FORK_ENV, "off").strip().lower() or "off"
-    if chosen != "on" or not sys.platform.startswith("linux"):
+    """``on`` or ``off``: whether a worker with this environment forks (see the module)."""
+    if not sys.platform.startswith("linux"):
         return "off"
     if env.get("CUDA_VISIBLE_DEVICES") != "-1":  # on a GPU: not yet checked on a device
         return "off"
-    return chosen
+    return "on"
 
 
 #: Variables a fork server's environment need not match, besides mptune's own ``MPTUNE_*``:
@@ -447,3 +457,37 @@ def close_all() -> None:
 
 
 atexit.register(close_all)
+
+
+class ForkLauncher:
+    """The suite's :class:`tuner.trials.launcher.Launcher`: a worker forked from its
+    environment's fork server when one is up, else started afresh by the product's."""
+
+    def launch(
+        self, env: dict[str, str], args: list[str], log_fd: int, channel_fd: int
+    ) -> WorkerHandle:
+        server = ready(env)
+        if server is not None:
+            try:
+                return server.fork(env, args, log_fd, channel_fd)
+            except OSError:
+                discard(server)
+        return SPAWN.launch(env, args, log_fd, channel_fd)
+
+    def prepare(
+        self, envs: Sequence[dict[str, str]], deadline: float, cancel: threading.Event | None
+    ) -> Callable[[], None]:
+        """A fork server for each environment, up (:func:`start`); those started here end
+        with the caller's pool, one that ran already is left to its owner."""
+        started = (
+            start(list(envs), deadline, cancel) if any(mode(env) == "on" for env in envs) else []
+        )
+
+        def end() -> None:
+            for server in started:
+                discard(server)
+
+        return end
+
+
+LAUNCHER = ForkLauncher()

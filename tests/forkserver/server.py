@@ -1,13 +1,13 @@
-"""A fork server: a process that imports what a trial worker imports (the backend's framework,
-Keras, the worker's modules) once, then forks a worker for each trial that asks, so that the
-worker skips the interpreter's start and the imports (2-3 s of CPU time for TensorFlow or
-PyTorch, about 1 for JAX). :mod:`tuner.trials.forking` is the runner's side and says when one
-is used.
+"""The test suite's fork server: a process that imports what a trial worker imports (the
+backend's framework, Keras, the worker's modules) once, then forks a worker for each trial that
+asks, so that the worker skips the interpreter's start and the imports (2-3 s of CPU time for
+TensorFlow or PyTorch, about 1 for JAX). :mod:`forkserver.client` is the runner's side, plugged
+into mptune through its launcher seam (:mod:`tuner.trials.launcher`) by tests/conftest.py.
 
-``python -m tuner.worker.forkserver --control-fd N``: the server reads requests from the
-control socket (``SOCK_SEQPACKET``: one message a request, with its descriptors) and writes one
-``up`` message once its imports are done. End-of-file on the socket (the runner closed it or
-died) ends it, as does end-of-file on its stdin, its lifeline.
+``python -m forkserver.server --control-fd N`` (tests/ on ``PYTHONPATH``): the server reads
+requests from the control socket (``SOCK_SEQPACKET``: one message a request, with its
+descriptors) and writes one ``up`` message once its imports are done. End-of-file on the
+socket (the runner closed it or died) ends it, as does end-of-file on its stdin, its lifeline.
 
 For each request it forks a *keeper*, which forks the *worker* and stays its parent: the worker
 leads a session of its own (as ``start_new_session`` does), takes the request's descriptors as
@@ -31,11 +31,18 @@ import sys
 import threading
 from typing import Any
 
-from tuner.trials.forking import MAX_REQUEST_BYTES, REQUEST_FDS, UP_MESSAGE, status_mb
+from forkserver.client import (
+    MAX_REQUEST_BYTES,
+    REQUEST_FDS,
+    UNCOUNTED_WORDS,
+    UP_MESSAGE,
+    status_mb,
+    untouched_file_mb,
+)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tuner.worker.forkserver")
+    parser = argparse.ArgumentParser(prog="python -m forkserver.server")
     parser.add_argument("--control-fd", type=int, required=True)
     args = parser.parse_args(argv)
     control = socket.socket(fileno=args.control_fd)
@@ -132,12 +139,16 @@ def _worker(request: dict[str, Any], stdin_fd: int, log_fd: int, channel_fd: int
         os.environ.update(request["env"])
         from tuner.worker import training
 
-        training.FORKED_FILE_MB = request.get("file_mb")
+        file_mb = request.get("file_mb")
+        training.UNCOUNTED_RSS = (lambda: untouched_file_mb(file_mb), UNCOUNTED_WORDS)
         from tuner.worker.main import main as worker_main
         from tuner.worker.main import note_start
 
         argv = ["--channel-fd", str(channel_fd), *request["args"]]
-        sys.argv = [os.path.join(os.path.dirname(__file__), "__main__.py"), *argv]
+        import tuner.worker
+
+        worker_dir = os.path.dirname(tuner.worker.__file__)
+        sys.argv = [os.path.join(worker_dir, "__main__.py"), *argv]
         note_start()
         code = worker_main(argv)
     except SystemExit as exc:
