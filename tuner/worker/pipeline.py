@@ -86,6 +86,7 @@ def run(
         batches[0][0],
         loaded.loss,
         tensor_cores=tensor_cores,
+        cast=casts(source, loaded.model),
     )
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
@@ -125,6 +126,17 @@ def run(
     if kept is not None:
         kept.spent = runner
     return kept
+
+
+def casts(source: ModelSource, model: Any) -> bool:
+    """Whether the trial may append a float32 cast to the model's low-precision outputs
+    (:func:`tuner.worker.checks.check_model`): not for a training script, which ``mptune run``
+    runs as written (it compiles the script's own model again, casting nothing), nor for a
+    model whose training step is its own, which a wrapper would lose (issue 71). A model file
+    keeps it: its hazard (``low_precision_output``) says to give the output layer float32."""
+    from tuner import keras_setup
+
+    return source.kind != "script" and keras_setup.own_step(model) is None
 
 
 def _warn_not_quantized(model: Any, policy: str, channel: Channel) -> list[tuple[str, str]]:

@@ -199,6 +199,51 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def reported_loss(logs: Any, model: Any) -> Any:
+    """The loss a training step reports, as the trial's guard compares it: its logs' ``loss``
+    (Keras' own step, and a step of the model's own that names one), else the first of the
+    model's metrics that the logs hold (a ``train_step`` of the model's own that reports its
+    loss under a tracker's name, issue 71), else the logs' first value.
+
+    Raises:
+        KeyError: the step reports nothing.
+    """
+    if "loss" in logs:
+        return logs["loss"]
+    for metric in getattr(model, "metrics", None) or []:
+        name = getattr(metric, "name", None)
+        if name in logs:
+            return logs[name]
+    for value in logs.values():
+        return value
+    raise KeyError("loss")
+
+
+def count_scale_loss(model: Any) -> list[int] | None:
+    """Count the calls of ``model.optimizer.scale_loss`` from now on (one counter, in a list),
+    where the model's ``train_step`` is its own (:func:`tuner.keras_setup.own_step`) and its
+    optimizer a ``LossScaleOptimizer``, which divides every gradient by its scale whether or
+    not the step scaled the loss (issue 71); None elsewhere (Keras' own step scales it). A
+    traced step calls it once when traced (TensorFlow, JAX), an eager one every step: zero
+    after a step ran is a step that never scales its loss."""
+    optimizer = getattr(model, "optimizer", None)
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return None
+    if keras_setup.own_step(model, ("train_step",)) is None:
+        return None
+    calls = [0]
+    original = optimizer.scale_loss
+
+    def scale_loss(loss: Any) -> Any:
+        calls[0] += 1
+        return original(loss)
+
+    # On the instance, past Keras' attribute tracking: the step's ``self.optimizer.scale_loss``
+    # finds it first.
+    object.__setattr__(optimizer, "scale_loss", scale_loss)
+    return calls
+
+
 @dataclass(frozen=True)
 class _Least:
     """A phase's least steps: ``steps``, or where they outlast ``seconds``,
@@ -255,6 +300,9 @@ class StepRunner:
         #: counts applied (micro-)steps: it stands still on a step the loss scaler skipped
         self._applied = getattr(inner, "_iterations", None)
         self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        #: how often the model's own train_step called its loss scaler's scale_loss (traced
+        #: once on TensorFlow and JAX), where there is one to call: :func:`count_scale_loss`
+        self.scale_loss_calls = count_scale_loss(model)
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
         self.backend = backends.current()
@@ -338,7 +386,7 @@ class StepRunner:
             t = time.perf_counter()
             logs = self.steps.execute()
             # Reading the loss waits for the step (JAX and PyTorch return before it ends).
-            mean = float(logs["loss"])
+            mean = float(reported_loss(logs, self.model))
             dt = time.perf_counter() - t
             self.global_step += self.spe
             since_reset += 1
