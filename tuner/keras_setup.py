@@ -190,7 +190,8 @@ def compile_model(
 ) -> None:
     """Compile ``model`` for ``setup`` (after :func:`after_build`): its loss scaling and
     accumulation on ``optimizer`` (Adam 1e-3 when ``None``), ``loss`` (mean squared error when
-    ``None``, but for a model whose step is its own: :func:`own_step`), XLA and steps per execution as the setup says (they win over the same names in
+    ``None``, but for a model whose step is its own: :func:`own_step`),
+    XLA and steps per execution as the setup says (they win over the same names in
     ``kwargs``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
     after_build(model, setup)
@@ -223,7 +224,7 @@ def own_step(model: Any, methods: tuple[str, ...] = OWN_STEP_METHODS) -> type | 
     for method in methods:
         for cls in type(model).__mro__:
             if method in vars(cls):
-                if not cls.__module__.split(".")[0] == "keras":
+                if cls.__module__.split(".")[0] != "keras":
                     return cls
                 break
     return None
