@@ -230,6 +230,18 @@ def own_step(model: Any, methods: tuple[str, ...] = OWN_STEP_METHODS) -> type | 
     return None
 
 
+def defines_call(model: Any) -> bool:
+    """Whether ``model``'s class (or one between it and Keras' own) defines ``call``: a
+    functional model, a subclass with a forward pass. The keras.io VAE does not (its layers
+    run inside its own ``train_step``): it has no forward pass to run apart from its step."""
+    for cls in type(model).__mro__:
+        if cls.__module__.split(".")[0] == "keras":
+            return cls.__name__ in ("Functional", "Sequential")
+        if "call" in vars(cls):
+            return True
+    return False
+
+
 def after_build(model: Any, setup: Setup) -> None:
     """What ``setup`` does to the built ``model`` before it is compiled: with ``float8``, Keras'
     ``model.quantize("float8")``, which gives its ``Dense`` and ``EinsumDense`` layers (those

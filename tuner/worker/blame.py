@@ -406,7 +406,8 @@ def _trap(
         if found is not None and _TF_NAMES.get(found.group(2), found.group(2)) in (
             LOW_PRECISION_DTYPES
         ):
-            return no_kernel(found.group(1), spec.policy.name, facts, source, context)
+            said = first_line(root).rstrip(".")
+            return no_kernel(found.group(1), spec.policy.name, said, facts, source, context)
     return None
 
 
@@ -445,7 +446,7 @@ def dtype_mismatch(
     its frame held in each dtype, and the fix: make the float32 one in the other's dtype, on
     the line that made it."""
     met = sorted({_TF_NAMES.get(g, g) for g in found.groups()})
-    said = re.sub(r" \(in [\w.]+\(\)\)$", "", first_line(root))
+    said = re.sub(r" \(in [\w.]+\(\)\)$", "", first_line(root)).rstrip(".")
     tb = user_frame(root)
     at, layer, fix = facts.get("location"), None, None
     evidence = (
@@ -520,7 +521,12 @@ def _made_in_dtype(frame: Any, wide: str, narrow: str) -> str:
 
 
 def no_kernel(
-    op: str, policy: str, facts: dict[str, Any], source: ModelSource, context: TrialContext
+    op: str,
+    policy: str,
+    said: str,
+    facts: dict[str, Any],
+    source: ModelSource,
+    context: TrialContext,
 ) -> Hazard:
     """An op with no kernel in the policy's compute dtype on TensorFlow: where the user makes
     what calls it (a compiled metric whose class names the op, as ``TopK`` in
@@ -555,7 +561,7 @@ def no_kernel(
         layer,
         f"TensorFlow has no {low} kernel for {op}, which "
         + (f"{layer} calls" if layer else "the model calls")
-        + f" at its first step: {facts.get('message', '')}",
+        + f" at its first step: {said}",
         fix,
         severity="unsafe",
         figure=f"{op} in {low}",
@@ -564,14 +570,21 @@ def no_kernel(
     )
 
 
-def _line_naming(path: str | None, word: str) -> str | None:
-    """``file.py:LINE`` of the first line of ``path`` that names ``word``; None where none
-    does (or the file cannot be read)."""
+def _line_naming(path: str | None, cls: str) -> str | None:
+    """``file.py:LINE`` of the first call in ``path`` that makes a ``cls`` (``cls(...)`` or
+    ``module.cls(...)``, read from its syntax tree: a docstring naming it is not one); None
+    where none does, or the file cannot be read."""
+    import ast
+
     try:
         with open(path or "", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if word in line:
-                    return f"{os.path.basename(path or '')}:{number}"
-    except OSError:
-        pass
-    return None
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == cls
+    ]
+    return f"{os.path.basename(path or '')}:{min(lines)}" if lines else None

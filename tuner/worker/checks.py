@@ -32,9 +32,13 @@ _WIDTH_ATTRIBUTES = ("units", "filters", "output_dim", "key_dim")
 def low_precision_outputs(model: keras.Model, sample_x: Any) -> list[str]:
     """The dtypes of outputs in float16 or bfloat16 (empty when there are none), of every
     output in whatever structure the model returns (a dict of heads, a list)."""
+    from tuner import keras_setup
+
     outputs = getattr(model, "outputs", None)
     if outputs:
         dtypes = [str(o.dtype) for o in outputs]
+    elif not keras_setup.defines_call(model):
+        return []  # no forward pass apart from its own train_step (the keras.io VAE)
     else:  # a subclassed model: run it once to see
         result = model(sample_x, training=False)
         dtypes = [str(getattr(r, "dtype", "float32")) for r in keras.tree.flatten(result)]

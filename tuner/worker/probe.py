@@ -145,9 +145,21 @@ def _compare(
     slice_batch: Callable[[Any, int], Any],
 ) -> None:
     """:func:`probe`'s work, each part timed in ``parts``."""
+    from tuner import keras_setup
+
     low = "float16" if policy == "mixed_float16" else "bfloat16"
     x = slice_batch(batch[0], PROBE_SAMPLES)
-    y = slice_batch(batch[1], PROBE_SAMPLES)
+    y = slice_batch(batch[1], PROBE_SAMPLES) if len(batch) > 1 else None
+    own = keras_setup.own_step(model)
+    if own is not None and not keras_setup.defines_call(model):
+        # The keras.io VAE: a model with its own train_step and no call() of its own, whose
+        # layers run only inside that step (issue 71): no forward pass to compare.
+        _not_compared(
+            report,
+            f"{type(model).__name__} defines its own training step and no call(), so it has no "
+            "forward pass of its own to compare (its gradients neither)",
+        )
+        return
     try:
         with parts.part("twin"):
             twin = build_float32()
@@ -167,7 +179,12 @@ def _compare(
 
     # Under mixed_float16 the gradients of the probe batch are compared too: each model's are
     # taken with its forward pass (one pass, one compiled function on JAX).
-    loss_fn = _loss_fn(loss) if low == "float16" else None
+    loss_fn = _loss_fn(loss) if low == "float16" and own is None else None
+    if low == "float16" and own is not None:
+        report.numerics["gradients"] = (
+            f"not compared: {own.__name__} computes its own loss in its training step, which "
+            "the probe cannot compute apart from it"
+        )
     budget = RECORD_BUDGET_BYTES
     reference = run_pass(
         twin, walk_twin, x, Loss(loss_fn, y, 1.0) if loss_fn else None, parts, "float32", budget
