@@ -332,8 +332,6 @@ class TensorFlowSteps(Steps):
     def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
         import tensorflow as tf
 
-        from tuner.worker.structure import fit_element
-
         super().__init__(model, batches)
         # The trial's batches in order, again and again: step k sees batch k mod the pool, as
         # every trial of the same batch size and seed does. Batched by tf.data from the
@@ -371,8 +369,6 @@ class JaxSteps(Steps):
 
     def __init__(self, model: Any, batches: Sequence[tuple[Any, Any]]) -> None:
         import jax
-
-        from tuner.worker.structure import fit_element
 
         super().__init__(model, batches)
         model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
@@ -473,8 +469,6 @@ class TorchSteps(Steps):
         import keras
         import torch
 
-        from tuner.worker.structure import fit_element
-
         super().__init__(model, batches)
         model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
@@ -526,6 +520,15 @@ def _own_jit(model: Any) -> Any:
     model.train_function = model._make_function(step)
     _JITTED[model] = (model.train_function, step)
     return step
+
+
+def fit_element(batch: Any) -> Any:
+    """A trial's batch as ``fit``'s data adapters hand it to the train step: ``(x, y)`` or
+    ``(x, y, sample_weight)`` as a tuple, and inputs alone (``fit(x)`` with no targets, as a
+    model with its own ``train_step`` is fed: the keras.io VAE) as ``x`` itself, not a
+    one-element tuple (Keras' ``pack_x_y_sample_weight``)."""
+    batch = tuple(batch)
+    return batch[0] if len(batch) == 1 else batch
 
 
 def _scaled_loss(keras: Any, pred: Any, y: Any, loss_fn: Any, scale: float) -> Any:

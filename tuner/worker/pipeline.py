@@ -80,14 +80,9 @@ def run(
         probe_s, fixed = probe(spec, channel, context, context.build_float32, loaded, batches)
         keep = keep and not fixed  # a fixed model differs from a fresh worker's
     model, warnings, hazards = checks.check_model(
-        loaded.model,
-        spec.policy.name,
-        spec.batch_size,
-        batches[0][0],
-        loaded.loss,
-        tensor_cores=tensor_cores,
-        cast=casts(source, loaded.model),
-    )
+        loaded.model, spec.policy.name, spec.batch_size, batches[0][0], loaded.loss,
+        tensor_cores=tensor_cores, cast=casts(source, loaded.model),
+    )  # fmt: skip
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
     for hazard in hazards:

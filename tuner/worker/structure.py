@@ -41,12 +41,3 @@ def leading_dim(value: Any) -> int | None:
         if shape is not None and len(shape):
             return int(shape[0]) if shape[0] is not None else None
     return None
-
-
-def fit_element(batch: Any) -> Any:
-    """A trial's batch as ``fit``'s data adapters hand it to the train step: ``(x, y)`` or
-    ``(x, y, sample_weight)`` as a tuple, and inputs alone (``fit(x)`` with no targets, as a
-    model with its own ``train_step`` is fed: the keras.io VAE) as ``x`` itself, not a
-    one-element tuple (Keras' ``pack_x_y_sample_weight``)."""
-    batch = tuple(batch)
-    return batch[0] if len(batch) == 1 else batch
