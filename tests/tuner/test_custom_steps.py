@@ -76,6 +76,36 @@ def test_a_models_own_step_is_told_by_its_class() -> None:
     assert reported_loss({"other": 5.0}, Tracked()) == 5.0
 
 
+def test_scale_loss_is_counted_once_per_optimizer_and_only_for_an_own_step() -> None:
+    """The counter goes on a LossScaleOptimizer of a model whose train_step is its own, and a
+    warm worker's later runner on the same compiled model reads the same count (its step is not
+    traced again); Keras' own step, or no loss scaling, is not counted."""
+    import keras
+
+    from tuner.worker.training import count_scale_loss
+
+    class Steps(keras.Model):  # type: ignore[misc]
+        def train_step(self, data: Any) -> Any:
+            return {}
+
+    own = Steps()
+    own.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()))
+    calls = count_scale_loss(own)
+    assert calls == [0]
+    own.optimizer.scale_loss(2.0)
+    assert calls == [1]
+    assert count_scale_loss(own) is calls  # the same optimizer: the same count
+    inputs = keras.Input((2,))
+    functional = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    functional.compile(
+        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam()), loss="mse"
+    )
+    assert count_scale_loss(functional) is None
+    plain = Steps()
+    plain.compile(optimizer="adam")
+    assert count_scale_loss(plain) is None
+
+
 def test_a_float32_draw_in_a_layer_is_named_at_its_line_with_its_fix() -> None:
     """The keras.io Sampling layer called eagerly under mixed_float16 on TensorFlow: the
     innermost frame of the user's code, the values it held in each dtype, and the line that

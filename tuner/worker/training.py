@@ -231,6 +231,11 @@ def count_scale_loss(model: Any) -> list[int] | None:
         return None
     if keras_setup.own_step(model, ("train_step",)) is None:
         return None
+    counted = vars(optimizer).get("scale_loss")
+    if counted is not None and hasattr(counted, "calls"):
+        # A warm worker's later trial on the same compiled model: its step, traced by an
+        # earlier trial, is not traced again, and the count it made then stands.
+        return counted.calls  # type: ignore[no-any-return]
     calls = [0]
     original = optimizer.scale_loss
 
@@ -238,6 +243,7 @@ def count_scale_loss(model: Any) -> list[int] | None:
         calls[0] += 1
         return original(loss)
 
+    scale_loss.calls = calls  # type: ignore[attr-defined]
     # On the instance, past Keras' attribute tracking: the step's ``self.optimizer.scale_loss``
     # finds it first.
     object.__setattr__(optimizer, "scale_loss", scale_loss)
