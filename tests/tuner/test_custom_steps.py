@@ -41,7 +41,7 @@ def test_a_models_own_step_is_told_by_its_class() -> None:
     import keras
 
     from tuner import keras_setup
-    from tuner.worker.training import reported_loss
+    from tuner.worker.training import reported_loss, reports_a_mean
 
     class Steps(keras.Model):  # type: ignore[misc]
         def train_step(self, data: Any) -> Any:
@@ -74,6 +74,9 @@ def test_a_models_own_step_is_told_by_its_class() -> None:
     assert reported_loss({"loss": 1.0, "total_loss": 2.0}, Tracked()) == 1.0
     assert reported_loss({"other": 5.0, "total_loss": 2.0}, Tracked()) == 2.0
     assert reported_loss({"other": 5.0}, Tracked()) == 5.0
+    # A tracker's running mean is recovered per execution; a batch's own loss is taken as is.
+    assert reports_a_mean(Tracked(), 3.0)
+    assert not reports_a_mean(Tracked(), 5.0)
 
 
 def test_scale_loss_is_counted_once_per_optimizer_and_only_for_an_own_step() -> None:

@@ -219,6 +219,21 @@ def reported_loss(logs: Any, model: Any) -> Any:
     raise KeyError("loss")
 
 
+def reports_a_mean(model: Any, reported: float) -> bool:
+    """Whether the loss a step of the model's own reported (after its first execution since
+    the metrics were reset) is one of its metrics' results, a running mean that the metrics'
+    reset starts again (the keras.io VAE's ``total_loss_tracker``), rather than its batch's own
+    loss (keras.io's WGAN-GP returns ``d_loss`` as it computed it)."""
+    for metric in getattr(model, "metrics", None) or []:
+        try:
+            value = float(keras.ops.convert_to_numpy(metric.result()))
+        except Exception:  # noqa: BLE001 - a metric with no single value is not the loss
+            continue
+        if math.isclose(value, reported, rel_tol=1e-6, abs_tol=1e-12):
+            return True
+    return False
+
+
 def count_scale_loss(model: Any) -> list[int] | None:
     """Count the calls of ``model.optimizer.scale_loss`` from now on (one counter, in a list),
     where the model's ``train_step`` is its own (:func:`tuner.keras_setup.own_step`) and its
@@ -311,6 +326,9 @@ class StepRunner:
         self.scale_loss_calls = count_scale_loss(model)
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
+        #: whether the step reports a running mean (Keras' own step does; a step of the
+        #: model's own is asked once: :func:`reports_a_mean`)
+        self._running_mean: bool | None = None if keras_setup.own_step(model) else True
         self.backend = backends.current()
         #: the backend's step driver: the trial's batches in order, again and again (step k
         #: sees batch k mod the pool, as every trial of the same batch size and seed does),
@@ -396,8 +414,7 @@ class StepRunner:
             dt = time.perf_counter() - t
             self.global_step += self.spe
             since_reset += 1
-            # This execution's mean loss, from the running means before and after it.
-            loss = since_reset * mean - (since_reset - 1) * mean_before
+            loss = self._execution_loss(mean, since_reset, mean_before)
             mean_before = mean
             scale = self._current_scale()
             now_applied = self._read_applied()
@@ -434,6 +451,17 @@ class StepRunner:
         log.elapsed_s = time.perf_counter() - start
         log.reporting_s = reporting_s
         return log
+
+    def _execution_loss(self, reported: float, since_reset: int, mean_before: float) -> float:
+        """This execution's mean loss, from the running means before and after it; a step of
+        the model's own that reports its batch's own loss (keras.io's WGAN-GP) gives it as it
+        is (asked once: :func:`reports_a_mean`)."""
+        if self._running_mean is None:
+            self.steps.sync()  # JAX: the metrics' values back in the model
+            self._running_mean = reports_a_mean(self.model, reported)
+        if not self._running_mean:
+            return reported
+        return since_reset * reported - (since_reset - 1) * mean_before
 
     @staticmethod
     def _ended(
