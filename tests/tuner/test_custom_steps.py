@@ -255,6 +255,8 @@ def test_the_vae_tunes_and_its_sampling_mismatch_is_named_with_line_and_fix(
     store = f"sqlite:///{tmp_path / 's.db'}"
     rec = _tune(capsys, VAE, store)
     assert Setup.from_dict(rec["setup"]).policy.name == "float32"
+    # Keras' default, made where its first layer reads it, is no line of the script's.
+    assert rec["today"] == f"float32, batch size 32 (fit at vae.py:{_line(VAE, 'vae.fit(')})"
     call = _line(VAE, "* epsilon")
     draw = _line(VAE, "epsilon = keras.random.normal(")
     text = _show(capsys, rec["session"], store)
