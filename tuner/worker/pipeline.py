@@ -268,7 +268,7 @@ def probe(
             f"fails only under {spec.policy.name}; float32 runs the same batch: "
             f"{report.failure}"
             + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
-        )
+        ) from getattr(report.failure, "exc", None)  # read for its trap (issue 71)
     if report.unsafe_layers:
         names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
         channel.emit(
