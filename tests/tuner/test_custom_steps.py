@@ -207,6 +207,11 @@ def test_a_train_step_that_does_not_scale_its_loss_is_named(tmp_path: Path) -> N
     (hazard,) = [h for h in unscaled.hazards if h.kind == UNSCALED_LOSS]
     step = _line(VAE_DTYPE_SAFE, "def train_step")
     assert hazard.at == f"vae_dtype_safe.py:{step} in VAE.train_step"
+    assert unscaled.error is not None
+    assert unscaled.error.message == (
+        "mixed_float16 is unsafe for this model: a custom train_step that does not scale its "
+        f"loss at vae_dtype_safe.py:{step} in VAE.train_step"
+    )
     assert (hazard.whose, hazard.severity) == ("model", "unsafe")
     assert "gradient is divided by its scale (32768)" in hazard.evidence
     assert "self.optimizer.scale_loss(loss)" in hazard.fix
