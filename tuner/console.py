@@ -325,6 +325,7 @@ def _time_spent(t: api.Timings, total_s: float) -> str:
 def hazard_rows(hazard: api.Hazard) -> list[tuple[str, str]]:
     """A hazard as two labelled lines: what was found, and the fix."""
     where = f" in {hazard.layer}" if hazard.layer else ""
+    where += f" at {hazard.at}" if hazard.at else ""
     return [
         (
             "hazard",

@@ -190,7 +190,8 @@ def compile_model(
 ) -> None:
     """Compile ``model`` for ``setup`` (after :func:`after_build`): its loss scaling and
     accumulation on ``optimizer`` (Adam 1e-3 when ``None``), ``loss`` (mean squared error when
-    ``None``), XLA and steps per execution as the setup says (they win over the same names in
+    ``None``, but for a model whose step is its own: :func:`own_step`),
+    XLA and steps per execution as the setup says (they win over the same names in
     ``kwargs``)."""
     inner = optimizer if optimizer is not None else keras.optimizers.Adam(1e-3)
     after_build(model, setup)
@@ -202,9 +203,43 @@ def compile_model(
             inner = type(inner).from_config(inner.get_config())
         model.compile(
             optimizer=wrap_optimizer(inner, setup),
-            loss=loss if loss is not None else "mean_squared_error",
+            # A model whose training step is its own computes its own loss (issue 71): it is
+            # compiled as its user compiled it, without one.
+            loss=loss if loss is not None or own_step(model) else "mean_squared_error",
             **{**kwargs, **compile_kwargs(setup)},
         )
+
+
+#: The methods of Keras' ``Trainer`` a model may override to train its own way (the keras.io
+#: VAE, GAN and contrastive examples override ``train_step``; a model may compute its own
+#: loss in ``compute_loss``): then its loss is its own, and it is compiled without one.
+OWN_STEP_METHODS = ("train_step", "compute_loss")
+
+
+def own_step(model: Any, methods: tuple[str, ...] = OWN_STEP_METHODS) -> type | None:
+    """The class in ``model``'s type that defines its own training step (the first of
+    ``methods`` that a class outside Keras defines, between the model's type and
+    ``keras.Model``), or None where Keras' own runs (``fit``'s compiled loss, metrics and loss
+    scaling)."""
+    for method in methods:
+        for cls in type(model).__mro__:
+            if method in vars(cls):
+                if cls.__module__.split(".")[0] != "keras":
+                    return cls
+                break
+    return None
+
+
+def defines_call(model: Any) -> bool:
+    """Whether ``model``'s class (or one between it and Keras' own) defines ``call``: a
+    functional model, a subclass with a forward pass. The keras.io VAE does not (its layers
+    run inside its own ``train_step``): it has no forward pass to run apart from its step."""
+    for cls in type(model).__mro__:
+        if cls.__module__.split(".")[0] == "keras":
+            return cls.__name__ in ("Functional", "Sequential")
+        if "call" in vars(cls):
+            return True
+    return False
 
 
 def after_build(model: Any, setup: Setup) -> None:

@@ -105,6 +105,7 @@ def classify(facts: WorkerFacts) -> tuple[TrialStatus, TrialError | None]:
     if unsafe is not None:
         # The figures stand (taken with the hazard's fix applied); the policy does not.
         where = f" in {unsafe.layer}" if unsafe.layer else ""
+        where += f" at {unsafe.at}" if unsafe.at else ""  # a trap's place (issue 71)
         return TrialStatus.UNSAFE, TrialError(
             f"{unsafe.policy} is unsafe for this model: {TITLES[unsafe.kind]}{where}"
         )

@@ -342,7 +342,7 @@ class TensorFlowSteps(Steps):
         with ours("feeding the batches to tf.data"):
             flat = [tf.nest.flatten(tuple(batch)) for batch in batches]
             columns = [np.concatenate([parts[i] for parts in flat]) for i in range(len(flat[0]))]
-            samples = tf.nest.pack_sequence_as(tuple(batches[0]), columns)
+            samples = tf.nest.pack_sequence_as(fit_element(batches[0]), columns)
             batch_size = int(np.shape(flat[0][0])[0])
             dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
             dataset = dataset.repeat().prefetch(tf.data.AUTOTUNE)
@@ -353,7 +353,7 @@ class TensorFlowSteps(Steps):
                 # optimizer's variables made in the strategy before the step is traced, as fit
                 # makes them (made inside the traced step, they fail there).
                 dataset = strategy.experimental_distribute_dataset(dataset)
-                model._maybe_symbolic_build(data_batch=tuple(batches[0]))
+                model._maybe_symbolic_build(data_batch=fit_element(batches[0]))
             self.iterator: Any = iter(dataset)
         model.make_train_function()
 
@@ -371,7 +371,7 @@ class JaxSteps(Steps):
         import jax
 
         super().__init__(model, batches)
-        model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
+        model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
         #: the jitted step Keras' train_function calls, kept so that its program can be
         #: compiled (and its memory read) ahead of the first step: see _own_jit
@@ -383,9 +383,11 @@ class JaxSteps(Steps):
             if distribution_lib.distribution() is not None:
                 # Under a keras.distribution (DataParallel): each batch laid out over the
                 # devices as fit lays it out.
-                self.pool = [_distribute_data(tuple(b)) for b in batches]
+                self.pool = [_distribute_data(fit_element(b)) for b in batches]
             else:
-                self.pool = [jax.tree_util.tree_map(jax.numpy.asarray, tuple(b)) for b in batches]
+                self.pool = [
+                    jax.tree_util.tree_map(jax.numpy.asarray, fit_element(b)) for b in batches
+                ]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
         self.state: Any = None
         self._index: dict[int, int] = {}
@@ -468,7 +470,7 @@ class TorchSteps(Steps):
         import torch
 
         super().__init__(model, batches)
-        model._symbolic_build(data_batch=tuple(batches[0]))  # as fit: optimizer, metrics
+        model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
         model.train()
 
@@ -476,7 +478,7 @@ class TorchSteps(Steps):
             return keras.ops.convert_to_tensor(value)
 
         with torch.no_grad(), ours("putting the batches on the device"):
-            self.pool = [keras.tree.map_structure(on_device, tuple(b)) for b in batches]
+            self.pool = [keras.tree.map_structure(on_device, fit_element(b)) for b in batches]
         self.iterator: Iterator[Any] = itertools.cycle(self.pool)
 
     def execute(self) -> Any:
@@ -518,6 +520,15 @@ def _own_jit(model: Any) -> Any:
     model.train_function = model._make_function(step)
     _JITTED[model] = (model.train_function, step)
     return step
+
+
+def fit_element(batch: Any) -> Any:
+    """A trial's batch as ``fit``'s data adapters hand it to the train step: ``(x, y)`` or
+    ``(x, y, sample_weight)`` as a tuple, and inputs alone (``fit(x)`` with no targets, as a
+    model with its own ``train_step`` is fed: the keras.io VAE) as ``x`` itself, not a
+    one-element tuple (Keras' ``pack_x_y_sample_weight``)."""
+    batch = tuple(batch)
+    return batch[0] if len(batch) == 1 else batch
 
 
 def _scaled_loss(keras: Any, pred: Any, y: Any, loss_fn: Any, scale: float) -> Any:

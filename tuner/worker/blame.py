@@ -11,7 +11,10 @@ called unsafe only where the model's own numerics fail under it)."""
 
 from __future__ import annotations
 
+import os
+import re
 import traceback
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +22,13 @@ import numpy as np
 from tuner.policies import FLOAT32
 from tuner.setup import BACKEND_NAMES, KNOB_BY_NAME, KNOBS, Knob, Setup
 from tuner.trials.events import Phase
+from tuner.trials.hazards import (
+    DTYPE_MISMATCH,
+    LOW_PRECISION_DTYPES,
+    NO_KERNEL,
+    TITLES,
+    Hazard,
+)
 from tuner.trials.models import ModelSource
 from tuner.trials.spec import TrialSpec
 from tuner.worker.usercode import (
@@ -158,18 +168,18 @@ def keras_own_step_trains(
             **context.extras,
         )
         spe = spec.setup.steps_per_execution
-        x, y, *weights = keras.tree.map_structure(
+        x, *rest = keras.tree.map_structure(
             lambda *parts: np.concatenate(parts), *([context.batches[0]] * spe)
         )
         history = context.model.fit(
             x,
-            y,
-            sample_weight=weights[0] if weights else None,
+            rest[0] if rest else None,
+            sample_weight=rest[1] if len(rest) > 1 else None,
             batch_size=spec.batch_size,
             epochs=1,
             verbose=0,
         )
-        return bool(history.history.get("loss"))
+        return bool(history.history)
     except BaseException:  # noqa: BLE001 - Keras' own fit fails too: not mptune's doing
         return False
 
@@ -231,7 +241,12 @@ def trains_with(changed: Setup, knob: Knob, spec: TrialSpec, context: TrialConte
 
             model = context.rebuild(changed)
             model = checks.check_model(
-                model, changed.policy.name, spec.batch_size, failed_batch(context)[0], context.loss
+                model,
+                changed.policy.name,
+                spec.batch_size,
+                failed_batch(context)[0],
+                context.loss,
+                cast=context.unwrapped is not context.model,
             )[0]
         else:
             return False
@@ -275,8 +290,10 @@ def _trains(model: Any, setup: Setup, context: TrialContext) -> bool:
     keras_setup.compile_model(
         model, setup, fresh_optimizer(context.optimizer), context.loss, **context.extras
     )
-    loss = model.train_on_batch(*failed_batch(context), return_dict=True)["loss"]
-    return bool(loss is not None)
+    from tuner.worker.training import reported_loss
+
+    logs = model.train_on_batch(*failed_batch(context), return_dict=True)
+    return bool(reported_loss(logs, model) is not None)
 
 
 def failed_batch(context: TrialContext) -> tuple[Any, ...]:
@@ -313,7 +330,261 @@ def float32_survives(
         keras_setup.compile_model(
             twin, Setup(FLOAT32, spec.batch_size, LossScale("none")), None, context.loss
         )
-        loss = twin.train_on_batch(*failed_batch(context), return_dict=True)["loss"]
-        return bool(loss is not None)
+        from tuner.worker.training import reported_loss
+
+        logs = twin.train_on_batch(*failed_batch(context), return_dict=True)
+        return bool(reported_loss(logs, twin) is not None)
     except BaseException:  # noqa: BLE001 - float32 fails too, or cannot be asked: not the policy
         return False
+
+
+#: TensorFlow's words for two inputs of one op in different dtypes (it does not promote):
+#: ``Input 'y' of 'Mul' Op has type float32 that does not match type float16 of argument
+#: 'x'`` where a graph is built, ``cannot compute Mul as input #1(zero-based) was expected to
+#: be a half tensor but is a float tensor`` eagerly.
+_MISMATCH = (
+    re.compile(r"has type (\w+) that does not match type (\w+) of argument"),
+    re.compile(r"expected to be a (\w+) tensor but is a (\w+) tensor"),
+)
+#: TensorFlow's words for an op that takes no half-precision input: its kernel's type list
+#: (``Input 'predictions' of 'InTopKV2' Op has type float16 that does not match expected type
+#: of float32``), or no kernel registered for the type at run time.
+_NO_KERNEL = (
+    re.compile(r"of '(\w+)' Op has type (\w+) that does not match expected type"),
+    re.compile(
+        r"No registered '(\w+)' OpKernel for '\w+' devices compatible with node .*?T=DT_(\w+)"
+    ),
+)
+#: TensorFlow's names of the dtypes in those messages.
+_TF_NAMES = {"half": "float16", "float": "float32", "bfloat16": "bfloat16", "double": "float64"}
+
+
+def trap_hazards(
+    exc: BaseException,
+    facts: dict[str, Any],
+    spec: TrialSpec,
+    source: ModelSource,
+    context: TrialContext,
+) -> list[Hazard]:
+    """The trap a failure that only the policy causes (``policy_caused``) falls in, read from
+    what was raised (issue 71): a dtype mismatch in the user's own code
+    (:func:`dtype_mismatch`: the innermost frame of theirs, and the values it held), or an op
+    with no kernel in the policy's precision (:func:`no_kernel`). Empty where it is neither;
+    never raises."""
+    if not facts.get("policy_caused"):
+        return []
+    try:
+        hazard = _trap(exc, facts, spec, source, context)
+    except Exception:  # noqa: BLE001 - a trap not named leaves the failure as it is
+        return []
+    if hazard is None:
+        return []
+    facts["message"] = (
+        f"fails only under {spec.policy.name}: {TITLES[hazard.kind]}"
+        + (f" at {hazard.at}" if hazard.at else "")
+        + f". Fix: {hazard.fix}"
+    )
+    facts["location"] = (hazard.at or "").split(" in ")[0] or facts.get("location")
+    return [hazard]
+
+
+def _trap(
+    exc: BaseException,
+    facts: dict[str, Any],
+    spec: TrialSpec,
+    source: ModelSource,
+    context: TrialContext,
+) -> Hazard | None:
+    """:func:`trap_hazards`' reading of the failure; None where it is no trap it knows."""
+    root = exc.__cause__ if exc.__cause__ is not None else exc
+    text = str(root)
+    for pattern in _MISMATCH:
+        if (found := pattern.search(text)) is not None:
+            return dtype_mismatch(root, found, spec.policy.name, facts)
+    for pattern in _NO_KERNEL:
+        found = pattern.search(text)
+        if found is not None and _TF_NAMES.get(found.group(2), found.group(2)) in (
+            LOW_PRECISION_DTYPES
+        ):
+            said = first_line(root).rstrip(".")
+            return no_kernel(found.group(1), spec.policy.name, said, facts, source, context)
+    return None
+
+
+def user_frame(exc: BaseException) -> Any:
+    """The innermost frame of ``exc``'s traceback in the user's code (not Keras', a
+    framework's, mptune's or Python's own), or None."""
+    from tuner.worker.script import _NOT_USER
+
+    found = None
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        name = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not name.startswith(_NOT_USER) and "site-packages" not in name and "<" not in name:
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
+def _dtype_of(value: Any) -> str | None:
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return None
+    import keras
+
+    try:
+        return str(keras.backend.standardize_dtype(dtype))
+    except ValueError:
+        return None
+
+
+def dtype_mismatch(
+    root: BaseException, found: re.Match[str], policy: str, facts: dict[str, Any]
+) -> Hazard:
+    """A value in float32 meets a half-precision tensor in the user's own code: where (the
+    innermost frame of theirs, ``file.py:LINE in Cls.call``, and the layer it is), the values
+    its frame held in each dtype, and the fix: make the float32 one in the other's dtype, on
+    the line that made it."""
+    met = sorted({_TF_NAMES.get(g, g) for g in found.groups()})
+    said = re.sub(r" \(in [\w.]+\(\)\)$", "", first_line(root)).rstrip(".")
+    tb = user_frame(root)
+    at, layer, fix = facts.get("location"), None, None
+    evidence = (
+        f"a float32 value meets a half-precision tensor, which TensorFlow does not promote: {said}"
+    )
+    if tb is not None:
+        frame, line = tb.tb_frame, tb.tb_lineno
+        owner = frame.f_locals.get("self")
+        func = frame.f_code.co_name
+        where = f"{type(owner).__name__}.{func}" if owner is not None else func
+        at = f"{os.path.basename(frame.f_code.co_filename)}:{line} in {where}"
+        if owner is not None and hasattr(owner, "name"):
+            layer = f"layer '{owner.name}' ({type(owner).__name__})"
+        held = {
+            name: dtype
+            for name, value in frame.f_locals.items()
+            if name != "self" and (dtype := _dtype_of(value)) is not None
+        }
+        wide = [n for n, d in held.items() if d == "float32"]
+        narrow = [n for n, d in held.items() if d in LOW_PRECISION_DTYPES]
+        if wide and narrow:
+            evidence = (
+                f"{', '.join(wide)} (float32) meets {', '.join(narrow)} "
+                f"({held[narrow[0]]}) in {where}, and TensorFlow does not promote: {said}"
+            )
+            fix = _made_in_dtype(frame, wide[0], narrow[0])
+    return Hazard(
+        DTYPE_MISMATCH,
+        policy,
+        layer,
+        evidence,
+        fix
+        or "make the float32 value in the tensor's dtype (dtype=x.dtype where it is made, "
+        "or keras.ops.cast(value, x.dtype))",
+        severity="unsafe",
+        figure=" vs ".join(met),
+        at=at,
+        whose="model",
+    )
+
+
+def _made_in_dtype(frame: Any, wide: str, narrow: str) -> str:
+    """The one-line fix for ``wide`` (a float32 local of ``frame``) meeting ``narrow``: the
+    line of the function that makes it (an assignment to it without a dtype), with the call
+    it makes there given ``dtype=narrow.dtype``."""
+    import inspect
+
+    try:
+        lines, first = inspect.getsourcelines(frame.f_code)
+    except (OSError, TypeError):
+        lines, first = [], 0
+    assigned = re.compile(rf"^\s*{re.escape(wide)}\s*=\s*(.*)$")
+    made = [
+        (first + i, m.group(1).strip())
+        for i, text in enumerate(lines)
+        if (m := assigned.match(text)) and "dtype" not in text
+    ]
+    if not made:
+        return f"make {wide} in {narrow}'s dtype: keras.ops.cast({wide}, {narrow}.dtype)"
+    line, value = made[-1]
+    call = re.match(r"([\w.]+)\(", value)
+    name = os.path.basename(frame.f_code.co_filename)
+    if call is not None:
+        verb = "draw" if "random" in call.group(1) else "make"
+        return (
+            f"{verb} {wide} in {narrow}'s dtype at {name}:{line}: "
+            f"{call.group(1)}(..., dtype={narrow}.dtype)"
+        )
+    return (
+        f"make {wide} in {narrow}'s dtype at {name}:{line}: keras.ops.cast({wide}, {narrow}.dtype)"
+    )
+
+
+def no_kernel(
+    op: str,
+    policy: str,
+    said: str,
+    facts: dict[str, Any],
+    source: ModelSource,
+    context: TrialContext,
+) -> Hazard:
+    """An op with no kernel in the policy's compute dtype on TensorFlow: where the user makes
+    what calls it (a compiled metric whose class names the op, as ``TopK`` in
+    ``SparseTopKCategoricalAccuracy``: the first line of their file naming that class), or
+    the innermost line of theirs; the fix, to give it float32 predictions."""
+    import keras
+
+    low = "float16" if "float16" in policy and "bfloat16" not in policy else "bfloat16"
+    stem = re.sub(r"V\d+$", "", op).removeprefix("In")
+    metrics = [
+        m
+        for m in keras.tree.flatten((context.extras or {}).get("metrics") or [])
+        if stem.lower() in type(m).__name__.lower()
+    ]
+    layer, at = None, facts.get("location")
+    if metrics:
+        cls = type(metrics[0]).__name__
+        layer = f"metric '{metrics[0].name}' ({cls})"
+        at = _line_naming(source.path, cls) or at
+        fix = (
+            f"keep {cls} in float32: give the model a float32 output (end it with "
+            'keras.layers.Activation("linear", dtype="float32"))'
+        )
+    else:
+        fix = (
+            f'keep what calls {op} in float32 (dtype="float32" on that layer, or cast its '
+            'input with keras.ops.cast(x, "float32"))'
+        )
+    return Hazard(
+        NO_KERNEL,
+        policy,
+        layer,
+        f"TensorFlow has no {low} kernel for {op}, which "
+        + (f"{layer} calls" if layer else "the model calls")
+        + f" at its first step: {said}",
+        fix,
+        severity="unsafe",
+        figure=f"{op} in {low}",
+        at=at,
+        whose="precision",
+    )
+
+
+def _line_naming(path: str | None, cls: str) -> str | None:
+    """``file.py:LINE`` of the first call in ``path`` that makes a ``cls`` (``cls(...)`` or
+    ``module.cls(...)``, read from its syntax tree: a docstring naming it is not one); None
+    where none does, or the file cannot be read."""
+    import ast
+
+    try:
+        with open(path or "", encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == cls
+    ]
+    return f"{os.path.basename(path or '')}:{min(lines)}" if lines else None

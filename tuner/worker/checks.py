@@ -32,9 +32,13 @@ _WIDTH_ATTRIBUTES = ("units", "filters", "output_dim", "key_dim")
 def low_precision_outputs(model: keras.Model, sample_x: Any) -> list[str]:
     """The dtypes of outputs in float16 or bfloat16 (empty when there are none), of every
     output in whatever structure the model returns (a dict of heads, a list)."""
+    from tuner import keras_setup
+
     outputs = getattr(model, "outputs", None)
     if outputs:
         dtypes = [str(o.dtype) for o in outputs]
+    elif not keras_setup.defines_call(model):
+        return []  # no forward pass apart from its own train_step (the keras.io VAE)
     else:  # a subclassed model: run it once to see
         result = model(sample_x, training=False)
         dtypes = [str(getattr(r, "dtype", "float32")) for r in keras.tree.flatten(result)]
@@ -161,9 +165,17 @@ def _activation_name(layer: Any) -> str | None:
     return name if name in _PROBABILITY_ACTIVATIONS else None
 
 
-def output_hazards(model: keras.Model, policy: str, loss: Any, low: list[str]) -> list[Hazard]:
-    """A probability output (softmax, sigmoid) or a loss computed in float16/bfloat16."""
+def output_hazards(
+    model: keras.Model, policy: str, loss: Any, low: list[str], cast: bool = True
+) -> list[Hazard]:
+    """A probability output (softmax, sigmoid) or a loss computed in float16/bfloat16 (the
+    trial's float32 cast after it said where ``cast``)."""
     hazards = []
+    appended = (
+        "this trial appends a float32 cast"
+        if cast
+        else "this trial adds no cast, as your run has none"
+    )
     dtype = low[0] if low else None
     named = [
         layer
@@ -181,8 +193,12 @@ def output_hazards(model: keras.Model, policy: str, loss: Any, low: list[str]) -
                 f"the model's output {_activation_name(layer)} is computed in {kind}, which "
                 f"keeps about {_DIGITS[kind]} significant digits"
                 + (f" and nothing below {FLOAT16_TINY:.1e}" if kind == "float16" else "")
-                + ": small probabilities and the log in the loss lose their precision (this "
-                "trial appends a float32 cast after it, which does not help the softmax)",
+                + ": small probabilities and the log in the loss lose their precision ("
+                + (
+                    f"{appended} after it, which does not help the softmax)"
+                    if cast
+                    else f"{appended})"
+                ),
                 f'give that layer dtype="float32" (e.g. Dense(..., activation='
                 f'"{_activation_name(layer)}", dtype="float32"), or a separate '
                 'Activation(..., dtype="float32") after linear logits)',
@@ -195,8 +211,7 @@ def output_hazards(model: keras.Model, policy: str, loss: Any, low: list[str]) -
                 LOW_PRECISION_OUTPUT,
                 policy,
                 None,
-                f"the model's output is {dtype}: the loss sees {dtype} predictions (this trial "
-                "appends a float32 cast)",
+                f"the model's output is {dtype}: the loss sees {dtype} predictions ({appended})",
                 'give the model\'s last layer dtype="float32" '
                 '(e.g. Activation("linear", dtype="float32"))',
                 figure=f"output in {dtype}",
@@ -228,16 +243,22 @@ def check_model(
     sample_x: Any,
     loss: Any = None,
     tensor_cores: bool = False,
+    cast: bool = True,
 ) -> tuple[keras.Model, list[tuple[str, str]], list[Hazard]]:
-    """Run the checks; returns the model to train (maybe wrapped), ``(code, message)``
-    warnings and hazards."""
+    """Run the checks; returns the model to train (wrapped in a float32 cast of its
+    low-precision outputs where ``cast``), ``(code, message)`` warnings and hazards.
+
+    No cast (``cast`` false) where the user's run will not have one (issue 71): a training
+    script that ``mptune run`` runs as written, a model whose ``train_step`` is its own (a
+    wrapper would lose it). Its trial then fails where the run would (a metric with no
+    float16 kernel), instead of passing on a cast the run lacks."""
     warnings: list[tuple[str, str]] = []
     hazards: list[Hazard] = []
     if policy == FLOAT32:
         return model, warnings, hazards
     low = low_precision_outputs(model, sample_x)
-    hazards += output_hazards(model, policy, loss, low)
-    if low:
+    hazards += output_hazards(model, policy, loss, low, cast)
+    if low and cast:
         model = with_float32_output(model)
     if tensor_cores:
         narrow = narrow_layers(model)

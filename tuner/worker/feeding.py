@@ -161,7 +161,8 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
             return Feed(data, None, kind, f"{what}, a keras.utils.PyDataset, as fit iterates it")
         if kind == "generator":
             return Feed(data, None, kind, f"{what}, a generator, as fit iterates it")
-        x, y, *weights = loading.fit_structure(tuple(data))
+        x, *rest = loading.fit_structure(tuple(data))
+        y, weights = (rest[0] if rest else None), rest[1:]
         return Feed(
             x,
             y,
@@ -176,7 +177,8 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
             "arrays in memory through Keras' data adapter (mptune's synthetic data: your own "
             "input is not known to it; define make_dataset(batch_size) to have it counted)"
         )
-    x, y, *weights = epoch_arrays(batches)
+    x, *rest = epoch_arrays(batches)
+    y, weights = (rest[0] if rest else None), rest[1:]
     return Feed(x, y, "arrays" if source.kind == "builtin" else "synthetic", fed_by, *weights)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from tuner import keras_setup
 from tuner.trials.models import ModelSource
 from tuner.worker.structure import input_kind, leading_dim
 from tuner.worker.usercode import UserCodeError, call_user, first_line
@@ -75,7 +76,7 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
         _refuse_quantized(keras.dtype_policies.get(held[-1].policy), held[-1].at)
     _check_is_model(call.model, f"the model {name} passes to fit")
     optimizer, loss, jit = compiled_with(call.model)
-    if loss is None:
+    if loss is None and keras_setup.own_step(call.model) is None:
         raise UserCodeError(f"{name} calls fit on a model it did not compile with a loss")
     built = as_trained.layer_policy(call.model)
     own = as_trained.read(call.model)
@@ -311,8 +312,12 @@ def _batches_from_user_data(
     if isinstance(data, (tuple, list)) and len(data) in (2, 3):
         x, y = data[0], data[1]
         n = leading_dim(x)
-        if n is None or n != leading_dim(y):
+        if y is None:  # inputs alone: a model whose own train_step needs no targets
+            data = (x,)
+        elif n is None or n != leading_dim(y):
             raise UserCodeError(f"{what} returned x and y with different sample counts")
+        if n is None:
+            raise UserCodeError(f"{what} returned inputs with no sample count")
         count = max(1, min(n_batches, n // batch_size))
         if n < batch_size:
             raise UserCodeError(
@@ -357,6 +362,8 @@ def _first_batches(
 def _as_batch(element: Any, what: str) -> Batch:
     if isinstance(element, (tuple, list)) and len(element) >= 2:
         return tuple(element[:3])  # with its sample weights, where it has them
+    if not isinstance(element, (tuple, list)):
+        return (element,)  # inputs alone, as a model with its own train_step is fed
     raise UserCodeError(f"{what} yields {type(element).__name__}: yield (x, y) pairs")
 
 

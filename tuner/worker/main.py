@@ -134,5 +134,8 @@ def _one_trial(
     except BaseException as exc:  # noqa: BLE001 - every failure becomes an error event
         from tuner.worker import blame
 
-        channel.emit("error", **blame.failure_facts(exc, spec, source, context))
+        facts = blame.failure_facts(exc, spec, source, context)
+        for hazard in blame.trap_hazards(exc, facts, spec, source, context):
+            channel.emit("hazard", **hazard.to_dict())  # the trap it fell in (issue 71)
+        channel.emit("error", **facts)
         return False, None

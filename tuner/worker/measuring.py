@@ -42,6 +42,7 @@ def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: 
     prediction = _predict(spec, channel, runner, on_cpu)
     weights = moved.snapshot(runner.model)  # issue 71: do the trial's steps move them?
     warmup_s, before = warm_up(spec, runner)
+    _unscaled_loss(spec, channel, runner)
     if not on_cpu and backend.resets_gpu_peak:
         backend.reset_gpu_peak()  # JAX cannot: its peak then includes the warm-up's
 
@@ -93,6 +94,47 @@ def measure(spec: TrialSpec, channel: Channel, context: TrialContext, prepared: 
             script=_as_the_script_runs(context, runner, spec.batch_size, log.pruned),
         )
     )
+
+
+def _unscaled_loss(spec: TrialSpec, channel: Channel, runner: Any) -> None:
+    """The ``unscaled_loss`` trap (issue 71), observed: the model's own ``train_step`` ran the
+    warm-up and never called its ``LossScaleOptimizer``'s ``scale_loss``
+    (:func:`tuner.worker.training.count_scale_loss`), while that optimizer divides every
+    gradient by its scale. Said with the line of the step and the fix."""
+    import inspect
+    import os
+
+    from tuner import keras_setup
+    from tuner.trials.hazards import UNSCALED_LOSS, Hazard
+
+    calls = runner.scale_loss_calls
+    if calls is None or calls[0] or not runner.global_step:
+        return
+    own = keras_setup.own_step(runner.model, ("train_step",))
+    step = getattr(own, "train_step", None)
+    try:
+        path = inspect.getsourcefile(step) if step else None
+        line = step.__code__.co_firstlineno if step else None
+    except (TypeError, AttributeError):
+        path, line = None, None
+    where = f"{own.__name__}.train_step" if own else "train_step"
+    scale = runner.steps.read(runner.optimizer.dynamic_scale)
+    hazard = Hazard(
+        UNSCALED_LOSS,
+        spec.policy.name,
+        None,
+        f"{where} never called self.optimizer.scale_loss in {runner.global_step} steps, while "
+        f"Keras wraps the optimizer in a LossScaleOptimizer under {spec.policy.name}: every "
+        f"gradient is divided by its scale ({float(scale):g}) although the loss was never "
+        "multiplied by it, so the updates shrink (those below the optimizer's epsilon vanish)",
+        "scale the loss in train_step: `loss = self.optimizer.scale_loss(loss)` inside the "
+        "tape before `tape.gradient`",
+        severity="unsafe",
+        figure=f"gradients / {float(scale):g}",
+        at=f"{os.path.basename(path)}:{line} in {where}" if path and line else None,
+        whose="model",
+    )
+    channel.emit("hazard", **hazard.to_dict())
 
 
 def _measure_steps(spec: TrialSpec, channel: Channel, runner: Any, until: float | None) -> Any:

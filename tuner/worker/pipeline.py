@@ -80,13 +80,9 @@ def run(
         probe_s, fixed = probe(spec, channel, context, context.build_float32, loaded, batches)
         keep = keep and not fixed  # a fixed model differs from a fresh worker's
     model, warnings, hazards = checks.check_model(
-        loaded.model,
-        spec.policy.name,
-        spec.batch_size,
-        batches[0][0],
-        loaded.loss,
-        tensor_cores=tensor_cores,
-    )
+        loaded.model, spec.policy.name, spec.batch_size, batches[0][0], loaded.loss,
+        tensor_cores=tensor_cores, cast=casts(source, loaded.model),
+    )  # fmt: skip
     for code, message in warnings:
         channel.emit("warning", code=code, message=message)
     for hazard in hazards:
@@ -125,6 +121,17 @@ def run(
     if kept is not None:
         kept.spent = runner
     return kept
+
+
+def casts(source: ModelSource, model: Any) -> bool:
+    """Whether the trial may append a float32 cast to the model's low-precision outputs
+    (:func:`tuner.worker.checks.check_model`): not for a training script, which ``mptune run``
+    runs as written (it compiles the script's own model again, casting nothing), nor for a
+    model whose training step is its own, which a wrapper would lose (issue 71). A model file
+    keeps it: its hazard (``low_precision_output``) says to give the output layer float32."""
+    from tuner import keras_setup
+
+    return source.kind != "script" and keras_setup.own_step(model) is None
 
 
 def _warn_not_quantized(model: Any, policy: str, channel: Channel) -> list[tuple[str, str]]:
@@ -261,7 +268,7 @@ def probe(
             f"fails only under {spec.policy.name}; float32 runs the same batch: "
             f"{report.failure}"
             + (f" ({unsafe.layer}; fix: {unsafe.fix})" if unsafe and unsafe.layer else "")
-        )
+        ) from getattr(report.failure, "exc", None)  # read for its trap (issue 71)
     if report.unsafe_layers:
         names = ", ".join(f"'{layer.name}'" for layer in report.unsafe_layers)
         channel.emit(

@@ -146,9 +146,14 @@ def _compare(
     slice_batch: Callable[[Any, int], Any],
 ) -> None:
     """:func:`probe`'s work, each part timed in ``parts``."""
+    from tuner import keras_setup
+
     low = Policy.parse(policy).compute_dtype
     x = slice_batch(batch[0], PROBE_SAMPLES)
-    y = slice_batch(batch[1], PROBE_SAMPLES)
+    y = slice_batch(batch[1], PROBE_SAMPLES) if len(batch) > 1 else None
+    own = keras_setup.own_step(model)
+    if own is not None and _without_forward_pass(report, model):
+        return
     try:
         with parts.part("twin"):
             twin = build_float32()
@@ -168,7 +173,9 @@ def _compare(
 
     # Under mixed_float16 the gradients of the probe batch are compared too: each model's are
     # taken with its forward pass (one pass, one compiled function on JAX).
-    loss_fn = _loss_fn(loss) if low == "float16" else None
+    loss_fn = _loss_fn(loss) if low == "float16" and own is None else None
+    if low == "float16" and own is not None:
+        report.numerics["gradients"] = f"not compared: {_OWN_LOSS.format(own.__name__)}"
     budget = RECORD_BUDGET_BYTES
     reference = run_pass(
         twin, walk_twin, x, Loss(loss_fn, y, 1.0) if loss_fn else None, parts, "float32", budget
@@ -254,6 +261,26 @@ def _not_compared(report: ProbeReport, why: str) -> ProbeReport:
     report.compared = False
     report.note = f"the numerics probe did not compare with float32: {why}"
     return report
+
+
+#: Why a model with its own training step has no gradients to compare (issue 71).
+_OWN_LOSS = "{} computes its own loss in its training step, which the probe cannot compute apart"
+
+
+def _without_forward_pass(report: ProbeReport, model: Any) -> bool:
+    """Whether ``model`` (its training step its own) has no forward pass of its own to
+    compare: the keras.io VAE defines no ``call()``, its layers run only inside its step. Then
+    the report says so (``note``) and the probe compares nothing."""
+    from tuner import keras_setup
+
+    if keras_setup.defines_call(model):
+        return False
+    _not_compared(
+        report,
+        f"{type(model).__name__} defines its own training step and no call(), so it has no "
+        "forward pass of its own to compare (its gradients neither)",
+    )
+    return True
 
 
 def _ensure_built(model: Any, x: Any) -> None:

@@ -255,12 +255,22 @@ class Pass:
     gradient_error: str | None = None  #: the gradients could not be taken: why
 
 
+class Failure(str):
+    """A failure in one line (a ``str``), with the exception it was read from (``exc``), so
+    that a policy's failure can be read for its trap where it happened in the user's code
+    (:func:`tuner.worker.blame.trap_hazards`)."""
+
+    exc: BaseException | None = None
+
+
 def attempt(fn: Callable[[], Any]) -> str | None:
-    """Run ``fn``; its failure as one line, or None."""
+    """Run ``fn``; its failure as one line (a :class:`Failure`), or None."""
     try:
         fn()
     except Exception as exc:  # noqa: BLE001 - a failure is a finding here
-        return first_line(exc)
+        failure = Failure(first_line(exc))
+        failure.exc = exc
+        return failure
     return None
 
 

@@ -94,6 +94,20 @@ def _user_frame() -> str | None:
     return None
 
 
+def _keras_default_made() -> bool:
+    """Whether the policy being set is Keras' default, made where it was first read
+    (``keras.config.dtype_policy()`` sets ``DTypePolicy(floatx())`` when none is set: a
+    script's first layer reads it): the script set nothing, and no line of its sets it."""
+    frame = sys._getframe(2)  # set_global_attribute <- set_dtype_policy <- its caller
+    caller = frame.f_back
+    return (
+        frame.f_code.co_name == "set_dtype_policy"
+        and caller is not None
+        and caller.f_code.co_name == "dtype_policy"
+        and caller.f_code.co_filename.startswith(_NOT_USER[0])
+    )
+
+
 @contextmanager
 def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     """While it lasts, the global precision policy stays what mptune set: a call of the
@@ -105,7 +119,7 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     original = global_state.set_global_attribute
 
     def set_global_attribute(name: str, value: Any) -> None:
-        if name == "dtype_policy":
+        if name == "dtype_policy" and not _keras_default_made():
             held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
             if hold:
                 return

@@ -212,6 +212,72 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def reported_loss(logs: Any, model: Any) -> Any:
+    """The loss a training step reports, as the trial's guard compares it: its logs' ``loss``
+    (Keras' own step, and a step of the model's own that names one), else the first of the
+    model's metrics that the logs hold (a ``train_step`` of the model's own that reports its
+    loss under a tracker's name, issue 71), else the logs' first value.
+
+    Raises:
+        KeyError: the step reports nothing.
+    """
+    if "loss" in logs:
+        return logs["loss"]
+    for metric in getattr(model, "metrics", None) or []:
+        name = getattr(metric, "name", None)
+        if name in logs:
+            return logs[name]
+    for value in logs.values():
+        return value
+    raise KeyError("loss")
+
+
+def reports_a_mean(model: Any, reported: float) -> bool:
+    """Whether the loss a step of the model's own reported (after its first execution since
+    the metrics were reset) is one of its metrics' results, a running mean that the metrics'
+    reset starts again (the keras.io VAE's ``total_loss_tracker``), rather than its batch's own
+    loss (keras.io's WGAN-GP returns ``d_loss`` as it computed it)."""
+    for metric in getattr(model, "metrics", None) or []:
+        try:
+            value = float(keras.ops.convert_to_numpy(metric.result()))
+        except Exception:  # noqa: BLE001 - a metric with no single value is not the loss
+            continue
+        if math.isclose(value, reported, rel_tol=1e-6, abs_tol=1e-12):
+            return True
+    return False
+
+
+def count_scale_loss(model: Any) -> list[int] | None:
+    """Count the calls of ``model.optimizer.scale_loss`` from now on (one counter, in a list),
+    where the model's ``train_step`` is its own (:func:`tuner.keras_setup.own_step`) and its
+    optimizer a ``LossScaleOptimizer``, which divides every gradient by its scale whether or
+    not the step scaled the loss (issue 71); None elsewhere (Keras' own step scales it). A
+    traced step calls it once when traced (TensorFlow, JAX), an eager one every step: zero
+    after a step ran is a step that never scales its loss."""
+    optimizer = getattr(model, "optimizer", None)
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return None
+    if keras_setup.own_step(model, ("train_step",)) is None:
+        return None
+    counted = vars(optimizer).get("scale_loss")
+    if counted is not None and hasattr(counted, "calls"):
+        # A warm worker's later trial on the same compiled model: its step, traced by an
+        # earlier trial, is not traced again, and the count it made then stands.
+        return counted.calls  # type: ignore[no-any-return]
+    calls = [0]
+    original = optimizer.scale_loss
+
+    def scale_loss(loss: Any) -> Any:
+        calls[0] += 1
+        return original(loss)
+
+    scale_loss.calls = calls  # type: ignore[attr-defined]
+    # On the instance, past Keras' attribute tracking: the step's ``self.optimizer.scale_loss``
+    # finds it first.
+    object.__setattr__(optimizer, "scale_loss", scale_loss)
+    return calls
+
+
 @dataclass(frozen=True)
 class _Least:
     """A phase's least steps: ``steps``, or where they outlast ``seconds``,
@@ -268,8 +334,14 @@ class StepRunner:
         #: counts applied (micro-)steps: it stands still on a step the loss scaler skipped
         self._applied = getattr(inner, "_iterations", None)
         self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+        #: how often the model's own train_step called its loss scaler's scale_loss (traced
+        #: once on TensorFlow and JAX), where there is one to call: :func:`count_scale_loss`
+        self.scale_loss_calls = count_scale_loss(model)
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
+        #: whether the step reports a running mean (Keras' own step does; a step of the
+        #: model's own is asked once: :func:`reports_a_mean`)
+        self._running_mean: bool | None = None if keras_setup.own_step(model) else True
         self.backend = backends.current()
         #: the backend's step driver: the trial's batches in order, again and again (step k
         #: sees batch k mod the pool, as every trial of the same batch size and seed does),
@@ -351,12 +423,11 @@ class StepRunner:
             t = time.perf_counter()
             logs = self.steps.execute()
             # Reading the loss waits for the step (JAX and PyTorch return before it ends).
-            mean = float(logs["loss"])
+            mean = float(reported_loss(logs, self.model))
             dt = time.perf_counter() - t
             self.global_step += self.spe
             since_reset += 1
-            # This execution's mean loss, from the running means before and after it.
-            loss = since_reset * mean - (since_reset - 1) * mean_before
+            loss = self._execution_loss(mean, since_reset, mean_before)
             mean_before = mean
             scale = self._current_scale()
             now_applied = self._read_applied()
@@ -393,6 +464,17 @@ class StepRunner:
         log.elapsed_s = time.perf_counter() - start
         log.reporting_s = reporting_s
         return log
+
+    def _execution_loss(self, reported: float, since_reset: int, mean_before: float) -> float:
+        """This execution's mean loss, from the running means before and after it; a step of
+        the model's own that reports its batch's own loss (keras.io's WGAN-GP) gives it as it
+        is (asked once: :func:`reports_a_mean`)."""
+        if self._running_mean is None:
+            self.steps.sync()  # JAX: the metrics' values back in the model
+            self._running_mean = reports_a_mean(self.model, reported)
+        if not self._running_mean:
+            return reported
+        return since_reset * reported - (since_reset - 1) * mean_before
 
     @staticmethod
     def _ended(

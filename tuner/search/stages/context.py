@@ -39,7 +39,7 @@ from tuner.search.stage import (
 )
 from tuner.search.wording import where
 from tuner.setup import KNOBS, TF32, Knob, Searching, Setup
-from tuner.trials.hazards import NOT_TRAINING
+from tuner.trials.hazards import NOT_TRAINING, UNSCALED_LOSS
 from tuner.trials.result import START_PHASE, TrialStatus
 
 T = TypeVar("T")
@@ -97,13 +97,16 @@ def unsafe_text(m: Measured, baseline: Measured | None) -> str:
         and baseline.result.spec.policy == FLOAT32
     ):
         # Weights that did not move (issue 71): its steps ran, nothing was fixed, nothing
-        # trained; its rate is no gain.
-        still = any(h.kind == NOT_TRAINING and h.unsafe for h in m.result.hazards)
-        how = (
-            "its steps, training nothing, ran at"
-            if still
-            else "measured with the fix applied it reached"
-        )
+        # trained; its rate is no gain. A trap the trial does not fix (a train_step that does
+        # not scale its loss) was measured as the model runs; the probe's hazards with their
+        # fix applied.
+        unsafe = [h.kind for h in m.result.hazards if h.unsafe]
+        if NOT_TRAINING in unsafe:
+            how = "its steps, training nothing, ran at"
+        elif UNSCALED_LOSS in unsafe:
+            how = "measured as it runs it reached"
+        else:
+            how = "measured with the fix applied it reached"
         reason += (
             f"; {how} {m.speed / baseline.speed:.2f}x "
             f"float32's throughput at batch size {m.result.spec.batch_size}"
