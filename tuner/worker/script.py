@@ -105,7 +105,7 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     original = global_state.set_global_attribute
 
     def set_global_attribute(name: str, value: Any) -> None:
-        if name == "dtype_policy":
+        if name == "dtype_policy" and not _keras_default():
             held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
             if hold:
                 return
@@ -116,6 +116,24 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
         yield
     finally:
         global_state.set_global_attribute = original
+
+
+def _keras_default() -> bool:
+    """Whether the policy being set is Keras' own default, set by its getter the first time a
+    layer asks for the global policy and none is set (``keras.config.dtype_policy()``): not a
+    setting of the script's, so neither recorded nor held off (a KerasHub backbone's first
+    layer met it; it read "float32 (set at train.py:18)", the line that built the backbone)."""
+    from keras.src.dtype_policies import dtype_policy
+
+    getter = dtype_policy.dtype_policy.__code__
+    frame = sys._getframe(2)  # Keras setter that called the hook, then its callers
+    for _ in range(3):
+        if frame is None:
+            return False
+        if frame.f_code is getter:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class _FitReached(BaseException):
