@@ -49,6 +49,9 @@ class LoadedModel:
     #: today: :class:`tuner.trials.result.AsTrained`), and the data its fit validates on
     script: Any = None
     validation: tuple[Any, Any] | None = None
+    #: the library's ``fit`` that makes the input Keras' fit iterates (``GemmaCausalLM.fit``),
+    #: where one does (:attr:`tuner.worker.script.FitCall.made_by`)
+    input_made_by: str | None = None
 
 
 def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
@@ -103,7 +106,9 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
         jit,
         compile_extras=compile_extras(call.model),
         make_dataset=lambda batch_size: script.input_at(call, batch_size),
-        input_words=f"{name}'s own fit data at batch {{batch}}",
+        input_words=f"{name}'s own fit data at batch {{batch}}"
+        + (f" as {call.made_by} makes it" if call.made_by else ""),
+        input_made_by=call.made_by,
         script=AsTrained(
             **own, batch_size=script.script_batch(call), left_out=script.left_out(call)
         ),
