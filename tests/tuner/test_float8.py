@@ -413,3 +413,38 @@ def test_a_search_that_ends_before_the_knobs_says_why_they_were_never_to_run(
     assert (
         "the search ended before its steps per execution stage" in rows(rec)["Steps per execution"]
     )
+
+
+@pytest.mark.slow
+def test_lora_layers_stay_out_of_float8_and_train() -> None:
+    """Keras' float8 call refuses LoRA: mptune's float8 path (``after_build``, as a trial,
+    apply_config and ``mptune run`` take it) quantizes the Dense layers without LoRA and leaves
+    the LoRA-enabled one in the policy, and the model then trains: the LoRA weights move, the
+    frozen kernel under them does not."""
+    import keras
+    import numpy as np
+
+    from tuner import keras_setup
+
+    inputs = keras.Input((16,))
+    adapted = keras.layers.Dense(16, name="adapted")
+    outputs = keras.layers.Dense(2, name="out")(adapted(keras.layers.Dense(16)(inputs)))
+    model = keras.Model(inputs, outputs)
+    adapted.enable_lora(2)
+    setup = Setup("float32", 8, float8=True, backend=keras.backend.backend())
+    keras_setup.compile_model(model, setup, keras.optimizers.SGD(0.1), "mse")
+    policies = {layer.name: layer.dtype_policy.name for layer in model.layers[1:]}
+    assert policies["adapted"] == "float32"
+    assert policies["out"] == "float8_from_float32"
+    assert adapted.lora_enabled
+    lora = {"a": adapted.lora_kernel_a, "b": adapted.lora_kernel_b, "kernel": adapted._kernel}
+    before = {k: keras.ops.convert_to_numpy(v).copy() for k, v in lora.items()}
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((64, 16)), rng.standard_normal((64, 2))
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    moved = {
+        k: float(np.abs(keras.ops.convert_to_numpy(v) - before[k]).max()) for k, v in lora.items()
+    }
+    assert moved["b"] > 0, moved  # lora_b starts at zero: its first gradient is not
+    assert moved["kernel"] == 0, moved  # frozen under LoRA

@@ -267,6 +267,24 @@ def test_a_result_keeps_both_figures_through_storage() -> None:
     assert not TrialResult.from_dict(old).input_bound
 
 
+def test_a_pipeline_a_library_makes_is_not_called_the_users() -> None:
+    """A KerasHub task's fit batches the script's arrays into a tf.data pipeline of its own
+    (issue 71): the advice names whose pipeline it is, kept through storage; a record stored
+    before reads as the user's own."""
+    made = InputRate(
+        900.0, "tf_data", "train.py's own fit data at batch 16 as BertTextClassifier.fit makes it",
+        made_by="BertTextClassifier.fit",
+    )  # fmt: skip
+    advice = made.advice("tensorflow")
+    assert "the one BertTextClassifier.fit makes of the data the script passes it" in advice
+    assert "in your tf.data pipeline" not in advice
+    assert InputRate.from_dict(made.to_dict()) == made
+    old = made.to_dict()
+    del old["made_by"]
+    assert InputRate.from_dict(old).made_by is None
+    assert "in your tf.data pipeline" in InputRate.from_dict(old).advice("tensorflow")
+
+
 def _recommendation(device: float, fed: float, fit_loop: bool = False) -> Recommendation:
     figure = fed if fit_loop else min(device, fed)
     return Recommendation(

@@ -37,6 +37,28 @@ def test_a_scripts_setup_round_trips_and_says_its_lines() -> None:
     assert refused.words() == "not run as a trial: its model is not compiled when it calls fit"
 
 
+def test_keras_own_default_policy_is_not_a_setting_of_the_scripts() -> None:
+    """Keras sets its default policy itself the first time a layer asks for one and none is
+    set: that is not the script's setting (a KerasHub backbone built first read "float32 (set
+    at train.py:18)", the backbone's line); the script's own call after it is."""
+    import keras
+    from keras.src.backend.common import global_state
+
+    from tuner.worker import script
+
+    held: list[script.HeldSetting] = []
+    saved = global_state.get_global_attribute("dtype_policy")
+    global_state.set_global_attribute("dtype_policy", None)
+    try:
+        with script.policy_held(held, hold=False):
+            keras.layers.Dense(2)  # Keras' getter sets float32 here
+            assert keras.config.dtype_policy().name == "float32"
+            keras.config.set_dtype_policy("mixed_bfloat16")
+    finally:
+        global_state.set_global_attribute("dtype_policy", saved)
+    assert [h.policy for h in held] == ["mixed_bfloat16"]
+
+
 @pytest.mark.slow
 def test_the_precision_and_batch_are_observed_not_read_from_the_text() -> None:
     """The policy passes through an argparse default and a variable (no literal to read), and

@@ -261,9 +261,20 @@ class InputRate:
     #: into the rate (TensorFlow's input autotuner, for arrays:
     #: :func:`tuner.worker.feeding.autotune_wait`); 0.0 where none was priced
     epoch_end_wait_s: float = added(0.0)
+    #: the library's ``fit`` that made the tf.data pipeline of the script's data (a KerasHub
+    #: task's ``GemmaCausalLM.fit``: it batches, maps in parallel and prefetches), None where
+    #: the pipeline is the user's own
+    made_by: str | None = added(None)
 
     def advice(self, backend: str) -> str:
         """What to do about this input when it holds ``fit`` back, on ``backend``."""
+        if self.kind == "tf_data" and self.made_by:
+            return (
+                f"the tf.data pipeline fit iterates is the one {self.made_by} makes of the data "
+                "the script passes it (it maps in parallel and prefetches already): pass it a "
+                "tf.data.Dataset of your own that caches what does not change between epochs; "
+                "a faster input gains more here than any precision"
+            )
         if self.kind == "tf_data":
             return (
                 "in your tf.data pipeline: map with num_parallel_calls=tf.data.AUTOTUNE, .cache() "

@@ -139,6 +139,8 @@ class Feed:
     fed_by: str
     #: the arrays' sample weights, where the user's input gives them (fit weighs by them)
     sample_weight: Any = None
+    #: the library's ``fit`` that makes this input of the script's data (a KerasHub task's)
+    made_by: str | None = None
 
     @property
     def batched(self) -> bool:
@@ -156,7 +158,8 @@ def fit_feed(source: Any, loaded: loading.LoadedModel, batch_size: int, batches:
         data = call_user(lambda: make(batch_size), what, source.path, source.spec)
         kind = structure.input_kind(data)
         if kind == "tf_data":
-            return Feed(data, None, kind, f"{what}, a tf.data.Dataset, as fit iterates it")
+            words = f"{what}, a tf.data.Dataset, as fit iterates it"
+            return Feed(data, None, kind, words, made_by=loaded.input_made_by)
         if kind == "py_dataset":
             return Feed(data, None, kind, f"{what}, a keras.utils.PyDataset, as fit iterates it")
         if kind == "generator":
@@ -464,6 +467,7 @@ def fit_rate(
         "samples_per_second": samples / counted if counted > 0 else None,
         "kind": feed.kind,
         "fed_by": feed.fed_by,
+        "made_by": feed.made_by,
         "batches": executions * spe,
         "seconds": elapsed,
         "epochs": clock.epochs,

@@ -50,6 +50,9 @@ class LoadedModel:
     #: today: :class:`tuner.trials.result.AsTrained`), and the data its fit validates on
     script: Any = None
     validation: tuple[Any, Any] | None = None
+    #: the library's ``fit`` that makes the input Keras' fit iterates (``GemmaCausalLM.fit``),
+    #: where one does (:attr:`tuner.worker.script.FitCall.made_by`)
+    input_made_by: str | None = None
 
 
 def load_user_model(source: ModelSource, policy: str) -> LoadedModel:
@@ -83,18 +86,13 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
     if held:
         # What the script runs as written: the precision it asked for, where it asked.
         own.update(policy=held[-1].policy, policy_at=held[-1].at)
-        if held[-1].policy == "mixed_float16" and own.get("loss_scale") == "none":
-            # Under its own mixed_float16, Keras' compile() wraps its optimizer by itself.
-            auto = getattr(call.model, "_compile_config", None) or {}
-            asked = getattr(auto, "config", {}) or {}
-            if asked.get("auto_scale_loss", True):
-                own["loss_scale"] = "dynamic"
     elif built != policy:
         own["policy_at"] = _line_naming(source, built)
     else:
         # Built under the trial's policy, the script sets none itself: it runs under Keras'
         # default as the user runs it.
         own["policy"] = "float32"
+    own["loss_scale"] = _scripts_loss_scale(call.model, own["policy"], own.get("loss_scale"))
     if built != policy:
         at = own.get("policy_at")
         raise script.SetupOverridden(
@@ -109,12 +107,35 @@ def _load_script(source: ModelSource, policy: str) -> LoadedModel:
         jit,
         compile_extras=compile_extras(call.model),
         make_dataset=lambda batch_size: script.input_at(call, batch_size),
-        input_words=f"{name}'s own fit data at batch {{batch}}",
+        input_words=f"{name}'s own fit data at batch {{batch}}"
+        + (f" as {call.made_by} makes it" if call.made_by else ""),
+        input_made_by=call.made_by,
         script=AsTrained(
             **own, batch_size=script.script_batch(call), left_out=script.left_out(call)
         ),
         validation=script.validation_of(call),
     )
+
+
+def _scripts_loss_scale(model: keras.Model, policy: str, read: str | None) -> str | None:
+    """The loss scaling the script's own run has, under its own ``policy``, where ``read`` is
+    what the model compiled under the trial's policy has. Keras' ``compile()`` wraps the
+    optimizer by itself (``auto_scale_loss``) only under mixed_float16: a wrap the trial's
+    mixed_float16 made is not the script's (a KerasHub task compiled in its constructor, or any
+    script, under a trial of mixed_float16 beside its own mixed_bfloat16), and under its own
+    mixed_float16 the script has one although the trial's policy made none. A
+    ``LossScaleOptimizer`` or a ``loss_scale_factor`` the script passed is its own."""
+    asked = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+    optimizer = asked.get("optimizer")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or not str(read or "").startswith(
+        "dynamic"
+    ):
+        own_scale = read
+    else:
+        own_scale = "none"  # the trial's auto wrap
+    if policy == "mixed_float16" and own_scale == "none" and asked.get("auto_scale_loss", True):
+        return "dynamic"
+    return own_scale
 
 
 def _refuse_quantized(policy: Any, at: str | None) -> None:

@@ -45,6 +45,12 @@ class FitCall:
     #: where the script calls it (``train.py:40``), or the innermost line of the user's that led
     #: there (a fit in a module it imports)
     at: str | None = None
+    #: the library's ``fit`` that called Keras' own with an input it made (``GemmaCausalLM.fit``:
+    #: a KerasHub task batches the script's arrays into a tf.data pipeline); None where the
+    #: script called Keras' ``fit`` itself
+    made_by: str | None = None
+    #: the size of the first batch its batched input gives, once drawn (:func:`first_batch`)
+    drawn: list[int] = field(default_factory=list, repr=False)
 
     def go_on(self, **changed: Any) -> Any:
         """Keras' own ``fit`` on the script's model and arguments, ``changed`` ones replaced."""
@@ -87,25 +93,10 @@ def _user_frame() -> str | None:
     """The innermost frame of the running stack in the user's code, as ``file:line``."""
     frame = sys._getframe(1)
     while frame is not None:
-        name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith(_NOT_USER) and "site-packages" not in name and "<" not in name:
-            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        if not _not_users(frame.f_code.co_filename):
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
-
-
-def _keras_default_made() -> bool:
-    """Whether the policy being set is Keras' default, made where it was first read
-    (``keras.config.dtype_policy()`` sets ``DTypePolicy(floatx())`` when none is set: a
-    script's first layer reads it): the script set nothing, and no line of its sets it."""
-    frame = sys._getframe(2)  # set_global_attribute <- set_dtype_policy <- its caller
-    caller = frame.f_back
-    return (
-        frame.f_code.co_name == "set_dtype_policy"
-        and caller is not None
-        and caller.f_code.co_name == "dtype_policy"
-        and caller.f_code.co_filename.startswith(_NOT_USER[0])
-    )
 
 
 @contextmanager
@@ -119,7 +110,7 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     original = global_state.set_global_attribute
 
     def set_global_attribute(name: str, value: Any) -> None:
-        if name == "dtype_policy" and not _keras_default_made():
+        if name == "dtype_policy" and not _keras_default():
             held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
             if hold:
                 return
@@ -130,6 +121,24 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
         yield
     finally:
         global_state.set_global_attribute = original
+
+
+def _keras_default() -> bool:
+    """Whether the policy being set is Keras' own default, set by its getter the first time a
+    layer asks for the global policy and none is set (``keras.config.dtype_policy()``): not a
+    setting of the script's, so neither recorded nor held off (a KerasHub backbone's first
+    layer met it; it read "float32 (set at train.py:18)", the line that built the backbone)."""
+    from keras.src.dtype_policies import dtype_policy
+
+    getter = dtype_policy.dtype_policy.__code__
+    frame = sys._getframe(2)  # Keras setter that called the hook, then its callers
+    for _ in range(3):
+        if frame is None:
+            return False
+        if frame.f_code is getter:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class _FitReached(BaseException):
@@ -175,13 +184,29 @@ def fit_hook(on_fit: Callable[[FitCall], Any], fit_call: int) -> Iterator[list[i
         bound = signature.bind(self, *args, **kwargs)
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
         arguments.update(arguments.pop("kwargs", {}))
-        return on_fit(FitCall(self, arguments, original, _user_frame()))
+        return on_fit(FitCall(self, arguments, original, _user_frame(), _made_by(self)))
 
     keras.Model.fit = fit
     try:
         yield calls
     finally:
         keras.Model.fit = original
+
+
+def _made_by(model: Any) -> str | None:
+    """``Cls.fit`` where Keras' ``fit`` is called from a ``fit`` of a library's class between it
+    and the script (a KerasHub task's ``PipelineModel.fit``), which hands it an input of its
+    own making; None where the script's own code called it."""
+    caller = sys._getframe(2)  # the hook's caller
+    if caller.f_code.co_name != "fit" or not _not_users(caller.f_code.co_filename):
+        return None
+    return f"{type(model).__name__}.fit"
+
+
+def _not_users(filename: str) -> bool:
+    """Whether ``filename`` is mptune's, a framework's or a library's, not the user's."""
+    name = os.path.abspath(filename)
+    return name.startswith(_NOT_USER) or "site-packages" in name or "<" in name
 
 
 def run_script(
@@ -379,7 +404,9 @@ def input_at(call: FitCall, batch_size: int) -> Any:
     if kind == "generator":
         return regrouped(call.x, batch_size)
     own = batch_of(call.x)
-    if own == batch_size:
+    if own == batch_size or (kind == "tf_data" and own is None and first_batch(call) == batch_size):
+        # Its own batching: a pipeline with no static batch, rebatched at the same size, would
+        # lose its known length and add a step of mptune's to each batch.
         return call.x
     if kind == "tf_data":
         # A remainder batch kept or dropped as the script's own batching does (a static batch
@@ -391,8 +418,9 @@ def input_at(call: FitCall, batch_size: int) -> Any:
 def fit_arguments_at(call: FitCall, batch_size: int) -> dict[str, Any]:
     """What changes in the script's ``fit`` arguments for it to train at ``batch_size``
     (``mptune run``), every other as the script wrote them: arrays get ``batch_size``, a
-    batched input is regrouped (:func:`input_at`), and a ``steps_per_epoch`` the script gave is
-    scaled so that an epoch still covers as many samples."""
+    batched input is regrouped (:func:`input_at`) where its batch is another, and a
+    ``steps_per_epoch`` the script gave is scaled so that an epoch still covers as many
+    samples."""
     kind = input_kind(call.x)
     changed: dict[str, Any]
     if kind == "arrays":
@@ -405,12 +433,23 @@ def fit_arguments_at(call: FitCall, batch_size: int) -> dict[str, Any]:
         own = samples_in(first)
         changed = {"x": regrouped(itertools.chain([first], call.x), batch_size)}
     else:
-        own = batch_of(call.x) or samples_in(next(iter(call.x)))
-        changed = {"x": input_at(call, batch_size)}
+        own = batch_of(call.x) or first_batch(call)
+        # At its own batch, the input stays the script's: a tf.data pipeline with no static
+        # batch (a KerasHub task's fit batches arrays so) rebatched at the same size loses its
+        # known length, and Keras then warns at the first epoch's end that it "ran out of data".
+        changed = {} if own == batch_size else {"x": input_at(call, batch_size)}
     steps = call.arguments.get("steps_per_epoch")
     if steps and own and own != batch_size:
         changed["steps_per_epoch"] = max(1, -(-int(steps) * own // batch_size))
     return changed
+
+
+def first_batch(call: FitCall) -> int:
+    """How many samples the first batch of the script's batched input (a tf.data pipeline, a
+    PyDataset: one fit iterates afresh each epoch) holds, drawn once and kept on ``call``."""
+    if not call.drawn:
+        call.drawn.append(samples_in(next(iter(call.x))))
+    return call.drawn[0]
 
 
 def regrouped(stream: Iterator[Any], batch_size: int) -> Iterator[Any]:
