@@ -226,3 +226,42 @@ def test_a_run_today_that_fails_is_said_to_fail_at_its_place(tmp_path: Path) -> 
     )
     assert rec.setup.policy == "float32"
     assert evidence_rows(rec)[0][1].startswith("Your run today fails: ")
+
+
+def test_what_you_run_today_stands_where_a_budget_left_its_precision_unchecked(
+    tmp_path: Path,
+) -> None:
+    """A search a budget ended before today's precision's best batch was compared with
+    float32 (the whole precision rejected, as a KerasHub BERT's mixed_bfloat16 was) recommends
+    what the user runs today over a slower setup, never the slower one (issue 71)."""
+    from tuner.search.recommend import recommend
+    from tuner.search.space import SearchSettings
+
+    machine = Machine(
+        speed={"float32": 800, "mixed_bfloat16": 1200, "mixed_float16": 1000}, growth=0.0
+    )
+    own = Setup("mixed_bfloat16", 16)
+    space = SearchSpace(
+        policies=("float32", "mixed_float16", "mixed_bfloat16"),
+        batch_sizes=(16, 32, 64),
+        user_policy="mixed_bfloat16",
+        user_setup=own,
+        user_setup_words="mixed_bfloat16 (set at t.py:3), batch size 16 (fit at t.py:9)",
+    )
+    settings = SearchSettings(max_trials=4)
+    result = run(machine, tmp_path, space=space, settings=settings)
+    outcome = result.outcome
+    # What the KerasHub search met: the budget left mixed_bfloat16's pick unchecked.
+    for c in outcome.candidates:
+        if c.setup.policy == "mixed_bfloat16":
+            c.rejected = "not compared with float32 at batch size 32 (the budget ended first)"
+    rec = recommend(outcome, space, settings)
+    assert rec.setup == own
+    assert rec.reason.startswith("What you run today is the best setup measured here")
+    # Not where today's run is a trap: the user is told, and no figure stands on it.
+    trap = not_training("mixed_bfloat16", 5, 40, "bfloat16", None)
+    base = outcome.baseline
+    outcome.baseline = dataclasses.replace(
+        base, result=dataclasses.replace(base.result, hazards=(trap,))
+    )
+    assert recommend(outcome, space, settings).setup != own

@@ -59,7 +59,7 @@ def recommend(
     # The one rule behind every figure stated here: a setup's figure is the median of all its
     # measured runs (a re-measurement the search took after its stages, or that a budget left
     # unused, included), and every ratio names the run or median it is against.
-    candidates = [on_all_runs(c, outcome) for c in outcome.candidates]
+    candidates = _with_today([on_all_runs(c, outcome) for c in outcome.candidates], outcome, space)
     viable = [c for c in candidates if c.rejected is None]
     if not viable:
         raise NoViableSetup(no_viable_message(outcome))
@@ -202,6 +202,32 @@ def today_trap(outcome: SearchOutcome, space: SearchSpace) -> str | None:
     verb = "fails" if first.error is not None and not first.losses else "does not train"
     at = f" (at {hazard.at})" if hazard.at else ""
     return f"your run today {verb}: {hazard.evidence}{at}. Fix: {hazard.fix}"
+
+
+def _with_today(
+    candidates: list[Candidate], outcome: SearchOutcome, space: SearchSpace
+) -> list[Candidate]:
+    """The candidates, with what a training script runs today among them (issue 71): the user
+    keeps it without any check of ours, so a search that a budget ended before its precision's
+    best batch was compared with float32 (the whole precision rejected) never recommends a
+    setup slower than it. Only where no pick of its precision stands, and not where today's
+    run failed or carries an unsafe hazard (a trap: the run does not train); a candidate of
+    the same setup rejected for a check it lacked gives way to it."""
+    base = outcome.baseline
+    if (
+        space.user_setup is None
+        or base is None
+        or not base.result.ok
+        or any(h.unsafe for h in base.result.hazards)
+    ):
+        return candidates
+    setup = base.result.spec.setup
+    if any(c.setup.precision == setup.precision and c.rejected is None for c in candidates):
+        return candidates  # its precision's pick stands for it
+    today = on_all_runs(Candidate(setup, [base]), outcome)
+    if setup.precision == FLOAT32:
+        today.loss_gap = 0.0
+    return [c for c in candidates if c.setup != setup] + [today]
 
 
 def _today_first(
