@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from tuner import keras_setup
+from tuner import keras_private, keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.forking import status_mb, untouched_file_mb
@@ -253,7 +253,7 @@ class StepRunner:
         self.dynamic = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         #: counts applied (micro-)steps: it stands still on a step the loss scaler skipped
-        self._applied = getattr(inner, "_iterations", None)
+        self._applied = keras_private.iterations_variable(inner)
         self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         self.global_step = 0
         self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
