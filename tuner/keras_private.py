@@ -3,8 +3,9 @@
 Keras' public API does not say everything a trial has to read or do: which layers a custom
 layer holds, the shapes a layer was built for, what a model was compiled with, the JAX state
 ``fit`` threads through its steps. Each such use is a function or a constant here, with a line
-saying why mptune needs it and which Keras releases have it (read in each release's source,
-3.0 to 3.15.1, 2026-12-06). The rest of mptune calls these and names no private Keras attribute
+saying why mptune needs it and which Keras releases have it (read in the source of releases
+3.0, 3.3, 3.5, 3.6, 3.8 to 3.13 and 3.15.1 on 2026-12-06: "3.5-3.15.1" names the first of
+those that has it). The rest of mptune calls these and names no private Keras attribute
 or ``keras.src`` module itself; ``tests/tuner/test_keras_private.py`` checks each name on a real
 model, so that a Keras release that changes one fails there, by name, and checks that
 :data:`PRIVATE_NAMES` appear nowhere else under ``tuner/`` and ``app/``.
