@@ -28,6 +28,7 @@ from typing import Any
 
 import keras
 
+from tuner import keras_private
 from tuner.setup import LossScale, Policy, Setup, compile_arguments, optimizer_arguments
 
 
@@ -87,12 +88,8 @@ def set_seed(seed: int) -> None:
     import random
 
     import numpy as np
-    from keras.src.backend.common import global_state
-    from keras.src.random import seed_generator
-    from keras.src.utils import rng_utils
 
-    global_state.set_global_attribute(rng_utils.GLOBAL_RANDOM_SEED, seed)
-    global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)
+    keras_private.seed_global_generators(seed)
     random.seed(seed)
     np.random.seed(seed)
     if keras.backend.backend() == "torch":
@@ -264,7 +261,7 @@ def quantized_layers(model: Any) -> list[Any]:
     """``model``'s layers that Keras has quantized (their policy has a quantization mode)."""
     return [
         layer
-        for layer in model._flatten_layers(include_self=False)
+        for layer in keras_private.tracked_layers(model) or []
         if getattr(getattr(layer, "dtype_policy", None), "quantization_mode", None)
     ]
 
@@ -276,7 +273,7 @@ def in_its_strategy(model: Any) -> Any:
     nothing (a ``keras.distribution`` is global, and stays set)."""
     import contextlib
 
-    strategy = getattr(model, "_distribute_strategy", None)
+    strategy = keras_private.distribute_strategy(model)
     if keras.backend.backend() == "tensorflow" and strategy is not None:
         return strategy.scope()
     return contextlib.nullcontext()

@@ -19,6 +19,7 @@ from typing import Any
 
 import keras
 
+from tuner import keras_private
 from tuner.setup import LossScale, Policy
 
 
@@ -31,7 +32,7 @@ def layer_policy(model: Any) -> str:
     policy's; a pair of dtypes mptune knows no policy for reads as its compute dtype."""
     counts: collections.Counter[str] = collections.Counter()
     for layer in _leaves(model):
-        weights = sum(int(_size(w)) for w in getattr(layer, "_trainable_variables", []) or [])
+        weights = sum(int(_size(w)) for w in keras_private.own_trainable_variables(layer))
         if not weights:
             continue
         own = getattr(layer, "dtype_policy", None)
@@ -82,14 +83,12 @@ def distribution_of(model: Any) -> tuple[str | None, int]:
     and over how many devices; ``(None, 1)`` for none."""
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        strategy = getattr(model, "_distribute_strategy", None)
+        strategy = keras_private.distribute_strategy(model)
         if strategy is not None:
             return type(strategy).__name__, int(strategy.num_replicas_in_sync)
         return None, 1
     if backend == "jax":
-        from keras.src.distribution import distribution_lib
-
-        found = distribution_lib.distribution()
+        found = keras.distribution.distribution()
         if found is not None:
             mesh = getattr(found, "device_mesh", None)
             devices = getattr(mesh, "devices", None)
@@ -123,7 +122,7 @@ def quantizable_work(model: Any) -> tuple[float | None, tuple[str, ...]]:
     taken = total = 0.0
     left: list[str] = []
     for layer in _leaves(model):
-        kernel = getattr(layer, "_kernel", None)
+        kernel = keras_private.kernel_variable(layer)
         if kernel is None:
             kernel = getattr(layer, "kernel", None)
         shape = tuple(int(d or 1) for d in getattr(kernel, "shape", ()) or ())
@@ -146,7 +145,7 @@ def quantizable_work(model: Any) -> tuple[float | None, tuple[str, ...]]:
 
 def _places(layer: Any, kernel_shape: tuple[int, ...]) -> int:
     """How many times per sample ``layer`` applies its kernel (see :func:`quantizable_work`)."""
-    shapes = getattr(layer, "_build_shapes_dict", None) or {}
+    shapes = keras_private.build_shapes(layer)
     input_shape = next(iter(shapes.values()), None)
     try:
         output = getattr(layer, "full_output_shape", None) or layer.compute_output_shape(
@@ -206,8 +205,8 @@ def read(model: Any) -> dict[str, Any]:
 def _leaves(model: Any) -> list[Any]:
     """``model``'s layers that hold their own weights (nested models' layers, not the models)."""
     found = []
-    for layer in getattr(model, "_flatten_layers", lambda **_: [])(include_self=False):
-        if not getattr(layer, "_layers", None):
+    for layer in keras_private.tracked_layers(model) or []:
+        if not keras_private.direct_sublayers(layer):
             found.append(layer)
     return found
 

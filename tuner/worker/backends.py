@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner import keras_private
 from tuner.policies import JAX, TENSORFLOW, TORCH
 from tuner.worker.usercode import InternalError, UserCodeError, first_line
 
@@ -346,14 +347,14 @@ class TensorFlowSteps(Steps):
             batch_size = int(np.shape(flat[0][0])[0])
             dataset = tf.data.Dataset.from_tensor_slices(samples).batch(batch_size)
             dataset = dataset.repeat().prefetch(tf.data.AUTOTUNE)
-            strategy = getattr(model, "_distribute_strategy", None)
+            strategy = keras_private.distribute_strategy(model)
             if strategy is not None:
                 # A script's model under a tf.distribute strategy: each batch split over its
                 # replicas, as fit splits it (fit's batch is the global one), and the
                 # optimizer's variables made in the strategy before the step is traced, as fit
                 # makes them (made inside the traced step, they fail there).
                 dataset = strategy.experimental_distribute_dataset(dataset)
-                model._maybe_symbolic_build(data_batch=fit_element(batches[0]))
+                keras_private.maybe_symbolic_build(model, fit_element(batches[0]))
             self.iterator: Any = iter(dataset)
         model.make_train_function()
 
@@ -371,19 +372,18 @@ class JaxSteps(Steps):
         import jax
 
         super().__init__(model, batches)
-        model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
+        keras_private.symbolic_build(model, fit_element(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
         #: the jitted step Keras' train_function calls, kept so that its program can be
         #: compiled (and its memory read) ahead of the first step: see _own_jit
         self.step = _own_jit(model)
-        from keras.src.backend.jax.trainer import _distribute_data
-        from keras.src.distribution import distribution_lib
+        import keras
 
         with ours("putting the batches on the device"):
-            if distribution_lib.distribution() is not None:
+            if keras.distribution.distribution() is not None:
                 # Under a keras.distribution (DataParallel): each batch laid out over the
                 # devices as fit lays it out.
-                self.pool = [_distribute_data(fit_element(b)) for b in batches]
+                self.pool = [keras_private.distribute_data(fit_element(b)) for b in batches]
             else:
                 self.pool = [
                     jax.tree_util.tree_map(jax.numpy.asarray, fit_element(b)) for b in batches
@@ -402,12 +402,7 @@ class JaxSteps(Steps):
         compiled, and its ``memory_analysis()``."""
         if self.step is None or self.state is not None:
             return None
-        state = self.model._get_jax_state(
-            trainable_variables=True,
-            non_trainable_variables=True,
-            optimizer_variables=True,
-            metrics_variables=True,
-        )
+        state = keras_private.jax_state(self.model)
         analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
         if analysis is None:
             return None
@@ -422,14 +417,7 @@ class JaxSteps(Steps):
     def execute(self) -> Any:
         model = self.model
         if self.state is None:
-            self.state = model._get_jax_state(
-                trainable_variables=True,
-                non_trainable_variables=True,
-                optimizer_variables=True,
-                metrics_variables=True,
-                purge_model_variables=True,
-            )
-            model._jax_state_synced = False
+            self.state = keras_private.jax_state(model, purge=True)
             # Indexed when the state is taken: a warm worker builds the optimizer again (new
             # variables) after this driver was made.
             self._index = {id(v): i for i, v in enumerate(model.optimizer.variables)}
@@ -449,15 +437,7 @@ class JaxSteps(Steps):
     def sync(self) -> None:
         if self.state is None:
             return
-        trainable, frozen, optimizer, metrics = self.state
-        self.model._jax_state = {
-            "trainable_variables": trainable,
-            "non_trainable_variables": frozen,
-            "optimizer_variables": optimizer,
-            "metrics_variables": metrics,
-        }
-        self.model.jax_state_sync()
-        self.model._jax_state = None
+        keras_private.put_jax_state(self.model, self.state)
         self.state = None
 
 
@@ -470,7 +450,7 @@ class TorchSteps(Steps):
         import torch
 
         super().__init__(model, batches)
-        model._symbolic_build(data_batch=fit_element(batches[0]))  # as fit: optimizer, metrics
+        keras_private.symbolic_build(model, fit_element(batches[0]))  # as fit: optimizer, metrics
         model.make_train_function()
         model.train()
 
@@ -503,8 +483,7 @@ def _own_jit(model: Any) -> Any:
     one the steps call, and is not compiled twice. Kept per model until its train_function is
     made again (a recompile)."""
     import jax
-    from keras.src.backend.config import is_nnx_enabled
-    from keras.src.distribution import distribution_lib
+    import keras
 
     made = _JITTED.get(model)
     if made is not None and made[0] is model.train_function:
@@ -512,12 +491,12 @@ def _own_jit(model: Any) -> Any:
     if (
         model.run_eagerly
         or not model.jit_compile
-        or is_nnx_enabled()
-        or distribution_lib.distribution() is not None
+        or keras.config.is_nnx_enabled()
+        or keras.distribution.distribution() is not None
     ):
         return None
     step = jax.jit(model.train_step, donate_argnums=0)
-    model.train_function = model._make_function(step)
+    model.train_function = keras_private.make_function(model, step)
     _JITTED[model] = (model.train_function, step)
     return step
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import keras
 
+from tuner import keras_private
 from tuner.policies import FLOAT32
 from tuner.trials.hazards import (
     FLOAT16_TINY,
@@ -148,8 +149,7 @@ def _single_input(layer: Any) -> Any:
 
 
 def _producer(tensor: Any) -> Any:
-    history = getattr(tensor, "_keras_history", None)
-    return history[0] if history else None
+    return keras_private.producer(tensor)
 
 
 _PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")

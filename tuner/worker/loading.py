@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from tuner import keras_setup
+from tuner import keras_private, keras_setup
 from tuner.trials.models import ModelSource
 from tuner.worker.structure import input_kind, leading_dim
 from tuner.worker.usercode import UserCodeError, call_user, first_line
@@ -125,7 +125,7 @@ def _scripts_loss_scale(model: keras.Model, policy: str, read: str | None) -> st
     script, under a trial of mixed_float16 beside its own mixed_bfloat16), and under its own
     mixed_float16 the script has one although the trial's policy made none. A
     ``LossScaleOptimizer`` or a ``loss_scale_factor`` the script passed is its own."""
-    asked = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+    asked = keras_private.compile_arguments(model)
     optimizer = asked.get("optimizer")
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or not str(read or "").startswith(
         "dynamic"
@@ -201,7 +201,7 @@ def compile_extras(model: keras.Model) -> dict[str, Any]:
     """What else the user compiled ``model`` with that ``fit`` computes each step (metrics,
     weighted metrics, loss weights), to compile it again with: a script's trial times the
     fit it calls."""
-    config = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+    config = keras_private.compile_arguments(model)
     keys = ("metrics", "weighted_metrics", "loss_weights")
     return {k: config[k] for k in keys if config.get(k) is not None}
 
@@ -210,7 +210,7 @@ def _check_is_model(model: Any, what: str) -> None:
     if isinstance(model, keras.Model):
         return
     module = type(model).__module__
-    if module.startswith(("tf_keras", "keras.src.legacy", "tensorflow.python.keras")):
+    if module.startswith(keras_private.LEGACY_MODULES):
         raise UserCodeError(
             f"{what} returned a tf_keras (Keras 2) model: mptune needs a "
             "Keras 3 model (import keras, not tf.keras with TF_USE_LEGACY_KERAS)"
@@ -446,8 +446,8 @@ def synthesise_batches(
     loss_name = _loss_name(loss)
     # In the structure the model was built with (a dict of named inputs is fed a dict), as the
     # user would pass it to fit; a single input is its array.
-    x_struct = _structure(model, "_inputs_struct", inputs)
-    y_struct = _structure(model, "_outputs_struct", outputs)
+    x_struct = _structure(keras_private.input_structure(model), inputs)
+    y_struct = _structure(keras_private.output_structure(model), outputs)
     ids = float_token_inputs(model, x_struct)
     words = string_vocabularies(model)
 
@@ -469,10 +469,9 @@ def synthesise_batches(
     return batches
 
 
-def _structure(model: Any, attribute: str, tensors: list[Any]) -> Any:
+def _structure(struct: Any, tensors: list[Any]) -> Any:
     """The structure of a functional model's inputs or outputs (``tensors`` is it flattened);
     one tensor stands alone, and a model that keeps no structure gets a tuple."""
-    struct = getattr(model, attribute, None)
     if struct is None or len(keras.tree.flatten(struct)) != len(tensors):
         struct = tuple(tensors)
     if isinstance(struct, (list, tuple)) and len(struct) == 1:
@@ -567,10 +566,10 @@ def all_layers(layer: Any, include_self: bool = False) -> list[Any]:
     """Every layer ``layer`` holds, at any depth (and itself, with ``include_self``): the
     layers of nested models, and those a custom layer keeps in its attributes (Keras tracks
     them: ``Layer._flatten_layers``), which ``Model.layers`` does not show."""
-    flatten = getattr(layer, "_flatten_layers", None)
-    if not callable(flatten):
+    found = keras_private.tracked_layers(layer, include_self)
+    if found is None:
         return [layer] if include_self else []
-    return list(flatten(include_self=include_self, recursive=True))
+    return found
 
 
 def float_token_inputs(model: keras.Model, x_struct: Any = None) -> dict[int, int]:
@@ -616,10 +615,7 @@ def _consumers(model: Any, tensor: Any) -> list[Any]:
 
 
 def _layer_inputs(layer: Any) -> list[Any]:
-    tensors: list[Any] = []
-    for node in getattr(layer, "_inbound_nodes", []):
-        tensors.extend(getattr(node, "input_tensors", ()))
-    return tensors
+    return keras_private.inbound_tensors(layer)
 
 
 def _ranges_the_model_takes(

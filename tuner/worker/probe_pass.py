@@ -20,6 +20,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from tuner import keras_private
 from tuner.worker.usercode import first_line
 
 #: Options for the probe's compiled JAX functions. A float16 or bfloat16 intermediate rounds as
@@ -117,7 +118,7 @@ class Layers:
 
 
 def _sublayers(layer: Any) -> list[Any]:
-    found = getattr(layer, "_layers", None)
+    found = keras_private.direct_sublayers(layer)
     if found is None:
         found = getattr(layer, "layers", None) or []
     return [x for x in found if isinstance(x, keras.layers.Layer)]

@@ -28,6 +28,7 @@ from typing import Any
 
 import keras
 
+from tuner import keras_private
 from tuner.trials.models import ModelSource
 from tuner.worker.structure import input_kind, leading_dim
 from tuner.worker.usercode import UserCodeError, call_user
@@ -105,22 +106,19 @@ def policy_held(held: list[HeldSetting], hold: bool = True) -> Iterator[None]:
     script's that sets it (every public name Keras has for it ends in the one global
     attribute ``dtype_policy``) is recorded in ``held`` and changes nothing. With ``hold``
     false the call is recorded and goes through: the script as it runs today (issue 70)."""
-    from keras.src.backend.common import global_state
 
-    original = global_state.set_global_attribute
+    def holding(original: keras_private.SetGlobalAttribute) -> keras_private.SetGlobalAttribute:
+        def set_global_attribute(name: str, value: Any) -> None:
+            if name == keras_private.GLOBAL_POLICY_ATTRIBUTE and not _keras_default():
+                held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
+                if hold:
+                    return
+            original(name, value)
 
-    def set_global_attribute(name: str, value: Any) -> None:
-        if name == "dtype_policy" and not _keras_default():
-            held.append(HeldSetting(str(getattr(value, "name", value)), _user_frame()))
-            if hold:
-                return
-        original(name, value)
+        return set_global_attribute
 
-    global_state.set_global_attribute = set_global_attribute
-    try:
+    with keras_private.global_attribute_setter(holding):
         yield
-    finally:
-        global_state.set_global_attribute = original
 
 
 def _keras_default() -> bool:
@@ -128,9 +126,7 @@ def _keras_default() -> bool:
     layer asks for the global policy and none is set (``keras.config.dtype_policy()``): not a
     setting of the script's, so neither recorded nor held off (a KerasHub backbone's first
     layer met it; it read "float32 (set at train.py:18)", the line that built the backbone)."""
-    from keras.src.dtype_policies import dtype_policy
-
-    getter = dtype_policy.dtype_policy.__code__
+    getter = keras_private.policy_getter_code()
     frame = sys._getframe(2)  # Keras setter that called the hook, then its callers
     for _ in range(3):
         if frame is None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from tuner import keras_setup
+from tuner import keras_private, keras_setup
 from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.spec import FLOOR_STEPS, losing
@@ -332,7 +332,7 @@ class StepRunner:
         self.dynamic = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         #: counts applied (micro-)steps: it stands still on a step the loss scaler skipped
-        self._applied = getattr(inner, "_iterations", None)
+        self._applied = keras_private.iterations_variable(inner)
         self.spe = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
         #: how often the model's own train_step called its loss scaler's scale_loss (traced
         #: once on TensorFlow and JAX), where there is one to call: :func:`count_scale_loss`
