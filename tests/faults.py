@@ -105,7 +105,7 @@ def _install_fault(kind: str, step: int) -> None:
 
         runner.steps.execute = execute_or_fail  # type: ignore[method-assign]
 
-    training.StepRunner.__init__ = init_and_patch  # type: ignore[method-assign]
+    training.StepRunner.__init__ = init_and_patch  # type: ignore[method-assign,assignment]
 
 
 def _fail(kind: str, message: str, backend: str) -> dict[str, Any]:
