@@ -23,7 +23,6 @@ sys.dont_write_bytecode = False
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests must not see a developer's scripted GPUs by accident.
 os.environ.pop("MPTUNE_FAKE_NVML", None)
-os.environ.pop("MPTUNE_TEST_FAULT", None)
 # Trial workers start through the suite's launcher (tests/forkserver/: forked from a fork server
 # that did the framework's imports once), in this process and in every mptune the tests run:
 # the variable names it (tuner/trials/launcher.py, the seam) and tests/ on PYTHONPATH lets
@@ -33,6 +32,11 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
 os.environ["MPTUNE_LAUNCHER"] = "forkserver:launcher"
+# The suite's fault switches (tests/faults.py) are a test's to set, never inherited.
+import faults  # noqa: E402
+
+for _switch in (faults.FAULT_ENV, faults.PROCESS_PEAK_ENV):
+    os.environ.pop(_switch, None)
 # Workers' compilation caches in one folder for this run, never the user's cache.
 _COMPILE_CACHE = tempfile.mkdtemp(prefix="mptune-test-compile-")
 os.environ["MPTUNE_COMPILE_CACHE"] = _COMPILE_CACHE
@@ -135,12 +139,14 @@ def worker_launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     A test marked ``product_launcher`` runs with the product's launcher instead (spawn: a
     fresh ``python -m tuner.worker`` per worker, as every user's trial starts), it and the
     mptune processes it runs: tests/README.md's table says which. ``--launcher=product`` runs
-    every test so."""
+    every test so. Its launcher is named ``faults:launcher``: the product's spawn launcher,
+    but a worker with a fault switch set starts ``python -m faults`` instead, which installs
+    the fault and then runs ``tuner.worker`` (tests/faults.py)."""
     from forkserver import client
 
     product = request.config.getoption("launcher") == "product"
     if product or request.node.get_closest_marker("product_launcher") is not None:
-        monkeypatch.delenv("MPTUNE_LAUNCHER", raising=False)
+        monkeypatch.setenv("MPTUNE_LAUNCHER", faults.NAME)
         return
     serial = request.node.get_closest_marker("serial") is not None
     monkeypatch.setattr(client, "EAGER", not serial)

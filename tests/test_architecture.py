@@ -503,3 +503,80 @@ def test_the_mechanism_table_names_every_real_worker_test() -> None:
     assert len(tests) > 100
     assert not tests - listed, f"not in tests/README.md's table: {sorted(tests - listed)}"
     assert not listed - tests, f"gone, still in tests/README.md's table: {sorted(listed - tests)}"
+
+
+#: The product's packages: the only ones its code may import from this repository.
+PRODUCT = ("tuner", "app")
+
+
+def _test_modules(tests: Path) -> set[str]:
+    """The names the suite's modules import by (tests/ and its folders are on ``sys.path``
+    in a test run): ``tests`` itself, and each module or package under it."""
+    packages = {p for p in tests.iterdir() if (p / "__init__.py").is_file()}
+    names = {tests.name} | {p.name for p in packages}
+    for folder in (tests, *(p for p in tests.iterdir() if p.is_dir() and p not in packages)):
+        names |= {p.stem for p in folder.glob("*.py")}
+    return names - set(PRODUCT)
+
+
+def _test_machinery(root: Path) -> list[str]:
+    """Where the product's code (``tuner/``, ``app/``) names a test switch (``MPTUNE_TEST``)
+    or imports one of the suite's modules."""
+    suite = _test_modules(root / "tests")
+    found = []
+    for package in PRODUCT:
+        for path in sorted((root / package).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            where = path.relative_to(root)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue  # an image
+            found += [f"{where}:{n} MPTUNE_TEST" for n, line in _lines(text, "MPTUNE_TEST")]
+            if path.suffix != ".py":
+                continue
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                found += [
+                    f"{where}:{node.lineno} imports {name}"
+                    for name in names
+                    if name.split(".")[0] in suite
+                ]
+    return found
+
+
+def _lines(text: str, word: str) -> list[tuple[int, str]]:
+    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if word in line]
+
+
+def test_the_product_holds_no_test_machinery() -> None:
+    """No test-only code under tuner/ or app/ (issue 72): the suite's switches and launchers
+    live in tests/ (tests/faults.py, tests/forkserver/) and plug in through the launcher seam
+    (tuner/trials/launcher.py); the product neither names them nor imports them."""
+    assert _test_machinery(ROOT) == []
+
+
+def test_the_test_machinery_check_finds_what_it_is_for(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "forkserver").mkdir(parents=True)
+    (tmp_path / "tests" / "forkserver" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "faults.py").write_text("")
+    (tmp_path / "tuner" / "worker").mkdir(parents=True)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "tuner" / "worker" / "step.py").write_text(
+        'import os\nimport faults\nHOOK = os.environ.get("MPTUNE_TEST_FAULT")\n'
+    )
+    (tmp_path / "tuner" / "ok.py").write_text("from tuner.worker import step\nimport json\n")
+    (tmp_path / "app" / "window.py").write_text("from forkserver.client import LAUNCHER\n")
+    (tmp_path / "app" / "notes.md").write_text("set MPTUNE_TEST_PROCESS_PEAK\n")
+    assert _test_machinery(tmp_path) == [
+        "tuner/worker/step.py:3 MPTUNE_TEST",
+        "tuner/worker/step.py:2 imports faults",
+        "app/notes.md:1 MPTUNE_TEST",
+        "app/window.py:1 imports forkserver.client",
+    ]

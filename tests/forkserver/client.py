@@ -45,7 +45,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from tuner.trials.launcher import SPAWN, WorkerHandle
+import faults
+
+from tuner.trials.launcher import WorkerHandle
 
 #: What the fork server writes on its control socket once its imports are done.
 UP_MESSAGE = b"up"
@@ -461,7 +463,8 @@ atexit.register(close_all)
 
 class ForkLauncher:
     """The suite's :class:`tuner.trials.launcher.Launcher`: a worker forked from its
-    environment's fork server when one is up, else started afresh by the product's."""
+    environment's fork server when one is up, else started afresh by the product's (with the
+    suite's fault entry where a fault switch is set: :func:`faults.spawner`)."""
 
     def launch(
         self, env: dict[str, str], args: list[str], log_fd: int, channel_fd: int
@@ -472,7 +475,7 @@ class ForkLauncher:
                 return server.fork(env, args, log_fd, channel_fd)
             except OSError:
                 discard(server)
-        return SPAWN.launch(env, args, log_fd, channel_fd)
+        return faults.spawner(env).launch(env, args, log_fd, channel_fd)
 
     def prepare(
         self, envs: Sequence[dict[str, str]], deadline: float, cancel: threading.Event | None

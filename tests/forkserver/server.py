@@ -11,7 +11,8 @@ socket (the runner closed it or died) ends it, as does end-of-file on its stdin,
 
 For each request it forks a *keeper*, which forks the *worker* and stays its parent: the worker
 leads a session of its own (as ``start_new_session`` does), takes the request's descriptors as
-its stdin, log and channel, its environment, and runs :func:`tuner.worker.main.main`. The
+its stdin, log and channel, its environment (and the suite's fault switches it sets:
+:func:`faults.install`), and runs :func:`tuner.worker.main.main`. The
 keeper writes the worker's pid to the request's status socket, then its exit status once it
 has exited, without reaping it (``WNOWAIT``), so that its process group stays the runner's to
 kill; it reaps the worker when the runner closes the status socket. Nothing is imported or
@@ -137,6 +138,9 @@ def _worker(request: dict[str, Any], stdin_fd: int, log_fd: int, channel_fd: int
                     os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        import faults
+
+        faults.install()  # the suite's fault switches, where the environment sets one
         from tuner.worker import training
 
         file_mb = request.get("file_mb")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import faults
 import psutil
 import pytest
 from test_warm import spec as warm_spec
@@ -129,6 +130,40 @@ def test_a_forked_worker_trains_exactly_as_a_fresh_one(monkeypatch) -> None:
     assert forked.device == fresh.device == "cpu"
     assert forked.memory_method
     assert "fork server's shared-library pages" in forked.memory_method
+
+
+def test_a_worker_given_a_fault_starts_afresh_through_the_faults_entry() -> None:
+    """Where no server serves it, a worker starts through the product's spawn launcher: as
+    ``python -m tuner.worker`` (the product's own ``SPAWN``), or, with a fault switch set,
+    ``python -m faults``, which installs the fault and runs the same entry point."""
+    env = worker_environment(spec(backend="jax"))
+    assert faults.spawner(env) is SPAWN
+    assert faults.spawner({**env, faults.FAULT_ENV: "oom@2"}).module == "faults"
+    assert faults.spawner({**env, faults.PROCESS_PEAK_ENV: "1"}).module == "faults"
+    assert SPAWN.module == "tuner.worker"
+    with pytest.raises(ValueError, match="MPTUNE_TEST_FAULT='oom'"):
+        faults.parse("oom")
+
+
+@pytest.mark.slow
+def test_a_forked_worker_takes_its_fault_after_the_fork(monkeypatch) -> None:
+    """A worker forked from a server up before the fault was set fails as the fault says."""
+    up_server(worker_environment(spec(backend="jax")))
+    monkeypatch.setenv(faults.FAULT_ENV, "oom@2")
+    started: list[int] = []
+
+    def on_event(message: object) -> None:
+        pid = getattr(message, "pid", None)
+        if getattr(message, "type", None) == "started" and pid is not None:
+            started.append(pid)
+
+    result = run_trial(spec(backend="jax"), on_event)
+    (pid,) = started
+    assert pid not in {c.pid for c in psutil.Process().children()}  # forked
+    assert result.status is TrialStatus.OOM, result.error
+    assert result.error is not None
+    assert result.error.exception == "JaxRuntimeError"
+    assert "injected by MPTUNE_TEST_FAULT at step 2" in result.error.message
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from faults import PROCESS_PEAK_ENV
 
 from tuner.search.request import TuneRequest
 from tuner.search.session import TuningSession
@@ -20,7 +21,6 @@ from tuner.setup import Setup
 from tuner.trials.result import TrialStatus
 from tuner.trials.runner import WorkerPool, run_trial
 from tuner.trials.spec import TrialSpec
-from tuner.worker.training import PROCESS_PEAK_ENV
 
 pytestmark = [
     pytest.mark.slow,

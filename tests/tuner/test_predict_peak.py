@@ -66,7 +66,6 @@ def test_on_a_cpu_the_temporary_bytes_carry_the_kernels_scratch(
 ) -> None:
     monkeypatch.setattr(training, "current_rss_mb", lambda: 400.0)
     monkeypatch.setattr(training, "peak_rss_mb", lambda: 450.0)
-    monkeypatch.delenv(training.PROCESS_PEAK_ENV, raising=False)
     steps = Steps(temp=600 * MB, output=300 * MB, alias=300 * MB)
     found = predict(steps, on_cpu=True, limit=900.0)
     assert training.CPU_SCRATCH > 1

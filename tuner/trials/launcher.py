@@ -103,14 +103,25 @@ class SpawnedWorker(subprocess.Popen[bytes]):
         return 0.0  # a process of its own holds all it loaded
 
 
+#: The module a worker runs (``python -m``): the worker's entry point.
+WORKER_MODULE = "tuner.worker"
+
+
 class SpawnLauncher:
-    """The product's launcher: a fresh ``python -m tuner.worker`` for each worker."""
+    """The product's launcher: a fresh ``python -m tuner.worker`` for each worker.
+
+    ``module`` names another module to run instead, one that ends by running the worker's
+    entry point (:data:`WORKER_MODULE`) with the arguments it was given: a worker started
+    the same way, with something done first (the test suite's faults, tests/faults.py)."""
+
+    def __init__(self, module: str = WORKER_MODULE) -> None:
+        self.module = module
 
     def launch(
         self, env: dict[str, str], args: list[str], log_fd: int, channel_fd: int
     ) -> WorkerHandle:
         return SpawnedWorker(
-            [sys.executable, "-m", "tuner.worker", "--channel-fd", str(channel_fd), *args],
+            [sys.executable, "-m", self.module, "--channel-fd", str(channel_fd), *args],
             stdin=subprocess.PIPE,
             stdout=log_fd,
             stderr=subprocess.STDOUT,

@@ -100,14 +100,6 @@ class Backend:
         """``exc`` is the device running out of memory, as this backend raises it."""
         return isinstance(exc, MemoryError) or type(exc).__name__ == "ResourceExhaustedError"
 
-    def raise_oom(self, message: str) -> None:
-        """Raise the error this backend raises when the device's memory runs out."""
-        import tensorflow as tf
-
-        raise tf.errors.ResourceExhaustedError(
-            None, None, f"OOM when allocating tensor ({message})"
-        )
-
     def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
         """The gradients of ``mean(loss_fn(y, model(x))) * scale`` (the loss in float32, as a
         trial computes it) for each trainable weight; None where a weight gets none."""
@@ -177,11 +169,6 @@ class JaxBackend(Backend):
             "RuntimeError" in type(exc).__name__ and "RESOURCE_EXHAUSTED" in str(exc)
         )
 
-    def raise_oom(self, message: str) -> None:
-        from jax.errors import JaxRuntimeError
-
-        raise JaxRuntimeError(f"RESOURCE_EXHAUSTED: Out of memory ({message})")
-
     def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
         import jax
         import keras
@@ -243,11 +230,6 @@ class TorchBackend(Backend):
 
     def is_oom(self, exc: BaseException) -> bool:
         return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-
-    def raise_oom(self, message: str) -> None:
-        import torch
-
-        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate ({message})")
 
     def gradients(self, model: Any, x: Any, y: Any, loss_fn: Any, scale: float) -> list[Any]:
         import keras

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import os
 import resource
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,26 +19,14 @@ from tuner.said import setting
 from tuner.setup import Setup
 from tuner.trials.spec import FLOOR_STEPS, losing
 
-#: Test hook, documented in docs/trials.md: ``oom@K`` raises the backend's real out-of-memory
-#: error (``tf.errors.ResourceExhaustedError``, JAX's ``RESOURCE_EXHAUSTED``, PyTorch's
-#: ``OutOfMemoryError``) at step K (counting warm-up, from 1), ``crash@K`` kills
-#: the worker with SIGKILL, ``hang@K`` stops it answering (for the time limit), ``bug@K``
-#: raises an error in mptune's own code (a bug of mptune's, never the user's).
-FAULT_ENV = "MPTUNE_TEST_FAULT"
-#: Test switch, documented in docs/trials.md: ``1`` makes a CPU worker keep one peak for its
-#: life (its resident memory's peak is never reset), as JAX's allocator does on a GPU, so that
-#: the GPU's path (a warm worker's trial whose peak is its own: measured where it rose, else
-#: predicted) runs on a CPU.
-PROCESS_PEAK_ENV = "MPTUNE_TEST_PROCESS_PEAK"
-
 
 def process_peak_only(on_cpu: bool) -> bool:
-    """Whether this worker's peak memory is one for the process's life: JAX on a GPU, or a CPU
-    worker under the :data:`PROCESS_PEAK_ENV` switch."""
+    """Whether this worker's peak memory is one for the process's life: JAX on a GPU (a CPU
+    worker's resident peak is reset between its phases and trials)."""
     from tuner.worker import backends
 
     if on_cpu:
-        return os.environ.get(PROCESS_PEAK_ENV) == "1"
+        return False
     return not backends.current().resets_gpu_peak
 
 
@@ -338,7 +324,6 @@ class StepRunner:
         #: once on TensorFlow and JAX), where there is one to call: :func:`count_scale_loss`
         self.scale_loss_calls = count_scale_loss(model)
         self.global_step = 0
-        self._fault = _parse_fault(os.environ.get(FAULT_ENV, ""))
         #: whether the step reports a running mean (Keras' own step does; a step of the
         #: model's own is asked once: :func:`reports_a_mean`)
         self._running_mean: bool | None = None if keras_setup.own_step(model) else True
@@ -414,12 +399,6 @@ class StepRunner:
                 break
             if settle and (streak >= SETTLED_STEPS or (self._current_scale() or 2.0) <= 1.0):
                 break
-            if self._fault_due():
-                # What ran so far is reported before the injected fault, as a real hang or
-                # crash finds it reported up to the last chunk.
-                self._report(phase, pending, log)
-                pending = []
-                self._maybe_fault()
             t = time.perf_counter()
             logs = self.steps.execute()
             # Reading the loss waits for the step (JAX and PyTorch return before it ends).
@@ -539,26 +518,6 @@ class StepRunner:
             return self.loss_scale.value
         return None
 
-    def _fault_due(self) -> bool:
-        """The test fault's step falls in the next execution."""
-        return self._fault is not None and (
-            self.global_step < self._fault[1] <= self.global_step + self.spe
-        )
-
-    def _maybe_fault(self) -> None:
-        """Inject the test fault (see :data:`FAULT_ENV`) when it is due."""
-        if self._fault is None or not self._fault_due():
-            return
-        kind = self._fault[0]
-        if kind == "oom":
-            self.backend.raise_oom(f"injected by {FAULT_ENV} at step {self._fault[1]}")
-        if kind == "crash":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if kind == "hang":
-            signal.pause()  # the parent's time limit ends it
-        if kind == "bug":
-            raise RuntimeError(f"injected by {FAULT_ENV} at step {self._fault[1]}")
-
 
 @contextlib.contextmanager
 def _collecting(on: bool) -> Iterator[None]:
@@ -572,13 +531,6 @@ def _collecting(on: bool) -> Iterator[None]:
     finally:
         if on and not was:
             gc.disable()
-
-
-def _parse_fault(text: str) -> tuple[str, int] | None:
-    kind, _, step = text.partition("@")
-    if kind not in ("oom", "crash", "hang", "bug") or not step.isdigit():
-        return None
-    return kind, int(step)
 
 
 def _settled(skipped: Sequence[bool]) -> bool:
