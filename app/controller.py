@@ -79,7 +79,7 @@ class Controller(QObject):
 
     def wait(self, timeout: float) -> bool:
         """Join the calls under way for up to ``timeout`` seconds in all; True when none is
-        left. For tests only: the window never calls it."""
+        left. The window never waits; the process does, at exit (:func:`app.main.run`)."""
         deadline = time.monotonic() + timeout
         # Every thread, not only the busy ones: a call is off the books before its thread has
         # returned, and a thread still alive then is one a test would see left behind.

@@ -98,4 +98,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         app.setStyleSheet(style.read_text(encoding="utf-8"))
     window = QtMainWindow()
     window.show()
-    return int(app.exec())
+    code = int(app.exec())
+    # The window closed at once (it never waits); an engine call still under way (an export
+    # being written, a session being read or pruned) and the search thread, its worker already
+    # killed, get a few seconds to end before the interpreter cuts their daemon threads short.
+    window.controller.wait(EXIT_GRACE_S)
+    window.bridge.wait(EXIT_GRACE_S)
+    return code
+
+
+#: How long the process waits at exit for the window's calls and search thread to end.
+EXIT_GRACE_S = 5.0
