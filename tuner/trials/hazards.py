@@ -269,7 +269,7 @@ def not_training(
             NOT_TRAINING,
             policy,
             None,
-            f"none of {which} moved over {steps} steps ({cause})",
+            f"none of {which} moved over {steps:,} steps ({cause})",
             f"use {mixed.get(half_weights, 'a mixed policy')} (float32 weights), or keep the "
             "optimizer's state in float32",
             severity="unsafe",
@@ -280,7 +280,7 @@ def not_training(
         NOT_TRAINING,
         policy,
         None,
-        f"none of {weights} trainable weights moved over {steps} steps, and they are kept in "
+        f"none of {weights} trainable weights moved over {steps:,} steps, and they are kept in "
         "float32: the precision does not explain it",
         "check that the trainable weights get gradients and that the learning rate is not 0",
         severity="warning",
