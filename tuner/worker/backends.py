@@ -45,6 +45,13 @@ class Backend:
     #: whether each step leaves reference cycles behind, so that the steps must run with
     #: Python's automatic collection on (as in ``fit``) for their memory to be freed
     cyclic_steps = False
+    #: the fix of a ``train_step`` of the model's own that never scales its loss under a
+    #: ``LossScaleOptimizer`` (issue 71's ``unscaled_loss``), as a step is written on this
+    #: backend (keras.io's "Customizing what happens in fit()" guide for it)
+    scale_loss_fix = (
+        "scale the loss in train_step: `loss = self.optimizer.scale_loss(loss)` inside the "
+        "tape before `tape.gradient`"
+    )
 
     def import_framework(self) -> None:
         import tensorflow  # noqa: F401
@@ -126,6 +133,16 @@ class JaxBackend(Backend):
     name = JAX
     gpu_memory_method = "jax Device.memory_stats()['peak_bytes_in_use']"
     resets_gpu_peak = False
+    #: A stateless step reads the scale from its state, as Keras' own JAX step does (outside
+    #: a StatelessScope, ``scale_loss`` would read the variable's value when the step was
+    #: traced: the initial scale, for ever).
+    scale_loss_fix = (
+        "scale the loss that jax.value_and_grad differentiates, with the scale in the step's "
+        "state: in compute_loss_and_updates, `with keras.StatelessScope(state_mapping="
+        "list(zip(self.optimizer.variables, optimizer_variables))): loss = "
+        "self.optimizer.scale_loss(loss)` (pass it optimizer_variables), and report the "
+        "unscaled loss"
+    )
 
     def import_framework(self) -> None:
         import jax  # noqa: F401
@@ -208,6 +225,10 @@ class TorchBackend(Backend):
     #: A worker that kept collection off while it stepped (as it does on TensorFlow and JAX,
     #: whose steps leave none) kept every one, with what they hold.
     cyclic_steps = True
+    scale_loss_fix = (
+        "scale the loss before its gradients: `self.optimizer.scale_loss(loss).backward()` in "
+        "place of `loss.backward()`"
+    )
 
     def import_framework(self) -> None:
         import torch  # noqa: F401
