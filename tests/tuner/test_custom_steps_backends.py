@@ -148,6 +148,21 @@ def test_a_stateless_train_step_tunes_and_runs_on_jax(
     assert fixed.status is TrialStatus.OK, fixed.error
     assert not [h for h in fixed.hazards if h.kind == UNSCALED_LOSS]
 
+    # The scale read outside the step's state: fit traces the step with the variables
+    # released and fails there (TypeError); the trial, which compiles the step ahead to read
+    # its memory, traces it the same way and fails at the same line, where it had kept the
+    # initial scale and ended "diverged".
+    naive = tmp_path / "jax_naive.py"
+    naive.write_text(
+        text.replace("        with keras.StatelessScope(state_mapping=mapping):\n    ", ""),
+        encoding="utf-8",
+    )
+    crashed = _trial(naive, "jax")
+    assert crashed.status is TrialStatus.USER_ERROR, crashed.error
+    assert crashed.error is not None
+    line = _line(naive, "scaled = self.optimizer.scale_loss(loss)")
+    assert crashed.error.location == f"script:{naive}:{line}"
+
 
 def test_a_pytorch_train_step_tunes_and_runs_on_torch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

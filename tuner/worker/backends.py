@@ -420,11 +420,20 @@ class JaxSteps(Steps):
     def step_memory(self) -> dict[str, int] | None:
         """The step's program compiled ahead of time for this batch (``lower(...).compile()``
         on the jitted step ``train_function`` calls), so the warm-up's first step finds it
-        compiled, and its ``memory_analysis()``."""
+        compiled, and its ``memory_analysis()``.
+
+        Traced with the model's variables released, as ``fit`` traces it: a step that reads a
+        variable outside its state (a stateless ``train_step`` of the model's own calling
+        ``self.optimizer.scale_loss`` outside a ``StatelessScope``) fails in the trial as in
+        the user's ``fit``, instead of keeping the value it had when traced (the initial loss
+        scale, for ever: a trial that overflowed at every scale while the run crashed)."""
         if self.step is None or self.state is not None:
             return None
-        state = keras_private.jax_state(self.model)
-        analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
+        state = keras_private.jax_state(self.model, purge=True)
+        try:
+            analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
+        finally:
+            keras_private.put_jax_state(self.model, state)  # nothing ran: the same values
         if analysis is None:
             return None
         return {
