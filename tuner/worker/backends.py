@@ -45,6 +45,13 @@ class Backend:
     #: whether each step leaves reference cycles behind, so that the steps must run with
     #: Python's automatic collection on (as in ``fit``) for their memory to be freed
     cyclic_steps = False
+    #: the fix of a ``train_step`` of the model's own that never scales its loss under a
+    #: ``LossScaleOptimizer`` (issue 71's ``unscaled_loss``), as a step is written on this
+    #: backend (keras.io's "Customizing what happens in fit()" guide for it)
+    scale_loss_fix = (
+        "scale the loss in train_step: `loss = self.optimizer.scale_loss(loss)` inside the "
+        "tape before `tape.gradient`"
+    )
 
     def import_framework(self) -> None:
         import tensorflow  # noqa: F401
@@ -118,6 +125,16 @@ class JaxBackend(Backend):
     name = JAX
     gpu_memory_method = "jax Device.memory_stats()['peak_bytes_in_use']"
     resets_gpu_peak = False
+    #: A stateless step reads the scale from its state, as Keras' own JAX step does (outside
+    #: a StatelessScope, ``scale_loss`` would read the variable's value when the step was
+    #: traced: the initial scale, for ever).
+    scale_loss_fix = (
+        "scale the loss that jax.value_and_grad differentiates, with the scale in the step's "
+        "state: in compute_loss_and_updates, `with keras.StatelessScope(state_mapping="
+        "list(zip(self.optimizer.variables, optimizer_variables))): loss = "
+        "self.optimizer.scale_loss(loss)` (pass it optimizer_variables), and report the "
+        "unscaled loss"
+    )
 
     def import_framework(self) -> None:
         import jax  # noqa: F401
@@ -195,6 +212,10 @@ class TorchBackend(Backend):
     #: A worker that kept collection off while it stepped (as it does on TensorFlow and JAX,
     #: whose steps leave none) kept every one, with what they hold.
     cyclic_steps = True
+    scale_loss_fix = (
+        "scale the loss before its gradients: `self.optimizer.scale_loss(loss).backward()` in "
+        "place of `loss.backward()`"
+    )
 
     def import_framework(self) -> None:
         import torch  # noqa: F401
@@ -381,11 +402,20 @@ class JaxSteps(Steps):
     def step_memory(self) -> dict[str, int] | None:
         """The step's program compiled ahead of time for this batch (``lower(...).compile()``
         on the jitted step ``train_function`` calls), so the warm-up's first step finds it
-        compiled, and its ``memory_analysis()``."""
+        compiled, and its ``memory_analysis()``.
+
+        Traced with the model's variables released, as ``fit`` traces it: a step that reads a
+        variable outside its state (a stateless ``train_step`` of the model's own calling
+        ``self.optimizer.scale_loss`` outside a ``StatelessScope``) fails in the trial as in
+        the user's ``fit``, instead of keeping the value it had when traced (the initial loss
+        scale, for ever: a trial that overflowed at every scale while the run crashed)."""
         if self.step is None or self.state is not None:
             return None
-        state = keras_private.jax_state(self.model)
-        analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
+        state = keras_private.jax_state(self.model, purge=True)
+        try:
+            analysis = self.step.lower(state, self.pool[0]).compile().memory_analysis()
+        finally:
+            keras_private.put_jax_state(self.model, state)  # nothing ran: the same values
         if analysis is None:
             return None
         return {

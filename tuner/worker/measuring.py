@@ -127,8 +127,7 @@ def _unscaled_loss(spec: TrialSpec, channel: Channel, runner: Any) -> None:
         f"Keras wraps the optimizer in a LossScaleOptimizer under {spec.policy.name}: every "
         f"gradient is divided by its scale ({float(scale):g}) although the loss was never "
         "multiplied by it, so the updates shrink (those below the optimizer's epsilon vanish)",
-        "scale the loss in train_step: `loss = self.optimizer.scale_loss(loss)` inside the "
-        "tape before `tape.gradient`",
+        runner.backend.scale_loss_fix,
         severity="unsafe",
         figure=f"gradients / {float(scale):g}",
         at=f"{os.path.basename(path)}:{line} in {where}" if path and line else None,
