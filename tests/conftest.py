@@ -23,16 +23,20 @@ sys.dont_write_bytecode = False
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Tests must not see a developer's scripted GPUs by accident.
 os.environ.pop("MPTUNE_FAKE_NVML", None)
-# Trial workers start through the suite's launcher (tests/forkserver/: forked from a fork server
-# that did the framework's imports once), in this process and in every mptune the tests run:
-# the variable names it (tuner/trials/launcher.py, the seam) and tests/ on PYTHONPATH lets
-# them import it. A test marked ``product_launcher`` runs with the product's own (spawn).
-_TESTS = os.path.dirname(os.path.abspath(__file__))
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
+# Trial workers start through the suite's launcher (tests/launchers/forkserver/: forked from a
+# fork server that did the framework's imports once), in this process and in every mptune the
+# tests run: the variable names it (tuner/trials/launcher.py, the seam) and tests/launchers/ on
+# PYTHONPATH lets them import it. A test marked ``product_launcher`` runs with the product's own
+# (spawn). tests/launchers/ alone, not tests/: a process started elsewhere would find
+# tests/tuner/ (tests, no __init__.py) as a namespace package named tuner before mptune's own.
+_LAUNCHERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launchers")
+if _LAUNCHERS not in sys.path:
+    sys.path.insert(0, _LAUNCHERS)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_LAUNCHERS, os.environ.get("PYTHONPATH")) if p
+)
 os.environ["MPTUNE_LAUNCHER"] = "forkserver:launcher"
-# The suite's fault switches (tests/faults.py) are a test's to set, never inherited.
+# The suite's fault switches (tests/launchers/faults.py) are a test's to set, never inherited.
 import faults  # noqa: E402
 
 for _switch in (faults.FAULT_ENV, faults.PROCESS_PEAK_ENV):
@@ -129,9 +133,10 @@ def workers_only_in_slow_tests(request: pytest.FixtureRequest) -> Iterator[None]
 
 @pytest.fixture(autouse=True)
 def worker_launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trial workers fork from a fork server per environment (tests/forkserver/, plugged in
-    through ``MPTUNE_LAUNCHER``, for the CLIs the tests run too), and in this process a worker
-    whose environment was seen before starts one for the next (``forkserver.client.EAGER``):
+    """Trial workers fork from a fork server per environment (tests/launchers/forkserver/,
+    plugged in through ``MPTUNE_LAUNCHER``, for the CLIs the tests run too), and in this
+    process a worker whose environment was seen before starts one for the next
+    (``forkserver.client.EAGER``):
     hundreds of workers skip their imports. Not in a serial test, which judges time: nothing
     may import beside it that a search would not; its servers are started before it, and up
     (:func:`serial_fork_servers`).
@@ -141,7 +146,7 @@ def worker_launcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     mptune processes it runs: tests/README.md's table says which. ``--launcher=product`` runs
     every test so. Its launcher is named ``faults:launcher``: the product's spawn launcher,
     but a worker with a fault switch set starts ``python -m faults`` instead, which installs
-    the fault and then runs ``tuner.worker`` (tests/faults.py)."""
+    the fault and then runs ``tuner.worker`` (tests/launchers/faults.py)."""
     from forkserver import client
 
     product = request.config.getoption("launcher") == "product"

@@ -510,12 +510,14 @@ PRODUCT = ("tuner", "app")
 
 
 def _test_modules(tests: Path) -> set[str]:
-    """The names the suite's modules import by (tests/ and its folders are on ``sys.path``
-    in a test run): ``tests`` itself, and each module or package under it."""
+    """The names the suite's modules import by (tests/ and its folders, tests/launchers/
+    among them, are on ``sys.path`` in a test run): ``tests`` itself, and each module or
+    package under it or in its folders."""
     packages = {p for p in tests.iterdir() if (p / "__init__.py").is_file()}
     names = {tests.name} | {p.name for p in packages}
     for folder in (tests, *(p for p in tests.iterdir() if p.is_dir() and p not in packages)):
         names |= {p.stem for p in folder.glob("*.py")}
+        names |= {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
     return names - set(PRODUCT)
 
 
@@ -557,15 +559,15 @@ def _lines(text: str, word: str) -> list[tuple[int, str]]:
 
 def test_the_product_holds_no_test_machinery() -> None:
     """No test-only code under tuner/ or app/ (issue 72): the suite's switches and launchers
-    live in tests/ (tests/faults.py, tests/forkserver/) and plug in through the launcher seam
+    live in tests/launchers/ (faults.py, forkserver/) and plug in through the launcher seam
     (tuner/trials/launcher.py); the product neither names them nor imports them."""
     assert _test_machinery(ROOT) == []
 
 
 def test_the_test_machinery_check_finds_what_it_is_for(tmp_path: Path) -> None:
-    (tmp_path / "tests" / "forkserver").mkdir(parents=True)
-    (tmp_path / "tests" / "forkserver" / "__init__.py").write_text("")
-    (tmp_path / "tests" / "faults.py").write_text("")
+    (tmp_path / "tests" / "launchers" / "forkserver").mkdir(parents=True)
+    (tmp_path / "tests" / "launchers" / "forkserver" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "launchers" / "faults.py").write_text("")
     (tmp_path / "tuner" / "worker").mkdir(parents=True)
     (tmp_path / "app").mkdir()
     (tmp_path / "tuner" / "worker" / "step.py").write_text(

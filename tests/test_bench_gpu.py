@@ -43,7 +43,10 @@ def test_bench_gpu_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "launchers")]),
+        },
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()

@@ -171,7 +171,10 @@ def test_a_knob_declared_by_its_row_alone_reaches_every_place(tmp_path: Path) ->
         if line.startswith("+") and not line.startswith("+++")
     ]
     assert added == ROW.splitlines(), "the copy differs from the source by more than the row"
+    # The copy alone on PYTHONPATH, and its own launcher: the suite's (tests/launchers/) is not
+    # on that path, and the product's default is what this test is for.
     env = {**os.environ, "PYTHONPATH": str(copy), "KERAS_BACKEND": "tensorflow"}
+    env.pop("MPTUNE_LAUNCHER", None)
     trial = subprocess.run(
         [sys.executable, "-m", "tuner", "trial", "--model", "builtin:mlp", "--policy", "float32",
          "--batch-size", "8", "--steps", "4", "--warmup", "1", "--no-probe", "--clip", "--json"],

@@ -414,7 +414,12 @@ def test_a_failure_only_under_the_policy_is_unsafe_not_the_users_error(tmp_path:
     result = trial(model, "mixed_float16")
     assert result.status is TrialStatus.UNSAFE
     assert "fails only under mixed_float16" in result.error.message
-    assert "does not match type float16" in result.error.message  # its meaningful line
+    # named as the trap it is, at its line in the user's code (issue 71), TensorFlow's meaningful
+    # line kept in the hazard's evidence
+    assert "a float32 value meets a half-precision tensor" in result.error.message
+    assert "user_model.py:" in result.error.message
+    (trap,) = [h for h in result.hazards if h.kind == "dtype_mismatch"]
+    assert "does not match type float16" in trap.evidence, trap.evidence
     assert trial(model, "float32").status is TrialStatus.OK
 
 

@@ -5,9 +5,10 @@ the product's implementation, :class:`SpawnLauncher`, a fresh interpreter for ea
 ``MPTUNE_LAUNCHER=module:attr`` (:data:`LAUNCHER_ENV`) names another: ``attr`` of the
 importable ``module``, called with no arguments, returns the :class:`Launcher` every worker of
 this process starts through. It is the one extension point for starting workers otherwise;
-mptune ships no other. The test suite plugs in a fork server through it (tests/forkserver/:
-workers forked from a process that did the framework's imports once), so that what it changes
-is named in one place and tests marked ``product_launcher`` run through the product's own.
+mptune ships no other. The test suite plugs in a fork server through it
+(tests/launchers/forkserver/: workers forked from a process that did the framework's imports
+once), so that what it changes is named in one place and tests marked ``product_launcher`` run
+through the product's own.
 
 A launcher may start a worker by any means that keeps what the runner relies on of a child
 process (:class:`WorkerHandle`): its pid leads a process group the runner may kill until it
@@ -112,7 +113,7 @@ class SpawnLauncher:
 
     ``module`` names another module to run instead, one that ends by running the worker's
     entry point (:data:`WORKER_MODULE`) with the arguments it was given: a worker started
-    the same way, with something done first (the test suite's faults, tests/faults.py)."""
+    the same way, with something done first (the test suite's faults, tests/launchers/faults.py)."""
 
     def __init__(self, module: str = WORKER_MODULE) -> None:
         self.module = module

@@ -21,7 +21,7 @@ and before its first trial, and the product's worker then runs unchanged. A work
 switch set starts through the product's :class:`~tuner.trials.launcher.SpawnLauncher` with
 this module as its entry (``python -m faults``, tests/ on ``PYTHONPATH``: :func:`main` installs,
 then runs ``tuner.worker`` as ``python -m tuner.worker`` does); one forked by the suite's fork
-server (tests/forkserver/server.py) installs after taking its environment. A test marked
+server (tests/launchers/forkserver/server.py) installs after taking its environment. A test marked
 ``product_launcher`` runs with :func:`launcher` (``MPTUNE_LAUNCHER=faults:launcher``): the
 product's own spawn launcher for every worker, but this entry for one with a switch set.
 """

@@ -1,7 +1,7 @@
-"""The suite's launcher (tests/forkserver/: client.py, server.py), workers forked from a fork
-server: the same trial as a fresh worker's (the product's launcher's), the exit status and the
-process group the runner's as for a child of its own, one server per environment, and every
-worker started afresh where it cannot fork or the server cannot serve."""
+"""The suite's launcher (tests/launchers/forkserver/: client.py, server.py), workers forked from
+a fork server: the same trial as a fresh worker's (the product's launcher's), the exit status
+and the process group the runner's as for a child of its own, one server per environment, and
+every worker started afresh where it cannot fork or the server cannot serve."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import sys
 import faults
 import psutil
 import pytest
-from test_warm import spec as warm_spec
-
 from forkserver import NAME
 from forkserver import client as forking
 from forkserver.client import ForkedProcess
+from test_warm import spec as warm_spec
+
 from tuner.trials import launcher
 from tuner.trials.environment import worker_environment
 from tuner.trials.launcher import LAUNCHER_ENV, SPAWN, LauncherError, SpawnedWorker
