@@ -244,7 +244,8 @@ class ForkServer:
 
 def status_mb(field: str, pid: int | str = "self") -> float | None:
     """A memory field of ``/proc/<pid>/status`` (``VmHWM``, ``RssFile``...) in MB; None where
-    there is none."""
+    there is none. The worker's own (``tuner.worker.training.status_mb``) again: this side runs
+    in the runner's process, which must not import the worker's floor (Keras, a framework)."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as status:
             for line in status:
