@@ -369,7 +369,10 @@ def test_a_warm_worker_dies_with_its_parent(tmp_path: Path, launcher: str) -> No
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "launchers")]),
+        },
     )
     try:
         assert parent.stdout is not None
