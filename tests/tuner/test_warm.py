@@ -51,21 +51,31 @@ def spec(batch_size: int, model: str = TINY_MLP, **kwargs: object) -> TrialSpec:
 
 
 def gone(pid: int, timeout: float) -> bool:
-    """Whether process ``pid`` ends within ``timeout``: a forked worker killed stays a zombie
-    (its keeper reaps it once the runner has read its status), ended all the same."""
+    """Whether process ``pid`` ends within ``timeout``, as the runner sees it: a child of this
+    process once it can be waited for (not reaped: the runner reads its status), which is
+    later than its main thread reads as a zombie (a worker killed in its imports, its other
+    threads in a disk read, stayed unwaitable a while after: the runner then took it for a
+    live one); a forked worker, the fork server's child, once it is a zombie (its keeper
+    reaps it once the runner has read its status)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return True
-            proc.wait(0.1)
-            return True
-        except psutil.NoSuchProcess:
-            return True
-        except psutil.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                return False
+            time.sleep(0.05)  # the child's state polled, as psutil's wait polls it
+        except ChildProcessError:  # not a child of this process: a forked worker
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    return True
+                proc.wait(0.1)
+                return True
+            except psutil.NoSuchProcess:
+                return True
+            except psutil.TimeoutExpired:
+                pass
+        if time.monotonic() >= deadline:
+            return False
 
 
 def test_the_warm_key_is_the_model_the_policy_and_how_a_trial_measures() -> None:
