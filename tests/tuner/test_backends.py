@@ -223,8 +223,11 @@ def test_short_tune_on_the_backend(backend: str, tmp_path: Path) -> None:
     # Each trial as a single trial on the backend reports (test_a_trial_runs_on_the_backend).
     for t in trials:
         trained_on(t.result, backend)
+    # mixed_bfloat16 ran steps on the backend; pruned or not is this machine's answer (on a
+    # loaded 2-core CPU PyTorch's bfloat16 fell below a third of the leader and was pruned
+    # after its first steps, which trained all the same)
     assert any(
-        not t.result.pruned and t.result.spec.setup.policy.name == "mixed_bfloat16"
+        t.result.spec.setup.policy.name == "mixed_bfloat16" and t.result.losses
         for t in trials
         if t.result
     ), "no mixed_bfloat16 trial ran its steps"
