@@ -3,8 +3,10 @@ size share one worker, train exactly as a fresh worker would, and lose no isolat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -62,7 +64,14 @@ def gone(pid: int, timeout: float) -> bool:
         try:
             if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return True
-            time.sleep(0.05)  # the child's state polled, as psutil's wait polls it
+            # Not yet: wait on its pidfd, readable once the whole process has exited (every
+            # thread, as waitid needs), without reaping it.
+            with contextlib.suppress(ProcessLookupError):
+                fd = os.pidfd_open(pid)
+                try:
+                    select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                finally:
+                    os.close(fd)
         except ChildProcessError:  # not a child of this process: a forked worker
             try:
                 proc = psutil.Process(pid)
