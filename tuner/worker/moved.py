@@ -43,7 +43,7 @@ def snapshot(model: Any) -> list[np.ndarray]:
 
 def unmoved(before: list[np.ndarray], after: list[np.ndarray]) -> list[bool]:
     """Whether each weight of ``before`` is unchanged in ``after`` (a NaN counts as a
-    change); all True where the two do not match (a model that changed its weights)."""
+    change); empty where the two do not match (a model that changed its weights): no verdict."""
     if len(before) != len(after):
         return []
     return [bool(np.array_equal(a, b)) for a, b in zip(before, after, strict=True)]
